@@ -1,0 +1,229 @@
+/*
+ * xl.h: the public API of xlcore, the Transformer-XL inference library.
+ *
+ * Owns: nothing itself; declares the model (immutable weights + config + tokenizer),
+ * the per-session state (the memory's cached keys/values), the per-thread workspace,
+ * the forward pass, tokenizers, sampling and state (de)serialisation.
+ *
+ * Threading contract:
+ *   - xl_model is immutable after xl_model_load(): any number of threads may use it at once.
+ *   - xl_state belongs to one session; one thread at a time may touch it.
+ *   - xl_workspace belongs to one thread (a worker); never share it between threads that run
+ *     concurrently.
+ *   - Every function here is reentrant. Core code never prints and never exits: every failure
+ *     is an xl_code, with a message in the caller's xl_error naming the file/tensor/field.
+ *
+ * Semantics: the reference implementation's (kimiyoung/transformer-xl MemTransformerLM,
+ * Hugging Face TransfoXL), attn_type 0. A new state has EMPTY memory (authors' evaluation),
+ * not mem_len zero vectors (HF's default). See README "Model semantics".
+ */
+#ifndef XL_H
+#define XL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Errors: one table, libuv-style. */
+
+#define XL_ERROR_MAP(X)                                                                  \
+  X(OK, "ok")                                                                            \
+  X(NOMEM, "out of memory")                                                              \
+  X(IO, "cannot read file")                                                              \
+  X(FORMAT, "malformed file")                                                            \
+  X(CONFIG, "invalid model configuration")                                               \
+  X(TENSOR, "missing or mismatched tensor")                                              \
+  X(TOKENIZER, "tokenizer problem")                                                      \
+  X(ARG, "invalid argument")                                                             \
+  X(TOKEN, "token id out of range")                                                      \
+  X(STATE, "invalid state blob")                                                         \
+  X(MISMATCH, "state blob belongs to another model or format version")                   \
+  X(UNSUPPORTED, "unsupported model feature")
+
+typedef enum {
+#define XL_ERROR_ENUM(name, text) XL_##name,
+  XL_ERROR_MAP(XL_ERROR_ENUM)
+#undef XL_ERROR_ENUM
+  XL_ERROR_COUNT
+} xl_code;
+
+typedef struct xl_error {
+  xl_code code;
+  char message[512]; /* "FILE: problem" or "tensor NAME: problem"; empty when code == XL_OK */
+} xl_error;
+
+const char *xl_code_name(xl_code code);  /* "XL_FORMAT" */
+const char *xl_code_text(xl_code code);  /* "malformed file" */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Model configuration (TransfoXLConfig keys; read from config.json). */
+
+#define XL_MAX_CLUSTERS 8
+
+typedef enum { XL_TOKENIZER_BYTES = 0, XL_TOKENIZER_WORDS = 1 } xl_tokenizer_kind;
+
+typedef struct xl_config {
+  int vocab_size;          /* n_token */
+  int n_cutoffs;           /* len(cutoffs); 0 = plain softmax */
+  int cutoffs[XL_MAX_CLUSTERS];
+  int d_model, d_embed, n_head, d_head, d_inner, div_val, n_layer;
+  int pre_lnorm;           /* 0/1 */
+  int mem_len;             /* memory length (positions per layer kept between segments) */
+  int clamp_len;           /* <= 0: no clamping */
+  int same_length;         /* 0/1: each query attends to exactly mem_len positions */
+  int untie_r;             /* 1: per-layer r_w_bias/r_r_bias; 0: one pair for all layers */
+  int tie_word_embeddings; /* crit.out_layers[i].weight == word_emb.emb_layers[i].weight */
+  int tie_projs[XL_MAX_CLUSTERS + 1]; /* per softmax cluster: out_projs[i] tied to emb_projs */
+  float layer_norm_epsilon;
+  int tgt_len;             /* training segment length (advisory; used to cut prompts when
+                              same_length is off); 0 if absent */
+  xl_tokenizer_kind tokenizer;
+} xl_config;
+
+/* Overrides applied at load time (xlserve eval --mem-len etc.). -1 = keep config.json's. */
+typedef struct xl_load_options {
+  int mem_len;
+  int clamp_len;
+  int same_length;
+} xl_load_options;
+
+#define XL_LOAD_OPTIONS_DEFAULT {-1, -1, -1}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Model: weights (mmapped, F32; F16/BF16 converted at load) + config + tokenizer. */
+
+typedef struct xl_model xl_model;
+
+/* Loads DIR/config.json, DIR/model.safetensors and the tokenizer (DIR/vocab.txt for word-level
+ * models, else bytes). Validates every tensor's name, dtype, shape and offsets. */
+xl_code xl_model_load(const char *dir, const xl_load_options *opts, xl_model **out,
+                      xl_error *err);
+void xl_model_free(xl_model *model);
+
+const xl_config *xl_model_config(const xl_model *model);
+size_t xl_model_param_count(const xl_model *model);   /* distinct parameters (tied counted once) */
+size_t xl_model_state_bytes(const xl_model *model);   /* RAM of one full xl_state */
+uint64_t xl_model_fingerprint(const xl_model *model); /* hash of config + weights (+ overrides) */
+const char *xl_model_dir(const xl_model *model);
+
+/* ---------------------------------------------------------------------------------------- */
+/* State: one session's memory. Holds, per layer, the keys and values of the last mem_len
+ * positions (a ring), which is all a future step reads of the memory. */
+
+typedef struct xl_state xl_state;
+
+xl_code xl_state_new(const xl_model *model, xl_state **out, xl_error *err);
+void xl_state_free(xl_state *state);
+void xl_state_reset(xl_state *state);                       /* empty memory */
+xl_code xl_state_clone(const xl_state *src, xl_state **out, xl_error *err); /* fork */
+int xl_state_mem_length(const xl_state *state);             /* positions held, <= mem_len */
+uint64_t xl_state_tokens_fed(const xl_state *state);        /* positions fed since reset */
+size_t xl_state_bytes(const xl_state *state);               /* RAM held by this state */
+
+/* Blob: magic, format version, model fingerprint, header, K/V payload, checksum.
+ * xl_state_serialize allocates *blob with malloc (free it with free()). */
+xl_code xl_state_serialize(const xl_state *state, uint8_t **blob, size_t *blob_len,
+                           xl_error *err);
+/* Validates everything (magic, version, checksum, fingerprint, sizes) before use; never
+ * trusts the blob. XL_MISMATCH for another model/version, XL_STATE for corruption. */
+xl_code xl_state_deserialize(const xl_model *model, const uint8_t *blob, size_t blob_len,
+                             xl_state **out, xl_error *err);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Workspace: per-thread scratch buffers, grown on demand. */
+
+typedef struct xl_workspace xl_workspace;
+
+xl_code xl_workspace_new(const xl_model *model, xl_workspace **out, xl_error *err);
+void xl_workspace_free(xl_workspace *ws);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Forward pass. Each item feeds n_tokens new positions into its own state (appending them to
+ * the memory, exactly the reference's cat(mem, h)[-mem_len:] per layer input). Several items
+ * run as one batched forward: one GEMM per weight matrix over all items' rows, attention per
+ * item over its own memory. A state may appear in at most one item of a call. */
+
+typedef struct xl_feed {
+  xl_state *state;
+  const int32_t *tokens;      /* [n_tokens] input ids */
+  int n_tokens;               /* >= 1 */
+  /* Optional outputs (NULL = not wanted): */
+  const int32_t *targets;     /* [n_tokens]: target ids to score (e.g. tokens shifted by one) */
+  float *target_logprobs;     /* [n_tokens]: log p(targets[i] | history up to tokens[i]) */
+  float *last_logprobs;       /* [vocab_size]: log-distribution after the last token */
+} xl_feed;
+
+/* On error no state is modified (inputs are validated first). */
+xl_code xl_forward(const xl_model *model, xl_workspace *ws, xl_feed *items, int n_items,
+                   xl_error *err);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tokenizer (owned by the model). Bytes: id = byte value. Words: whitespace split, "<eos>" for
+ * each newline, "<unk>" for unknown words. */
+
+/* Encodes text into *ids (malloc'd; free()). For word models a trailing text without newline
+ * gets no <eos>. */
+xl_code xl_tokenize(const xl_model *model, const char *text, size_t len, int32_t **ids,
+                    size_t *n_ids, xl_error *err);
+/* Appends the bytes of one token to out (cap bytes); returns the byte count (may exceed cap:
+ * then nothing is written). Word tokens are preceded by a space unless first_in_line. */
+size_t xl_token_bytes(const xl_model *model, int32_t id, int first_in_line, char *out,
+                      size_t cap);
+
+/* Streaming detokeniser: emits only complete UTF-8 sequences (bytes models split multi-byte
+ * characters over several tokens). */
+typedef struct xl_detok {
+  char pending[8];
+  int n_pending;
+  int line_start; /* word models: next token starts a line */
+} xl_detok;
+void xl_detok_init(xl_detok *d);
+/* Feeds one token; writes complete text to out (cap >= 64 + longest vocab entry); returns
+ * bytes written. Invalid UTF-8 from a byte model is passed through as U+FFFD. */
+size_t xl_detok_push(const xl_model *model, xl_detok *d, int32_t id, char *out, size_t cap);
+/* Flushes an incomplete trailing sequence as U+FFFD. */
+size_t xl_detok_flush(xl_detok *d, char *out, size_t cap);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sampling. The RNG is explicit state, so a seeded request reproduces bit for bit (alone or
+ * batched, on any thread). */
+
+typedef struct xl_rng { uint64_t s[4]; } xl_rng; /* xoshiro256** */
+void xl_rng_seed(xl_rng *rng, uint64_t seed);
+uint64_t xl_rng_next(xl_rng *rng);
+double xl_rng_uniform(xl_rng *rng); /* [0, 1) with 53 bits */
+
+typedef struct xl_sampling {
+  float temperature;        /* 0 = greedy (argmax) */
+  int top_k;                /* 0 = off */
+  float top_p;              /* 1 = off */
+  float min_p;              /* 0 = off */
+  float repetition_penalty; /* 1 = off (CTRL-style: divides positive logits) */
+  float presence_penalty;   /* 0 = off (OpenAI) */
+  float frequency_penalty;  /* 0 = off (OpenAI) */
+} xl_sampling;
+
+#define XL_SAMPLING_DEFAULT {1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f}
+
+/* Validates ranges; XL_ARG with the offending field named in err. */
+xl_code xl_sampling_validate(const xl_sampling *s, xl_error *err);
+
+/* Picks a token from logprobs[vocab] (as produced by xl_forward). history/n_history are the
+ * tokens the penalties look at (may be NULL/0). scratch must hold 2*vocab floats + vocab ints
+ * (xl_sampler_scratch_bytes). Returns the token id; *chosen_logprob gets its log-probability
+ * under the model (before penalties and temperature). */
+size_t xl_sampler_scratch_bytes(int vocab);
+int32_t xl_sample(const float *logprobs, int vocab, const xl_sampling *s, const int32_t *history,
+                  size_t n_history, xl_rng *rng, void *scratch, float *chosen_logprob);
+
+/* Top-n alternatives by model log-probability (for the logprobs API field). */
+int xl_top_logprobs(const float *logprobs, int vocab, int n, int32_t *ids, float *lps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XL_H */

@@ -1,0 +1,1 @@
+"""xlmodel: reading and writing xlserve model directories (HF TransfoXL layout) with numpy only."""
