@@ -1,0 +1,52 @@
+"""conftest.py: session fixtures of the parity suite (the generated models) and the summary
+table of max |engine - reference| per configuration, printed at the end of the run and written
+to $XL_BUILD_DIR/parity_results.txt when that is set.
+"""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import make_random_model as gen  # noqa: E402
+from parity_util import RESULTS, SEED  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def model_root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("parity_models"))
+
+
+@pytest.fixture(scope="session")
+def models(model_root):
+    """{config name: model dir}, every CONFIGS entry written once per session."""
+    out = {}
+    for name in gen.CONFIGS:
+        d = os.path.join(model_root, name)
+        gen.write_model(name, d, seed=SEED)
+        out[name] = d
+    return out
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not RESULTS:
+        return
+    lines = ["parity: max |engine - reference| of natural-log NLL (tolerance 1e-4)",
+             f"{'configuration':26s} {'check':38s} {'tokens':>6s} {'segs':>5s} {'max diff':>10s}"]
+    worst = 0.0
+    for cfg, check, n, segs, diff, tol in RESULTS:
+        flag = "" if diff <= tol else "  FAIL"
+        lines.append(f"{cfg:26s} {check:38s} {n:6d} {segs:5d} {diff:10.3e}{flag}")
+        worst = max(worst, diff)
+    lines.append(f"overall max diff: {worst:.3e} over {len(RESULTS)} comparisons")
+    terminalreporter.write_sep("=", "parity summary")
+    for line in lines:
+        terminalreporter.write_line(line)
+    build = os.environ.get("XL_BUILD_DIR")
+    if build and os.path.isdir(build):
+        try:
+            with open(os.path.join(build, "parity_results.txt"), "w") as f:
+                f.write("\n".join(lines) + "\n")
+        except OSError:
+            pass

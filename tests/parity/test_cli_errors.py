@@ -1,0 +1,332 @@
+"""test_cli_errors.py: corrupt inputs to `xlserve eval` (SPEC item 7 of issue 2).
+
+Owns: one test per broken input (model dir, safetensors file, config.json, ids file). Each
+expects a non-zero exit below 128 (no signal, no abort), no sanitizer report, and exactly one
+non-empty line on stderr that names the file / tensor / config key at fault.
+"""
+import json
+import os
+import shutil
+import struct
+
+import numpy as np
+import pytest
+
+import make_random_model as gen
+from parity_util import SEED, run_xlserve
+
+BASE = "words_div1_proj_mixed"  # adaptive softmax, projections, tied copies, vocab.txt
+
+
+@pytest.fixture
+def model(tmp_path):
+    d = str(tmp_path / "model")
+    gen.write_model(BASE, d, seed=SEED)
+    return d
+
+
+@pytest.fixture
+def ids_file(tmp_path):
+    p = str(tmp_path / "ok.ids")
+    with open(p, "w") as f:
+        f.write(" ".join(str(i) for i in gen.token_stream(BASE)[:20]) + "\n")
+    return p
+
+
+def eval_args(model_dir, ids, out_dir):
+    return ["eval", "--model", model_dir, "--ids", ids, "--tgt-len", 4,
+            "--dump-nll", os.path.join(out_dir, "out.nll")]
+
+
+def expect_error(args, names, problem_words=None):
+    """names: strings that must all appear in the one message; problem_words: at least one of
+    them (case-insensitive) must appear as well."""
+    proc = run_xlserve(args, timeout=120)
+    err = proc.stderr
+    assert 0 < proc.returncode < 128, f"exit {proc.returncode}, stderr:\n{err}"
+    for bad in ("Sanitizer", "runtime error:", "Segmentation", "Aborted", "core dumped"):
+        assert bad not in err, f"crash/sanitizer report:\n{err}"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected exactly one message, got {len(lines)}:\n{err}"
+    msg = lines[0]
+    for name in names:
+        assert name in msg, f"message does not name {name!r}: {msg}"
+    if problem_words:
+        assert any(w in msg.lower() for w in problem_words), \
+            f"message does not say the problem ({problem_words}): {msg}"
+    return msg
+
+
+def st_path(model_dir):
+    return os.path.join(model_dir, "model.safetensors")
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8:8 + n]), data[8 + n:]
+
+
+def write_st(path, header, payload):
+    hj = json.dumps(header, separators=(",", ":")).encode()
+    hj += b" " * ((8 - len(hj) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)) + hj + payload)
+
+
+def rewrite_tensors(model_dir, edit):
+    """Regenerates the model's tensors (F32), applies edit(dict) and rewrites the file with the
+    regular writer (so offsets stay consistent and only the intended fault is present)."""
+    tensors, _ = gen.stored_tensors(gen.CONFIGS[BASE], SEED)
+    edit(tensors)
+    gen.write_model(BASE, model_dir, seed=SEED, tensors=tensors)
+
+
+# -- model directory / safetensors --------------------------------------------------------
+
+def test_missing_model_dir(tmp_path, ids_file):
+    missing = str(tmp_path / "no_such_model")
+    expect_error(eval_args(missing, ids_file, str(tmp_path)), [missing])
+
+
+def test_missing_safetensors(model, tmp_path, ids_file):
+    os.remove(st_path(model))
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"])
+
+
+TRUNCATION_WORDS = ["truncat", "short", "beyond", "exceed", "past", "end of", "size", "outside",
+                    "out of", "too large", "too big", "larger", "bounds", "range"]
+
+
+def test_truncated_data(model, tmp_path, ids_file):
+    path = st_path(model)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size - size // 3)
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"],
+                 TRUNCATION_WORDS)
+
+
+def test_truncated_in_header(model, tmp_path, ids_file):
+    path = st_path(model)
+    with open(path, "r+b") as f:
+        f.truncate(40)
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"])
+
+
+def test_shorter_than_length_prefix(model, tmp_path, ids_file):
+    with open(st_path(model), "wb") as f:
+        f.write(b"\x10\x00\x00")
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"])
+
+
+def test_empty_safetensors(model, tmp_path, ids_file):
+    open(st_path(model), "wb").close()
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"])
+
+
+def test_corrupt_json_header(model, tmp_path, ids_file):
+    path = st_path(model)
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        (n,) = struct.unpack("<Q", data[:8])
+        data[8 + n // 2:8 + n // 2 + 6] = b"}{\x00\"]["
+        f.seek(0)
+        f.write(data)
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"])
+
+
+def test_header_length_beyond_file(model, tmp_path, ids_file):
+    path = st_path(model)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.write(struct.pack("<Q", size * 4))
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"])
+
+
+def test_huge_header_length(model, tmp_path, ids_file):
+    with open(st_path(model), "r+b") as f:
+        f.write(struct.pack("<Q", 2 ** 63 + 5))
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"])
+
+
+def test_offsets_beyond_file(model, tmp_path, ids_file):
+    path = st_path(model)
+    header, payload = read_st(path)
+    name = "transformer.layers.1.pos_ff.CoreNet.0.weight"
+    b, e = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [len(payload) + 64, len(payload) + 64 + (e - b)]
+    write_st(path, header, payload)
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["model.safetensors"])
+
+
+def test_offsets_disagree_with_shape(model, tmp_path, ids_file):
+    path = st_path(model)
+    header, payload = read_st(path)
+    name = "transformer.layers.0.dec_attn.o_net.weight"
+    b, e = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [b, e - 4]
+    write_st(path, header, payload)
+    expect_error(eval_args(model, ids_file, str(tmp_path)), [name])
+
+
+def test_wrong_shape(model, tmp_path, ids_file):
+    name = "transformer.layers.1.dec_attn.qkv_net.weight"
+
+    def edit(ts):
+        a = ts[name]
+        ts[name] = np.concatenate([a, a[:, :1]], axis=1)  # [3*H*D, d_model + 1]
+    rewrite_tensors(model, edit)
+    expect_error(eval_args(model, ids_file, str(tmp_path)), [name], ["shape", "dim", "size"])
+
+
+def test_wrong_dtype(model, tmp_path, ids_file):
+    name = "transformer.layers.0.pos_ff.layer_norm.weight"
+
+    def edit(ts):
+        ts[name] = np.round(ts[name] * 100).astype(np.int32)
+    rewrite_tensors(model, edit)
+    expect_error(eval_args(model, ids_file, str(tmp_path)), [name], ["dtype", "type", "i32"])
+
+
+def test_missing_tensor(model, tmp_path, ids_file):
+    name = "transformer.layers.1.pos_ff.CoreNet.3.bias"
+    rewrite_tensors(model, lambda ts: ts.pop(name))
+    expect_error(eval_args(model, ids_file, str(tmp_path)), [name], ["missing", "not found",
+                                                                    "absent", "no tensor"])
+
+
+def test_missing_cluster_tensor(model, tmp_path, ids_file):
+    name = "crit.cluster_weight"
+    rewrite_tensors(model, lambda ts: ts.pop(name))
+    expect_error(eval_args(model, ids_file, str(tmp_path)), [name])
+
+
+def test_untied_projection_missing(model, tmp_path, ids_file):
+    # tie_projs is [False, True, False]: crit.out_projs.2 has no embedding side to fall back to.
+    name = "crit.out_projs.2"
+    rewrite_tensors(model, lambda ts: ts.pop(name))
+    expect_error(eval_args(model, ids_file, str(tmp_path)), [name])
+
+
+def test_tied_copy_with_wrong_shape(model, tmp_path, ids_file):
+    """A stored copy of a tied tensor with a wrong shape: either rejected with a message naming
+    it, or ignored (the embedding side is what a tied model uses) -- never read blindly."""
+    name = "crit.out_layers.0.weight"
+
+    def edit(ts):
+        ts[name] = ts[name][:-1]
+    rewrite_tensors(model, edit)
+    proc = run_xlserve(eval_args(model, ids_file, str(tmp_path)), timeout=120)
+    if proc.returncode == 0:
+        assert "Sanitizer" not in proc.stderr
+        return
+    expect_error(eval_args(model, ids_file, str(tmp_path)), [name])
+
+
+# -- config.json ----------------------------------------------------------------------------
+
+def edit_config(model_dir, **updates):
+    path = os.path.join(model_dir, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg.update(updates)
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+
+
+@pytest.mark.parametrize("key,value", [("n_head", 0), ("d_model", -32), ("n_layer", 0),
+                                       ("vocab_size", -1), ("div_val", 0), ("mem_len", -5),
+                                       ("layer_norm_epsilon", -1.0), ("d_head", "eight")])
+def test_config_out_of_range(model, tmp_path, ids_file, key, value):
+    edit_config(model, **{key: value})
+    expect_error(eval_args(model, ids_file, str(tmp_path)), [key])
+
+
+def test_config_cutoffs_not_increasing(model, tmp_path, ids_file):
+    edit_config(model, cutoffs=[150, 60])
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["cutoffs"])
+
+
+def test_config_cutoff_beyond_vocab(model, tmp_path, ids_file):
+    edit_config(model, cutoffs=[60, 400])
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["cutoffs"])
+
+
+def test_config_not_json(model, tmp_path, ids_file):
+    with open(os.path.join(model, "config.json"), "w") as f:
+        f.write('{"vocab_size": 300, "d_model": ')
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["config.json"])
+
+
+def test_config_missing(model, tmp_path, ids_file):
+    os.remove(os.path.join(model, "config.json"))
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["config.json"])
+
+
+def test_config_attn_type_unsupported(model, tmp_path, ids_file):
+    edit_config(model, attn_type=1)
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["attn_type"])
+
+
+def test_vocab_txt_missing(model, tmp_path, ids_file):
+    os.remove(os.path.join(model, "vocab.txt"))
+    expect_error(eval_args(model, ids_file, str(tmp_path)), ["vocab.txt"])
+
+
+# -- the ids file ---------------------------------------------------------------------------
+
+def test_ids_file_missing(model, tmp_path):
+    missing = str(tmp_path / "no_such.ids")
+    expect_error(eval_args(model, missing, str(tmp_path)), [missing])
+
+
+def test_ids_file_is_a_directory(model, tmp_path):
+    d = str(tmp_path / "a_dir.ids")
+    os.mkdir(d)
+    expect_error(eval_args(model, d, str(tmp_path)), [d])
+
+
+@pytest.mark.parametrize("bad", ["300", "123456789012", "-1"])
+def test_token_id_out_of_range(model, tmp_path, bad):
+    p = str(tmp_path / "bad.ids")
+    with open(p, "w") as f:
+        f.write(f"5 17 42\n{bad} 8 9\n")
+    expect_error(eval_args(model, p, str(tmp_path)), [os.path.basename(p)])
+
+
+def test_token_id_not_a_number(model, tmp_path):
+    p = str(tmp_path / "text.ids")
+    with open(p, "w") as f:
+        f.write("5 17 forty-two 8\n")
+    expect_error(eval_args(model, p, str(tmp_path)), [os.path.basename(p)])
+
+
+def test_valid_model_still_loads(model, tmp_path, ids_file):
+    """Control: the untouched fixture model evaluates fine (so the failures above are the
+    faults, not the fixture)."""
+    proc = run_xlserve(eval_args(model, ids_file, str(tmp_path)), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(str(tmp_path), "out.nll")) as f:
+        assert len([ln for ln in f if ln.strip()]) == 19
+
+
+def test_tied_copies_dropped_still_loads(model, tmp_path, ids_file):
+    """Control: the same model with its tied copies dropped (stored once) loads and gives
+    the same NLLs bit for bit."""
+    ref_out = os.path.join(str(tmp_path), "out.nll")
+    proc = run_xlserve(eval_args(model, ids_file, str(tmp_path)), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with open(ref_out) as f:
+        twice = f.read()
+    d = str(tmp_path / "once")
+    shutil.copytree(model, d)
+    header, payload = read_st(st_path(d))
+    for name in ("crit.out_layers.0.weight", "crit.out_projs.1"):
+        header.pop(name)
+    write_st(st_path(d), header, payload)
+    proc = run_xlserve(eval_args(d, ids_file, str(tmp_path)), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with open(ref_out) as f:
+        assert f.read() == twice
