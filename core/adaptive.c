@@ -1,0 +1,126 @@
+/*
+ * adaptive.c: the adaptive input embedding (token -> d_model vector: cluster table lookup,
+ * projection, sqrt(d_model) scale) and the adaptive log-softmax (head = shortlist + one logit
+ * per tail cluster; tail cluster c's log-probs are log_softmax(tail logits) + the head's
+ * cluster column, HF order: column shortlist + c - 1). A plain softmax is the case with no
+ * cutoffs. Called by the forward pass on the workspace-owning thread.
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "adaptive.h"
+
+#define OUT_BLOCK 32
+
+static int cluster_of(const int *ends, int n, int id) {
+  int c = 0;
+  while (c < n - 1 && id >= ends[c]) c++;
+  return c;
+}
+
+void xl_embed(const xl_model *m, const int32_t *tokens, int n, float *x /* [n, d_model] */) {
+  const int dm = m->cfg.d_model;
+  for (int r = 0; r < n; r++) {
+    int id = tokens[r], c = 0;
+    while (c < m->n_emb_clusters - 1 && id >= m->emb[c].end) c++;
+    const xl_emb_cluster *e = &m->emb[c];
+    const float *row = e->table + (size_t)(id - e->begin) * e->d_emb; /* [d_emb] */
+    float *xr = x + (size_t)r * dm;
+    if (e->proj) /* x = proj[d_model, d_emb] row */
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, dm, e->d_emb, 1.0f, e->proj, e->d_emb, row, 1,
+                  0.0f, xr, 1);
+    else
+      memcpy(xr, row, (size_t)dm * sizeof(float));
+    for (int j = 0; j < dm; j++) xr[j] *= m->emb_scale;
+  }
+}
+
+/* logits[end-begin] of tail cluster c for one hidden row, then log-softmax + cluster log-prob */
+static void tail_logprobs(const xl_model *m, int c, const float *h, const float *head_row,
+                          float *tmp_proj, float *out) {
+  const xl_out_cluster *o = &m->out[c];
+  const float *ph = h;
+  if (o->proj) { /* ph[d_emb] = h[d_model] proj[d_model, d_emb] */
+    cblas_sgemv(CblasRowMajor, CblasTrans, m->cfg.d_model, o->d_emb, 1.0f, o->proj, o->d_emb, h,
+                1, 0.0f, tmp_proj, 1);
+    ph = tmp_proj;
+  }
+  int n = o->end - o->begin;
+  memcpy(out, o->bias, (size_t)n * sizeof(float));
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, n, o->d_emb, 1.0f, o->weight, o->d_emb, ph, 1, 1.0f,
+              out, 1);
+  xl_log_softmax_inplace(out, n);
+  float cluster_lp = head_row[m->out[0].end + c - 1];
+  for (int i = 0; i < n; i++) out[i] += cluster_lp;
+}
+
+static int max_tail_size(const xl_model *m) {
+  int n = 0;
+  for (int i = 1; i < m->n_out_clusters; i++)
+    if (m->out[i].end - m->out[i].begin > n) n = m->out[i].end - m->out[i].begin;
+  return n;
+}
+
+size_t xl_output_scratch_floats(const xl_model *m) {
+  const xl_config *c = &m->cfg;
+  int head = m->out[0].end + c->n_cutoffs;
+  return (size_t)OUT_BLOCK * head + (size_t)OUT_BLOCK * c->d_embed + (size_t)max_tail_size(m) +
+         (size_t)c->d_embed;
+}
+
+void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const int32_t *targets,
+                        float *target_lp, float *const *full, float *scratch) {
+  const xl_config *c = &m->cfg;
+  const int dm = c->d_model, nc = c->n_cutoffs;
+  const xl_out_cluster *o0 = &m->out[0];
+  const int short_n = o0->end, head_n = short_n + nc, d0 = o0->d_emb;
+  float *head = scratch;                                   /* [OUT_BLOCK, head_n] */
+  float *ph = head + (size_t)OUT_BLOCK * head_n;           /* [OUT_BLOCK, d_emb0] */
+  float *tail = ph + (size_t)OUT_BLOCK * c->d_embed;       /* [max_tail] */
+  float *tmp = tail + max_tail_size(m);                    /* [d_embed] */
+  int ends[XL_MAX_CLUSTERS + 1];
+  for (int i = 0; i < m->n_out_clusters; i++) ends[i] = m->out[i].end;
+
+  for (int r0 = 0; r0 < rows; r0 += OUT_BLOCK) {
+    int b = rows - r0 < OUT_BLOCK ? rows - r0 : OUT_BLOCK;
+    const float *hb = hidden + (size_t)r0 * dm;
+    const float *src = hb;
+    int lds = dm;
+    if (o0->proj) { /* ph[b, d0] = hb[b, dm] proj0[dm, d0] */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, d0, dm, 1.0f, hb, dm, o0->proj,
+                  d0, 0.0f, ph, d0);
+      src = ph;
+      lds = d0;
+    }
+    /* head[b, head_n] = src W0^T + b0 | src cluster_weight^T + cluster_bias */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, short_n, d0, 1.0f, src, lds,
+                o0->weight, d0, 0.0f, head, head_n);
+    if (nc)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, nc, d0, 1.0f, src, lds,
+                  m->cluster_weight, d0, 0.0f, head + short_n, head_n);
+    for (int r = 0; r < b; r++) {
+      float *hr = head + (size_t)r * head_n;
+      for (int j = 0; j < short_n; j++) hr[j] += o0->bias[j];
+      for (int j = 0; j < nc; j++) hr[short_n + j] += m->cluster_bias[j];
+      xl_log_softmax_inplace(hr, head_n);
+    }
+    for (int r = 0; r < b; r++) {
+      const float *hr = head + (size_t)r * head_n, *h = hb + (size_t)r * dm;
+      float *f = full ? full[r0 + r] : NULL;
+      if (f) {
+        memcpy(f, hr, (size_t)short_n * sizeof(float));
+        for (int cl = 1; cl <= nc; cl++) tail_logprobs(m, cl, h, hr, tmp, f + m->out[cl].begin);
+      }
+      if (targets && targets[r0 + r] >= 0) {
+        int t = targets[r0 + r];
+        if (t < short_n) target_lp[r0 + r] = hr[t];
+        else if (f) target_lp[r0 + r] = f[t];
+        else {
+          int cl = cluster_of(ends, m->n_out_clusters, t);
+          tail_logprobs(m, cl, h, hr, tmp, tail);
+          target_lp[r0 + r] = tail[t - m->out[cl].begin];
+        }
+      }
+    }
+  }
+}

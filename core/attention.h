@@ -1,0 +1,35 @@
+/*
+ * attention.h: the relative attention kernel's interface (internal to core/; called by the
+ * forward pass on the thread owning the state and workspace).
+ */
+#ifndef XL_ATTENTION_H
+#define XL_ATTENTION_H
+
+#include "internal.h"
+
+typedef struct {
+  const xl_state *state;   /* memory: the ring of this layer, state->len positions */
+  int n;                   /* new positions (queries) */
+  const float *qkv;        /* [n, 3*H*Dh] this item's rows of the qkv buffer */
+  float *out;              /* [n, H*Dh] attention vectors (heads concatenated) */
+} xl_attn_item;
+
+typedef struct {
+  const float *pos_k;      /* [rows, H*Dh] W_r R_d */
+  const float *pos_bias;   /* [H, rows]   v . W_r R_d */
+  int rows;
+} xl_pos_table;
+
+typedef struct {
+  float *scores;           /* [QUERY_BLOCK, max_width] */
+  float *pos;              /* [QUERY_BLOCK, max_pos] */
+  float *q, *qu;           /* [QUERY_BLOCK, d_head] each */
+} xl_attn_scratch;
+
+void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
+               xl_attn_scratch *sc);
+size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos);
+void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_pos,
+                          xl_attn_scratch *sc);
+
+#endif

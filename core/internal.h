@@ -1,0 +1,166 @@
+/*
+ * internal.h: xlcore's private structures (model weights, state ring, workspace) and the
+ * helpers shared between the files of core/. Not installed; nothing outside core/ includes it.
+ * Threading: as in xl.h (model read-only after load, state one thread, workspace one thread).
+ */
+#ifndef XL_INTERNAL_H
+#define XL_INTERNAL_H
+
+#include <stdint.h>
+
+#include "xl.h"
+
+/* ---- errors / hashing ---------------------------------------------------------------- */
+xl_code xl_fail(xl_error *err, xl_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void xl_error_clear(xl_error *err);
+uint64_t xl_hash64(const void *data, size_t len, uint64_t seed);
+
+/* ---- config.json --------------------------------------------------------------------- */
+xl_code xl_config_load(const char *path, xl_config *cfg, xl_error *err);
+xl_code xl_config_validate(const xl_config *cfg, const char *path, xl_error *err);
+
+/* ---- safetensors --------------------------------------------------------------------- */
+typedef enum { XL_DT_F32, XL_DT_F16, XL_DT_BF16 } xl_dtype;
+
+typedef struct {
+  char *name;
+  xl_dtype dtype;
+  int ndim;
+  int64_t shape[4];
+  const uint8_t *data; /* inside the mapping */
+  size_t nbytes;
+  int used;            /* bound to a model weight (unused tensors are reported) */
+} xl_tensor_entry;
+
+typedef struct {
+  const char *path;
+  void *map;
+  size_t map_len;
+  xl_tensor_entry *tensors;
+  int n_tensors;
+} xl_safetensors;
+
+xl_code xl_safetensors_open(const char *path, xl_safetensors *st, xl_error *err);
+void xl_safetensors_close(xl_safetensors *st);
+xl_tensor_entry *xl_safetensors_find(xl_safetensors *st, const char *name);
+
+/* ---- model --------------------------------------------------------------------------- */
+typedef struct {
+  const float *qkv_w;      /* [3*H*Dh, d_model]: rows q | k | v */
+  const float *o_w;        /* [d_model, H*Dh] */
+  const float *r_w;        /* [H*Dh, d_model] */
+  const float *attn_ln_g;  /* [d_model] */
+  const float *attn_ln_b;  /* [d_model] */
+  const float *r_w_bias;   /* [H, Dh] u: content bias (shared pointer unless untie_r) */
+  const float *r_r_bias;   /* [H, Dh] v: position bias */
+  const float *ff1_w;      /* [d_inner, d_model] */
+  const float *ff1_b;      /* [d_inner] */
+  const float *ff2_w;      /* [d_model, d_inner] */
+  const float *ff2_b;      /* [d_model] */
+  const float *ff_ln_g;    /* [d_model] */
+  const float *ff_ln_b;    /* [d_model] */
+  float *pos_k;            /* [n_pos_cached, H*Dh]: W_r R_d for distance index d */
+  float *pos_bias;         /* [H, n_pos_cached]: v_h . pos_k[d]_h */
+} xl_layer;
+
+typedef struct {                 /* one adaptive-input cluster (a single one if div_val == 1) */
+  int begin, end;                /* token ids [begin, end) */
+  int d_emb;                     /* d_embed // div_val**i */
+  const float *table;            /* [end-begin, d_emb] */
+  const float *proj;             /* [d_model, d_emb] or NULL (div_val == 1, d_embed == d_model) */
+} xl_emb_cluster;
+
+typedef struct {                 /* one adaptive-softmax cluster: 0 = head shortlist */
+  int begin, end;                /* token ids [begin, end) */
+  int d_emb;
+  const float *weight;           /* [end-begin, d_emb] */
+  const float *bias;             /* [end-begin] */
+  const float *proj;             /* [d_model, d_emb] or NULL */
+} xl_out_cluster;
+
+#define XL_MAX_PATH 4096
+
+struct xl_model {
+  char dir[XL_MAX_PATH];
+  xl_config cfg;
+  int hd;                        /* n_head * d_head */
+  int n_emb_clusters;
+  xl_emb_cluster emb[XL_MAX_CLUSTERS + 1];
+  int n_out_clusters;            /* n_cutoffs + 1 */
+  xl_out_cluster out[XL_MAX_CLUSTERS + 1];
+  const float *cluster_weight;   /* [n_cutoffs, d_embed] (HF order: tail i uses row i-1) */
+  const float *cluster_bias;     /* [n_cutoffs] */
+  xl_layer *layers;              /* [n_layer] */
+  int n_pos_cached;              /* rows of each layer's pos_k */
+  float emb_scale;               /* sqrt(d_model) */
+  xl_safetensors st;
+  void **owned;                  /* converted/realigned tensors, freed with the model */
+  int n_owned, cap_owned;
+  size_t n_params;
+  uint64_t fingerprint;
+  /* tokenizer (words) */
+  char **vocab;                  /* [vocab_size] symbols, NULL for byte models */
+  int32_t *vocab_index;          /* open-addressing table of ids, size vocab_index_cap */
+  size_t vocab_index_cap;
+  int32_t unk_id, eos_id;
+};
+
+/* Number of distance rows a forward needs for klen keys (clamped distances share a row). */
+static inline int xl_pos_rows_needed(const xl_model *m, int klen) {
+  int c = m->cfg.clamp_len;
+  return (c > 0 && klen > c + 1) ? c + 1 : klen;
+}
+static inline int xl_pos_index(const xl_model *m, int dist) {
+  int c = m->cfg.clamp_len;
+  return (c > 0 && dist > c) ? c : dist;
+}
+
+/* Sinusoid R for distances [0, n_rows) exactly as the reference computes it in float32:
+ * R_d = [sin(d*inv_freq), cos(d*inv_freq)] concatenated. out: [n_rows, d_model]. */
+void xl_sinusoid(int d_model, int n_rows, float *out);
+/* pos_k = R W_r^T and pos_bias for layer `l`, rows [0, n_rows). */
+void xl_positional_project(const xl_model *m, int l, int n_rows, float *pos_k, float *pos_bias,
+                           float *scratch_r /* [n_rows, d_model] */);
+
+xl_code xl_weights_bind(xl_model *m, xl_error *err);
+xl_code xl_tokenizer_load(xl_model *m, xl_error *err);
+void xl_tokenizer_free(xl_model *m);
+
+/* ---- state --------------------------------------------------------------------------- */
+struct xl_state {
+  const xl_model *model;
+  int mem_len;        /* capacity in positions */
+  int len;            /* positions held, <= mem_len */
+  int head;           /* ring slot of the oldest position */
+  uint64_t fed;       /* positions fed since reset */
+  float *kv;          /* [n_layer][2][mem_len][H*Dh]: keys then values, ring-ordered */
+};
+
+static inline float *xl_state_keys(const xl_state *s, int layer) {
+  return s->kv + (size_t)layer * 2 * s->mem_len * s->model->hd;
+}
+static inline float *xl_state_values(const xl_state *s, int layer) {
+  return xl_state_keys(s, layer) + (size_t)s->mem_len * s->model->hd;
+}
+
+/* ---- workspace ----------------------------------------------------------------------- */
+struct xl_workspace {
+  const xl_model *model;
+  float *buf[16];
+  size_t cap[16];     /* in floats */
+};
+
+/* Returns buffer `slot` holding at least n floats (grown, contents not kept), or NULL. */
+float *xl_ws_get(xl_workspace *ws, int slot, size_t n);
+
+/* ---- math ---------------------------------------------------------------------------- */
+/* y[rows, out] = x[rows, in] W^T (+ b): W is [out, in] row-major (a torch Linear); ldy is
+ * y's row stride (>= out). */
+void xl_linear(const float *x, int rows, int in, const float *w, const float *b, int out,
+               float *y, int ldy);
+void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
+                   float *y);
+void xl_log_softmax_inplace(float *x, int n);
+
+#endif /* XL_INTERNAL_H */

@@ -1,0 +1,53 @@
+/*
+ * mathops.c: the dense kernels the forward pass is written in: Linear (OpenBLAS sgemm/sgemv),
+ * LayerNorm and log-softmax (any thread; pure functions of their arguments).
+ */
+#include <cblas.h>
+#include <math.h>
+
+#include "internal.h"
+
+void xl_linear(const float *x, int rows, int in, const float *w, const float *b, int out,
+               float *y, int ldy) {
+  if (rows == 1) {
+    /* y[out] = W[out, in] x[in] */
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+  } else {
+    /* y[rows, out] = x[rows, in] W^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, w, in, 0.0f,
+                y, ldy);
+  }
+  if (b)
+    for (int r = 0; r < rows; r++) {
+      float *yr = y + (size_t)r * ldy;
+      for (int j = 0; j < out; j++) yr[j] += b[j];
+    }
+}
+
+void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
+                   float *y) {
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * dim;
+    float *yr = y + (size_t)r * dim;
+    double mean = 0.0, var = 0.0;
+    for (int j = 0; j < dim; j++) mean += xr[j];
+    mean /= dim;
+    for (int j = 0; j < dim; j++) {
+      double d = xr[j] - mean;
+      var += d * d;
+    }
+    var /= dim; /* biased, as torch.nn.LayerNorm */
+    float inv = (float)(1.0 / sqrt(var + eps)), mu = (float)mean;
+    for (int j = 0; j < dim; j++) yr[j] = (xr[j] - mu) * inv * g[j] + b[j];
+  }
+}
+
+void xl_log_softmax_inplace(float *x, int n) {
+  float mx = -INFINITY;
+  for (int i = 0; i < n; i++)
+    if (x[i] > mx) mx = x[i];
+  double sum = 0.0;
+  for (int i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
+  float lse = mx + (float)log(sum);
+  for (int i = 0; i < n; i++) x[i] -= lse;
+}

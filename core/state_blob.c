@@ -1,0 +1,119 @@
+/*
+ * state_blob.c: a state as a versioned, checksummed byte blob carrying the model's
+ * fingerprint (export, persistence, migration), and its validating loader, which trusts
+ * nothing in the blob. Any thread (the state's owner).
+ *
+ * Layout (little-endian):
+ *   0  char[8]  "XLSTATE\0"
+ *   8  u32      format version (1)
+ *  12  u32      header bytes (64)
+ *  16  u64      model fingerprint
+ *  24  u32      n_layer      28 u32 mem_len     32 u32 H*Dh     36 u32 len (positions held)
+ *  40  u64      positions fed since reset
+ *  48  u64      payload bytes = n_layer * 2 * len * H*Dh * 4
+ *  56  u64      reserved (0)
+ *  64  payload: per layer, keys then values of the held positions, oldest first, f32
+ *  end u64      checksum: xl_hash64 of every byte before it
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define BLOB_MAGIC "XLSTATE"
+#define BLOB_VERSION 1u
+#define BLOB_HEADER 64u
+#define BLOB_SEED 0x626c6f6273756d31ULL
+
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint32_t get32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static uint64_t get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, xl_error *err) {
+  const xl_model *m = s->model;
+  int hd = m->hd, L = m->cfg.n_layer;
+  size_t row = (size_t)hd * sizeof(float);
+  size_t payload = (size_t)L * 2 * (size_t)s->len * row;
+  size_t total = BLOB_HEADER + payload + 8;
+  uint8_t *b = malloc(total);
+  if (!b) return xl_fail(err, XL_NOMEM, "out of memory serialising a state (%zu bytes)", total);
+  memset(b, 0, BLOB_HEADER);
+  memcpy(b, BLOB_MAGIC, 8);
+  put32(b + 8, BLOB_VERSION);
+  put32(b + 12, BLOB_HEADER);
+  put64(b + 16, m->fingerprint);
+  put32(b + 24, (uint32_t)L);
+  put32(b + 28, (uint32_t)s->mem_len);
+  put32(b + 32, (uint32_t)hd);
+  put32(b + 36, (uint32_t)s->len);
+  put64(b + 40, s->fed);
+  put64(b + 48, payload);
+  uint8_t *p = b + BLOB_HEADER;
+  for (int l = 0; l < L; l++)
+    for (int kv = 0; kv < 2; kv++) {
+      const float *src = kv ? xl_state_values(s, l) : xl_state_keys(s, l);
+      for (int i = 0; i < s->len; i++, p += row)
+        memcpy(p, src + (size_t)((s->head + i) % s->mem_len) * hd, row);
+    }
+  put64(p, xl_hash64(b, BLOB_HEADER + payload, BLOB_SEED));
+  *blob = b;
+  *blob_len = total;
+  return XL_OK;
+}
+
+xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_state **out,
+                             xl_error *err) {
+  *out = NULL;
+  if (!b || n < BLOB_HEADER + 8 || memcmp(b, BLOB_MAGIC, 8))
+    return xl_fail(err, XL_STATE, "state blob: not an xlserve state (bad magic or too short)");
+  if (get32(b + 8) != BLOB_VERSION)
+    return xl_fail(err, XL_MISMATCH, "state blob: format version %u, this build reads %u",
+                   get32(b + 8), BLOB_VERSION);
+  if (get32(b + 12) != BLOB_HEADER)
+    return xl_fail(err, XL_STATE, "state blob: bad header size");
+  uint64_t payload = get64(b + 48);
+  if (payload != n - BLOB_HEADER - 8)
+    return xl_fail(err, XL_STATE, "state blob: %zu bytes, header announces %llu of payload (truncated?)",
+                   n, (unsigned long long)payload);
+  if (get64(b + n - 8) != xl_hash64(b, n - 8, BLOB_SEED))
+    return xl_fail(err, XL_STATE, "state blob: checksum mismatch (corrupted)");
+  if (get64(b + 16) != m->fingerprint)
+    return xl_fail(err, XL_MISMATCH, "state blob: made by another model (fingerprint %016llx, "
+                   "this model %016llx)", (unsigned long long)get64(b + 16),
+                   (unsigned long long)m->fingerprint);
+  uint32_t L = get32(b + 24), M = get32(b + 28), hd = get32(b + 32), len = get32(b + 36);
+  if (L != (uint32_t)m->cfg.n_layer || M != (uint32_t)m->cfg.mem_len || hd != (uint32_t)m->hd)
+    return xl_fail(err, XL_MISMATCH, "state blob: shape %ux%ux%u does not match the model", L, M, hd);
+  if (len > M || payload != (uint64_t)L * 2 * len * hd * sizeof(float))
+    return xl_fail(err, XL_STATE, "state blob: inconsistent length %u", len);
+  const uint8_t *p = b + BLOB_HEADER;
+  for (uint64_t i = 0; i < payload / 4; i++) {
+    float f;
+    memcpy(&f, p + 4 * i, 4);
+    if (!isfinite(f)) return xl_fail(err, XL_STATE, "state blob: non-finite value");
+  }
+  xl_code rc = xl_state_new(m, out, err);
+  if (rc) return rc;
+  xl_state *s = *out;
+  s->len = (int)len;
+  s->head = 0;
+  s->fed = get64(b + 40);
+  size_t row = (size_t)hd * sizeof(float);
+  for (uint32_t l = 0; l < L; l++)
+    for (int kv = 0; kv < 2; kv++) {
+      float *dst = kv ? xl_state_values(s, (int)l) : xl_state_keys(s, (int)l);
+      memcpy(dst, p, len * row);
+      p += len * row;
+    }
+  return XL_OK;
+}

@@ -1,0 +1,31 @@
+/*
+ * workspace.c: a worker thread's scratch buffers for the forward pass, grown on demand and
+ * reused across calls (one thread at a time).
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+xl_code xl_workspace_new(const xl_model *m, xl_workspace **out, xl_error *err) {
+  *out = calloc(1, sizeof **out);
+  if (!*out) return xl_fail(err, XL_NOMEM, "out of memory for a workspace");
+  (*out)->model = m;
+  return XL_OK;
+}
+
+void xl_workspace_free(xl_workspace *ws) {
+  if (!ws) return;
+  for (int i = 0; i < 16; i++) free(ws->buf[i]);
+  free(ws);
+}
+
+float *xl_ws_get(xl_workspace *ws, int slot, size_t n) {
+  if (n == 0) n = 1;
+  if (ws->cap[slot] < n) {
+    free(ws->buf[slot]);
+    size_t cap = n + n / 4; /* headroom: batches vary a little between calls */
+    ws->buf[slot] = malloc(cap * sizeof(float));
+    ws->cap[slot] = ws->buf[slot] ? cap : 0;
+  }
+  return ws->buf[slot];
+}

@@ -1,0 +1,201 @@
+/*
+ * cli_bench.c: `xlserve bench`: speed of the core, measured side by side in one run and
+ * printed as one table: one-token decoding with a full memory (batch 1), segment evaluation,
+ * and the paper's Table 9 comparison of recurrence (segment evaluation with memory, each query
+ * attending to L positions) against recompute (the vanilla model: every prediction re-runs
+ * the last L tokens with no memory) at attention lengths 800, 1800, 2800 and 3800.
+ * Main thread.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_common.h"
+
+typedef struct {
+  const char *model_dir;
+  int threads;
+  double min_seconds; /* per measurement */
+  int quick;          /* smaller recompute samples (tests) */
+} bench_opts;
+
+static void random_tokens(int32_t *t, int n, int vocab, xl_rng *rng) {
+  for (int i = 0; i < n; i++) t[i] = (int32_t)(xl_rng_next(rng) % (uint64_t)vocab);
+}
+
+/* Feeds n tokens in chunks (prefill), no outputs. */
+static int prefill(xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t, int n) {
+  xl_error err;
+  for (int s = 0; s < n; s += 512) {
+    xl_feed f = {st, t + s, n - s < 512 ? n - s : 512, NULL, NULL, NULL};
+    if (xl_forward(m, ws, &f, 1, &err)) {
+      fprintf(stderr, "xlserve bench: %s\n", err.message);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Tokens/s of one-token decoding with the memory already full (log-probs out each step). */
+static double bench_decode(xl_model *m, const bench_opts *o, xl_rng *rng) {
+  const xl_config *c = xl_model_config(m);
+  xl_state *st = NULL;
+  xl_workspace *ws = NULL;
+  xl_error err;
+  double rate = -1;
+  int n_warm = c->mem_len > 0 ? c->mem_len : 1;
+  int32_t *t = malloc((size_t)n_warm * sizeof *t);
+  float *lp = malloc((size_t)c->vocab_size * sizeof *lp);
+  if (!t || !lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
+  random_tokens(t, n_warm, c->vocab_size, rng);
+  if (!prefill(m, ws, st, t, n_warm)) goto out;
+  int steps = 0;
+  double t0 = cli_now(), el;
+  do {
+    int32_t tok = t[steps % n_warm];
+    xl_feed f = {st, &tok, 1, NULL, NULL, lp};
+    if (xl_forward(m, ws, &f, 1, &err)) goto out;
+    steps++;
+  } while ((el = cli_now() - t0) < o->min_seconds || steps < 8);
+  rate = steps / el;
+out:
+  free(t);
+  free(lp);
+  xl_state_free(st);
+  xl_workspace_free(ws);
+  return rate;
+}
+
+/* Tokens/s of segment evaluation: segments of tgt_len scored against targets, memory warm. */
+static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_rng *rng) {
+  const xl_config *c = xl_model_config(m);
+  xl_state *st = NULL;
+  xl_workspace *ws = NULL;
+  xl_error err;
+  double rate = -1;
+  int n_warm = c->mem_len, pool = c->mem_len + 8 * tgt_len + 1;
+  int32_t *t = malloc((size_t)pool * sizeof *t);
+  float *lp = malloc((size_t)tgt_len * sizeof *lp);
+  if (!t || !lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
+  random_tokens(t, pool, c->vocab_size, rng);
+  if (!prefill(m, ws, st, t, n_warm)) goto out;
+  long tokens = 0;
+  int seg = 0;
+  double t0 = cli_now(), el;
+  do {
+    const int32_t *in = t + n_warm + (seg % 8) * tgt_len;
+    xl_feed f = {st, in, tgt_len, in + 1, lp, NULL};
+    if (xl_forward(m, ws, &f, 1, &err)) goto out;
+    tokens += tgt_len;
+    seg++;
+  } while ((el = cli_now() - t0) < o->min_seconds || seg < 2);
+  rate = tokens / el;
+out:
+  free(t);
+  free(lp);
+  xl_state_free(st);
+  xl_workspace_free(ws);
+  return rate;
+}
+
+/* Tokens/s of the vanilla baseline: each prediction runs the last L tokens from scratch. */
+static double bench_recompute(xl_model *m, int L, const bench_opts *o, xl_rng *rng) {
+  const xl_config *c = xl_model_config(m);
+  xl_state *st = NULL;
+  xl_workspace *ws = NULL;
+  xl_error err;
+  double rate = -1;
+  int32_t *t = malloc((size_t)(L + 64) * sizeof *t);
+  float *lp = malloc((size_t)c->vocab_size * sizeof *lp);
+  if (!t || !lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
+  random_tokens(t, L + 64, c->vocab_size, rng);
+  int preds = 0, min_preds = o->quick ? 1 : 2;
+  double t0 = cli_now(), el;
+  do {
+    xl_state_reset(st);
+    xl_feed f = {st, t + preds % 64, L, NULL, NULL, lp};
+    if (xl_forward(m, ws, &f, 1, &err)) goto out;
+    preds++;
+  } while (((el = cli_now() - t0) < o->min_seconds && preds < 64) || preds < min_preds);
+  rate = preds / el;
+out:
+  free(t);
+  free(lp);
+  xl_state_free(st);
+  xl_workspace_free(ws);
+  return rate;
+}
+
+int cli_bench_main(int argc, char **argv) {
+  const char *cmd = "bench";
+  bench_opts o = {NULL, 0, 2.0, 0};
+  int tgt_len = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int ok = 1;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf("usage: xlserve bench [--model DIR] [--threads N] [--seconds S] [--tgt-len L] [--quick]\n");
+      return 0;
+    } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &o.model_dir);
+    else if (!strcmp(a, "--threads")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 256, &o.threads);
+    else if (!strcmp(a, "--tgt-len")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 1 << 16, &tgt_len);
+    else if (!strcmp(a, "--seconds")) {
+      float s;
+      ok = cli_float_arg(cmd, argc, argv, &i, 0.01, 3600, &s);
+      o.min_seconds = s;
+    } else if (!strcmp(a, "--quick")) {
+      o.quick = 1;
+      o.min_seconds = 0.2;
+    } else {
+      fprintf(stderr, "xlserve bench: unknown option '%s'\n", a);
+      return 2;
+    }
+    if (!ok) return 2;
+  }
+  cli_set_blas_threads(o.threads);
+  xl_model *m = cli_load_model(cmd, o.model_dir, NULL);
+  if (!m) return 1;
+  const xl_config *c = xl_model_config(m);
+  if (tgt_len == 0) tgt_len = c->tgt_len > 0 ? c->tgt_len : 128;
+  xl_rng rng;
+  xl_rng_seed(&rng, 1234);
+  printf("xlserve bench: %s (n_layer %d, d_model %d, %d heads x %d, d_inner %d, vocab %d, "
+         "mem_len %d), BLAS threads %d\n",
+         xl_model_dir(m), c->n_layer, c->d_model, c->n_head, c->d_head, c->d_inner, c->vocab_size,
+         c->mem_len, o.threads);
+  double dec = bench_decode(m, &o, &rng);
+  double seg = bench_segments(m, tgt_len, &o, &rng);
+  printf("%-58s %12.1f tokens/s\n", "decode, batch 1, memory full (cached K/V)", dec);
+  char label[96];
+  snprintf(label, sizeof label, "segment evaluation (tgt_len %d, mem_len %d)", tgt_len, c->mem_len);
+  printf("%-58s %12.1f tokens/s\n", label, seg);
+  xl_model_free(m);
+  if (dec < 0 || seg < 0) return 1;
+
+  static const int LENS[] = {800, 1800, 2800, 3800};
+  static const double PAPER[] = {363, 773, 1409, 1874};
+  printf("\nrecurrence vs recompute (each query attends to L positions; recurrence = segments of\n"
+         "%d with memory, same_length; recompute = the last L tokens re-run per prediction)\n",
+         tgt_len);
+  printf("%8s %18s %18s %10s %10s\n", "L", "recurrence tok/s", "recompute tok/s", "speedup",
+         "paper");
+  int rc = 0;
+  for (int i = 0; i < 4; i++) {
+    xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+    lo.mem_len = LENS[i];
+    lo.same_length = 1;
+    xl_model *ml = cli_load_model(cmd, o.model_dir, &lo);
+    if (!ml) return 1;
+    double rec = bench_segments(ml, tgt_len, &o, &rng);
+    double van = bench_recompute(ml, LENS[i], &o, &rng);
+    xl_model_free(ml);
+    if (rec < 0 || van < 0) {
+      rc = 1;
+      break;
+    }
+    printf("%8d %18.1f %18.3f %9.0fx %9.0fx\n", LENS[i], rec, van, rec / van, PAPER[i]);
+    fflush(stdout);
+  }
+  return rc;
+}

@@ -1,0 +1,34 @@
+/*
+ * cli_common.h: helpers shared by the CLI subcommands (main thread only): option parsing
+ * with range checks, model loading with one clear message, and token/text file reading.
+ */
+#ifndef XL_CLI_COMMON_H
+#define XL_CLI_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xl.h"
+
+/* Parses argv[*i + 1] as the value of option argv[*i]; prints "xlserve CMD: --opt: problem"
+ * and returns 0 on a missing or bad value. */
+int cli_int_arg(const char *cmd, int argc, char **argv, int *i, long lo, long hi, int *out);
+int cli_u64_arg(const char *cmd, int argc, char **argv, int *i, uint64_t *out);
+int cli_float_arg(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out);
+int cli_str_arg(const char *cmd, int argc, char **argv, int *i, const char **out);
+
+/* Loads a model (default: the bundled one), printing "xlserve CMD: message" on failure. */
+xl_model *cli_load_model(const char *cmd, const char *dir, const xl_load_options *opts);
+
+/* Whole file into a NUL-terminated malloc'd buffer; prints "xlserve CMD: FILE: problem". */
+char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+/* Whitespace-separated token ids from a file, each checked against the vocabulary. */
+int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
+
+/* Threads for OpenBLAS (0 = leave the library's default). */
+void cli_set_blas_threads(int n);
+
+double cli_now(void); /* monotonic seconds */
+
+#endif

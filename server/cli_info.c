@@ -1,0 +1,53 @@
+/*
+ * cli_info.c: `xlserve info`: a model's configuration, parameter count, per-session state
+ * size and fingerprint. Main thread.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_common.h"
+
+int cli_info_main(int argc, char **argv) {
+  const char *model_dir = NULL;
+  xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
+  for (int i = 1; i < argc; i++) {
+    int ok = 1;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: xlserve info [--model DIR] [--mem-len M]\n");
+      return 0;
+    } else if (!strcmp(argv[i], "--model")) ok = cli_str_arg("info", argc, argv, &i, &model_dir);
+    else if (!strcmp(argv[i], "--mem-len"))
+      ok = cli_int_arg("info", argc, argv, &i, 0, 1 << 20, &opts.mem_len);
+    else {
+      fprintf(stderr, "xlserve info: unknown option '%s'\n", argv[i]);
+      return 2;
+    }
+    if (!ok) return 2;
+  }
+  xl_model *m = cli_load_model("info", model_dir, &opts);
+  if (!m) return 1;
+  const xl_config *c = xl_model_config(m);
+  printf("model            %s\n", xl_model_dir(m));
+  printf("fingerprint      %016" PRIx64 "\n", xl_model_fingerprint(m));
+  printf("tokenizer        %s\n", c->tokenizer == XL_TOKENIZER_BYTES ? "bytes" : "words (vocab.txt)");
+  printf("vocab_size       %d\n", c->vocab_size);
+  printf("cutoffs          [");
+  for (int i = 0; i < c->n_cutoffs; i++) printf("%s%d", i ? ", " : "", c->cutoffs[i]);
+  printf("]  div_val %d\n", c->div_val);
+  printf("n_layer          %d\n", c->n_layer);
+  printf("d_model          %d  d_embed %d  d_inner %d\n", c->d_model, c->d_embed, c->d_inner);
+  printf("n_head x d_head  %d x %d\n", c->n_head, c->d_head);
+  printf("mem_len          %d  clamp_len %d  same_length %s  tgt_len %d\n", c->mem_len,
+         c->clamp_len, c->same_length ? "true" : "false", c->tgt_len);
+  printf("layer norm       %s  eps %g\n", c->pre_lnorm ? "pre" : "post", (double)c->layer_norm_epsilon);
+  printf("r biases         %s\n", c->untie_r ? "per layer (untie_r)" : "shared");
+  printf("tied embeddings  %s\n", c->tie_word_embeddings ? "yes" : "no");
+  printf("parameters       %zu (%.2f M)\n", xl_model_param_count(m), xl_model_param_count(m) / 1e6);
+  size_t sb = xl_model_state_bytes(m);
+  printf("state/session    %zu bytes (%.2f MiB): n_layer x mem_len x 2 (K,V) x n_head*d_head floats\n",
+         sb, sb / 1048576.0);
+  xl_model_free(m);
+  return 0;
+}
