@@ -81,7 +81,9 @@ void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_po
       int jlo = window && a_first - window + 1 > 0 ? a_first - window + 1 : 0;
       int jhi = a_last;                   /* keys [jlo, jhi] cover the block */
       int width = jhi - jlo + 1;
-      int n_pos = xl_pos_index(m, a_last - jlo) + 1;
+      int n_pos = xl_pos_index(m, a_last - jlo) + 1; /* distances in the block's rectangle */
+      if (window && n_pos > xl_pos_index(m, window - 1) + 1)
+        n_pos = xl_pos_index(m, window - 1) + 1; /* no allowed pair is farther than the window */
 
       /* Q block (this head) and Q + u: [b, dh] */
       for (int r = 0; r < b; r++) {
@@ -115,7 +117,8 @@ void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_po
         }
         double sum = 0.0;
         for (int j = lo; j <= a; j++) {
-          float e = expf(srow[j - jlo] - mx);
+          float z = srow[j - jlo] - mx; /* <= 0; below -88 expf underflows (slowly) to 0 */
+          float e = z > -88.0f ? expf(z) : 0.0f;
           srow[j - jlo] = e;
           sum += e;
         }

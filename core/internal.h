@@ -106,10 +106,12 @@ struct xl_model {
   int32_t unk_id, eos_id;
 };
 
-/* Number of distance rows a forward needs for klen keys (clamped distances share a row). */
+/* Number of distance rows a forward needs for klen keys: distances 0..klen-1, or 0..mem_len-1
+ * with same_length (the window), and clamped distances share one row. */
 static inline int xl_pos_rows_needed(const xl_model *m, int klen) {
-  int c = m->cfg.clamp_len;
-  return (c > 0 && klen > c + 1) ? c + 1 : klen;
+  int c = m->cfg.clamp_len, rows = klen;
+  if (m->cfg.same_length && rows > m->cfg.mem_len) rows = m->cfg.mem_len;
+  return (c > 0 && rows > c + 1) ? c + 1 : rows;
 }
 static inline int xl_pos_index(const xl_model *m, int dist) {
   int c = m->cfg.clamp_len;
