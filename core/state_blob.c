@@ -11,8 +11,10 @@
  *  24  u32      n_layer      28 u32 mem_len     32 u32 H*Dh     36 u32 len (positions held)
  *  40  u64      positions fed since reset
  *  48  u64      payload bytes = n_layer * 2 * len * H*Dh * 4
- *  56  u64      reserved (0)
+ *  56  u32      ring head (slot of the oldest position)    60 u32 reserved (0)
  *  64  payload: per layer, keys then values of the held positions, oldest first, f32
+ * Restoring puts every position back in its ring slot, so a restored state continues bit for
+ * bit like the original (same attention span splits, same summation order).
  *  end u64      checksum: xl_hash64 of every byte before it
  */
 #include <math.h>
@@ -58,6 +60,7 @@ xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, 
   put32(b + 36, (uint32_t)s->len);
   put64(b + 40, s->fed);
   put64(b + 48, payload);
+  put32(b + 56, (uint32_t)s->head);
   uint8_t *p = b + BLOB_HEADER;
   for (int l = 0; l < L; l++)
     for (int kv = 0; kv < 2; kv++) {
@@ -94,8 +97,10 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   uint32_t L = get32(b + 24), M = get32(b + 28), hd = get32(b + 32), len = get32(b + 36);
   if (L != (uint32_t)m->cfg.n_layer || M != (uint32_t)m->cfg.mem_len || hd != (uint32_t)m->hd)
     return xl_fail(err, XL_MISMATCH, "state blob: shape %ux%ux%u does not match the model", L, M, hd);
-  if (len > M || payload != (uint64_t)L * 2 * len * hd * sizeof(float))
-    return xl_fail(err, XL_STATE, "state blob: inconsistent length %u", len);
+  uint32_t head = get32(b + 56);
+  if (len > M || (M > 0 && head >= M) || (M == 0 && head != 0) ||
+      payload != (uint64_t)L * 2 * len * hd * sizeof(float))
+    return xl_fail(err, XL_STATE, "state blob: inconsistent length %u / head %u", len, head);
   const uint8_t *p = b + BLOB_HEADER;
   for (uint64_t i = 0; i < payload / 4; i++) {
     float f;
@@ -106,14 +111,14 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   if (rc) return rc;
   xl_state *s = *out;
   s->len = (int)len;
-  s->head = 0;
+  s->head = (int)head;
   s->fed = get64(b + 40);
   size_t row = (size_t)hd * sizeof(float);
   for (uint32_t l = 0; l < L; l++)
     for (int kv = 0; kv < 2; kv++) {
       float *dst = kv ? xl_state_values(s, (int)l) : xl_state_keys(s, (int)l);
-      memcpy(dst, p, len * row);
-      p += len * row;
+      for (uint32_t i = 0; i < len; i++, p += row)
+        memcpy(dst + (size_t)((head + i) % M) * hd, p, row);
     }
   return XL_OK;
 }

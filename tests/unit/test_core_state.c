@@ -1,0 +1,239 @@
+/*
+ * test_core_state.c: the session state as an object: blob round trip (continuing a restored
+ * state equals continuing the original, bit for bit), every corruption refused with the right
+ * code, clone independence, batched forward equal to unbatched, chunked equal to one-token
+ * decoding under same_length, and a rejected forward leaving the state untouched.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testlib.h"
+
+static xl_model *load(const tl_model_spec *spec, const char *tag) {
+  const char *dir = tl_tmpdir(tag);
+  if (tl_write_model(dir, spec)) return NULL;
+  xl_model *m = NULL;
+  xl_error err;
+  if (xl_model_load(dir, NULL, &m, &err)) {
+    fprintf(stderr, "load: %s\n", err.message);
+    return NULL;
+  }
+  return m;
+}
+
+static void tokens(int32_t *t, int n, unsigned seed) {
+  for (int i = 0; i < n; i++) t[i] = (int32_t)((seed * 2654435761u + (unsigned)i * 40503u) % 251u);
+}
+
+/* Feeds t[0..n) in chunks of `chunk`, collecting log p(t[i+1]) for i < n-1 into lp. */
+static int run(xl_model *m, xl_workspace *ws, xl_state *s, const int32_t *t, int n, int chunk,
+               float *lp) {
+  xl_error err;
+  for (int i = 0; i < n - 1; i += chunk) {
+    int len = n - 1 - i < chunk ? n - 1 - i : chunk;
+    xl_feed f = {s, t + i, len, t + i + 1, lp + i, NULL};
+    if (xl_forward(m, ws, &f, 1, &err)) return -1;
+  }
+  return 0;
+}
+
+static void test_blob_round_trip(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  xl_model *m = load(&spec, "blob");
+  CHECK(m != NULL);
+  if (!m) return;
+  xl_workspace *ws;
+  xl_state *a, *b = NULL;
+  xl_error err;
+  CHECK_CODE(xl_workspace_new(m, &ws, &err), XL_OK);
+  CHECK_CODE(xl_state_new(m, &a, &err), XL_OK);
+  int32_t t[100];
+  float lp1[100], lp2[100];
+  tokens(t, 100, 7);
+  CHECK(run(m, ws, a, t, 40, 7, lp1) == 0); /* 39 positions: ring wrapped (mem_len 24) */
+  CHECK(xl_state_mem_length(a) == 24);
+  CHECK(xl_state_tokens_fed(a) == 39);
+  uint8_t *blob;
+  size_t len;
+  CHECK_CODE(xl_state_serialize(a, &blob, &len, &err), XL_OK);
+  CHECK_CODE(xl_state_deserialize(m, blob, len, &b, &err), XL_OK);
+  CHECK(b && xl_state_mem_length(b) == 24 && xl_state_tokens_fed(b) == 39);
+  /* continue both with the same tokens: identical log-probs */
+  CHECK(run(m, ws, a, t + 39, 61, 5, lp1) == 0);
+  CHECK(run(m, ws, b, t + 39, 61, 5, lp2) == 0);
+  CHECK(memcmp(lp1, lp2, 60 * sizeof(float)) == 0);
+
+  /* corruptions */
+  xl_state *c = NULL;
+  uint8_t *bad = malloc(len);
+  for (size_t pos = 0; pos < len; pos += len / 37 + 1) { /* any flipped byte is caught */
+    memcpy(bad, blob, len);
+    bad[pos] ^= 0x40;
+    xl_code rc = xl_state_deserialize(m, bad, len, &c, &err);
+    CHECK(rc == XL_STATE || rc == XL_MISMATCH);
+    CHECK(c == NULL);
+  }
+  CHECK_CODE(xl_state_deserialize(m, blob, len - 1, &c, &err), XL_STATE);   /* truncated */
+  CHECK_CODE(xl_state_deserialize(m, blob, 10, &c, &err), XL_STATE);        /* tiny */
+  CHECK_CODE(xl_state_deserialize(m, NULL, 0, &c, &err), XL_STATE);
+  memcpy(bad, blob, len);
+  bad[8] = 2; /* another format version: refused as a mismatch before the checksum */
+  CHECK_CODE(xl_state_deserialize(m, bad, len, &c, &err), XL_MISMATCH);
+  CHECK(strstr(err.message, "version") != NULL);
+
+  /* the same blob offered to another model */
+  tl_model_spec other = spec;
+  other.seed = 99;
+  xl_model *m2 = load(&other, "blob2");
+  CHECK_CODE(xl_state_deserialize(m2, blob, len, &c, &err), XL_MISMATCH);
+  CHECK(strstr(err.message, "another model") != NULL);
+  xl_model_free(m2);
+
+  free(bad);
+  free(blob);
+  xl_state_free(a);
+  xl_state_free(b);
+  xl_workspace_free(ws);
+  xl_model_free(m);
+}
+
+static void test_clone_and_reset(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  xl_model *m = load(&spec, "clone");
+  if (!m) { CHECK(0); return; }
+  xl_workspace *ws;
+  xl_state *a, *b, *fresh;
+  xl_error err;
+  xl_workspace_new(m, &ws, &err);
+  xl_state_new(m, &a, &err);
+  xl_state_new(m, &fresh, &err);
+  int32_t t[80], u[40];
+  float lp1[80], lp2[80];
+  tokens(t, 80, 3);
+  tokens(u, 40, 11);
+  run(m, ws, a, t, 50, 9, lp1);
+  CHECK_CODE(xl_state_clone(a, &b, &err), XL_OK);
+  run(m, ws, a, u, 40, 40, lp1); /* diverge a; b must not see it */
+  run(m, ws, b, t + 49, 31, 4, lp2);
+  xl_state *c;
+  xl_state_clone(a, &c, &err);
+  xl_state_free(c);
+  xl_state *a2;
+  xl_state_new(m, &a2, &err);
+  run(m, ws, a2, t, 50, 50, lp1);
+  run(m, ws, a2, t + 49, 31, 31, lp1);
+  for (int i = 0; i < 30; i++) CHECK_NEAR(lp1[i], lp2[i], 1e-5);
+  xl_state_reset(a);
+  CHECK(xl_state_mem_length(a) == 0 && xl_state_tokens_fed(a) == 0);
+  run(m, ws, a, t, 30, 6, lp1);
+  run(m, ws, fresh, t, 30, 6, lp2);
+  CHECK(memcmp(lp1, lp2, 29 * sizeof(float)) == 0);
+  xl_state_free(a);
+  xl_state_free(a2);
+  xl_state_free(b);
+  xl_state_free(fresh);
+  xl_workspace_free(ws);
+  xl_model_free(m);
+}
+
+static void test_batched_equals_unbatched(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  xl_model *m = load(&spec, "batch");
+  if (!m) { CHECK(0); return; }
+  enum { B = 5, V = 256 };
+  xl_workspace *ws;
+  xl_error err;
+  xl_workspace_new(m, &ws, &err);
+  xl_state *solo[5], *multi[5];
+  int32_t t[5][60];
+  for (int b = 0; b < B; b++) {
+    xl_state_new(m, &solo[b], &err);
+    xl_state_new(m, &multi[b], &err);
+    tokens(t[b], 60, (unsigned)b + 20);
+  }
+  /* different memory lengths per session: prefill 5, 13, 21, 29, 37 tokens */
+  float lp[V];
+  for (int b = 0; b < B; b++) {
+    int n = 5 + 8 * b;
+    xl_feed f1 = {solo[b], t[b], n, NULL, NULL, NULL};
+    xl_feed f2 = {multi[b], t[b], n, NULL, NULL, NULL};
+    xl_forward(m, ws, &f1, 1, &err);
+    xl_forward(m, ws, &f2, 1, &err);
+  }
+  /* then mixed steps: sessions 0-2 decode one token, 3-4 a chunk, all in one batch */
+  static float out_solo[5][256], out_multi[5][256];
+  xl_feed items[5];
+  for (int b = 0; b < B; b++) {
+    int n = b < 3 ? 1 : 6;
+    const int32_t *in = t[b] + 40;
+    xl_feed f = {solo[b], in, n, NULL, NULL, out_solo[b]};
+    CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
+    items[b] = (xl_feed){multi[b], in, n, NULL, NULL, out_multi[b]};
+  }
+  CHECK_CODE(xl_forward(m, ws, items, B, &err), XL_OK);
+  double worst = 0;
+  for (int b = 0; b < B; b++)
+    for (int v = 0; v < V; v++) {
+      double d = fabs(out_solo[b][v] - out_multi[b][v]);
+      if (d > worst) worst = d;
+    }
+  CHECK(worst <= 1e-5);
+  printf("  batched vs unbatched max |diff| = %.3g\n", worst);
+  (void)lp;
+
+  /* rejected batches change nothing: a duplicated state, a bad token */
+  uint64_t fed = xl_state_tokens_fed(multi[0]);
+  xl_feed dup[2] = {{multi[0], t[0], 1, NULL, NULL, NULL}, {multi[0], t[0], 1, NULL, NULL, NULL}};
+  CHECK_CODE(xl_forward(m, ws, dup, 2, &err), XL_ARG);
+  int32_t bad_tok[2] = {3, 256};
+  xl_feed bad = {multi[0], bad_tok, 2, NULL, NULL, NULL};
+  CHECK_CODE(xl_forward(m, ws, &bad, 1, &err), XL_TOKEN);
+  CHECK(strstr(err.message, "256") != NULL);
+  CHECK(xl_state_tokens_fed(multi[0]) == fed);
+  for (int b = 0; b < B; b++) {
+    xl_state_free(solo[b]);
+    xl_state_free(multi[b]);
+  }
+  xl_workspace_free(ws);
+  xl_model_free(m);
+}
+
+static void test_chunking_invariance(void) {
+  tl_model_spec specs[2] = {TL_MODEL_SPEC_DEFAULT, TL_MODEL_SPEC_DEFAULT};
+  specs[1].pre_lnorm = 1;
+  specs[1].mem_len = 7;
+  for (int k = 0; k < 2; k++) {
+    xl_model *m = load(&specs[k], "chunk");
+    if (!m) { CHECK(0); return; }
+    xl_workspace *ws;
+    xl_error err;
+    xl_workspace_new(m, &ws, &err);
+    int32_t t[120];
+    float ref[120], lp[120];
+    tokens(t, 120, 5);
+    xl_state *s;
+    xl_state_new(m, &s, &err);
+    run(m, ws, s, t, 120, 1, ref);
+    int chunks[] = {2, 5, 16, 50, 119};
+    for (int c = 0; c < 5; c++) {
+      xl_state_reset(s);
+      run(m, ws, s, t, 120, chunks[c], lp);
+      double worst = 0;
+      for (int i = 0; i < 119; i++)
+        if (fabs(lp[i] - ref[i]) > worst) worst = fabs(lp[i] - ref[i]);
+      CHECK(worst <= 1e-4);
+    }
+    xl_state_free(s);
+    xl_workspace_free(ws);
+    xl_model_free(m);
+  }
+}
+
+int main(void) {
+  RUN(test_blob_round_trip);
+  RUN(test_clone_and_reset);
+  RUN(test_batched_equals_unbatched);
+  RUN(test_chunking_invariance);
+  return tl_summary();
+}

@@ -1,0 +1,146 @@
+/*
+ * testlib.c: the unit-test harness and the C model fixture (see testlib.h).
+ */
+#include "testlib.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int tl_passed, tl_failed;
+
+int tl_summary(void) {
+  printf("%d passed, %d failed\n", tl_passed, tl_failed);
+  return tl_failed ? 1 : 0;
+}
+
+const char *tl_tmpdir(const char *tag) {
+  const char *base = getenv("XL_TMP");
+  if (!base || !*base) base = "/tmp";
+  mkdir(base, 0755);
+  char tmpl[1024];
+  snprintf(tmpl, sizeof tmpl, "%s/xl-%s-XXXXXX", base, tag);
+  char *d = strdup(tmpl);
+  if (!d || !mkdtemp(d)) {
+    perror("mkdtemp");
+    exit(2);
+  }
+  return d; /* lives until exit */
+}
+
+int tl_write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  size_t w = fwrite(data, 1, len, f);
+  return (fclose(f) == 0 && w == len) ? 0 : -1;
+}
+
+typedef struct {
+  char name[128];
+  int rows, cols; /* cols 0: 1-D */
+  float *data;
+} fx_tensor;
+
+static uint32_t fx_rng;
+static float fx_uniform(void) { /* xorshift32 in [-1, 1) */
+  fx_rng ^= fx_rng << 13;
+  fx_rng ^= fx_rng >> 17;
+  fx_rng ^= fx_rng << 5;
+  return (float)((fx_rng >> 8) * (2.0 / 16777216.0) - 1.0);
+}
+
+static void fx_add(fx_tensor *t, int *n, const char *name, int rows, int cols, float scale,
+                   float offset) {
+  fx_tensor *x = &t[(*n)++];
+  snprintf(x->name, sizeof x->name, "%s", name);
+  x->rows = rows;
+  x->cols = cols;
+  size_t cnt = (size_t)rows * (cols ? cols : 1);
+  x->data = malloc(cnt * sizeof(float));
+  for (size_t i = 0; i < cnt; i++) x->data[i] = offset + scale * fx_uniform();
+}
+
+int tl_write_model(const char *dir, const tl_model_spec *s) {
+  fx_rng = s->seed * 2654435761u + 1u;
+  int hd = s->n_head * s->d_head, n = 0;
+  fx_tensor *t = calloc((size_t)(16 * s->n_layer + 8), sizeof *t);
+  char name[128];
+  fx_add(t, &n, "transformer.word_emb.emb_layers.0.weight", s->vocab, s->d_model, 0.5f, 0);
+  for (int l = 0; l < s->n_layer; l++) {
+#define L(suffix) (snprintf(name, sizeof name, "transformer.layers.%d.%s", l, suffix), name)
+    fx_add(t, &n, L("dec_attn.qkv_net.weight"), 3 * hd, s->d_model, 0.3f, 0);
+    fx_add(t, &n, L("dec_attn.o_net.weight"), s->d_model, hd, 0.3f, 0);
+    fx_add(t, &n, L("dec_attn.r_net.weight"), hd, s->d_model, 0.3f, 0);
+    fx_add(t, &n, L("dec_attn.layer_norm.weight"), s->d_model, 0, 0.2f, 1.0f);
+    fx_add(t, &n, L("dec_attn.layer_norm.bias"), s->d_model, 0, 0.2f, 0);
+    fx_add(t, &n, L("dec_attn.r_w_bias"), s->n_head, s->d_head, 0.3f, 0);
+    fx_add(t, &n, L("dec_attn.r_r_bias"), s->n_head, s->d_head, 0.3f, 0);
+    fx_add(t, &n, L("pos_ff.CoreNet.0.weight"), s->d_inner, s->d_model, 0.3f, 0);
+    fx_add(t, &n, L("pos_ff.CoreNet.0.bias"), s->d_inner, 0, 0.1f, 0);
+    fx_add(t, &n, L("pos_ff.CoreNet.3.weight"), s->d_model, s->d_inner, 0.3f, 0);
+    fx_add(t, &n, L("pos_ff.CoreNet.3.bias"), s->d_model, 0, 0.1f, 0);
+    fx_add(t, &n, L("pos_ff.layer_norm.weight"), s->d_model, 0, 0.2f, 1.0f);
+    fx_add(t, &n, L("pos_ff.layer_norm.bias"), s->d_model, 0, 0.2f, 0);
+#undef L
+  }
+  fx_add(t, &n, "crit.out_layers.0.bias", s->vocab, 0, 0.3f, 0);
+
+  /* safetensors: header JSON, padded to 8 bytes, then the tensors in order */
+  size_t hcap = (size_t)n * 200 + 64, hlen = 0, off = 0;
+  char *h = malloc(hcap);
+  hlen += (size_t)snprintf(h + hlen, hcap - hlen, "{");
+  for (int i = 0; i < n; i++) {
+    size_t bytes = (size_t)t[i].rows * (t[i].cols ? t[i].cols : 1) * 4;
+    if (t[i].cols)
+      hlen += (size_t)snprintf(h + hlen, hcap - hlen,
+                               "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
+                               i ? "," : "", t[i].name, t[i].rows, t[i].cols, off, off + bytes);
+    else
+      hlen += (size_t)snprintf(h + hlen, hcap - hlen,
+                               "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
+                               i ? "," : "", t[i].name, t[i].rows, off, off + bytes);
+    off += bytes;
+  }
+  hlen += (size_t)snprintf(h + hlen, hcap - hlen, "}");
+  while (hlen % 8) h[hlen++] = ' ';
+  char path[1200];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  uint8_t len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+  fwrite(len8, 1, 8, f);
+  fwrite(h, 1, hlen, f);
+  for (int i = 0; i < n; i++) {
+    fwrite(t[i].data, 4, (size_t)t[i].rows * (t[i].cols ? t[i].cols : 1), f);
+    free(t[i].data);
+  }
+  fclose(f);
+  free(h);
+  free(t);
+
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f,
+          "{\"vocab_size\": %d, \"cutoffs\": [], \"d_model\": %d, \"d_embed\": %d, \"n_head\": %d,"
+          " \"d_head\": %d, \"d_inner\": %d, \"div_val\": 1, \"pre_lnorm\": %s, \"n_layer\": %d,"
+          " \"mem_len\": %d, \"clamp_len\": -1, \"same_length\": %s, \"untie_r\": true,"
+          " \"tie_word_embeddings\": true, \"attn_type\": 0, \"tgt_len\": 8,"
+          " \"xlserve_tokenizer\": \"%s\"}\n",
+          s->vocab, s->d_model, s->d_model, s->n_head, s->d_head, s->d_inner,
+          s->pre_lnorm ? "true" : "false", s->n_layer, s->mem_len,
+          s->same_length ? "true" : "false", s->words ? "words" : "bytes");
+  fclose(f);
+  if (s->words) {
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "<eos>\n<unk>\n");
+    for (int i = 2; i < s->vocab; i++) fprintf(f, "w%d\n", i);
+    fclose(f);
+  }
+  return 0;
+}

@@ -1,0 +1,75 @@
+/*
+ * testlib.h: the C unit tests' tiny harness (CHECK macros, a "N passed, N failed" summary)
+ * and fixtures: a random tiny Transformer-XL model directory written by C (no Python needed).
+ * Single-threaded test code.
+ */
+#ifndef XL_TESTLIB_H
+#define XL_TESTLIB_H
+
+#include <math.h>
+#include <stdio.h>
+
+#include "xl.h"
+
+extern int tl_passed, tl_failed;
+
+#define CHECK(cond)                                                                        \
+  do {                                                                                     \
+    if (cond) tl_passed++;                                                                 \
+    else {                                                                                 \
+      tl_failed++;                                                                         \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);             \
+    }                                                                                      \
+  } while (0)
+
+#define CHECK_CODE(expr, code)                                                             \
+  do {                                                                                     \
+    xl_error e_;                                                                           \
+    xl_code c_ = (expr);                                                                   \
+    (void)e_;                                                                              \
+    if (c_ == (code)) tl_passed++;                                                         \
+    else {                                                                                 \
+      tl_failed++;                                                                         \
+      fprintf(stderr, "%s:%d: %s returned %s, expected %s\n", __FILE__, __LINE__, #expr,   \
+              xl_code_name(c_), xl_code_name(code));                                       \
+    }                                                                                      \
+  } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                              \
+  do {                                                                                     \
+    double a_ = (a), b_ = (b);                                                             \
+    if (fabs(a_ - b_) <= (tol)) tl_passed++;                                               \
+    else {                                                                                 \
+      tl_failed++;                                                                         \
+      fprintf(stderr, "%s:%d: %s = %.9g, %s = %.9g (tolerance %g)\n", __FILE__, __LINE__,  \
+              #a, a_, #b, b_, (double)(tol));                                              \
+    }                                                                                      \
+  } while (0)
+
+/* Runs a test function, printing its name. */
+#define RUN(fn)                                                                            \
+  do {                                                                                     \
+    int f0_ = tl_failed;                                                                   \
+    fn();                                                                                  \
+    printf("%-44s %s\n", #fn, tl_failed == f0_ ? "ok" : "FAILED");                         \
+  } while (0)
+
+/* Prints "N passed, M failed" and returns the exit status. */
+int tl_summary(void);
+
+typedef struct {
+  int d_model, n_layer, n_head, d_head, d_inner, mem_len, same_length, pre_lnorm, vocab;
+  unsigned seed;
+  int words; /* word-level: writes vocab.txt with <eos>, <unk>, w0..wN */
+} tl_model_spec;
+
+#define TL_MODEL_SPEC_DEFAULT {32, 2, 2, 16, 64, 24, 1, 0, 256, 1, 0}
+
+/* A fresh temporary directory under $XL_TMP (or /tmp); returns a static-lifetime path. */
+const char *tl_tmpdir(const char *tag);
+/* Writes config.json + model.safetensors (+ vocab.txt) of a random model into dir. */
+int tl_write_model(const char *dir, const tl_model_spec *spec);
+/* Writes a file with the given bytes. */
+int tl_write_file(const char *path, const void *data, size_t len);
+
+#endif
