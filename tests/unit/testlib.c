@@ -1,12 +1,14 @@
 /*
  * testlib.c: the unit-test harness and the C model fixture (see testlib.h).
  */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "testlib.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <ftw.h>
 #include <unistd.h>
 
 int tl_passed, tl_failed;
@@ -16,18 +18,37 @@ int tl_summary(void) {
   return tl_failed ? 1 : 0;
 }
 
+#define TL_MAX_TMPDIRS 64
+static char tl_dirs[TL_MAX_TMPDIRS][1024];
+static int tl_n_dirs;
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void remove_tmpdirs(void) {
+  for (int i = 0; i < tl_n_dirs; i++) nftw(tl_dirs[i], remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 const char *tl_tmpdir(const char *tag) {
   const char *base = getenv("XL_TMP");
   if (!base || !*base) base = "/tmp";
   mkdir(base, 0755);
-  char tmpl[1024];
-  snprintf(tmpl, sizeof tmpl, "%s/xl-%s-XXXXXX", base, tag);
-  char *d = strdup(tmpl);
-  if (!d || !mkdtemp(d)) {
+  if (tl_n_dirs == TL_MAX_TMPDIRS) {
+    fprintf(stderr, "tl_tmpdir: too many temporary directories\n");
+    exit(2);
+  }
+  char *d = tl_dirs[tl_n_dirs];
+  snprintf(d, sizeof tl_dirs[0], "%s/xl-%s-XXXXXX", base, tag);
+  if (!mkdtemp(d)) {
     perror("mkdtemp");
     exit(2);
   }
-  return d; /* lives until exit */
+  if (tl_n_dirs++ == 0) atexit(remove_tmpdirs);
+  return d; /* removed at exit */
 }
 
 int tl_write_file(const char *path, const void *data, size_t len) {
