@@ -1,0 +1,375 @@
+/*
+ * api_generate.c: POST /v1/completions and /v1/chat/completions. Validates the request, finds
+ * or creates the session (409 when busy), renders/tokenizes what this turn feeds (pending token
+ * first), admits a job (429 when the queue is full), and on completion updates the session's
+ * transcript record and answers: a JSON body, or the SSE tail (usage, [DONE]).
+ * Thread: loop thread only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "app.h"
+#include "util.h"
+#include "xlog.h"
+
+static const char *prompt_param(const req *r) {
+  return r->g.kind == JOB_CHAT ? "messages" : "prompt";
+}
+
+static void usage_json(buf *b, const req *r, const job *j) {
+  buf_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", r->tokens_in,
+             j->n_gen, r->tokens_in + j->n_gen);
+}
+
+/* xlserve's extension block: what the session holds after this turn */
+static void xlserve_json(buf *b, const req *r, uint64_t session_tokens) {
+  buf_adds(b, "{\"session_id\":");
+  if (r->session_id[0]) json_escape(b, r->session_id, strlen(r->session_id));
+  else buf_adds(b, "null");
+  buf_printf(b, ",\"session_tokens\":%llu,\"session_reset\":%s", (unsigned long long)session_tokens,
+             r->sess_reset ? "true" : "false");
+  if (r->have_plan) buf_printf(b, ",\"history\":\"%s\"", plan_name(r->plan.kind));
+  buf_addc(b, '}');
+}
+
+static void full_body(buf *b, const req *r, const job *j, uint64_t session_tokens) {
+  buf_adds(b, "{\"id\":");
+  json_escape(b, j->id, strlen(j->id));
+  buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+             j->kind == JOB_CHAT ? "chat.completion" : "text_completion", j->created);
+  json_escape(b, j->model_name, strlen(j->model_name));
+  if (j->kind == JOB_CHAT) {
+    buf_printf(b, ",\"system_fingerprint\":\"fp_%016llx\"",
+               (unsigned long long)xl_model_fingerprint(j->model));
+    buf_adds(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+    json_escape(b, j->reply.p ? j->reply.p : "", j->reply.len);
+    buf_adds(b, ",\"refusal\":null},\"logprobs\":");
+  } else {
+    buf_adds(b, ",\"choices\":[{\"index\":0,\"text\":");
+    json_escape(b, j->reply.p ? j->reply.p : "", j->reply.len);
+    buf_adds(b, ",\"logprobs\":");
+  }
+  job_fmt_logprobs(b, j, 0, j->n_recs, 0);
+  buf_printf(b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_name(j->finish));
+  usage_json(b, r, j);
+  buf_adds(b, ",\"xlserve\":");
+  xlserve_json(b, r, session_tokens);
+  buf_addc(b, '}');
+}
+
+/* The end of an SSE stream: usage chunk (if asked) and [DONE], or an in-band error. */
+static void stream_tail(buf *b, const req *r, const job *j, uint64_t session_tokens,
+                        const char *err_code, const char *err_msg) {
+  if (err_code) {
+    buf_adds(b, "data: {\"error\":{\"message\":");
+    json_escape(b, err_msg, strlen(err_msg));
+    buf_printf(b, ",\"type\":\"server_error\",\"param\":null,\"code\":\"%s\"}}\n\n", err_code);
+  } else if (j->include_usage) {
+    buf_adds(b, "data: {\"id\":");
+    json_escape(b, j->id, strlen(j->id));
+    buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+               j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion", j->created);
+    json_escape(b, j->model_name, strlen(j->model_name));
+    buf_adds(b, ",\"choices\":[],\"usage\":");
+    usage_json(b, r, j);
+    buf_adds(b, ",\"xlserve\":");
+    xlserve_json(b, r, session_tokens);
+    buf_adds(b, "}\n\n");
+  }
+  buf_adds(b, "data: [DONE]\n\n");
+}
+
+static void make_id(job *j) {
+  uint8_t rnd[12];
+  char hx[25];
+  random_bytes(rnd, sizeof rnd);
+  hex_encode(rnd, sizeof rnd, hx);
+  snprintf(j->id, sizeof j->id, "%s-%s", j->kind == JOB_CHAT ? "chatcmpl" : "cmpl", hx);
+}
+
+void api_generate(req *r, job_kind kind) {
+  app *a = r->a;
+  api_error e;
+  r->have_g = 1;
+  if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &r->g, &e)) {
+    req_error_from(r, &e);
+    return;
+  }
+  buf_free(&r->body);
+  gen_request *g = &r->g;
+
+  /* session */
+  const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
+  if (hid && !session_id_valid(hid, strlen(hid))) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", "X-Session-Id",
+              "X-Session-Id must be 1-128 characters of [A-Za-z0-9._-]");
+    return;
+  }
+  if (hid && g->session_id && strcmp(hid, g->session_id)) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", "session_id",
+              "'session_id' differs from the X-Session-Id header");
+    return;
+  }
+  const char *sid = hid ? hid : g->session_id;
+  session *s = NULL;
+  if (sid) {
+    snprintf(r->session_id, sizeof r->session_id, "%s", sid);
+    switch (st_lookup(a->sessions, sid, r->owner, &s)) {
+      case ST_FORBIDDEN:
+        req_error(r, 404, "invalid_request_error", "session_not_found", "session_id",
+                  "session %s not found", sid);
+        return;
+      case ST_EXPIRED:
+        req_error(r, 404, "invalid_request_error", "session_expired", "session_id",
+                  "session %s expired or was evicted; its memory is gone (DELETE it to reuse "
+                  "the id, or use a new one)",
+                  sid);
+        return;
+      case ST_FOUND:
+        if (s->busy) {
+          req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
+                    "session %s is serving another request", sid);
+          return;
+        }
+        break;
+      case ST_MISSING: break; /* created below, once the request is known to be good */
+    }
+  }
+
+  /* what this turn feeds */
+  const char *text = g->prompt;
+  size_t text_len = g->prompt_len;
+  if (kind == JOB_CHAT) {
+    session empty;
+    memset(&empty, 0, sizeof empty);
+    chat_plan_turn(&a->tpl, s ? s : &empty, g->msgs, g->n_msgs, g->history, &r->plan);
+    r->have_plan = 1;
+    text = r->plan.text.p ? r->plan.text.p : "";
+    text_len = r->plan.text.len;
+  }
+  int32_t *toks = NULL;
+  size_t ntok = 0;
+  if (g->prompt_ids) {
+    ntok = g->n_prompt_ids;
+    toks = xmalloc(sizeof *toks * (ntok ? ntok : 1));
+    memcpy(toks, g->prompt_ids, sizeof *toks * ntok);
+  } else if (text_len) {
+    xl_error xe;
+    memset(&xe, 0, sizeof xe);
+    if (xl_tokenize(a->model, text, text_len, &toks, &ntok, &xe) != XL_OK) {
+      req_error(r, 400, "invalid_request_error", "tokenizer_error", prompt_param(r),
+                "cannot tokenize the %s: %s", prompt_param(r), xe.message);
+      return;
+    }
+  }
+  if (ntok > (size_t)a->cfg->max_prompt_tokens) {
+    free(toks);
+    req_error(r, 422, "invalid_request_error", "prompt_too_long", prompt_param(r),
+              "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", ntok,
+              a->cfg->max_prompt_tokens);
+    return;
+  }
+  int reset = r->have_plan && r->plan.kind == PLAN_RESET;
+  int has_pending = s && s->pending >= 0 && !reset;
+  if (ntok == 0 && !has_pending && g->max_tokens > 0) {
+    free(toks);
+    req_error(r, 400, "invalid_request_error", "empty_prompt", prompt_param(r),
+              "the prompt is empty and the session holds nothing to continue from");
+    return;
+  }
+  if (!sched_has_room(a->sched)) {
+    free(toks);
+    ctr_add(&g_metrics.rejected_queue_full, 1);
+    free(r->retry_after);
+    r->retry_after = xstrdup("1");
+    req_error(r, 429, "rate_limit_error", "queue_full",
+              NULL, "the server is at capacity (max_running + max_queue); retry shortly");
+    return;
+  }
+
+  /* commit: from here on the request will run */
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  if (sid && !s) {
+    s = st_create(a->sessions, sid, r->owner, &xe);
+  } else if (!sid) {
+    s = session_new(a->model, &xe);
+    r->sess_stateless = 1;
+  }
+  if (!s) {
+    free(toks);
+    req_error(r, 500, "server_error", "session_create_failed", NULL, "cannot create a session: %s",
+              xe.message);
+    return;
+  }
+  if (reset) {
+    session_reset(s);
+    r->sess_reset = 1;
+    ctr_add(&g_metrics.session_resets, 1);
+  }
+  if (!r->sess_stateless) st_acquire(a->sessions, s);
+  r->sess = s;
+
+  job *j = job_new();
+  r->job = j;
+  j->owner = r;
+  j->kind = kind;
+  j->model = a->model;
+  j->sess = s;
+  j->n_input = (int)ntok + (has_pending ? 1 : 0);
+  j->input = xmalloc(sizeof(int32_t) * (size_t)(j->n_input ? j->n_input : 1));
+  if (has_pending) j->input[0] = s->pending;
+  if (ntok) memcpy(j->input + (has_pending ? 1 : 0), toks, sizeof(int32_t) * ntok);
+  free(toks);
+  j->input_has_pending = has_pending;
+  j->n_prompt = (int)ntok;
+  r->tokens_in = (int)ntok;
+  j->max_tokens = (int)g->max_tokens;
+  j->sampling = g->sampling;
+  j->seeded = g->seeded;
+  if (g->seeded) xl_rng_seed(&j->rng, g->seed);
+  else j->rng = s->rng;
+  j->stream = g->stream;
+  j->include_usage = g->include_usage;
+  j->n_top = g->n_top;
+  for (int i = 0; i < g->n_stops; i++) job_add_stop(j, g->stops[i], g->stop_lens[i]);
+  if (kind == JOB_CHAT) {
+    job_add_stop(j, a->tpl.auto_stop, strlen(a->tpl.auto_stop));
+    job_add_stop(j, a->tpl.extra_stop, strlen(a->tpl.extra_stop));
+  }
+  j->chunk = a->prefill_chunk;
+  make_id(j);
+  j->created = (long long)time(NULL);
+  j->model_name = xstrdup(a->model_name);
+  j->t_arrival = r->t_start;
+  j->hist = xmalloc(sizeof(int32_t) * (size_t)(j->max_tokens ? j->max_tokens : 1));
+  xl_detok_init(&j->detok);
+  if (j->stream && kind == JOB_CHAT) {
+    buf b;
+    buf_init(&b);
+    buf_adds(&b, "data: {\"id\":");
+    json_escape(&b, j->id, strlen(j->id));
+    buf_printf(&b, ",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":", j->created);
+    json_escape(&b, j->model_name, strlen(j->model_name));
+    buf_printf(&b, ",\"system_fingerprint\":\"fp_%016llx\",\"choices\":[{\"index\":0,\"delta\":"
+                   "{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]%s}\n\n",
+               (unsigned long long)xl_model_fingerprint(a->model),
+               j->include_usage ? ",\"usage\":null" : "");
+    buf_add(&j->out, b.p, b.len);
+    buf_free(&b);
+  }
+  r->job_running = 1;
+  r->refs++; /* the job's reference, dropped in gen_on_done */
+  a->n_jobs++;
+  if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
+    j->finish = FINISH_LENGTH;
+    if (j->stream) {
+      req_start_stream(r);
+      job_emit_stream(j, 1);
+    }
+    gen_on_done(r);
+    return;
+  }
+  if (sched_submit(a->sched, j)) { /* cannot happen after sched_has_room */
+    j->finish = FINISH_ERROR;
+    snprintf(j->error.message, sizeof j->error.message, "queue full");
+    gen_on_done(r);
+    return;
+  }
+  /* events of the job reach the loop only after this handler returns */
+  if (j->stream) req_start_stream(r);
+  else req_suspend_for_job(r);
+}
+
+void gen_cancel(req *r, int by_drain) {
+  if (!r->job_running) return;
+  if (by_drain) r->cancelled_by_drain = 1;
+  sched_cancel(r->a->sched, r->job);
+}
+
+void gen_on_output(req *r) {
+  if (r->ping_open) uv_timer_again(&r->ping);
+  req_kick(r);
+}
+
+/* Records what this turn did to the session (loop thread; the worker is done with it). */
+static void update_session(req *r) {
+  job *j = r->job;
+  session *s = r->sess;
+  if (!j->seeded) s->rng = j->rng;
+  int fed = j->pos > 0 || j->decoding;
+  int completed_turn = j->finish == FINISH_STOP || j->finish == FINISH_LENGTH ||
+                       (j->finish == FINISH_CANCELLED && j->decoding);
+  if (r->g.kind == JOB_CHAT) {
+    if (completed_turn) {
+      for (int i = r->plan.first; i < r->g.n_msgs; i++) {
+        const chat_message *m = &r->g.msgs[i];
+        session_push_msg(s, m->role, chat_hash(m->role, m->content, m->len));
+      }
+      session_push_msg(s, ROLE_ASSISTANT, chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
+      s->chat = CHAT_MESSAGES;
+      session_set_tail(s, j->tail.p, j->tail.len);
+    } else if (fed) {
+      s->chat = CHAT_DESYNC; /* part of the turn is in the memory: never mix silently */
+      session_set_tail(s, "", 0);
+    }
+  } else if (fed) {
+    s->chat = CHAT_RAW;
+    s->n_msgs = 0;
+    session_set_tail(s, "", 0);
+  }
+  if (fed) s->turns++;
+}
+
+void gen_on_done(req *r) {
+  app *a = r->a;
+  job *j = r->job;
+  r->job_running = 0;
+  a->n_jobs--;
+  r->finish = finish_name(j->finish);
+  r->tokens_out = j->n_gen;
+  update_session(r);
+  uint64_t held = r->sess_stateless ? 0 : session_tokens(r->sess);
+  if (r->sess_stateless) session_free(r->sess);
+  else st_release(a->sessions, r->sess);
+  r->sess = NULL;
+  if (j->finish == FINISH_ERROR)
+    xlog_msg("error", "generation_failed", "request %s: %s", r->request_id, j->error.message);
+
+  const char *err_code = NULL, *err_msg = NULL;
+  if (j->finish == FINISH_ERROR) err_code = "generation_failed", err_msg = j->error.message;
+  else if (r->cancelled_by_drain) err_code = "shutting_down", err_msg = "the server is shutting down";
+
+  if (j->stream) {
+    if (!r->client_gone && (j->finish != FINISH_CANCELLED || r->cancelled_by_drain)) {
+      buf b;
+      buf_init(&b);
+      stream_tail(&b, r, j, held, err_code, err_msg);
+      pthread_mutex_lock(&j->mu);
+      buf_add(&j->out, b.p, b.len);
+      pthread_mutex_unlock(&j->mu);
+      buf_free(&b);
+    }
+    r->stream_complete = 1;
+    if (r->ping_open) uv_timer_stop(&r->ping);
+    req_kick(r);
+  } else if (!r->mhd_done) {
+    if (err_code && j->finish == FINISH_ERROR) {
+      req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
+    } else if (err_code) {
+      req_error(r, 503, "server_error", err_code, NULL, "%s", err_msg);
+    } else if (j->finish == FINISH_CANCELLED) {
+      req_kick(r); /* client gone: the access handler closes */
+    } else {
+      buf b;
+      buf_init(&b);
+      full_body(&b, r, j, held);
+      if (r->phase == REQ_WAITING) req_defer_reply(r, 200, &b);
+      else req_reply_json(r, 200, &b);
+      buf_free(&b);
+    }
+  }
+  req_unref(r);
+}

@@ -1,0 +1,70 @@
+/*
+ * api_parse.h: validation of /v1/completions and /v1/chat/completions request bodies into a
+ * gen_request. Every field is checked for type and range; an error names the field (OpenAI's
+ * "param") and carries the HTTP status. Unknown fields are ignored; known OpenAI fields this
+ * server cannot honour (n > 1, echo, best_of > 1, logit_bias, tools, non-text response_format,
+ * suffix) are refused with 400 rather than silently ignored.
+ * Thread: any (pure; used on the loop thread). Fuzzable: parse_gen_request has no side effects.
+ */
+#ifndef XLS_API_PARSE_H
+#define XLS_API_PARSE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "chat.h"
+#include "job.h"
+#include "xl.h"
+
+typedef struct api_error {
+  int status;
+  const char *type; /* invalid_request_error, authentication_error, ... */
+  const char *code; /* machine-readable: invalid_json, invalid_value, session_busy, ... */
+  char param[64];   /* "" = null */
+  char message[512];
+} api_error;
+
+typedef struct parse_limits {
+  long long default_max_tokens, max_tokens_limit;
+  int vocab_size;
+} parse_limits;
+
+#define MAX_STOPS 16
+#define MAX_STOP_BYTES 256
+
+typedef struct gen_request {
+  job_kind kind;
+  json_t *root; /* owns the strings below */
+  const char *model;
+  /* completions */
+  const char *prompt;
+  size_t prompt_len;
+  int32_t *prompt_ids; /* token-id prompt (malloc'd), else NULL */
+  size_t n_prompt_ids;
+  /* chat */
+  chat_message *msgs; /* malloc'd; contents point into root or into parts */
+  int n_msgs;
+  char **parts; /* joined content-part strings (malloc'd) */
+  int n_parts;
+  history_mode history;
+  /* common */
+  int stream, include_usage;
+  long long max_tokens;
+  xl_sampling sampling;
+  int seeded;
+  uint64_t seed;
+  const char *stops[MAX_STOPS];
+  size_t stop_lens[MAX_STOPS];
+  int n_stops;
+  int n_top; /* -1 = no logprobs */
+  const char *session_id;
+} gen_request;
+
+/* 0 on success; else -1 with *e filled (status 400 mostly). */
+int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_limits *lim,
+                      gen_request *g, api_error *e);
+void gen_request_free(gen_request *g);
+void api_error_set(api_error *e, int status, const char *type, const char *code,
+                   const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+#endif

@@ -1,0 +1,153 @@
+/*
+ * app.h: the daemon's shared context and the per-request record.
+ *
+ * The loop thread owns everything here: libmicrohttpd (external epoll mode, driven from libuv),
+ * the session table, timers, signals and every `req`. Workers only see jobs (job.h) and reach
+ * the loop through the scheduler's event list + the `wake` async handle.
+ */
+#ifndef XLS_APP_H
+#define XLS_APP_H
+
+#include <microhttpd.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "api_parse.h"
+#include "auth.h"
+#include "buf.h"
+#include "chat.h"
+#include "config.h"
+#include "job.h"
+#include "metrics.h"
+#include "scheduler.h"
+#include "session_table.h"
+#include "xl.h"
+
+typedef enum { APP_LOADING, APP_READY, APP_DRAINING, APP_STOPPING } app_phase;
+
+typedef struct req req;
+
+typedef struct app {
+  const config *cfg;
+  uv_loop_t *loop;
+  app_phase phase;
+  int exit_code;
+  /* model (set once loaded; immutable afterwards) */
+  xl_model *model;
+  char *model_name;
+  int prefill_chunk;
+  /* http */
+  struct MHD_Daemon *mhd;
+  uv_poll_t mhd_poll;
+  uv_timer_t mhd_timer;
+  int in_mhd, rerun;
+  int listen_fd_closed;
+  unsigned short port;
+  /* loop handles */
+  uv_async_t wake;
+  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_timer_t drain_timer, ttl_timer;
+  uv_work_t load_work;
+  xl_error load_err;
+  int load_rc;
+  /* work */
+  sched *sched;
+  sched_event *ev;
+  int ev_cap;
+  session_table *sessions;
+  chat_template tpl;
+  parse_limits limits;
+  auth_keys keys;
+  char **proxies;
+  int n_proxies;
+  /* requests in progress (any phase), for draining and gauges */
+  req *reqs;
+  long n_reqs, n_conns, n_jobs;
+  int drain_deadline_hit;
+} app;
+
+typedef enum {
+  REQ_NEW,       /* headers seen, body arriving */
+  REQ_WAITING,   /* suspended until the job completes (non-stream) */
+  REQ_STREAMING, /* 200 + SSE headers queued; bytes flow from the job */
+  REQ_REPLIED    /* a full response was queued */
+} req_phase;
+
+struct req {
+  app *a;
+  struct MHD_Connection *conn;
+  int refs; /* MHD (until NOTIFY_COMPLETED), response (until its free callback), job, handles */
+  req *prev, *next;
+  req_phase phase;
+  route_id route;
+  char method[16];
+  char *path;
+  char request_id[80];
+  char remote[64];
+  uint8_t owner[32];
+  double t_start; /* monotonic */
+  buf body;
+  int too_big;
+  int suspended;
+  int mhd_done;
+  /* deferred full reply (non-stream): queued by the access handler after resume */
+  int reply_status;
+  buf reply_body;
+  char *retry_after;
+  /* generation */
+  job *job;
+  int job_running;  /* submitted, DONE not yet processed */
+  int stream_complete, stream_error;
+  int client_gone, cancelled_by_drain;
+  gen_request g;
+  int have_g;
+  session *sess;        /* held (busy) while job_running */
+  int sess_stateless;   /* sess is a temporary, freed at completion */
+  int sess_reset;       /* X-Session-Reset: 1 */
+  chat_plan plan;
+  int have_plan;
+  char session_id[129];
+  /* disconnect watch and SSE pings */
+  uv_poll_t dc;
+  int dc_open;
+  uv_timer_t ping;
+  int ping_open;
+  /* log */
+  int status;
+  const char *err_code;
+  int tokens_in, tokens_out;
+  const char *finish;
+};
+
+/* http_server.c */
+int http_start(app *a, char *err, size_t errcap);
+void http_pump(app *a);
+void http_quiesce(app *a);       /* stop accepting: close the listen socket */
+void http_stop(app *a);          /* resume everything, stop MHD */
+void req_kick(req *r);           /* resume a suspended connection (loop thread, outside MHD) */
+void req_unref(req *r);
+void req_reply(req *r, int status, const char *content_type, const char *body, size_t len);
+void req_reply_json(req *r, int status, buf *body); /* takes body's bytes */
+void req_error(req *r, int status, const char *type, const char *code, const char *param,
+               const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void req_error_from(req *r, const api_error *e);
+void req_start_stream(req *r);
+void req_suspend_for_job(req *r);
+void req_defer_reply(req *r, int status, buf *body); /* non-stream: store and resume */
+void req_watch_disconnect(req *r);
+
+/* api_*.c: handlers, called by the access handler on the final call */
+void api_health(req *r);
+void api_metrics(req *r);
+void api_models(req *r, const char *id);
+void api_generate(req *r, job_kind kind);
+void api_sessions(req *r, const char *rest); /* rest: "" or "/{id}" or "/{id}/fork" */
+/* the loop's handling of a job's events (api_generate.c) */
+void gen_on_output(req *r);
+void gen_on_done(req *r);
+void gen_cancel(req *r, int by_drain);
+
+/* serve_main.c */
+void app_check_drained(app *a);
+
+#endif

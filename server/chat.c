@@ -1,0 +1,117 @@
+/*
+ * chat.c: chat template rendering and history matching (see chat.h). Thread: loop thread.
+ */
+#include "chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void chat_template_init(chat_template *t, const config *c) {
+  t->pre[ROLE_SYSTEM] = c->chat_system_prefix;
+  t->suf[ROLE_SYSTEM] = c->chat_system_suffix;
+  t->pre[ROLE_USER] = c->chat_user_prefix;
+  t->suf[ROLE_USER] = c->chat_user_suffix;
+  t->pre[ROLE_ASSISTANT] = c->chat_assistant_prefix;
+  t->suf[ROLE_ASSISTANT] = c->chat_assistant_suffix;
+  t->extra_stop = c->chat_stop;
+  buf b;
+  buf_init(&b);
+  buf_adds(&b, c->chat_assistant_suffix);
+  size_t n = strlen(c->chat_user_prefix);
+  while (n && (c->chat_user_prefix[n - 1] == ' ' || c->chat_user_prefix[n - 1] == '\t')) n--;
+  buf_add(&b, c->chat_user_prefix, n);
+  t->auto_stop = buf_steal(&b);
+}
+
+void chat_template_free(chat_template *t) {
+  free(t->auto_stop);
+  t->auto_stop = NULL;
+}
+
+uint64_t chat_hash(chat_role role, const char *content, size_t len) {
+  uint8_t r = (uint8_t)role;
+  return fnv1a64(fnv1a64(FNV64_INIT, &r, 1), content, len);
+}
+
+void chat_render(const chat_template *t, const chat_message *m, buf *out) {
+  buf_adds(out, t->pre[m->role]);
+  buf_add(out, m->content, m->len);
+  buf_adds(out, t->suf[m->role]);
+}
+
+static int same(const chat_msg_rec *r, const chat_message *m) {
+  return r->role == (uint8_t)m->role && r->hash == chat_hash(m->role, m->content, m->len);
+}
+
+static void render_from(const chat_template *t, const chat_message *m, int from, int n, buf *b) {
+  for (int i = from; i < n; i++) chat_render(t, &m[i], b);
+  buf_adds(b, t->pre[ROLE_ASSISTANT]);
+}
+
+/* Text that continues an open assistant reply: its suffix, then the messages; the part that
+ * the model already generated (the tail) is not fed again. */
+static void continue_text(const chat_template *t, const session *s, const chat_message *m,
+                          int from, int n, buf *out) {
+  buf b;
+  buf_init(&b);
+  buf_adds(&b, t->suf[ROLE_ASSISTANT]);
+  render_from(t, m, from, n, &b);
+  size_t skip = 0;
+  if (s->tail_len && s->tail_len <= b.len && !memcmp(b.p, s->tail, s->tail_len)) skip = s->tail_len;
+  buf_add(out, b.p + skip, b.len - skip);
+  buf_free(&b);
+}
+
+void chat_plan_turn(const chat_template *t, const session *s, const chat_message *m, int n,
+                    history_mode mode, chat_plan *p) {
+  buf_init(&p->text);
+  p->first = 0;
+  int k = s->n_msgs;
+  int full = s->chat == CHAT_MESSAGES && n > k;
+  for (int i = 0; full && i < k; i++)
+    if (!same(&s->msgs[i], &m[i])) full = 0;
+
+  if (s->chat == CHAT_EMPTY) {
+    p->kind = PLAN_NEW;
+  } else if (mode == HISTORY_APPEND) {
+    p->kind = PLAN_APPEND;
+  } else if (full) {
+    p->kind = PLAN_FULL;
+  } else if (mode == HISTORY_FULL || s->chat == CHAT_DESYNC) {
+    p->kind = PLAN_RESET;
+  } else if (s->chat == CHAT_MESSAGES &&
+             (m[0].role == ROLE_SYSTEM || (k > 0 && same(&s->msgs[0], &m[0])))) {
+    /* it starts like this conversation (or sets a system prompt) but does not extend it */
+    p->kind = PLAN_RESET;
+  } else {
+    p->kind = PLAN_APPEND;
+  }
+
+  switch (p->kind) {
+    case PLAN_NEW:
+    case PLAN_RESET:
+      render_from(t, m, 0, n, &p->text);
+      break;
+    case PLAN_FULL:
+      p->first = k;
+      continue_text(t, s, m, k, n, &p->text);
+      break;
+    case PLAN_APPEND:
+      if (s->chat == CHAT_MESSAGES) continue_text(t, s, m, 0, n, &p->text);
+      else render_from(t, m, 0, n, &p->text);
+      break;
+  }
+}
+
+void chat_plan_free(chat_plan *p) { buf_free(&p->text); }
+
+const char *plan_name(plan_kind k) {
+  switch (k) {
+    case PLAN_NEW: return "new";
+    case PLAN_FULL: return "full_history";
+    case PLAN_APPEND: return "append";
+    default: return "reset";
+  }
+}

@@ -1,0 +1,121 @@
+/*
+ * config.h: the daemon's one option table. Each option is declared once, in XLS_OPTIONS below;
+ * that table drives the parser of the config file, the XLSERVE_* environment variables and the
+ * command-line flags (precedence flag > env > file > default), --help, --dump-config (the
+ * effective configuration) and --config-template (the shipped config/xlserve.conf).
+ * Thread: main thread at start (config_load); afterwards the struct is read-only and may be
+ * read by any thread.
+ */
+#ifndef XLS_CONFIG_H
+#define XLS_CONFIG_H
+
+#include <stdio.h>
+
+/* X(name, type, default, min, max, help). Types: INT (long long, range-checked), BOOL (0/1:
+ * true/false/yes/no/on/off/1/0), STR (text), ESC (text with C escapes \n \t \\ \" \xNN). */
+#define XLS_OPTIONS(X)                                                                           \
+  X(model, STR, XL_DEFAULT_MODEL_DIR, 0, 0,                                                      \
+    "Model directory (config.json, model.safetensors, tokenizer). Default: the bundled model.")   \
+  X(model_name, STR, "", 0, 0,                                                                   \
+    "Model id reported by /v1/models and accepted in requests' \"model\" field (empty = the "    \
+    "model directory's name). A request's \"model\" field is accepted but not used.")                  \
+  X(host, STR, "127.0.0.1", 0, 0, "IPv4 or IPv6 address to listen on (0.0.0.0 / :: = all).")    \
+  X(port, INT, "8080", 0, 65535, "TCP port to listen on (0 = any free port; the bound port is " \
+                                 "logged at start).")                                            \
+  X(workers, INT, "1", 1, 256, "Worker threads running batched forward passes.")                 \
+  X(blas_threads, INT, "1", 0, 256,                                                              \
+    "OpenBLAS threads (0 = leave OpenBLAS's own default). With several workers keep "            \
+    "workers x blas_threads <= cores.")                                                          \
+  X(max_batch, INT, "32", 1, 4096, "Most sessions in one batched forward pass.")                 \
+  X(batch_tokens, INT, "512", 1, 1048576,                                                        \
+    "Token budget of one batched forward: one per decoding session plus prefill chunks.")        \
+  X(prefill_chunk, INT, "64", 1, 1048576,                                                        \
+    "Prompt tokens fed per session per forward pass, so long prompts interleave with the "       \
+    "decode steps of other sessions. Models without same_length use their tgt_len instead.")     \
+  X(max_running, INT, "64", 1, 1000000, "Generations admitted to the scheduler at once; the "   \
+                                        "rest wait in the queue (FIFO).")                         \
+  X(max_queue, INT, "1024", 0, 1000000,                                                          \
+    "Generations that may wait beyond max_running; one more gets 429 with Retry-After.")         \
+  X(max_connections, INT, "4096", 16, 1000000, "Open HTTP connections (idle ones included).")    \
+  X(idle_timeout, INT, "75", 0, 86400,                                                           \
+    "Seconds a connection may sit idle (keep-alive, slow client) before it is closed; 0 = "      \
+    "never. Keep it above a proxy's upstream keepalive_timeout.")                                \
+  X(request_timeout, INT, "30", 1, 86400,                                                        \
+    "Seconds a client has to send a request's body once its headers arrived (slowloris).")       \
+  X(max_body_bytes, INT, "1048576", 1024, 1073741824,                                            \
+    "Largest request body in bytes; a larger one gets 413 before it is read.")                   \
+  X(max_prompt_tokens, INT, "65536", 1, 16777216,                                                \
+    "Most tokens one request may feed (prompt plus chat template); more gets 422.")              \
+  X(default_max_tokens, INT, "256", 0, 16777216, "max_tokens of a request that gives none.")     \
+  X(max_tokens_limit, INT, "4096", 1, 16777216, "Largest max_tokens a request may ask for.")     \
+  X(ping_interval, INT, "15", 0, 3600,                                                           \
+    "Seconds between SSE comment pings (': ping') while a stream waits; 0 = off.")               \
+  X(drain_timeout, INT, "30", 0, 86400,                                                          \
+    "On SIGTERM: seconds running generations may take to finish before they are cancelled.")     \
+  X(session_ram_mb, INT, "1024", 1, 16777216,                                                    \
+    "RAM budget of the session table in MiB; least-recently-used idle sessions beyond it are "   \
+    "evicted (until a durable store exists, an evicted session is gone: 404 session_expired).")  \
+  X(session_ttl, INT, "86400", 0, 315360000,                                                     \
+    "Seconds an unused session lives before it expires (0 = never).")                            \
+  X(session_tombstones, INT, "100000", 0, 100000000,                                             \
+    "Evicted or expired session ids remembered, so their next use gets 404 session_expired "     \
+    "instead of a silently fresh memory.")                                                       \
+  X(api_keys, STR, "", 0, 0,                                                                     \
+    "Comma-separated API keys accepted as 'Authorization: Bearer KEY'. With no keys here and "   \
+    "no api_key_file the API is open. /health and /metrics never need a key.")                   \
+  X(api_key_file, STR, "", 0, 0,                                                                 \
+    "File with one API key per line (# comments, blank lines ignored); re-read on SIGHUP.")      \
+  X(trusted_proxies, STR, "", 0, 0,                                                              \
+    "Comma-separated IP addresses of reverse proxies whose X-Forwarded-For and X-Request-Id "    \
+    "headers are trusted.")                                                                      \
+  X(path_prefix, STR, "", 0, 0,                                                                  \
+    "URL path prefix stripped before routing, e.g. /xl (requests outside it get 404).")          \
+  X(log_file, STR, "-", 0, 0,                                                                    \
+    "Where the JSON log lines go: - = stderr, else a file (appended; reopened on SIGHUP).")       \
+  X(access_log, BOOL, "true", 0, 0, "Log one JSON line per request.")                            \
+  X(chat_system_prefix, ESC, "", 0, 0, "Chat template: text before a system message.")           \
+  X(chat_system_suffix, ESC, "\\n\\n", 0, 0, "Chat template: text after a system message.")      \
+  X(chat_user_prefix, ESC, "User: ", 0, 0, "Chat template: text before a user message.")         \
+  X(chat_user_suffix, ESC, "\\n", 0, 0, "Chat template: text after a user message.")             \
+  X(chat_assistant_prefix, ESC, "Assistant: ", 0, 0,                                             \
+    "Chat template: text before an assistant message; also fed to prompt the reply.")            \
+  X(chat_assistant_suffix, ESC, "\\n", 0, 0, "Chat template: text after an assistant message.")  \
+  X(chat_stop, ESC, "", 0, 0,                                                                    \
+    "Chat template: an extra stop string for chat replies. Replies always stop at "              \
+    "chat_assistant_suffix + chat_user_prefix (trailing spaces trimmed), i.e. where the model "  \
+    "starts writing the user's next turn.")
+
+typedef enum { OPT_INT, OPT_BOOL, OPT_STR, OPT_ESC } opt_type;
+
+#define XLS_CTYPE_INT long long
+#define XLS_CTYPE_BOOL int
+#define XLS_CTYPE_STR char *
+#define XLS_CTYPE_ESC char *
+
+enum {
+#define XLS_INDEX(name, type, def, mn, mx, help) OPTI_##name,
+  XLS_OPTIONS(XLS_INDEX)
+#undef XLS_INDEX
+  XLS_N_OPTIONS
+};
+
+typedef struct config {
+#define XLS_FIELD(name, type, def, mn, mx, help) XLS_CTYPE_##type name;
+  XLS_OPTIONS(XLS_FIELD)
+#undef XLS_FIELD
+  char *config_file; /* --config / XLSERVE_CONFIG: not an option of the file itself */
+  const char *origin[XLS_N_OPTIONS]; /* "default", "file", "env" or "flag" */
+} config;
+
+typedef enum { CONFIG_RUN, CONFIG_EXIT_OK, CONFIG_EXIT_USAGE } config_result;
+
+/* Parses defaults, file, env and argv (argv[0] is "serve"). Prints errors naming the option to
+ * err. --help, --dump-config, --config-template print to out and return CONFIG_EXIT_OK. */
+config_result config_load(config *c, int argc, char **argv, FILE *out, FILE *err);
+void config_free(config *c);
+/* Writes the effective configuration in the config file's syntax (api_keys redacted). */
+void config_dump(const config *c, FILE *out);
+/* Writes the fully commented config file with every option at its default. */
+void config_template(FILE *out);
+
+#endif

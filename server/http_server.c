@@ -1,0 +1,670 @@
+/*
+ * http_server.c: libmicrohttpd 0.9.75 in external epoll mode, driven by the libuv loop
+ * (see ../shared/notes/mhd-libuv.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
+ * MHD_get_timeout after every MHD_run, suspend/resume only on the loop thread, a per-request
+ * UV_DISCONNECT watch while a generation runs, SSE via a callback response that suspends when
+ * it has nothing to send (never returns 0 without suspending: that would spin).
+ * Owns: the MHD daemon, every req (refcounted), routing, early checks (auth, limits, draining),
+ * reply helpers. Thread: loop thread only (MHD callbacks run inside MHD_run on it).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "util.h"
+#include "xlog.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* pump */
+
+static void on_mhd_timer(uv_timer_t *t) { http_pump(t->data); }
+
+static void on_mhd_poll(uv_poll_t *p, int status, int events) {
+  (void)status, (void)events;
+  http_pump(p->data);
+}
+
+void http_pump(app *a) {
+  if (!a->mhd) return;
+  if (a->in_mhd) {
+    a->rerun = 1;
+    return;
+  }
+  a->in_mhd = 1;
+  do {
+    a->rerun = 0;
+    MHD_run(a->mhd);
+  } while (a->rerun);
+  a->in_mhd = 0;
+  MHD_UNSIGNED_LONG_LONG to;
+  if (MHD_get_timeout(a->mhd, &to) == MHD_YES)
+    uv_timer_start(&a->mhd_timer, on_mhd_timer, to > INT32_MAX ? INT32_MAX : (uint64_t)to, 0);
+  else
+    uv_timer_stop(&a->mhd_timer);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* request records */
+
+static void req_free(req *r) {
+  app *a = r->a;
+  double dur = now_mono() - r->t_start;
+  int status = r->status ? r->status : 499;
+  if (status >= 100 && status < 600) ctr_add(&g_metrics.requests[r->route][status], 1);
+  hist_observe(&g_metrics.duration, dur);
+  if (a->cfg->access_log) {
+    buf l;
+    buf_init(&l);
+    buf_addc(&l, '{');
+    xlog_ts(&l, now_wall() - dur);
+    buf_adds(&l, ",\"event\":\"request\",\"request_id\":");
+    json_escape(&l, r->request_id, strlen(r->request_id));
+    buf_adds(&l, ",\"remote\":");
+    json_escape(&l, r->remote, strlen(r->remote));
+    buf_adds(&l, ",\"method\":");
+    json_escape(&l, r->method, strlen(r->method));
+    buf_adds(&l, ",\"path\":");
+    json_escape(&l, r->path ? r->path : "", r->path ? strlen(r->path) : 0);
+    buf_printf(&l, ",\"status\":%d,\"session\":", status);
+    if (r->session_id[0]) json_escape(&l, r->session_id, strlen(r->session_id));
+    else buf_adds(&l, "null");
+    buf_printf(&l, ",\"tokens_in\":%d,\"tokens_out\":%d", r->tokens_in, r->tokens_out);
+    job *j = r->job;
+    if (j && j->t_sched) buf_printf(&l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
+    else buf_adds(&l, ",\"queue_ms\":null");
+    if (j && j->t_first_token)
+      buf_printf(&l, ",\"ttft_ms\":%.3f", (j->t_first_token - j->t_arrival) * 1e3);
+    else buf_adds(&l, ",\"ttft_ms\":null");
+    buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
+    if (r->finish) buf_printf(&l, ",\"finish\":\"%s\"", r->finish);
+    if (r->err_code) buf_printf(&l, ",\"error\":\"%s\"", r->err_code);
+    if (r->client_gone) buf_adds(&l, ",\"client_gone\":true");
+    if (r->sess_reset) buf_adds(&l, ",\"session_reset\":true");
+    buf_addc(&l, '}');
+    xlog_write(l.p, l.len);
+    buf_free(&l);
+  }
+  if (r->prev) r->prev->next = r->next;
+  else a->reqs = r->next;
+  if (r->next) r->next->prev = r->prev;
+  a->n_reqs--;
+  job_free(r->job);
+  if (r->have_g) gen_request_free(&r->g);
+  if (r->have_plan) chat_plan_free(&r->plan);
+  buf_free(&r->body);
+  buf_free(&r->reply_body);
+  free(r->retry_after);
+  free(r->path);
+  free(r);
+  app_check_drained(a);
+}
+
+void req_unref(req *r) {
+  if (--r->refs == 0) req_free(r);
+}
+
+static void on_handle_closed(uv_handle_t *h) { req_unref(h->data); }
+
+static void close_watchers(req *r) {
+  if (r->dc_open) {
+    r->dc_open = 0;
+    uv_poll_stop(&r->dc); /* EPOLL_CTL_DEL now, before MHD closes (and may reuse) the fd */
+    uv_close((uv_handle_t *)&r->dc, on_handle_closed);
+  }
+  if (r->ping_open) {
+    r->ping_open = 0;
+    uv_timer_stop(&r->ping);
+    uv_close((uv_handle_t *)&r->ping, on_handle_closed);
+  }
+}
+
+void req_kick(req *r) {
+  if (r->suspended && !r->mhd_done) {
+    r->suspended = 0;
+    MHD_resume_connection(r->conn);
+  }
+}
+
+static void on_disconnect(uv_poll_t *h, int status, int events) {
+  req *r = h->data;
+  if (status >= 0 && !(events & UV_DISCONNECT)) return;
+  uv_poll_stop(h);
+  r->client_gone = 1;
+  if (r->job_running) gen_cancel(r, 0);
+  req_kick(r);
+  http_pump(r->a);
+}
+
+void req_watch_disconnect(req *r) {
+  if (r->dc_open) return;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!ci) return;
+  int rc = uv_poll_init(r->a->loop, &r->dc, ci->connect_fd);
+  if (rc) {
+    xlog_msg("warn", "disconnect_watch", "uv_poll_init(fd %d): %s", ci->connect_fd, uv_strerror(rc));
+    return;
+  }
+  r->dc.data = r;
+  r->dc_open = 1;
+  r->refs++;
+  uv_poll_start(&r->dc, UV_DISCONNECT, on_disconnect);
+}
+
+static void on_ping(uv_timer_t *t) {
+  req *r = t->data;
+  if (!r->job || r->stream_complete || r->client_gone) return;
+  pthread_mutex_lock(&r->job->mu);
+  buf_adds(&r->job->out, ": ping\n\n");
+  pthread_mutex_unlock(&r->job->mu);
+  req_kick(r);
+  http_pump(r->a);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* responses */
+
+static void add_headers(req *r, struct MHD_Response *resp) {
+  MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+  if (r->session_id[0]) MHD_add_response_header(resp, "X-Session-Id", r->session_id);
+  if (r->sess_reset) MHD_add_response_header(resp, "X-Session-Reset", "1");
+  if (r->retry_after) MHD_add_response_header(resp, "Retry-After", r->retry_after);
+  if (r->a->phase >= APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+static void queue(req *r, int status, struct MHD_Response *resp) {
+  add_headers(r, resp);
+  if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+  if (MHD_queue_response(r->conn, (unsigned)status, resp) != MHD_YES)
+    xlog_msg("error", "queue_response", "MHD_queue_response failed (status %d)", status);
+  MHD_destroy_response(resp);
+  r->status = status;
+  r->phase = REQ_REPLIED;
+}
+
+void req_reply(req *r, int status, const char *ctype, const char *body, size_t len) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  queue(r, status, resp);
+}
+
+void req_reply_json(req *r, int status, buf *body) {
+  size_t n = body->len;
+  char *p = buf_steal(body);
+  struct MHD_Response *resp = MHD_create_response_from_buffer(n, p, MHD_RESPMEM_MUST_FREE);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  queue(r, status, resp);
+}
+
+static void error_body(buf *b, const char *type, const char *code, const char *param,
+                       const char *msg) {
+  buf_adds(b, "{\"error\":{\"message\":");
+  json_escape(b, msg, strlen(msg));
+  buf_adds(b, ",\"type\":");
+  json_escape(b, type, strlen(type));
+  buf_adds(b, ",\"param\":");
+  if (param && *param) json_escape(b, param, strlen(param));
+  else buf_adds(b, "null");
+  buf_adds(b, ",\"code\":");
+  if (code) json_escape(b, code, strlen(code));
+  else buf_adds(b, "null");
+  buf_adds(b, "}}");
+}
+
+static void verror(req *r, int status, const char *type, const char *code, const char *param,
+                   const char *fmt, va_list ap) {
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  buf b;
+  buf_init(&b);
+  error_body(&b, type, code, param, msg);
+  r->err_code = code;
+  if (r->phase == REQ_WAITING) {
+    req_defer_reply(r, status, &b);
+  } else {
+    req_reply_json(r, status, &b);
+  }
+}
+
+void req_error(req *r, int status, const char *type, const char *code, const char *param,
+               const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  verror(r, status, type, code, param, fmt, ap);
+  va_end(ap);
+}
+
+void req_error_from(req *r, const api_error *e) {
+  req_error(r, e->status, e->type, e->code, e->param, "%s", e->message);
+}
+
+/* SSE body: copies what the job produced; suspends when there is nothing (never returns 0
+ * without suspending); -1 after the last bytes; -2 when the client is gone. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
+  (void)pos;
+  req *r = cls;
+  job *j = r->job;
+  if (r->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+  pthread_mutex_lock(&j->mu);
+  size_t n = j->out.len < max ? j->out.len : max;
+  if (n) {
+    memcpy(out, j->out.p, n);
+    buf_consume(&j->out, n);
+  }
+  pthread_mutex_unlock(&j->mu);
+  if (n) return (ssize_t)n;
+  if (r->stream_complete) return MHD_CONTENT_READER_END_OF_STREAM;
+  r->suspended = 1;
+  MHD_suspend_connection(r->conn);
+  return 0;
+}
+
+static void stream_free(void *cls) { req_unref(cls); }
+
+void req_start_stream(req *r) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r, stream_free);
+  r->refs++; /* released by stream_free */
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+  queue(r, 200, resp);
+  r->phase = REQ_STREAMING;
+  req_watch_disconnect(r);
+  long long iv = r->a->cfg->ping_interval;
+  if (iv > 0) {
+    uv_timer_init(r->a->loop, &r->ping);
+    r->ping.data = r;
+    r->ping_open = 1;
+    r->refs++;
+    uv_timer_start(&r->ping, on_ping, (uint64_t)iv * 1000, (uint64_t)iv * 1000);
+  }
+}
+
+void req_suspend_for_job(req *r) {
+  r->phase = REQ_WAITING;
+  r->suspended = 1;
+  MHD_suspend_connection(r->conn);
+  req_watch_disconnect(r);
+}
+
+void req_defer_reply(req *r, int status, buf *body) {
+  r->reply_status = status;
+  buf_free(&r->reply_body);
+  r->reply_body = *body;
+  buf_init(body);
+  req_kick(r);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* access handler */
+
+static int is_trusted(app *a, const char *ip) {
+  for (int i = 0; i < a->n_proxies; i++)
+    if (!strcmp(a->proxies[i], ip)) return 1;
+  return 0;
+}
+
+static void peer_address(req *r) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  snprintf(r->remote, sizeof r->remote, "?");
+  if (!ci || !ci->client_addr) return;
+  const struct sockaddr *sa = ci->client_addr;
+  socklen_t sl = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  getnameinfo(sa, sl, r->remote, sizeof r->remote, NULL, 0, NI_NUMERICHOST);
+}
+
+static int header_token_ok(const char *s, size_t max) {
+  size_t n = strlen(s);
+  if (!n || n > max) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f || s[i] == '"' || s[i] == '\\')
+      return 0;
+  return 1;
+}
+
+static const char *hdr(req *r, const char *name) {
+  return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+static req *req_new(app *a, struct MHD_Connection *c, const char *url, const char *method) {
+  req *r = xcalloc(1, sizeof *r);
+  r->a = a;
+  r->conn = c;
+  r->refs = 1;
+  r->t_start = now_mono();
+  snprintf(r->method, sizeof r->method, "%s", method);
+  r->path = xstrdup(url);
+  buf_init(&r->body);
+  buf_init(&r->reply_body);
+  r->next = a->reqs;
+  if (a->reqs) a->reqs->prev = r;
+  a->reqs = r;
+  a->n_reqs++;
+  peer_address(r);
+  int trusted = is_trusted(a, r->remote);
+  const char *rid = hdr(r, "X-Request-Id");
+  if (trusted && rid && header_token_ok(rid, 64)) {
+    snprintf(r->request_id, sizeof r->request_id, "%s", rid);
+  } else {
+    uint8_t b[12];
+    random_bytes(b, sizeof b);
+    hex_encode(b, sizeof b, r->request_id);
+  }
+  const char *xff = trusted ? hdr(r, "X-Forwarded-For") : NULL;
+  if (xff) {
+    /* the rightmost address that is not one of our proxies is the client */
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", xff);
+    char *end = tmp + strlen(tmp);
+    while (end > tmp) {
+      char *comma = end;
+      while (comma > tmp && comma[-1] != ',') comma--;
+      char *s = comma;
+      while (*s == ' ') s++;
+      char *e = end;
+      while (e > s && e[-1] == ' ') e--;
+      *e = 0;
+      if (*s && !is_trusted(a, s)) {
+        if (header_token_ok(s, sizeof r->remote - 1)) memcpy(r->remote, s, strlen(s) + 1);
+        break;
+      }
+      end = comma > tmp ? comma - 1 : tmp;
+    }
+  }
+  return r;
+}
+
+typedef struct route {
+  route_id id;
+  const char *allow;
+  int needs_auth;
+  int needs_model;
+} route;
+
+/* Maps the path (prefix stripped) to a route; rest gets the part after a prefix route. */
+static int match(const char *p, route *rt, const char **rest) {
+  *rest = "";
+  if (!strcmp(p, "/health")) *rt = (route){ROUTE_HEALTH, "GET, HEAD", 0, 0};
+  else if (!strcmp(p, "/metrics")) *rt = (route){ROUTE_METRICS, "GET, HEAD", 0, 0};
+  else if (!strcmp(p, "/v1/models")) *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
+  else if (!strncmp(p, "/v1/models/", 11) && p[11]) {
+    *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
+    *rest = p + 11;
+  } else if (!strcmp(p, "/v1/completions")) *rt = (route){ROUTE_COMPLETIONS, "POST", 1, 1};
+  else if (!strcmp(p, "/v1/chat/completions")) *rt = (route){ROUTE_CHAT, "POST", 1, 1};
+  else if (!strcmp(p, "/v1/sessions")) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, POST", 1, 1};
+  else if (!strncmp(p, "/v1/sessions/", 13) && p[13]) {
+    *rest = p + 12; /* "/{id}..." */
+    const char *slash = strchr(p + 13, '/');
+    if (!slash) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, DELETE", 1, 1};
+    else if (!strcmp(slash, "/fork")) *rt = (route){ROUTE_SESSIONS, "POST", 1, 1};
+    else return 0;
+  } else return 0;
+  return 1;
+}
+
+static int method_allowed(const char *allow, const char *m) {
+  size_t n = strlen(m);
+  for (const char *p = allow; (p = strstr(p, m)); p += n)
+    if ((p == allow || p[-1] == ' ') && (p[n] == 0 || p[n] == ',')) return 1;
+  return 0;
+}
+
+/* First call: headers only. Replies at once when the request cannot succeed. */
+static void early_checks(req *r) {
+  app *a = r->a;
+  const char *path = r->path;
+  const char *pre = a->cfg->path_prefix;
+  size_t pl = strlen(pre);
+  if (pl) {
+    if (strncmp(path, pre, pl) || (path[pl] != '/' && path[pl] != 0)) {
+      req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route for %s", path);
+      return;
+    }
+    path += pl;
+    if (!*path) path = "/";
+  }
+  route rt;
+  const char *rest;
+  if (!match(path, &rt, &rest)) {
+    req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
+              r->method, path);
+    return;
+  }
+  r->route = rt.id;
+  if (!method_allowed(rt.allow, r->method)) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, rt.allow);
+    buf b;
+    buf_init(&b);
+    error_body(&b, "invalid_request_error", "method_not_allowed", NULL, msg);
+    r->err_code = "method_not_allowed";
+    size_t n = b.len;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rt.allow);
+    queue(r, 405, resp);
+    return;
+  }
+  if (rt.needs_auth && !auth_check(&a->keys, hdr(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
+    req_error(r, 401, "authentication_error", "invalid_api_key", NULL,
+              "missing or invalid API key (send 'Authorization: Bearer KEY')");
+    return;
+  }
+  if (rt.id != ROUTE_METRICS && rt.id != ROUTE_HEALTH && a->phase >= APP_DRAINING) {
+    free(r->retry_after);
+    r->retry_after = xstrdup("5");
+    req_error(r, 503, "server_error", "draining", NULL, "the server is shutting down");
+    return;
+  }
+  if (rt.needs_model && a->phase == APP_LOADING) {
+    free(r->retry_after);
+    r->retry_after = xstrdup("2");
+    req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
+    return;
+  }
+  const char *cl = hdr(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  if (cl) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(cl, &end, 10);
+    if (errno || *end || n > (unsigned long long)a->cfg->max_body_bytes) {
+      req_error(r, 413, "invalid_request_error", "body_too_large", NULL,
+                "the request body exceeds %lld bytes", a->cfg->max_body_bytes);
+      return;
+    }
+  }
+  (void)rest;
+}
+
+static void dispatch(req *r) {
+  app *a = r->a;
+  const char *path = r->path + strlen(a->cfg->path_prefix);
+  route rt;
+  const char *rest;
+  match(path, &rt, &rest);
+  switch (rt.id) {
+    case ROUTE_HEALTH: api_health(r); break;
+    case ROUTE_METRICS: api_metrics(r); break;
+    case ROUTE_MODELS: api_models(r, rest); break;
+    case ROUTE_COMPLETIONS: api_generate(r, JOB_COMPLETION); break;
+    case ROUTE_CHAT: api_generate(r, JOB_CHAT); break;
+    case ROUTE_SESSIONS: api_sessions(r, rest); break;
+    default: req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route"); break;
+  }
+}
+
+static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
+                           const char *method, const char *version, const char *upload_data,
+                           size_t *upload_size, void **con_cls) {
+  (void)version, (void)upload_data;
+  app *a = cls;
+  req *r = *con_cls;
+  if (!r) {
+    r = req_new(a, c, url, method);
+    *con_cls = r;
+    early_checks(r);
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    if (r->phase == REQ_NEW && !r->too_big) {
+      if (r->body.len + *upload_size > (size_t)a->cfg->max_body_bytes) {
+        r->too_big = 1; /* chunked upload: refuse on the final call */
+        buf_free(&r->body);
+      } else {
+        buf_add(&r->body, upload_data, *upload_size);
+      }
+    }
+    *upload_size = 0;
+    if (now_mono() - r->t_start > (double)a->cfg->request_timeout) {
+      r->err_code = "request_timeout";
+      r->status = 408;
+      return MHD_NO;
+    }
+    return MHD_YES;
+  }
+  switch (r->phase) {
+    case REQ_NEW:
+      if (r->too_big) {
+        req_error(r, 413, "invalid_request_error", "body_too_large", NULL,
+                  "the request body exceeds %lld bytes", a->cfg->max_body_bytes);
+        return MHD_YES;
+      }
+      dispatch(r);
+      return MHD_YES;
+    case REQ_WAITING:
+      if (r->reply_status) {
+        buf b = r->reply_body;
+        buf_init(&r->reply_body);
+        int st = r->reply_status;
+        r->reply_status = 0;
+        req_reply_json(r, st, &b);
+        return MHD_YES;
+      }
+      if (r->client_gone) return MHD_NO; /* closes the connection */
+      r->suspended = 1;                  /* resumed early (spurious): wait again */
+      MHD_suspend_connection(c);
+      return MHD_YES;
+    default:
+      return MHD_YES;
+  }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)cls, (void)c;
+  req *r = *con_cls;
+  if (!r) return;
+  *con_cls = NULL;
+  r->mhd_done = 1;
+  r->suspended = 0;
+  if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+    if (r->phase == REQ_STREAMING && !r->stream_complete) r->client_gone = 1;
+    if (r->phase == REQ_WAITING || r->phase == REQ_NEW) r->client_gone = 1;
+  }
+  close_watchers(r);
+  if (r->job_running) gen_cancel(r, 0);
+  req_unref(r);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  (void)c, (void)socket_context;
+  app *a = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) a->n_conns++;
+  else a->n_conns--;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  char msg[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n && msg[n - 1] == '\n') msg[--n] = 0;
+  xlog_msg("warn", "mhd", "%s", msg);
+}
+
+static void mhd_panic(void *cls, const char *file, unsigned int line, const char *reason) {
+  (void)cls;
+  xlog_msg("fatal", "mhd_panic", "%s:%u: %s", file, line, reason ? reason : "");
+  abort();
+}
+
+int http_start(app *a, char *err, size_t errcap) {
+  const config *c = a->cfg;
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+  if (inet_pton(AF_INET, c->host, &s4->sin_addr) == 1) {
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons((uint16_t)c->port);
+  } else if (inet_pton(AF_INET6, c->host, &s6->sin6_addr) == 1) {
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons((uint16_t)c->port);
+    flags |= MHD_USE_IPv6;
+  } else {
+    snprintf(err, errcap, "option host: '%s' is not an IPv4 or IPv6 address", c->host);
+    return -1;
+  }
+  MHD_set_panic_func(mhd_panic, a);
+  a->mhd = MHD_start_daemon(
+      flags, 0, NULL, NULL, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+      MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+      (unsigned int)1, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)c->max_connections,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)c->idle_timeout,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+      a, MHD_OPTION_NOTIFY_CONNECTION, on_connection, a, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, (int)1, MHD_OPTION_END);
+  if (!a->mhd) {
+    snprintf(err, errcap, "cannot listen on %s:%lld (MHD_start_daemon failed: %s)", c->host,
+             c->port, strerror(errno));
+    return -1;
+  }
+  const union MHD_DaemonInfo *pi = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
+  a->port = pi ? pi->port : (unsigned short)c->port;
+  const union MHD_DaemonInfo *ei = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+  uv_poll_init(a->loop, &a->mhd_poll, ei->epoll_fd);
+  a->mhd_poll.data = a;
+  uv_poll_start(&a->mhd_poll, UV_READABLE, on_mhd_poll);
+  uv_timer_init(a->loop, &a->mhd_timer);
+  a->mhd_timer.data = a;
+  http_pump(a);
+  return 0;
+}
+
+void http_quiesce(app *a) {
+  if (!a->mhd || a->listen_fd_closed) return;
+  MHD_socket fd = MHD_quiesce_daemon(a->mhd);
+  if (fd != MHD_INVALID_SOCKET) close(fd); /* MHD no longer owns it; refuse new connections now */
+  a->listen_fd_closed = 1;
+}
+
+void http_stop(app *a) {
+  if (!a->mhd) return;
+  uv_poll_stop(&a->mhd_poll);
+  uv_timer_stop(&a->mhd_timer);
+  for (req *r = a->reqs; r; r = r->next) {
+    r->client_gone = 1;
+    req_kick(r); /* MHD_stop_daemon aborts with suspended connections left */
+  }
+  a->in_mhd = 1;
+  MHD_stop_daemon(a->mhd); /* runs on_completed and the response free callbacks */
+  a->in_mhd = 0;
+  a->mhd = NULL;
+  uv_close((uv_handle_t *)&a->mhd_poll, NULL);
+  uv_close((uv_handle_t *)&a->mhd_timer, NULL);
+}

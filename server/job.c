@@ -1,0 +1,317 @@
+/*
+ * job.c: the per-generation logic that runs on the worker holding the job (sampling, stop
+ * strings, streaming detokenisation, logprob records) and the OpenAI chunk formatting.
+ * Thread: the holder of the job (see job.h); formatting helpers are pure.
+ */
+#define _GNU_SOURCE /* memmem */
+#include "job.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "util.h"
+
+job *job_new(void) {
+  job *j = xcalloc(1, sizeof *j);
+  pthread_mutex_init(&j->mu, NULL);
+  buf_init(&j->hold);
+  buf_init(&j->reply);
+  buf_init(&j->tail);
+  buf_init(&j->out);
+  j->n_top = -1;
+  j->next = -1;
+  atomic_init(&j->cancel, 0);
+  return j;
+}
+
+void job_free(job *j) {
+  if (!j) return;
+  free(j->input);
+  free(j->hist);
+  for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+  free(j->stops);
+  free(j->model_name);
+  free(j->recs);
+  buf_free(&j->hold);
+  buf_free(&j->reply);
+  buf_free(&j->tail);
+  buf_free(&j->out);
+  pthread_mutex_destroy(&j->mu);
+  free(j);
+}
+
+void job_add_stop(job *j, const char *s, size_t n) {
+  if (!n) return;
+  for (int i = 0; i < j->n_stops; i++)
+    if (strlen(j->stops[i]) == n && !memcmp(j->stops[i], s, n)) return;
+  j->stops = xrealloc(j->stops, sizeof *j->stops * (size_t)(j->n_stops + 1));
+  j->stops[j->n_stops++] = xstrndup(s, n);
+}
+
+const char *finish_name(finish_reason r) {
+  switch (r) {
+    case FINISH_STOP: return "stop";
+    case FINISH_LENGTH: return "length";
+    case FINISH_CANCELLED: return "cancelled";
+    case FINISH_ERROR: return "error";
+    default: return "none";
+  }
+}
+
+static void release(job *j, size_t n) {
+  if (!n) return;
+  buf_add(&j->reply, j->hold.p, n);
+  buf_consume(&j->hold, n);
+}
+
+/* Releases what cannot begin a stop string; on a match, releases the text before it and moves
+ * the rest to tail. Returns 1 on a match. */
+static int check_stop(job *j) {
+  size_t best = (size_t)-1;
+  for (int i = 0; i < j->n_stops; i++) {
+    const char *p = memmem(j->hold.p ? j->hold.p : "", j->hold.len, j->stops[i], strlen(j->stops[i]));
+    if (p && (size_t)(p - j->hold.p) < best) best = (size_t)(p - j->hold.p);
+  }
+  if (best != (size_t)-1) {
+    release(j, best);
+    buf_add(&j->tail, j->hold.p, j->hold.len);
+    buf_clear(&j->hold);
+    return 1;
+  }
+  size_t keep = 0;
+  for (int i = 0; i < j->n_stops; i++) {
+    size_t sl = strlen(j->stops[i]);
+    size_t k = sl - 1 < j->hold.len ? sl - 1 : j->hold.len;
+    for (; k > keep; k--)
+      if (!memcmp(j->hold.p + j->hold.len - k, j->stops[i], k)) {
+        keep = k;
+        break;
+      }
+  }
+  release(j, j->hold.len - keep);
+  return 0;
+}
+
+static void detok_into(job *j, int32_t t, buf *dst, int flush) {
+  char tmp[8192];
+  size_t n = flush ? xl_detok_flush(&j->detok, tmp, sizeof tmp)
+                   : xl_detok_push(j->model, &j->detok, t, tmp, sizeof tmp);
+  if (n > sizeof tmp) n = 0; /* cannot happen with vocab entries < 8 KiB (checked at load) */
+  buf_add(dst, tmp, n);
+}
+
+void job_take_token(job *j, const float *lp, void *scratch, double now) {
+  const xl_config *c = xl_model_config(j->model);
+  float chosen = 0;
+  int32_t t = xl_sample(lp, c->vocab_size, &j->sampling, j->hist, (size_t)j->n_gen, &j->rng,
+                        scratch, &chosen);
+  j->hist[j->n_gen++] = t;
+  j->sess->pending = t; /* sampled, not fed: the memory + pending is the transcript */
+  j->next = t;
+  j->decoding = 1;
+  ctr_add(&g_metrics.tokens_out, 1);
+  if (j->t_first_token == 0) {
+    j->t_first_token = now;
+    hist_observe(&g_metrics.ttft, now - j->t_arrival);
+  } else {
+    hist_observe(&g_metrics.inter_token, now - j->t_last_token);
+  }
+  j->t_last_token = now;
+  if (j->n_top >= 0) {
+    if (j->n_recs == j->cap_recs) {
+      j->cap_recs = j->cap_recs ? 2 * j->cap_recs : 16;
+      j->recs = xrealloc(j->recs, sizeof *j->recs * (size_t)j->cap_recs);
+    }
+    tok_rec *r = &j->recs[j->n_recs++];
+    r->id = t;
+    r->lp = chosen;
+    r->n_top = j->n_top ? xl_top_logprobs(lp, c->vocab_size, j->n_top, r->top_ids, r->top_lps) : 0;
+  }
+  detok_into(j, t, &j->hold, 0);
+  if (check_stop(j)) {
+    job_finish(j, FINISH_STOP);
+    return;
+  }
+  if (j->n_gen >= j->max_tokens) {
+    job_finish(j, FINISH_LENGTH);
+    return;
+  }
+  if (j->stream) job_emit_stream(j, 0);
+}
+
+void job_finish(job *j, finish_reason reason) {
+  switch (reason) {
+    case FINISH_STOP:
+      detok_into(j, 0, &j->tail, 1);
+      break;
+    case FINISH_LENGTH:
+      detok_into(j, 0, &j->hold, 1);
+      release(j, j->hold.len);
+      break;
+    default: /* cancelled, error: what was generated but not shown stays in the tail */
+      detok_into(j, 0, &j->hold, 1);
+      buf_add(&j->tail, j->hold.p, j->hold.len);
+      buf_clear(&j->hold);
+      break;
+  }
+  j->finish = reason;
+  if (j->stream && (reason == FINISH_STOP || reason == FINISH_LENGTH)) job_emit_stream(j, 1);
+}
+
+/* ---- formatting ---- */
+
+static void fmt_float(buf *b, float v) {
+  if (!isfinite(v)) v = -9999.0f;
+  buf_printf(b, "%.9g", (double)v);
+}
+
+/* The token's text for logprobs: its bytes when they are valid UTF-8 on their own, else
+ * "bytes:\xNN..." (OpenAI's convention); exact bytes go to the "bytes" arrays. */
+static size_t token_text(const xl_model *m, int32_t id, char *raw, size_t cap) {
+  size_t n = xl_token_bytes(m, id, 0, raw, cap);
+  return n > cap ? 0 : n;
+}
+
+static void fmt_token_str(buf *b, const char *raw, size_t n) {
+  if (utf8_valid(raw, n)) {
+    json_escape(b, raw, n);
+    return;
+  }
+  buf t;
+  buf_init(&t);
+  buf_adds(&t, "bytes:");
+  for (size_t i = 0; i < n; i++) buf_printf(&t, "\\x%02x", (unsigned char)raw[i]);
+  json_escape(b, t.p, t.len);
+  buf_free(&t);
+}
+
+static void fmt_bytes(buf *b, const char *raw, size_t n) {
+  buf_addc(b, '[');
+  for (size_t i = 0; i < n; i++) buf_printf(b, "%s%u", i ? "," : "", (unsigned char)raw[i]);
+  buf_addc(b, ']');
+}
+
+void job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t off) {
+  char raw[4096];
+  if (j->n_top < 0) {
+    buf_adds(b, "null");
+    return;
+  }
+  if (j->kind == JOB_CHAT) {
+    buf_adds(b, "{\"content\":[");
+    for (int i = from; i < to; i++) {
+      const tok_rec *r = &j->recs[i];
+      size_t n = token_text(j->model, r->id, raw, sizeof raw);
+      buf_adds(b, i > from ? ",{\"token\":" : "{\"token\":");
+      fmt_token_str(b, raw, n);
+      buf_adds(b, ",\"logprob\":");
+      fmt_float(b, r->lp);
+      buf_adds(b, ",\"bytes\":");
+      fmt_bytes(b, raw, n);
+      buf_adds(b, ",\"top_logprobs\":[");
+      for (int k = 0; k < r->n_top; k++) {
+        size_t tn = token_text(j->model, r->top_ids[k], raw, sizeof raw);
+        buf_adds(b, k ? ",{\"token\":" : "{\"token\":");
+        fmt_token_str(b, raw, tn);
+        buf_adds(b, ",\"logprob\":");
+        fmt_float(b, r->top_lps[k]);
+        buf_adds(b, ",\"bytes\":");
+        fmt_bytes(b, raw, tn);
+        buf_addc(b, '}');
+      }
+      buf_adds(b, "]}");
+    }
+    buf_adds(b, "],\"refusal\":null}");
+    return;
+  }
+  /* legacy completions shape */
+  buf_adds(b, "{\"tokens\":[");
+  for (int i = from; i < to; i++) {
+    size_t n = token_text(j->model, j->recs[i].id, raw, sizeof raw);
+    if (i > from) buf_addc(b, ',');
+    fmt_token_str(b, raw, n);
+  }
+  buf_adds(b, "],\"token_logprobs\":[");
+  for (int i = from; i < to; i++) {
+    if (i > from) buf_addc(b, ',');
+    fmt_float(b, j->recs[i].lp);
+  }
+  buf_adds(b, "],\"top_logprobs\":[");
+  for (int i = from; i < to; i++) {
+    const tok_rec *r = &j->recs[i];
+    buf_adds(b, i > from ? ",{" : "{");
+    for (int k = 0; k < r->n_top; k++) {
+      size_t tn = token_text(j->model, r->top_ids[k], raw, sizeof raw);
+      if (k) buf_addc(b, ',');
+      fmt_token_str(b, raw, tn);
+      buf_addc(b, ':');
+      fmt_float(b, r->top_lps[k]);
+    }
+    buf_addc(b, '}');
+  }
+  buf_adds(b, "],\"text_offset\":[");
+  for (int i = from; i < to; i++) {
+    if (i > from) buf_addc(b, ',');
+    buf_printf(b, "%zu", off);
+    off += token_text(j->model, j->recs[i].id, raw, sizeof raw);
+  }
+  buf_adds(b, "]}");
+}
+
+static void chunk_head(buf *b, const job *j) {
+  buf_adds(b, "data: {\"id\":");
+  json_escape(b, j->id, strlen(j->id));
+  buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+             j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion", j->created);
+  json_escape(b, j->model_name, strlen(j->model_name));
+  if (j->kind == JOB_CHAT)
+    buf_printf(b, ",\"system_fingerprint\":\"fp_%016llx\"",
+               (unsigned long long)xl_model_fingerprint(j->model));
+  buf_adds(b, ",\"choices\":[{\"index\":0,");
+}
+
+static void chunk_tail(buf *b, const job *j) {
+  buf_adds(b, "}]");
+  if (j->include_usage) buf_adds(b, ",\"usage\":null");
+  buf_adds(b, "}\n\n");
+}
+
+void job_emit_stream(job *j, int final) {
+  size_t new_text = j->reply.len - j->text_sent;
+  int new_recs = j->n_recs - j->recs_sent;
+  if (!final && !new_text && !new_recs) return;
+  buf b;
+  buf_init(&b);
+  if (new_text || new_recs) {
+    chunk_head(&b, j);
+    if (j->kind == JOB_CHAT) {
+      buf_adds(&b, "\"delta\":{\"content\":");
+      json_escape(&b, j->reply.p + j->text_sent, new_text);
+      buf_adds(&b, "},\"logprobs\":");
+    } else {
+      buf_adds(&b, "\"text\":");
+      json_escape(&b, j->reply.p + j->text_sent, new_text);
+      buf_adds(&b, ",\"logprobs\":");
+    }
+    job_fmt_logprobs(&b, j, j->recs_sent, j->n_recs, j->lp_off);
+    char raw[4096];
+    for (int i = j->recs_sent; i < j->n_recs; i++)
+      j->lp_off += token_text(j->model, j->recs[i].id, raw, sizeof raw);
+    buf_adds(&b, ",\"finish_reason\":null");
+    chunk_tail(&b, j);
+    j->text_sent = j->reply.len;
+    j->recs_sent = j->n_recs;
+  }
+  if (final) {
+    chunk_head(&b, j);
+    buf_adds(&b, j->kind == JOB_CHAT ? "\"delta\":{},\"logprobs\":null" : "\"text\":\"\",\"logprobs\":null");
+    buf_printf(&b, ",\"finish_reason\":\"%s\"", finish_name(j->finish));
+    chunk_tail(&b, j);
+  }
+  pthread_mutex_lock(&j->mu);
+  buf_add(&j->out, b.p, b.len);
+  pthread_mutex_unlock(&j->mu);
+  buf_free(&b);
+}

@@ -1,0 +1,123 @@
+/*
+ * metrics.c: Prometheus text exposition of g_metrics (see metrics.h).
+ */
+#include "metrics.h"
+
+#include <string.h>
+
+metrics g_metrics;
+
+const char *const ROUTE_NAMES[ROUTE_N] = {"other",       "health",           "metrics", "models",
+                                          "completions", "chat_completions", "sessions"};
+
+static void hist_init(histogram *h, const char *name, const char *help, const double *b, int n) {
+  h->name = name, h->help = help, h->n_bounds = n;
+  memcpy(h->bounds, b, sizeof(double) * (size_t)n);
+}
+
+void metrics_init(void) {
+  memset(&g_metrics, 0, sizeof g_metrics);
+  static const double lat[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                               0.5,   1,      2.5,   5,    10,    30,   60,  120};
+  static const double itl[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                               0.1,    0.2,   0.5,   1,     2,    5};
+  static const double bs[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  static const double bt[] = {1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096};
+  metrics *m = &g_metrics;
+  hist_init(&m->ttft, "xlserve_time_to_first_token_seconds",
+            "Time from request arrival to the first generated token.", lat, 16);
+  hist_init(&m->inter_token, "xlserve_inter_token_seconds",
+            "Time between two consecutive tokens of one generation.", itl, 13);
+  hist_init(&m->queue_wait, "xlserve_queue_wait_seconds",
+            "Time a generation waited before its first forward pass.", lat, 16);
+  hist_init(&m->duration, "xlserve_request_duration_seconds",
+            "Time from request arrival to its completion.", lat, 16);
+  hist_init(&m->batch_size, "xlserve_batch_size", "Sessions in one batched forward pass.", bs, 10);
+  hist_init(&m->batch_tokens, "xlserve_batch_tokens", "Tokens in one batched forward pass.", bt,
+            10);
+  hist_init(&m->forward_seconds, "xlserve_forward_seconds", "Duration of one batched forward.",
+            itl, 13);
+  hist_init(&m->store_latency, "xlserve_store_latency_seconds",
+            "Latency of session store operations.", lat, 16);
+}
+
+void hist_observe(histogram *h, double v) {
+  int i = 0;
+  while (i < h->n_bounds && v > h->bounds[i]) i++;
+  atomic_fetch_add_explicit(&h->counts[i], 1, memory_order_relaxed);
+  if (v > 0)
+    atomic_fetch_add_explicit(&h->sum_micro, (uint_fast64_t)(v * 1e6), memory_order_relaxed);
+}
+
+static uint64_t ld(atomic_uint_fast64_t *c) {
+  return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+static void counter(buf *o, const char *name, const char *help, uint64_t v) {
+  buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+             (unsigned long long)v);
+}
+
+static void gauge(buf *o, const char *name, const char *help, long v) {
+  buf_printf(o, "# HELP %s %s\n# TYPE %s gauge\n%s %ld\n", name, help, name, name, v);
+}
+
+static void hist_render(buf *o, histogram *h) {
+  buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
+  uint64_t cum = 0;
+  for (int i = 0; i <= h->n_bounds; i++) {
+    cum += ld(&h->counts[i]);
+    if (i < h->n_bounds)
+      buf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i], (unsigned long long)cum);
+    else
+      buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
+  }
+  buf_printf(o, "%s_sum %.6f\n%s_count %llu\n", h->name, (double)ld(&h->sum_micro) / 1e6, h->name,
+             (unsigned long long)cum);
+}
+
+void metrics_render(buf *o, const metrics_gauges *g) {
+  metrics *m = &g_metrics;
+  buf_adds(o, "# HELP xlserve_requests_total HTTP requests by route and status.\n"
+              "# TYPE xlserve_requests_total counter\n");
+  for (int r = 0; r < ROUTE_N; r++)
+    for (int s = 100; s < 600; s++) {
+      uint64_t v = ld(&m->requests[r][s]);
+      if (v)
+        buf_printf(o, "xlserve_requests_total{route=\"%s\",status=\"%d\"} %llu\n", ROUTE_NAMES[r],
+                   s, (unsigned long long)v);
+    }
+  counter(o, "xlserve_prompt_tokens_total", "Tokens fed from prompts.", ld(&m->tokens_in));
+  counter(o, "xlserve_completion_tokens_total", "Tokens generated.", ld(&m->tokens_out));
+  counter(o, "xlserve_forward_passes_total", "Batched forward passes.", ld(&m->forwards));
+  counter(o, "xlserve_forward_rows_total", "Session rows over all forward passes.",
+          ld(&m->forward_rows));
+  counter(o, "xlserve_generations_cancelled_total", "Generations cancelled (client gone, drain).",
+          ld(&m->cancelled));
+  counter(o, "xlserve_queue_full_total", "Requests refused with 429 (queue full).",
+          ld(&m->rejected_queue_full));
+  counter(o, "xlserve_sessions_created_total", "Sessions created.", ld(&m->sessions_created));
+  counter(o, "xlserve_sessions_evicted_total", "Sessions evicted from RAM (budget).",
+          ld(&m->sessions_evicted));
+  counter(o, "xlserve_sessions_expired_total", "Sessions expired (TTL).", ld(&m->sessions_expired));
+  counter(o, "xlserve_session_resets_total", "Sessions reset by an edited chat history.",
+          ld(&m->session_resets));
+  gauge(o, "xlserve_ready", "1 when serving (model loaded, not draining).", g->ready);
+  gauge(o, "xlserve_draining", "1 while draining after SIGTERM.", g->draining);
+  gauge(o, "xlserve_queue_depth", "Generations waiting for a running slot.", g->queue_depth);
+  gauge(o, "xlserve_running", "Generations admitted to the scheduler.", g->running);
+  gauge(o, "xlserve_streams_open", "Requests in progress (streaming or waiting).", g->streams_open);
+  gauge(o, "xlserve_connections", "Open HTTP connections.", g->connections);
+  gauge(o, "xlserve_workers", "Worker threads.", g->workers);
+  gauge(o, "xlserve_sessions_in_ram", "Sessions held in RAM.", g->sessions_in_ram);
+  gauge(o, "xlserve_sessions_in_store", "Sessions in the durable store.", g->sessions_in_store);
+  gauge(o, "xlserve_session_ram_bytes", "RAM accounted to sessions.", g->session_ram_bytes);
+  hist_render(o, &m->ttft);
+  hist_render(o, &m->inter_token);
+  hist_render(o, &m->queue_wait);
+  hist_render(o, &m->duration);
+  hist_render(o, &m->batch_size);
+  hist_render(o, &m->batch_tokens);
+  hist_render(o, &m->forward_seconds);
+  hist_render(o, &m->store_latency);
+}

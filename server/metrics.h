@@ -1,0 +1,63 @@
+/*
+ * metrics.h: Prometheus counters and histograms of the daemon.
+ * Owns: the process-wide metric cells (relaxed atomics). Thread: any thread may observe;
+ * metrics_render runs on the loop thread (/metrics) and reads gauges passed in by the caller.
+ */
+#ifndef XLS_METRICS_H
+#define XLS_METRICS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+#define HIST_MAX_BUCKETS 20
+
+typedef struct histogram {
+  const char *name, *help;
+  int n_bounds;
+  double bounds[HIST_MAX_BUCKETS];
+  atomic_uint_fast64_t counts[HIST_MAX_BUCKETS + 1]; /* last = +Inf */
+  atomic_uint_fast64_t sum_micro;                    /* sum of observations x 1e6 */
+} histogram;
+
+typedef enum {
+  ROUTE_OTHER,
+  ROUTE_HEALTH,
+  ROUTE_METRICS,
+  ROUTE_MODELS,
+  ROUTE_COMPLETIONS,
+  ROUTE_CHAT,
+  ROUTE_SESSIONS,
+  ROUTE_N
+} route_id;
+
+extern const char *const ROUTE_NAMES[ROUTE_N];
+
+typedef struct metrics {
+  atomic_uint_fast64_t requests[ROUTE_N][600];
+  atomic_uint_fast64_t tokens_in, tokens_out;
+  atomic_uint_fast64_t forwards, forward_rows;
+  atomic_uint_fast64_t cancelled, rejected_queue_full;
+  atomic_uint_fast64_t sessions_created, sessions_evicted, sessions_expired, session_resets;
+  histogram ttft, inter_token, queue_wait, duration, batch_size, batch_tokens, forward_seconds,
+      store_latency;
+} metrics;
+
+extern metrics g_metrics;
+
+void metrics_init(void);
+void hist_observe(histogram *h, double v);
+static inline void ctr_add(atomic_uint_fast64_t *c, uint64_t v) {
+  atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+typedef struct metrics_gauges {
+  long queue_depth, running, streams_open, connections, sessions_in_ram, sessions_in_store,
+      session_ram_bytes, workers;
+  int ready, draining;
+} metrics_gauges;
+
+void metrics_render(buf *out, const metrics_gauges *g);
+
+#endif

@@ -1,0 +1,410 @@
+/*
+ * scheduler.c: worker pool + continuous batching (see scheduler.h for the contract and threads).
+ */
+#include "scheduler.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "metrics.h"
+#include "util.h"
+#include "xlog.h"
+
+typedef struct worker {
+  struct sched *s;
+  pthread_t th;
+  int started;
+  xl_workspace *ws;
+  float *lp;       /* [max_batch][vocab] */
+  xl_feed *feeds;  /* [max_batch] */
+  job **batch;     /* [max_batch] */
+  int *take;       /* tokens fed per batch entry */
+  void *scratch;   /* sampler scratch */
+} worker;
+
+typedef struct jq {
+  job *head, *tail;
+  long n;
+} jq;
+
+struct sched {
+  const xl_model *model;
+  int vocab;
+  int same_length;
+  sched_opts o;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  jq wait, run;
+  long n_active; /* running jobs: in run or on a worker */
+  int stop;
+  int idle_workers;
+  worker *w;
+  pthread_mutex_t ev_mu;
+  sched_event *ev;
+  int n_ev, cap_ev;
+  void (*notify)(void *);
+  void *notify_arg;
+};
+
+static void jq_push(jq *q, job *j) {
+  j->q_next = NULL;
+  j->q_prev = q->tail;
+  if (q->tail) q->tail->q_next = j;
+  else q->head = j;
+  q->tail = j;
+  q->n++;
+}
+
+static void jq_remove(jq *q, job *j) {
+  if (j->q_prev) j->q_prev->q_next = j->q_next;
+  else q->head = j->q_next;
+  if (j->q_next) j->q_next->q_prev = j->q_prev;
+  else q->tail = j->q_prev;
+  j->q_prev = j->q_next = NULL;
+  q->n--;
+}
+
+sched *sched_new(const xl_model *model, const sched_opts *o, void (*notify)(void *), void *arg) {
+  sched *s = xcalloc(1, sizeof *s);
+  s->model = model;
+  s->vocab = xl_model_config(model)->vocab_size;
+  s->same_length = xl_model_config(model)->same_length;
+  s->o = *o;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pthread_mutex_init(&s->ev_mu, NULL);
+  s->notify = notify;
+  s->notify_arg = arg;
+  s->w = xcalloc((size_t)o->workers, sizeof *s->w);
+  return s;
+}
+
+/* Posts an event; after JOB_EV_DONE the caller must not touch j again. */
+static void post(sched *s, job *j, int flags) {
+  pthread_mutex_lock(&s->ev_mu);
+  if (!j->ev_flags) {
+    if (s->n_ev == s->cap_ev) {
+      s->cap_ev = s->cap_ev ? 2 * s->cap_ev : 64;
+      s->ev = xrealloc(s->ev, sizeof *s->ev * (size_t)s->cap_ev);
+    }
+    s->ev[s->n_ev].j = j;
+    s->ev[s->n_ev].flags = 0;
+    s->n_ev++;
+  }
+  j->ev_flags |= flags;
+  pthread_mutex_unlock(&s->ev_mu);
+  if (s->notify) s->notify(s->notify_arg);
+}
+
+int sched_take_events(sched *s, sched_event **ev, int *cap) {
+  pthread_mutex_lock(&s->ev_mu);
+  int n = s->n_ev;
+  if (n > *cap) {
+    *cap = n;
+    *ev = xrealloc(*ev, sizeof **ev * (size_t)n);
+  }
+  for (int i = 0; i < n; i++) {
+    (*ev)[i].j = s->ev[i].j;
+    (*ev)[i].flags = s->ev[i].j->ev_flags;
+    s->ev[i].j->ev_flags = 0;
+  }
+  s->n_ev = 0;
+  pthread_mutex_unlock(&s->ev_mu);
+  return n;
+}
+
+/* mu held */
+static void promote(sched *s) {
+  while (s->n_active < s->o.max_running && s->wait.head) {
+    job *j = s->wait.head;
+    jq_remove(&s->wait, j);
+    j->where = JQ_RUN;
+    jq_push(&s->run, j);
+    s->n_active++;
+  }
+}
+
+int sched_submit(sched *s, job *j) {
+  pthread_mutex_lock(&s->mu);
+  if (s->n_active < s->o.max_running) {
+    j->where = JQ_RUN;
+    jq_push(&s->run, j);
+    s->n_active++;
+    pthread_cond_signal(&s->cv);
+  } else if (s->wait.n < s->o.max_queue) {
+    j->where = JQ_WAIT;
+    jq_push(&s->wait, j);
+  } else {
+    pthread_mutex_unlock(&s->mu);
+    return -1;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int sched_has_room(sched *s) {
+  pthread_mutex_lock(&s->mu);
+  int ok = s->n_active < s->o.max_running || s->wait.n < s->o.max_queue;
+  pthread_mutex_unlock(&s->mu);
+  return ok;
+}
+
+void sched_cancel(sched *s, job *j) {
+  atomic_store(&j->cancel, 1);
+  pthread_mutex_lock(&s->mu);
+  int waiting = j->where == JQ_WAIT;
+  if (waiting) {
+    jq_remove(&s->wait, j);
+    j->where = JQ_DONE;
+  } else if (j->where == JQ_RUN) {
+    pthread_cond_signal(&s->cv); /* a worker finishes it on its next iteration */
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (waiting) {
+    j->finish = FINISH_CANCELLED; /* never ran: the session is untouched */
+    post(s, j, JOB_EV_DONE);
+  }
+}
+
+void sched_counts(sched *s, long *waiting, long *running) {
+  pthread_mutex_lock(&s->mu);
+  *waiting = s->wait.n;
+  *running = s->n_active;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* mu held. Picks this iteration's batch out of the run queue. */
+static int select_batch(sched *s, worker *w) {
+  int n = 0, budget = s->o.batch_tokens, prefills = 0;
+  /* pass 1: cancelled jobs (no tokens) and decode steps, oldest first */
+  for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
+    next = j->q_next;
+    int take;
+    if (atomic_load(&j->cancel)) take = 0;
+    else if (j->decoding && budget > 0) take = 1;
+    else continue;
+    budget -= take;
+    jq_remove(&s->run, j);
+    j->where = JQ_WORKER;
+    w->batch[n] = j;
+    w->take[n++] = take;
+  }
+  /* pass 2: prefill chunks with the rest of the budget; at least one per iteration */
+  for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
+    next = j->q_next;
+    if (j->decoding) continue;
+    int want = j->n_input - j->pos;
+    if (want > j->chunk) want = j->chunk;
+    if (want > budget) {
+      if (prefills == 0) {
+        /* progress guarantee: one chunk per iteration even when decoding used the budget */
+      } else if (s->same_length && budget > 0) {
+        want = budget; /* same_length: any cut gives the same result */
+      } else {
+        continue;
+      }
+    }
+    budget -= want;
+    prefills++;
+    jq_remove(&s->run, j);
+    j->where = JQ_WORKER;
+    w->batch[n] = j;
+    w->take[n++] = want;
+    if (budget <= 0) break;
+  }
+  return n;
+}
+
+static void run_batch(sched *s, worker *w, int n) {
+  const xl_model *m = s->model;
+  int k = 0;
+  double t0 = now_mono();
+  for (int i = 0; i < n; i++) {
+    job *j = w->batch[i];
+    if (!j->t_sched) {
+      j->t_sched = t0;
+      hist_observe(&g_metrics.queue_wait, t0 - j->t_arrival);
+    }
+    if (w->take[i] == 0) continue;
+    xl_feed *f = &w->feeds[k];
+    memset(f, 0, sizeof *f);
+    f->state = j->sess->state;
+    if (j->decoding) {
+      f->tokens = &j->next;
+      f->n_tokens = 1;
+      f->last_logprobs = w->lp + (size_t)k * (size_t)s->vocab;
+    } else {
+      f->tokens = j->input + j->pos;
+      f->n_tokens = w->take[i];
+      if (j->pos + w->take[i] == j->n_input && j->max_tokens > 0)
+        f->last_logprobs = w->lp + (size_t)k * (size_t)s->vocab;
+    }
+    k++;
+  }
+  xl_error err;
+  memset(&err, 0, sizeof err);
+  xl_code rc = XL_OK;
+  if (k) {
+    int rows = 0;
+    for (int r = 0; r < k; r++) rows += w->feeds[r].n_tokens;
+    rc = xl_forward(m, w->ws, w->feeds, k, &err);
+    double t1 = now_mono();
+    ctr_add(&g_metrics.forwards, 1);
+    ctr_add(&g_metrics.forward_rows, (uint64_t)k);
+    hist_observe(&g_metrics.batch_size, k);
+    hist_observe(&g_metrics.batch_tokens, rows);
+    hist_observe(&g_metrics.forward_seconds, t1 - t0);
+    if (rc != XL_OK) xlog_msg("error", "forward_failed", "%s", err.message);
+  }
+  double now = now_mono();
+  int r = 0;
+  for (int i = 0; i < n; i++) {
+    job *j = w->batch[i];
+    const float *lp = NULL;
+    if (w->take[i]) {
+      xl_feed *f = &w->feeds[r];
+      lp = f->last_logprobs;
+      r++;
+      if (rc != XL_OK) {
+        j->error = err;
+        job_finish(j, FINISH_ERROR);
+        continue;
+      }
+      /* the tokens are in the memory now */
+      session_digest_tokens(j->sess, f->tokens, f->n_tokens);
+      if (j->decoding) {
+        j->sess->pending = -1;
+      } else {
+        if (j->pos == 0 && j->input_has_pending) j->sess->pending = -1;
+        int prompt_fed = w->take[i] - (j->pos == 0 && j->input_has_pending ? 1 : 0);
+        ctr_add(&g_metrics.tokens_in, (uint64_t)prompt_fed);
+        j->pos += w->take[i];
+      }
+    }
+    if (atomic_load(&j->cancel)) {
+      job_finish(j, FINISH_CANCELLED);
+      ctr_add(&g_metrics.cancelled, 1);
+      continue;
+    }
+    if (!w->take[i]) continue; /* cannot happen: take 0 only for cancelled jobs */
+    if (!j->decoding && j->pos < j->n_input) continue; /* more prompt to feed */
+    if (j->max_tokens == 0) {
+      job_finish(j, FINISH_LENGTH);
+      continue;
+    }
+    job_take_token(j, lp, w->scratch, now);
+  }
+  /* requeue or retire, then tell the loop */
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < n; i++) {
+    job *j = w->batch[i];
+    if (j->finish == FINISH_NONE) {
+      j->where = JQ_RUN;
+      jq_push(&s->run, j);
+    } else {
+      j->where = JQ_DONE;
+      s->n_active--;
+    }
+  }
+  promote(s);
+  if (s->run.head && s->idle_workers) pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < n; i++) {
+    job *j = w->batch[i];
+    int flags = 0;
+    if (j->stream) {
+      pthread_mutex_lock(&j->mu);
+      if (j->out.len) flags |= JOB_EV_OUTPUT;
+      pthread_mutex_unlock(&j->mu);
+    }
+    if (j->finish != FINISH_NONE) flags |= JOB_EV_DONE;
+    if (flags) post(s, j, flags); /* after DONE the job belongs to the loop */
+  }
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  sched *s = w->s;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    int n = select_batch(s, w);
+    if (!n) {
+      if (s->stop && !s->run.head) break; /* stop only once every admitted job is done */
+      s->idle_workers++;
+      pthread_cond_wait(&s->cv, &s->mu);
+      s->idle_workers--;
+      continue;
+    }
+    if (s->run.head && s->idle_workers) pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    run_batch(s, w, n);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+int sched_start(sched *s, xl_error *err) {
+  size_t mb = (size_t)s->o.max_batch;
+  for (int i = 0; i < s->o.workers; i++) {
+    worker *w = &s->w[i];
+    w->s = s;
+    if (xl_workspace_new(s->model, &w->ws, err) != XL_OK) return -1;
+    w->lp = xmalloc(sizeof(float) * mb * (size_t)s->vocab);
+    w->feeds = xcalloc(mb, sizeof *w->feeds);
+    w->batch = xcalloc(mb, sizeof *w->batch);
+    w->take = xcalloc(mb, sizeof *w->take);
+    w->scratch = xmalloc(xl_sampler_scratch_bytes(s->vocab));
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = 0;
+  for (int i = 0; i < s->o.workers; i++) {
+    if (pthread_create(&s->w[i].th, NULL, worker_main, &s->w[i])) {
+      snprintf(err->message, sizeof err->message, "cannot create worker thread %d", i);
+      err->code = XL_NOMEM;
+      rc = -1;
+      break;
+    }
+    s->w[i].started = 1;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
+
+void sched_stop(sched *s) {
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < s->o.workers; i++)
+    if (s->w[i].started) {
+      pthread_join(s->w[i].th, NULL);
+      s->w[i].started = 0;
+    }
+}
+
+void sched_free(sched *s) {
+  if (!s) return;
+  for (int i = 0; i < s->o.workers; i++) {
+    worker *w = &s->w[i];
+    xl_workspace_free(w->ws);
+    free(w->lp);
+    free(w->feeds);
+    free(w->batch);
+    free(w->take);
+    free(w->scratch);
+  }
+  free(s->w);
+  free(s->ev);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->ev_mu);
+  free(s);
+}

@@ -1,0 +1,49 @@
+/*
+ * scheduler.h: the worker pool and its continuous-batching scheduler.
+ *
+ * Jobs (job.h) are admitted by the loop thread: up to max_running are "running" (each iteration
+ * may schedule them), up to max_queue more wait FIFO, beyond that submit refuses (429). Each
+ * worker iteration gathers the running jobs that no other worker holds: decode steps first (one
+ * token each, oldest first), then prefill chunks (prefill_chunk tokens each) up to batch_tokens
+ * and max_batch rows, and runs them as ONE xl_forward call (one GEMM per weight for all rows).
+ * A job is held by at most one worker at a time, so its session is touched by one thread.
+ *
+ * Results go back through a locked event list plus one coalescing notification (the daemon
+ * passes uv_async_send); the loop thread drains it with sched_take_events.
+ *
+ * Threads: sched_new/start/stop/free on the main or loop thread; submit, cancel, take_events,
+ * counts on the loop thread; everything else runs on the workers.
+ */
+#ifndef XLS_SCHEDULER_H
+#define XLS_SCHEDULER_H
+
+#include "job.h"
+#include "xl.h"
+
+typedef struct sched sched;
+
+typedef struct sched_opts {
+  int workers, max_batch, batch_tokens, max_running, max_queue;
+} sched_opts;
+
+typedef struct sched_event {
+  job *j;
+  int flags; /* JOB_EV_OUTPUT | JOB_EV_DONE */
+} sched_event;
+
+sched *sched_new(const xl_model *model, const sched_opts *o, void (*notify)(void *), void *arg);
+int sched_start(sched *s, xl_error *err); /* creates workspaces and threads (signals blocked) */
+/* Joins the workers once every admitted job is done (cancel them first for a fast stop). */
+void sched_stop(sched *s);
+void sched_free(sched *s);
+
+int sched_submit(sched *s, job *j); /* 0, or -1 when the queue is full */
+/* 1 when a submit now would be accepted. Workers only ever free room, so a yes stays true
+ * until the loop thread itself submits. */
+int sched_has_room(sched *s);
+void sched_cancel(sched *s, job *j);
+/* Moves the pending events into *ev (grown as needed); returns their count. */
+int sched_take_events(sched *s, sched_event **ev, int *cap);
+void sched_counts(sched *s, long *waiting, long *running);
+
+#endif

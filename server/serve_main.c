@@ -1,0 +1,294 @@
+/*
+ * serve_main.c: `xlserve serve`: the daemon's lifecycle on the loop thread.
+ *   start: options -> log -> keys -> listen (GET /health says 503 "loading") -> the model loads
+ *          on a libuv pool thread -> scheduler + workers + session table -> ready.
+ *   run:   the loop drives MHD (http_server.c), worker events (wake), signals, TTL timer.
+ *   SIGTERM/SIGINT: drain: stop accepting (listen socket closed), /health 503, new requests on
+ *          open connections 503, running generations may finish for drain_timeout seconds, then
+ *          are cancelled; then workers stop, MHD stops, exit 0. A second signal cancels at once.
+ *   SIGHUP: reopen the log file, re-read api_key_file.
+ * Thread: main thread = loop thread.
+ */
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "cli.h"
+#include "util.h"
+#include "xlog.h"
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS (linked through xlcore) */
+
+static uv_timer_t stop_timer;
+
+static void wake_loop(void *arg) { uv_async_send(arg); } /* any thread: coalescing wake-up */
+static int stop_timer_armed;
+
+static void on_wake(uv_async_t *h) {
+  app *a = h->data;
+  if (!a->sched) return;
+  int n = sched_take_events(a->sched, &a->ev, &a->ev_cap);
+  for (int i = 0; i < n; i++) {
+    req *r = a->ev[i].j->owner;
+    if (a->ev[i].flags & JOB_EV_DONE) gen_on_done(r);
+    else if (a->ev[i].flags & JOB_EV_OUTPUT) gen_on_output(r);
+  }
+  http_pump(a);
+}
+
+static void close_handle(uv_handle_t *h) {
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void do_shutdown(uv_timer_t *t) {
+  app *a = t->data;
+  if (a->phase == APP_STOPPING) return;
+  a->phase = APP_STOPPING;
+  xlog_msg("info", "stopping", "stopping (%ld requests, %ld generations left)", a->n_reqs, a->n_jobs);
+  for (req *r = a->reqs; r; r = r->next)
+    if (r->job_running) gen_cancel(r, 1);
+  if (a->sched) {
+    sched_stop(a->sched); /* workers finish the cancelled jobs, then exit */
+    on_wake(&a->wake);    /* complete them (no MHD call in between matters: http_stop resumes) */
+  }
+  http_stop(a);
+  close_handle((uv_handle_t *)&a->wake);
+  close_handle((uv_handle_t *)&a->sig_term);
+  close_handle((uv_handle_t *)&a->sig_int);
+  close_handle((uv_handle_t *)&a->sig_hup);
+  close_handle((uv_handle_t *)&a->drain_timer);
+  close_handle((uv_handle_t *)&a->ttl_timer);
+  close_handle((uv_handle_t *)&stop_timer);
+}
+
+static void schedule_stop(app *a, uint64_t ms) {
+  if (a->phase == APP_STOPPING) return;
+  if (stop_timer_armed && ms > 0) return; /* an earlier stop is already planned */
+  stop_timer_armed = 1;
+  uv_timer_start(&stop_timer, do_shutdown, ms, 0); /* never from inside MHD_run */
+}
+
+void app_check_drained(app *a) {
+  if (a->phase != APP_DRAINING) return;
+  if (a->n_reqs == 0 && a->n_jobs == 0 && a->load_rc != 1) schedule_stop(a, 0);
+}
+
+static void on_drain_deadline(uv_timer_t *t) {
+  app *a = t->data;
+  xlog_msg("info", "drain_deadline", "drain_timeout reached: cancelling %ld generations", a->n_jobs);
+  for (req *r = a->reqs; r; r = r->next)
+    if (r->job_running) gen_cancel(r, 1);
+  http_pump(a);
+  schedule_stop(a, 2000); /* let the cancelled streams say so, then stop regardless */
+}
+
+static void begin_drain(app *a) {
+  if (a->phase >= APP_DRAINING) {
+    xlog_msg("info", "signal", "second stop signal: stopping now");
+    on_drain_deadline(&a->drain_timer);
+    schedule_stop(a, 0);
+    return;
+  }
+  a->phase = APP_DRAINING;
+  xlog_msg("info", "draining", "draining: %ld requests in progress, up to %llds", a->n_reqs,
+           a->cfg->drain_timeout);
+  http_quiesce(a);
+  uv_timer_start(&a->drain_timer, on_drain_deadline, (uint64_t)a->cfg->drain_timeout * 1000, 0);
+  app_check_drained(a);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  app *a = h->data;
+  if (signum == SIGHUP) {
+    if (xlog_reopen()) xlog_msg("error", "sighup", "cannot reopen log file %s", a->cfg->log_file);
+    if (*a->cfg->api_key_file) {
+      auth_keys k;
+      char err[512];
+      if (auth_load(&k, a->cfg->api_keys, a->cfg->api_key_file, err, sizeof err)) {
+        xlog_msg("error", "sighup", "keeping the old API keys: %s", err);
+      } else {
+        auth_free(&a->keys);
+        a->keys = k;
+      }
+    }
+    xlog_msg("info", "sighup", "log reopened, %d API keys", a->keys.n);
+    return;
+  }
+  begin_drain(a);
+}
+
+static void on_ttl(uv_timer_t *t) {
+  app *a = t->data;
+  if (a->sessions) st_expire(a->sessions, now_mono(), 1000);
+}
+
+static void load_model(uv_work_t *w) {
+  app *a = w->data;
+  memset(&a->load_err, 0, sizeof a->load_err);
+  xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+  a->load_rc = xl_model_load(a->cfg->model, &lo, &a->model, &a->load_err) == XL_OK ? 0 : -1;
+}
+
+static void model_loaded(uv_work_t *w, int status) {
+  app *a = w->data;
+  if (status || a->load_rc) {
+    a->load_rc = -1;
+    xlog_msg("fatal", "model_load_failed", "option model: %s: %s", a->cfg->model,
+             status ? uv_strerror(status) : a->load_err.message);
+    a->exit_code = 1;
+    a->phase = APP_DRAINING;
+    schedule_stop(a, 0);
+    return;
+  }
+  const xl_config *mc = xl_model_config(a->model);
+  if (*a->cfg->model_name) {
+    a->model_name = xstrdup(a->cfg->model_name);
+  } else {
+    const char *dir = a->cfg->model;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    const char *b = dir + n;
+    while (b > dir && b[-1] != '/') b--;
+    a->model_name = xstrndup(b, (size_t)(dir + n - b));
+  }
+  a->prefill_chunk = (int)a->cfg->prefill_chunk;
+  if (!mc->same_length && mc->tgt_len > 0) a->prefill_chunk = mc->tgt_len;
+  a->limits.default_max_tokens = a->cfg->default_max_tokens;
+  a->limits.max_tokens_limit = a->cfg->max_tokens_limit;
+  a->limits.vocab_size = mc->vocab_size;
+  sched_opts so = {(int)a->cfg->workers, (int)a->cfg->max_batch, (int)a->cfg->batch_tokens,
+                   (int)a->cfg->max_running, (int)a->cfg->max_queue};
+  a->sched = sched_new(a->model, &so, wake_loop, &a->wake);
+  xl_error err;
+  memset(&err, 0, sizeof err);
+  if (sched_start(a->sched, &err)) {
+    xlog_msg("fatal", "workers_failed", "cannot start the workers: %s", err.message);
+    a->exit_code = 1;
+    a->phase = APP_DRAINING;
+    schedule_stop(a, 0);
+    return;
+  }
+  a->sessions = st_new(a->model, (size_t)a->cfg->session_ram_mb << 20,
+                       (double)a->cfg->session_ttl, (size_t)a->cfg->session_tombstones, NULL);
+  if (a->cfg->session_ttl > 0) {
+    uint64_t every = a->cfg->session_ttl < 60 ? (uint64_t)a->cfg->session_ttl * 1000 : 60000;
+    uv_timer_start(&a->ttl_timer, on_ttl, every, every);
+  }
+  a->load_rc = 0;
+  xlog_msg("info", "ready",
+           "model %s (%s): %d layers, d_model %d, mem_len %d, vocab %d, same_length %d; %lld "
+           "workers, max_batch %lld, prefill_chunk %d",
+           a->model_name, a->cfg->model, mc->n_layer, mc->d_model, mc->mem_len, mc->vocab_size,
+           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk);
+  if (a->phase == APP_LOADING) a->phase = APP_READY;
+  /* issue 7: sd_notify READY=1 goes here */
+  app_check_drained(a);
+}
+
+static int parse_proxies(app *a, const char *list) {
+  const char *p = list;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    char ip[64];
+    while (n && *p == ' ') p++, n--;
+    while (n && p[n - 1] == ' ') n--;
+    if (n) {
+      if (n >= sizeof ip) return -1;
+      memcpy(ip, p, n);
+      ip[n] = 0;
+      unsigned char tmp[16];
+      if (inet_pton(AF_INET, ip, tmp) != 1 && inet_pton(AF_INET6, ip, tmp) != 1) {
+        fprintf(stderr, "xlserve: option trusted_proxies: '%s' is not an IP address\n", ip);
+        return -1;
+      }
+      a->proxies = xrealloc(a->proxies, sizeof *a->proxies * (size_t)(a->n_proxies + 1));
+      a->proxies[a->n_proxies++] = xstrdup(ip);
+    }
+    p += n;
+    while (*p == ' ') p++;
+    if (*p == ',') p++;
+  }
+  return 0;
+}
+
+int serve_main(int argc, char **argv) {
+  config cfg;
+  config_result cr = config_load(&cfg, argc, argv, stdout, stderr);
+  if (cr != CONFIG_RUN) {
+    config_free(&cfg);
+    return cr == CONFIG_EXIT_OK ? 0 : 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  if (xlog_open(cfg.log_file)) {
+    fprintf(stderr, "xlserve: option log_file: cannot open %s\n", cfg.log_file);
+    config_free(&cfg);
+    return 2;
+  }
+  metrics_init();
+  app a;
+  memset(&a, 0, sizeof a);
+  a.cfg = &cfg;
+  a.load_rc = 1; /* loading */
+  char err[512];
+  int rc = 2;
+  if (auth_load(&a.keys, cfg.api_keys, cfg.api_key_file, err, sizeof err)) {
+    fprintf(stderr, "xlserve: option %s: %s\n", *cfg.api_key_file ? "api_key_file" : "api_keys", err);
+    goto out_early;
+  }
+  if (parse_proxies(&a, cfg.trusted_proxies)) goto out_early;
+  if (cfg.blas_threads > 0) openblas_set_num_threads((int)cfg.blas_threads);
+  chat_template_init(&a.tpl, &cfg);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  a.loop = &loop;
+  uv_async_init(&loop, &a.wake, on_wake);
+  a.wake.data = &a;
+  uv_signal_init(&loop, &a.sig_term);
+  uv_signal_init(&loop, &a.sig_int);
+  uv_signal_init(&loop, &a.sig_hup);
+  a.sig_term.data = a.sig_int.data = a.sig_hup.data = &a;
+  uv_signal_start(&a.sig_term, on_signal, SIGTERM);
+  uv_signal_start(&a.sig_int, on_signal, SIGINT);
+  uv_signal_start(&a.sig_hup, on_signal, SIGHUP);
+  uv_timer_init(&loop, &a.drain_timer);
+  uv_timer_init(&loop, &a.ttl_timer);
+  uv_timer_init(&loop, &stop_timer);
+  stop_timer_armed = 0;
+  a.drain_timer.data = a.ttl_timer.data = stop_timer.data = &a;
+  if (http_start(&a, err, sizeof err)) {
+    xlog_msg("fatal", "listen_failed", "%s", err);
+    fprintf(stderr, "xlserve: %s\n", err);
+    a.exit_code = 1;
+    a.phase = APP_DRAINING;
+    schedule_stop(&a, 0);
+  } else {
+    char line[256];
+    int n = snprintf(line, sizeof line,
+                     "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%u,\"version\":\"%s\"}",
+                     cfg.host, a.port, XL_VERSION);
+    xlog_write(line, (size_t)n);
+    a.load_work.data = &a;
+    uv_queue_work(&loop, &a.load_work, load_model, model_loaded);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  rc = a.exit_code;
+  if (uv_loop_close(&loop)) xlog_msg("warn", "loop_close", "handles left open at exit");
+  sched_free(a.sched);
+  st_free(a.sessions);
+  xl_model_free(a.model);
+  free(a.model_name);
+  free(a.ev);
+  chat_template_free(&a.tpl);
+  xlog_msg("info", "exit", "exit %d", rc);
+out_early:
+  auth_free(&a.keys);
+  for (int i = 0; i < a.n_proxies; i++) free(a.proxies[i]);
+  free(a.proxies);
+  config_free(&cfg);
+  xlog_close();
+  return rc;
+}

@@ -1,0 +1,23 @@
+/*
+ * sha256.h: SHA-256 (FIPS 180-4), used to keep API keys only as digests (session owners,
+ * key comparison). Thread: any.
+ */
+#ifndef XLS_SHA256_H
+#define XLS_SHA256_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sha256_ctx {
+  uint32_t h[8];
+  uint64_t n;
+  uint8_t block[64];
+  size_t used;
+} sha256_ctx;
+
+void sha256_init(sha256_ctx *c);
+void sha256_update(sha256_ctx *c, const void *data, size_t n);
+void sha256_final(sha256_ctx *c, uint8_t out[32]);
+void sha256(const void *data, size_t n, uint8_t out[32]);
+
+#endif

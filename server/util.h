@@ -1,0 +1,37 @@
+/*
+ * util.h: small helpers shared by the daemon: clocks, randomness, hashing, UTF-8 checks and
+ * JSON string escaping into a buf. Thread: any (pure functions; random_bytes uses getrandom).
+ */
+#ifndef XLS_UTIL_H
+#define XLS_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+double now_mono(void);     /* seconds, CLOCK_MONOTONIC */
+double now_wall(void);     /* seconds since the epoch */
+void random_bytes(void *out, size_t n);
+void hex_encode(const uint8_t *in, size_t n, char *out); /* out: 2n+1 */
+
+uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
+#define FNV64_INIT 0xcbf29ce484222325ULL
+
+/* 1 when s[0..n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
+int utf8_valid(const char *s, size_t n);
+/* Length of the longest prefix of s[0..n) that does not end inside a UTF-8 sequence. */
+size_t utf8_complete_prefix(const char *s, size_t n);
+
+/* Appends s[0..n) as a JSON string literal (with quotes). Invalid UTF-8 becomes U+FFFD,
+ * control characters are \u-escaped. */
+void json_escape(buf *b, const char *s, size_t n);
+
+/* Session ids: 1..128 chars of [A-Za-z0-9._-]. */
+int session_id_valid(const char *s, size_t n);
+
+/* Decodes C-style escapes (\n \t \r \\ \" \xNN) in a config string; returns malloc'd text
+ * or NULL when an escape is malformed. */
+char *unescape_c(const char *s);
+
+#endif

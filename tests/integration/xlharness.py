@@ -1,0 +1,225 @@
+"""xlharness.py: helpers for the integration tests: a tiny random byte-level model, the real
+daemon on a loopback port (started, waited for, stopped), HTTP/JSON and SSE clients on
+http.client. Every wait is a bounded loop on a condition with a deadline.
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import numpy as np
+
+from xlmodel import model_dir
+
+TINY = dict(vocab_size=256, cutoffs=[], d_model=32, d_embed=32, n_head=4, d_head=8, d_inner=64,
+            div_val=1, pre_lnorm=False, n_layer=2, mem_len=64, tgt_len=16, clamp_len=-1,
+            same_length=True, untie_r=True, tie_word_embeddings=True,
+            layer_norm_epsilon=1e-5, xlserve_tokenizer="bytes")
+
+
+def write_tiny_model(out_dir, seed=7, **overrides):
+    cfg = dict(TINY, **overrides)
+    rng = np.random.default_rng(seed)
+    V, d, H, D, di = cfg["vocab_size"], cfg["d_model"], cfg["n_head"], cfg["d_head"], cfg["d_inner"]
+
+    def w(*shape, s=0.3):
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+
+    t = {"transformer.word_emb.emb_layers.0.weight": w(V, d, s=1.0),
+         "crit.out_layers.0.bias": w(V, s=0.5)}
+    for n in range(cfg["n_layer"]):
+        p = f"transformer.layers.{n}."
+        t[p + "dec_attn.qkv_net.weight"] = w(3 * H * D, d)
+        t[p + "dec_attn.o_net.weight"] = w(d, H * D)
+        t[p + "dec_attn.r_net.weight"] = w(H * D, d)
+        t[p + "dec_attn.layer_norm.weight"] = (1 + w(d, s=0.1)).astype(np.float32)
+        t[p + "dec_attn.layer_norm.bias"] = w(d, s=0.1)
+        t[p + "dec_attn.r_w_bias"] = w(H, D, s=0.1)
+        t[p + "dec_attn.r_r_bias"] = w(H, D, s=0.1)
+        t[p + "pos_ff.CoreNet.0.weight"] = w(di, d)
+        t[p + "pos_ff.CoreNet.0.bias"] = w(di, s=0.1)
+        t[p + "pos_ff.CoreNet.3.weight"] = w(d, di)
+        t[p + "pos_ff.CoreNet.3.bias"] = w(d, s=0.1)
+        t[p + "pos_ff.layer_norm.weight"] = (1 + w(d, s=0.1)).astype(np.float32)
+        t[p + "pos_ff.layer_norm.bias"] = w(d, s=0.1)
+    model_dir.write_model_dir(str(out_dir), cfg, t)
+    return str(out_dir)
+
+
+def xlserve_bin():
+    b = os.environ.get("XLSERVE_BIN")
+    if not b:
+        root = os.environ.get("XL_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+        b = os.path.join(root, "build", "xlserve")
+    return b
+
+
+class Daemon:
+    """The real `xlserve serve` on 127.0.0.1 with an ephemeral port; its JSON log lines are
+    collected from stderr."""
+
+    def __init__(self, model, args=(), env=None, wait_ready=True, timeout=30):
+        self.lines = []
+        self.cv = threading.Condition()
+        e = dict(os.environ)
+        e.update(env or {})
+        cmd = [xlserve_bin(), "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
+               *args]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=e)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.port = None
+        ev = self.wait_log(lambda o: o.get("event") == "listening", timeout)
+        self.port = ev["port"]
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = {"raw": line}
+            with self.cv:
+                self.lines.append(obj)
+                self.cv.notify_all()
+        with self.cv:
+            self.cv.notify_all()
+
+    def wait_log(self, pred, timeout=20):
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            i = 0
+            while True:
+                while i < len(self.lines):
+                    if pred(self.lines[i]):
+                        return self.lines[i]
+                    i += 1
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("log line not seen; log so far:\n" +
+                                         "\n".join(json.dumps(l) for l in self.lines[-30:]))
+                if self.proc.poll() is not None and not self.reader.is_alive():
+                    raise AssertionError("daemon exited %s; log:\n%s" % (
+                        self.proc.returncode, "\n".join(json.dumps(l) for l in self.lines[-30:])))
+                self.cv.wait(min(left, 0.5))
+
+    def requests_logged(self):
+        with self.cv:
+            return [l for l in self.lines if l.get("event") == "request"]
+
+    def wait_ready(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                st, _, _ = request(self.port, "GET", "/health")
+                if st == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise AssertionError("daemon exited %s" % self.proc.returncode)
+            time.sleep(0.05)
+        raise AssertionError("daemon not ready in %ss" % timeout)
+
+    def conn(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout=30):
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(timeout=5)
+        return self.proc.returncode
+
+
+def request(port, method, path, body=None, headers=None, timeout=60, conn=None):
+    """One request; returns (status, headers dict (lower-case), body bytes)."""
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = dict(headers or {})
+    data = None
+    if body is not None:
+        data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
+        h.setdefault("Content-Type", "application/json")
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    payload = r.read()
+    hdrs = {k.lower(): v for k, v in r.getheaders()}
+    if conn is None:
+        c.close()
+    return r.status, hdrs, payload
+
+
+def post_json(port, path, body, headers=None, timeout=60):
+    st, h, b = request(port, "POST", path, body, headers, timeout)
+    return st, h, (json.loads(b) if b else None)
+
+
+def read_sse(resp, on_event=None, deadline_s=60):
+    """Reads an SSE response to the end; returns [(arrival_time, data_str)] (comments as
+    (t, ':ping')). on_event(data) may return False to stop reading early."""
+    events = []
+    buf = b""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            t = time.monotonic()
+            for line in ev.split(b"\n"):
+                if line.startswith(b"data: "):
+                    data = line[6:].decode("utf-8")
+                    events.append((t, data))
+                    if on_event and on_event(data) is False:
+                        return events
+                elif line.startswith(b":"):
+                    events.append((t, ":" + line[1:].decode().strip()))
+    return events
+
+
+def stream(port, path, body, headers=None, timeout=60):
+    """POSTs a streaming request; returns (status, headers, events, connection)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Content-Type": "application/json", **(headers or {})}
+    c.request("POST", path, body=json.dumps(body).encode(), headers=h)
+    r = c.getresponse()
+    hdrs = {k.lower(): v for k, v in r.getheaders()}
+    if r.status != 200:
+        body = r.read()
+        c.close()
+        return r.status, hdrs, body, None
+    ev = read_sse(r, deadline_s=timeout)
+    c.close()
+    return r.status, hdrs, ev, None
+
+
+def sse_json(events):
+    """The JSON payloads of data events (without [DONE] and comments)."""
+    return [json.loads(d) for _, d in events if not d.startswith(":") and d != "[DONE]"]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
