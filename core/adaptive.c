@@ -5,7 +5,6 @@
  * cluster column, HF order: column shortlist + c - 1). A plain softmax is the case with no
  * cutoffs. Called by the forward pass on the workspace-owning thread.
  */
-#include <cblas.h>
 #include <string.h>
 
 #include "adaptive.h"
@@ -26,9 +25,8 @@ void xl_embed(const xl_model *m, const int32_t *tokens, int n, float *x /* [n, d
     const xl_emb_cluster *e = &m->emb[c];
     const float *row = e->table + (size_t)(id - e->begin) * e->d_emb; /* [d_emb] */
     float *xr = x + (size_t)r * dm;
-    if (e->proj) /* x = proj[d_model, d_emb] row */
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, dm, e->d_emb, 1.0f, e->proj, e->d_emb, row, 1,
-                  0.0f, xr, 1);
+    if (e->proj) /* x[d_model] = proj[d_model, d_emb] row */
+      xl_matmul_nt(row, 1, e->d_emb, e->d_emb, e->proj, dm, e->d_emb, xr, dm);
     else
       memcpy(xr, row, (size_t)dm * sizeof(float));
     for (int j = 0; j < dm; j++) xr[j] *= m->emb_scale;
@@ -40,15 +38,14 @@ static void tail_logprobs(const xl_model *m, int c, const float *h, const float 
                           float *tmp_proj, float *out) {
   const xl_out_cluster *o = &m->out[c];
   const float *ph = h;
+  const int dm = m->cfg.d_model;
   if (o->proj) { /* ph[d_emb] = h[d_model] proj[d_model, d_emb] */
-    cblas_sgemv(CblasRowMajor, CblasTrans, m->cfg.d_model, o->d_emb, 1.0f, o->proj, o->d_emb, h,
-                1, 0.0f, tmp_proj, 1);
+    xl_matmul_nt(h, 1, dm, dm, o->proj_t, o->d_emb, dm, tmp_proj, o->d_emb);
     ph = tmp_proj;
   }
-  int n = o->end - o->begin;
-  memcpy(out, o->bias, (size_t)n * sizeof(float));
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, n, o->d_emb, 1.0f, o->weight, o->d_emb, ph, 1, 1.0f,
-              out, 1);
+  int n = o->end - o->begin; /* logits[n] = W[n, d_emb] ph + b */
+  xl_matmul_nt(ph, 1, o->d_emb, o->d_emb, o->weight, n, o->d_emb, out, n);
+  for (int i = 0; i < n; i++) out[i] += o->bias[i];
   xl_log_softmax_inplace(out, n);
   float cluster_lp = head_row[m->out[0].end + c - 1];
   for (int i = 0; i < n; i++) out[i] += cluster_lp;
@@ -87,17 +84,13 @@ void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const 
     const float *src = hb;
     int lds = dm;
     if (o0->proj) { /* ph[b, d0] = hb[b, dm] proj0[dm, d0] */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, d0, dm, 1.0f, hb, dm, o0->proj,
-                  d0, 0.0f, ph, d0);
+      xl_matmul_nt(hb, b, dm, dm, o0->proj_t, d0, dm, ph, d0);
       src = ph;
       lds = d0;
     }
     /* head[b, head_n] = src W0^T + b0 | src cluster_weight^T + cluster_bias */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, short_n, d0, 1.0f, src, lds,
-                o0->weight, d0, 0.0f, head, head_n);
-    if (nc)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, nc, d0, 1.0f, src, lds,
-                  m->cluster_weight, d0, 0.0f, head + short_n, head_n);
+    xl_matmul_nt(src, b, d0, lds, o0->weight, short_n, d0, head, head_n);
+    if (nc) xl_matmul_nt(src, b, d0, lds, m->cluster_weight, nc, d0, head + short_n, head_n);
     for (int r = 0; r < b; r++) {
       float *hr = head + (size_t)r * head_n;
       for (int j = 0; j < short_n; j++) hr[j] += o0->bias[j];

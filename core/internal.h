@@ -77,6 +77,7 @@ typedef struct {                 /* one adaptive-softmax cluster: 0 = head short
   const float *weight;           /* [end-begin, d_emb] */
   const float *bias;             /* [end-begin] */
   const float *proj;             /* [d_model, d_emb] or NULL */
+  const float *proj_t;           /* [d_emb, d_model]: proj transposed (owned), for x proj */
 } xl_out_cluster;
 
 #define XL_MAX_PATH 4096
@@ -161,6 +162,11 @@ float *xl_ws_get(xl_workspace *ws, int slot, size_t n);
  * y's row stride (>= out). */
 void xl_linear(const float *x, int rows, int in, const float *w, const float *b, int out,
                float *y, int ldy);
+/* y[M, N] = x[M, K] W[N, K]^T with row strides ldx, ldw, ldy; each element computed the same
+ * way whatever M is (batch-invariant). */
+void xl_matmul_nt(const float *x, int M, int K, int ldx, const float *W, int N, int ldw, float *y,
+                  int ldy);
+const char *xl_matmul_path(void); /* "avx512", "avx2" or "portable" */
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                    float *y);
 void xl_log_softmax_inplace(float *x, int n);

@@ -1,22 +1,14 @@
 /*
- * mathops.c: the dense kernels the forward pass is written in: Linear (OpenBLAS sgemm/sgemv),
+ * mathops.c: the dense kernels the forward pass is written in: Linear (matmul.c, batch-invariant),
  * LayerNorm and log-softmax (any thread; pure functions of their arguments).
  */
-#include <cblas.h>
 #include <math.h>
 
 #include "internal.h"
 
 void xl_linear(const float *x, int rows, int in, const float *w, const float *b, int out,
                float *y, int ldy) {
-  if (rows == 1) {
-    /* y[out] = W[out, in] x[in] */
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
-  } else {
-    /* y[rows, out] = x[rows, in] W^T */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, w, in, 0.0f,
-                y, ldy);
-  }
+  xl_matmul_nt(x, rows, in, in, w, out, in, y, ldy); /* y[rows, out] = x[rows, in] W^T */
   if (b)
     for (int r = 0; r < rows; r++) {
       float *yr = y + (size_t)r * ldy;

@@ -93,6 +93,17 @@ static xl_code tensor(xl_model *m, const char *name, int ndim, int64_t d0, int64
   return own(m, f, err);
 }
 
+/* out[cols, rows] = src[rows, cols]^T, owned by the model. */
+static xl_code transposed(xl_model *m, const float *src, int rows, int cols, const float **out,
+                          xl_error *err) {
+  float *t = malloc((size_t)rows * cols * sizeof *t + 1);
+  if (!t) return xl_fail(err, XL_NOMEM, "out of memory transposing a projection");
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+  *out = t;
+  return own(m, t, err);
+}
+
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
 
 static xl_code bind_layer(xl_model *m, int l, const float *shared_u, const float *shared_v,
@@ -221,6 +232,7 @@ static xl_code bind_softmax(xl_model *m, xl_error *err) {
                        &stored, err)))
         return rc;
       o->proj = tied ? m->emb[c->div_val == 1 ? 0 : i].proj : stored;
+      if ((rc = transposed(m, o->proj, c->d_model, o->d_emb, &o->proj_t, err))) return rc;
     }
   }
   if (c->n_cutoffs > 0) {

@@ -37,32 +37,41 @@ static int prefill(xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t
   return 1;
 }
 
-/* Tokens/s of one-token decoding with the memory already full (log-probs out each step). */
-static double bench_decode(xl_model *m, const bench_opts *o, xl_rng *rng) {
+/* Aggregate tokens/s of one-token decoding for `batch` sessions stepped together (one forward
+ * per step, log-probs out for each), every memory already full. */
+static double bench_decode(xl_model *m, int batch, const bench_opts *o, xl_rng *rng) {
   const xl_config *c = xl_model_config(m);
-  xl_state *st = NULL;
   xl_workspace *ws = NULL;
   xl_error err;
   double rate = -1;
   int n_warm = c->mem_len > 0 ? c->mem_len : 1;
-  int32_t *t = malloc((size_t)n_warm * sizeof *t);
-  float *lp = malloc((size_t)c->vocab_size * sizeof *lp);
-  if (!t || !lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
+  int32_t *t = malloc((size_t)n_warm * sizeof *t), *step = malloc((size_t)batch * sizeof *step);
+  float *lp = malloc((size_t)batch * c->vocab_size * sizeof *lp);
+  xl_state **st = calloc((size_t)batch, sizeof *st);
+  xl_feed *items = calloc((size_t)batch, sizeof *items);
+  if (!t || !step || !lp || !st || !items || xl_workspace_new(m, &ws, &err)) goto out;
   random_tokens(t, n_warm, c->vocab_size, rng);
-  if (!prefill(m, ws, st, t, n_warm)) goto out;
+  for (int b = 0; b < batch; b++)
+    if (xl_state_new(m, &st[b], &err) || !prefill(m, ws, st[b], t, n_warm)) goto out;
   int steps = 0;
   double t0 = cli_now(), el;
   do {
-    int32_t tok = t[steps % n_warm];
-    xl_feed f = {st, &tok, 1, NULL, NULL, lp};
-    if (xl_forward(m, ws, &f, 1, &err)) goto out;
+    for (int b = 0; b < batch; b++) {
+      step[b] = t[(steps + 7 * b) % n_warm];
+      items[b] = (xl_feed){st[b], &step[b], 1, NULL, NULL, lp + (size_t)b * c->vocab_size};
+    }
+    if (xl_forward(m, ws, items, batch, &err)) goto out;
     steps++;
-  } while ((el = cli_now() - t0) < o->min_seconds || steps < 8);
-  rate = steps / el;
+  } while ((el = cli_now() - t0) < o->min_seconds || steps < 4);
+  rate = (double)steps * batch / el;
 out:
+  if (st)
+    for (int b = 0; b < batch; b++) xl_state_free(st[b]);
+  free(st);
+  free(items);
   free(t);
+  free(step);
   free(lp);
-  xl_state_free(st);
   xl_workspace_free(ws);
   return rate;
 }
@@ -164,14 +173,26 @@ int cli_bench_main(int argc, char **argv) {
          "mem_len %d), BLAS threads %d\n",
          xl_model_dir(m), c->n_layer, c->d_model, c->n_head, c->d_head, c->d_inner, c->vocab_size,
          c->mem_len, o.threads);
-  double dec = bench_decode(m, &o, &rng);
+  static const int BATCHES[] = {1, 4, 16, 32, 64};
+  double dec1 = 0;
+  for (int i = 0; i < 5; i++) {
+    double d = bench_decode(m, BATCHES[i], &o, &rng);
+    if (d < 0) {
+      xl_model_free(m);
+      return 1;
+    }
+    if (i == 0) dec1 = d;
+    char label[96];
+    snprintf(label, sizeof label, "decode, batch %d, memory full (cached K/V), aggregate", BATCHES[i]);
+    printf("%-58s %12.1f tokens/s  (%.1fx batch 1)\n", label, d, d / dec1);
+    fflush(stdout);
+  }
   double seg = bench_segments(m, tgt_len, &o, &rng);
-  printf("%-58s %12.1f tokens/s\n", "decode, batch 1, memory full (cached K/V)", dec);
   char label[96];
   snprintf(label, sizeof label, "segment evaluation (tgt_len %d, mem_len %d)", tgt_len, c->mem_len);
   printf("%-58s %12.1f tokens/s\n", label, seg);
   xl_model_free(m);
-  if (dec < 0 || seg < 0) return 1;
+  if (seg < 0) return 1;
 
   static const int LENS[] = {800, 1800, 2800, 3800};
   static const double PAPER[] = {363, 773, 1409, 1874};

@@ -1,0 +1,193 @@
+/*
+ * matmul.c: y = x W^T for the weight matrices (a torch Linear), written so that every output
+ * element is computed the same way whatever the number of rows: per (row, output) pair the
+ * products are accumulated over k in SIMD lanes in a fixed order, then reduced in a fixed
+ * order. A session's results are therefore identical bit for bit alone or in any batch, and
+ * small batches (decode steps) stream each weight row once for all rows.
+ * Paths: AVX-512, AVX2+FMA, portable C; chosen once per process from the CPU. Any thread.
+ */
+#include <immintrin.h>
+#include <stddef.h>
+
+#include "internal.h"
+
+#define ROW_BLOCK 64 /* rows of x kept hot while the weight rows stream past */
+
+/* ---- portable ------------------------------------------------------------------------ */
+static void mm_scalar(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
+                      float *y, int ldy) {
+  for (int r = 0; r < M; r++)
+    for (int o = 0; o < N; o++) {
+      const float *a = x + (size_t)r * ldx, *b = W + (size_t)o * ldw;
+      float acc[8] = {0};
+      int k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[k + l] * b[k + l];
+      for (int l = 0; k < K; k++, l++) acc[l] += a[k] * b[k];
+      y[(size_t)r * ldy + o] =
+          ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    }
+}
+
+/* ---- AVX2 + FMA: tiles of 2 rows x 4 outputs ---------------------------------------- */
+__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) static void mm_avx2(const float *x, int M, int K, int ldx,
+                                                        const float *W, int N, int ldw, float *y,
+                                                        int ldy) {
+  const int kv = K & ~7, tail = K & 7;
+  __m256i tmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
+    int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
+    for (int o = 0; o < N; o += 4) {
+      int oc = N - o < 4 ? N - o : 4;
+      const float *w[4];
+      for (int j = 0; j < 4; j++) w[j] = W + (size_t)(o + (j < oc ? j : 0)) * ldw;
+      for (int r = r0; r < r1; r += 2) {
+        int rc = r1 - r < 2 ? 1 : 2;
+        const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0;
+        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
+               c12 = c00, c13 = c00;
+        for (int k = 0; k < kv; k += 8) {
+          __m256 b0 = _mm256_loadu_ps(w[0] + k), b1 = _mm256_loadu_ps(w[1] + k),
+                 b2 = _mm256_loadu_ps(w[2] + k), b3 = _mm256_loadu_ps(w[3] + k);
+          __m256 v = _mm256_loadu_ps(a0 + k);
+          c00 = _mm256_fmadd_ps(v, b0, c00); c01 = _mm256_fmadd_ps(v, b1, c01);
+          c02 = _mm256_fmadd_ps(v, b2, c02); c03 = _mm256_fmadd_ps(v, b3, c03);
+          v = _mm256_loadu_ps(a1 + k);
+          c10 = _mm256_fmadd_ps(v, b0, c10); c11 = _mm256_fmadd_ps(v, b1, c11);
+          c12 = _mm256_fmadd_ps(v, b2, c12); c13 = _mm256_fmadd_ps(v, b3, c13);
+        }
+        if (tail) {
+          __m256 b0 = _mm256_maskload_ps(w[0] + kv, tmask), b1 = _mm256_maskload_ps(w[1] + kv, tmask),
+                 b2 = _mm256_maskload_ps(w[2] + kv, tmask), b3 = _mm256_maskload_ps(w[3] + kv, tmask);
+          __m256 v = _mm256_maskload_ps(a0 + kv, tmask);
+          c00 = _mm256_fmadd_ps(v, b0, c00); c01 = _mm256_fmadd_ps(v, b1, c01);
+          c02 = _mm256_fmadd_ps(v, b2, c02); c03 = _mm256_fmadd_ps(v, b3, c03);
+          v = _mm256_maskload_ps(a1 + kv, tmask);
+          c10 = _mm256_fmadd_ps(v, b0, c10); c11 = _mm256_fmadd_ps(v, b1, c11);
+          c12 = _mm256_fmadd_ps(v, b2, c12); c13 = _mm256_fmadd_ps(v, b3, c13);
+        }
+        float s0[4] = {hsum256(c00), hsum256(c01), hsum256(c02), hsum256(c03)};
+        float s1[4] = {hsum256(c10), hsum256(c11), hsum256(c12), hsum256(c13)};
+        for (int j = 0; j < oc; j++) y[(size_t)r * ldy + o + j] = s0[j];
+        if (rc > 1)
+          for (int j = 0; j < oc; j++) y[(size_t)(r + 1) * ldy + o + j] = s1[j];
+      }
+    }
+  }
+}
+
+/* ---- AVX-512: tiles of 4 rows x 4 outputs --------------------------------------------- */
+#define FMA4(v, c0, c1, c2, c3)                                                            \
+  c0 = _mm512_fmadd_ps(v, b0, c0);                                                         \
+  c1 = _mm512_fmadd_ps(v, b1, c1);                                                         \
+  c2 = _mm512_fmadd_ps(v, b2, c2);                                                         \
+  c3 = _mm512_fmadd_ps(v, b3, c3)
+
+__attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, int K, int ldx,
+                                                         const float *W, int N, int ldw,
+                                                         float *y, int ldy) {
+  const int kv = K & ~15;
+  const __mmask16 tm = (__mmask16)((1u << (K & 15)) - 1u);
+  for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
+    int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
+    for (int o = 0; o < N; o += 4) {
+      int oc = N - o < 4 ? N - o : 4;
+      const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
+                  *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
+      for (int r = r0; r < r1; r += 4) {
+        int rc = r1 - r < 4 ? r1 - r : 4; /* rows past rc repeat row r (results discarded) */
+        if (rc == 1) { /* a lone row (decode): same per-element arithmetic, a quarter of it */
+          const float *a0 = x + (size_t)r * ldx;
+          __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+          for (int k = 0; k < kv; k += 16) {
+            __m512 v = _mm512_loadu_ps(a0 + k);
+            c0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w0 + k), c0);
+            c1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w1 + k), c1);
+            c2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w2 + k), c2);
+            c3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w3 + k), c3);
+          }
+          if (tm) {
+            __m512 v = _mm512_maskz_loadu_ps(tm, a0 + kv);
+            c0 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w0 + kv), c0);
+            c1 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w1 + kv), c1);
+            c2 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w2 + kv), c2);
+            c3 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w3 + kv), c3);
+          }
+          float s1[4] = {_mm512_reduce_add_ps(c0), _mm512_reduce_add_ps(c1),
+                         _mm512_reduce_add_ps(c2), _mm512_reduce_add_ps(c3)};
+          for (int j = 0; j < oc; j++) y[(size_t)r * ldy + o + j] = s1[j];
+          continue;
+        }
+        const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
+                    *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0, *a3 = rc > 3 ? a0 + 3 * (size_t)ldx : a0;
+        __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
+               c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00,
+               c31 = c00, c32 = c00, c33 = c00;
+        for (int k = 0; k < kv; k += 16) {
+          __m512 b0 = _mm512_loadu_ps(w0 + k), b1 = _mm512_loadu_ps(w1 + k),
+                 b2 = _mm512_loadu_ps(w2 + k), b3 = _mm512_loadu_ps(w3 + k);
+          __m512 v = _mm512_loadu_ps(a0 + k);
+          FMA4(v, c00, c01, c02, c03);
+          v = _mm512_loadu_ps(a1 + k);
+          FMA4(v, c10, c11, c12, c13);
+          v = _mm512_loadu_ps(a2 + k);
+          FMA4(v, c20, c21, c22, c23);
+          v = _mm512_loadu_ps(a3 + k);
+          FMA4(v, c30, c31, c32, c33);
+        }
+        if (tm) {
+          __m512 b0 = _mm512_maskz_loadu_ps(tm, w0 + kv), b1 = _mm512_maskz_loadu_ps(tm, w1 + kv),
+                 b2 = _mm512_maskz_loadu_ps(tm, w2 + kv), b3 = _mm512_maskz_loadu_ps(tm, w3 + kv);
+          __m512 v = _mm512_maskz_loadu_ps(tm, a0 + kv);
+          FMA4(v, c00, c01, c02, c03);
+          v = _mm512_maskz_loadu_ps(tm, a1 + kv);
+          FMA4(v, c10, c11, c12, c13);
+          v = _mm512_maskz_loadu_ps(tm, a2 + kv);
+          FMA4(v, c20, c21, c22, c23);
+          v = _mm512_maskz_loadu_ps(tm, a3 + kv);
+          FMA4(v, c30, c31, c32, c33);
+        }
+        float s[4][4] = {
+            {_mm512_reduce_add_ps(c00), _mm512_reduce_add_ps(c01), _mm512_reduce_add_ps(c02), _mm512_reduce_add_ps(c03)},
+            {_mm512_reduce_add_ps(c10), _mm512_reduce_add_ps(c11), _mm512_reduce_add_ps(c12), _mm512_reduce_add_ps(c13)},
+            {_mm512_reduce_add_ps(c20), _mm512_reduce_add_ps(c21), _mm512_reduce_add_ps(c22), _mm512_reduce_add_ps(c23)},
+            {_mm512_reduce_add_ps(c30), _mm512_reduce_add_ps(c31), _mm512_reduce_add_ps(c32), _mm512_reduce_add_ps(c33)}};
+        for (int i = 0; i < rc; i++)
+          for (int j = 0; j < oc; j++) y[(size_t)(r + i) * ldy + o + j] = s[i][j];
+      }
+    }
+  }
+}
+#undef FMA4
+
+typedef void (*mm_fn)(const float *, int, int, int, const float *, int, int, float *, int);
+
+static mm_fn pick(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return mm_avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return mm_avx2;
+  return mm_scalar;
+}
+
+void xl_matmul_nt(const float *x, int M, int K, int ldx, const float *W, int N, int ldw, float *y,
+                  int ldy) {
+  static mm_fn fn; /* racing first calls store the same pointer */
+  mm_fn f = __atomic_load_n(&fn, __ATOMIC_RELAXED);
+  if (!f) {
+    f = pick();
+    __atomic_store_n(&fn, f, __ATOMIC_RELAXED);
+  }
+  if (M > 0 && N > 0) f(x, M, K, ldx, W, N, ldw, y, ldy);
+}
+
+const char *xl_matmul_path(void) {
+  mm_fn f = pick();
+  return f == mm_avx512 ? "avx512" : f == mm_avx2 ? "avx2" : "portable";
+}
