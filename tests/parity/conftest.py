@@ -40,6 +40,11 @@ def pytest_terminal_summary(terminalreporter):
         lines.append(f"{cfg:26s} {check:38s} {n:6d} {segs:5d} {diff:10.3e}{flag}")
         worst = max(worst, diff)
     lines.append(f"overall max diff: {worst:.3e} over {len(RESULTS)} comparisons")
+    per_cfg = {}
+    for cfg, _, _, _, diff, _ in RESULTS:
+        per_cfg[cfg] = max(per_cfg.get(cfg, 0.0), diff)
+    lines.append("per configuration (max over its checks): " +
+                 ", ".join(f"{c} {d:.2e}" for c, d in per_cfg.items()))
     terminalreporter.write_sep("=", "parity summary")
     for line in lines:
         terminalreporter.write_line(line)

@@ -89,7 +89,7 @@ def test_other_segmenting_without_same_length(models, tmp_path, name):
 OVERRIDES = [
     # (config, tgt_len, mem_len, clamp_len, same_length)
     ("byte_plain_postln", 4, 10, 3, False),        # turn same_length off, add clamping
-    ("words_div3_dembed_untied", 5, 9, 0, True),    # turn same_length on, clamping off
+    ("words_div3_dembed_untied", 5, 12, 0, True),   # turn same_length on, clamping off
     ("words_div2_3tails_preln", 6, 13, 11, True),   # other mem_len and clamp_len
 ]
 
@@ -100,4 +100,13 @@ def test_runtime_overrides(models, tmp_path, name, L, M, C, S):
     eng = engine_nll(models[name], ids, L, str(tmp_path), tag="ovr", mem_len=M, clamp_len=C,
                      same_length=S)
     ref = reference_nll(models[name], ids, L, mem_len=M, clamp_len=C, same_length=S)
+    # Each override must matter here, or the test could not tell it was ignored.
+    spec = gen.CONFIGS[name]
+    for key, alt in (("mem_len", dict(mem_len=spec["mem_len"], clamp_len=C, same_length=S)),
+                     ("clamp_len", dict(mem_len=M, clamp_len=spec["clamp_len"], same_length=S)),
+                     ("same_length", dict(mem_len=M, clamp_len=C,
+                                          same_length=spec["same_length"]))):
+        if alt[key] != dict(mem_len=M, clamp_len=C, same_length=S)[key]:
+            other = reference_nll(models[name], ids, L, **alt)
+            assert np.abs(other - ref).max() > 1e-2, f"override of {key} does not matter here"
     _compare(name, f"override L={L} M={M} C={C} S={int(S)}", eng, ref, L)

@@ -1,4 +1,4 @@
-"""test_reference.py: self-checks of the numpy reference and of the random-model generator.
+"""test_parity_reference.py: self-checks of the numpy reference and of the random-model generator.
 
 Owns: (1) a second, differently written formulation in PyTorch float64 (batched segment,
 relative-shift trick, triu/tril masks in the mask_len/mask_shift_len form, adaptive softmax by

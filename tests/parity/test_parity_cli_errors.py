@@ -1,4 +1,4 @@
-"""test_cli_errors.py: corrupt inputs to `xlserve eval` (SPEC item 7 of issue 2).
+"""test_parity_cli_errors.py: corrupt inputs to `xlserve eval` (SPEC item 7 of issue 2).
 
 Owns: one test per broken input (model dir, safetensors file, config.json, ids file). Each
 expects a non-zero exit below 128 (no signal, no abort), no sanitizer report, and exactly one
@@ -54,6 +54,7 @@ def expect_error(args, names, problem_words=None):
     if problem_words:
         assert any(w in msg.lower() for w in problem_words), \
             f"message does not say the problem ({problem_words}): {msg}"
+    print(f"\n[error exit {proc.returncode}] {msg}")
     return msg
 
 
