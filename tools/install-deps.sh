@@ -12,6 +12,8 @@ PACKAGES=(
   libmicrohttpd-dev libjansson-dev libopenblas-dev libuv1-dev libsqlite3-dev
   # tests, reference implementation, trainer and converter
   python3 python3-numpy python3-torch python3-pytest
+  # fuzzing (libFuzzer)
+  clang libclang-rt-14-dev
   # deployment tests: nginx in front, systemd-analyze verify
   nginx-light systemd curl
 )

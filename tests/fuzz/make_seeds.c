@@ -1,0 +1,65 @@
+/*
+ * make_seeds.c: writes seed inputs for the fuzzers (a valid blob, a valid model file, a valid
+ * config) into the directories given: make_seeds BLOB_DIR SAFETENSORS_DIR CONFIG_DIR.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testlib.h"
+
+static int copy(const char *from, const char *to) {
+  size_t n;
+  FILE *f = fopen(from, "rb");
+  if (!f) return -1;
+  char *buf = malloc(1 << 20);
+  n = fread(buf, 1, 1 << 20, f);
+  fclose(f);
+  int rc = tl_write_file(to, buf, n);
+  free(buf);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) return 2;
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  spec.mem_len = 6; spec.n_layer = 1; spec.d_model = 8; spec.n_head = 2; spec.d_head = 4;
+  spec.d_inner = 8;
+  const char *dir = tl_tmpdir("seeds");
+  xl_model *m;
+  xl_workspace *ws;
+  xl_state *s;
+  xl_error err;
+  if (tl_write_model(dir, &spec) || xl_model_load(dir, NULL, &m, &err) ||
+      xl_workspace_new(m, &ws, &err) || xl_state_new(m, &s, &err))
+    return 1;
+  int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  xl_feed f = {s, t, 9, NULL, NULL, NULL};
+  xl_forward(m, ws, &f, 1, &err);
+  uint8_t *blob;
+  size_t n;
+  xl_state_serialize(s, &blob, &n, &err);
+  uint8_t *seed = malloc(n + 1);
+  seed[0] = 0;
+  memcpy(seed + 1, blob, n);
+  char path[2048];
+  snprintf(path, sizeof path, "%s/valid", argv[1]);
+  tl_write_file(path, seed, n + 1);
+  seed[0] = 1;
+  snprintf(path, sizeof path, "%s/valid_repair", argv[1]);
+  tl_write_file(path, seed, n + 1);
+  char src[2048];
+  snprintf(src, sizeof src, "%s/model.safetensors", dir);
+  snprintf(path, sizeof path, "%s/valid", argv[2]);
+  copy(src, path);
+  snprintf(src, sizeof src, "%s/config.json", dir);
+  snprintf(path, sizeof path, "%s/valid", argv[3]);
+  copy(src, path);
+  free(seed);
+  free(blob);
+  xl_state_free(s);
+  xl_workspace_free(ws);
+  xl_model_free(m);
+  return 0;
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs one libFuzzer target for a bounded time on a corpus seeded with valid inputs; fails if
+# the fuzzer finds a crash (or cannot run). usage: run_fuzzer.sh FUZZER SEEDER WORKDIR SECONDS
+set -euo pipefail
+fuzzer=$1 seeder=$2 work=$3 seconds=$4
+name=$(basename "$fuzzer")
+mkdir -p "$work/blob" "$work/safetensors" "$work/config" "$work/tmp"
+XL_TMP="$work/tmp" "$seeder" "$work/blob" "$work/safetensors" "$work/config"
+case $name in
+  fuzz_state_blob) corpus=$work/blob ;;
+  fuzz_safetensors) corpus=$work/safetensors ;;
+  fuzz_config) corpus=$work/config ;;
+  *) corpus=$work/$name; mkdir -p "$corpus" ;;
+esac
+status=0
+XL_TMP="$work/tmp" "$fuzzer" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=2048 \
+  -artifact_prefix="$work/" "$corpus" > "$work/log" 2>&1 || status=$?
+grep -E "stat::number_of_executed_units|stat::peak_rss|SUMMARY|ERROR" "$work/log" || true
+if [ "$status" -ne 0 ]; then
+  tail -40 "$work/log"
+  echo "$name: fuzzer exited with status $status (artifacts in $work)"
+fi
+exit "$status"
