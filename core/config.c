@@ -64,6 +64,8 @@ static xl_code parse(json_t *root, const char *path, xl_config *c, xl_error *err
     TRY(get_int(root, path, "vocab_size", 1, 0, &c->vocab_size, err));
   else /* older configs */
     TRY(get_int(root, path, "n_token", 1, 0, &c->vocab_size, err));
+  if (c->vocab_size < 1) /* checked before cutoffs, which are relative to it */
+    return xl_fail(err, XL_CONFIG, "%s: 'vocab_size' = %d must be positive", path, c->vocab_size);
   TRY(get_int(root, path, "d_model", 1, 0, &c->d_model, err));
   TRY(get_int(root, path, "d_embed", 0, c->d_model, &c->d_embed, err));
   TRY(get_int(root, path, "n_head", 1, 0, &c->n_head, err));

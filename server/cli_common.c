@@ -98,10 +98,11 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     n += got;
     if (got == 0) break;
   }
-  int bad = ferror(f);
+  int bad = ferror(f), read_errno = errno;
   fclose(f);
   if (!buf || bad) {
-    fprintf(stderr, "xlserve %s: %s: %s\n", cmd, path, buf ? "read error" : "out of memory");
+    fprintf(stderr, "xlserve %s: %s: %s\n", cmd, path,
+            buf ? strerror(read_errno) : "out of memory");
     free(buf);
     return NULL;
   }
