@@ -63,6 +63,9 @@ typedef struct app {
   /* requests in progress (any phase), for draining and gauges */
   req *reqs;
   long n_reqs, n_conns, n_jobs;
+  long n_new; /* requests still arriving (phase REQ_NEW): they do not hold up a drain */
+  uv_timer_t sweep_timer; /* request_timeout for bodies; runs only while n_new > 0 */
+  int sweep_on;
   int drain_deadline_hit;
 } app;
 
@@ -88,6 +91,7 @@ struct req {
   double t_start; /* monotonic */
   buf body;
   int too_big;
+  int timed_out;
   int suspended;
   int mhd_done;
   /* deferred full reply (non-stream): queued by the access handler after resume */

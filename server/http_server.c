@@ -92,6 +92,7 @@ static void req_free(req *r) {
     xlog_write(l.p, l.len);
     buf_free(&l);
   }
+  if (r->phase == REQ_NEW) a->n_new--;
   if (r->prev) r->prev->next = r->next;
   else a->reqs = r->next;
   if (r->next) r->next->prev = r->prev;
@@ -169,6 +170,34 @@ static void on_ping(uv_timer_t *t) {
   http_pump(r->a);
 }
 
+static void set_phase(req *r, req_phase p) {
+  if (r->phase == REQ_NEW && p != REQ_NEW) r->a->n_new--;
+  r->phase = p;
+}
+
+/* Requests whose body stalls past request_timeout: shutting the socket down makes MHD see the
+ * end of the connection on its next event and close it (MHD has no deadline of its own, and a
+ * FIN that arrives with the last data can go unnoticed until the idle timeout). */
+static void on_sweep(uv_timer_t *t) {
+  app *a = t->data;
+  double now = now_mono();
+  for (req *r = a->reqs; r; r = r->next) {
+    if (r->phase != REQ_NEW || r->timed_out || r->mhd_done) continue;
+    if (now - r->t_start <= (double)a->cfg->request_timeout) continue;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->timed_out = 1;
+    r->err_code = "request_timeout";
+    r->status = 408;
+    if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
+  }
+  if (a->n_new == 0) {
+    uv_timer_stop(&a->sweep_timer);
+    a->sweep_on = 0;
+  }
+  http_pump(a);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* responses */
 
@@ -187,7 +216,7 @@ static void queue(req *r, int status, struct MHD_Response *resp) {
     xlog_msg("error", "queue_response", "MHD_queue_response failed (status %d)", status);
   MHD_destroy_response(resp);
   r->status = status;
-  r->phase = REQ_REPLIED;
+  set_phase(r, REQ_REPLIED);
 }
 
 void req_reply(req *r, int status, const char *ctype, const char *body, size_t len) {
@@ -278,7 +307,7 @@ void req_start_stream(req *r) {
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   queue(r, 200, resp);
-  r->phase = REQ_STREAMING;
+  set_phase(r, REQ_STREAMING);
   req_watch_disconnect(r);
   long long iv = r->a->cfg->ping_interval;
   if (iv > 0) {
@@ -291,7 +320,7 @@ void req_start_stream(req *r) {
 }
 
 void req_suspend_for_job(req *r) {
-  r->phase = REQ_WAITING;
+  set_phase(r, REQ_WAITING);
   r->suspended = 1;
   MHD_suspend_connection(r->conn);
   req_watch_disconnect(r);
@@ -351,6 +380,11 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
   if (a->reqs) a->reqs->prev = r;
   a->reqs = r;
   a->n_reqs++;
+  a->n_new++;
+  if (!a->sweep_on) {
+    a->sweep_on = 1;
+    uv_timer_start(&a->sweep_timer, on_sweep, 1000, 1000);
+  }
   peer_address(r);
   int trusted = is_trusted(a, r->remote);
   const char *rid = hdr(r, "X-Request-Id");
@@ -624,8 +658,7 @@ int http_start(app *a, char *err, size_t errcap) {
   a->mhd = MHD_start_daemon(
       flags, 0, NULL, NULL, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-      MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-      (unsigned int)1, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)c->max_connections,
+      MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)c->max_connections,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)c->idle_timeout,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
       a, MHD_OPTION_NOTIFY_CONNECTION, on_connection, a, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, (int)1, MHD_OPTION_END);
@@ -642,6 +675,8 @@ int http_start(app *a, char *err, size_t errcap) {
   uv_poll_start(&a->mhd_poll, UV_READABLE, on_mhd_poll);
   uv_timer_init(a->loop, &a->mhd_timer);
   a->mhd_timer.data = a;
+  uv_timer_init(a->loop, &a->sweep_timer);
+  a->sweep_timer.data = a;
   http_pump(a);
   return 0;
 }
@@ -667,4 +702,6 @@ void http_stop(app *a) {
   a->mhd = NULL;
   uv_close((uv_handle_t *)&a->mhd_poll, NULL);
   uv_close((uv_handle_t *)&a->mhd_timer, NULL);
+  uv_timer_stop(&a->sweep_timer);
+  uv_close((uv_handle_t *)&a->sweep_timer, NULL);
 }

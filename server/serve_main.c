@@ -73,7 +73,8 @@ static void schedule_stop(app *a, uint64_t ms) {
 
 void app_check_drained(app *a) {
   if (a->phase != APP_DRAINING) return;
-  if (a->n_reqs == 0 && a->n_jobs == 0 && a->load_rc != 1) schedule_stop(a, 0);
+  /* requests still arriving do not count: MHD_stop_daemon closes them */
+  if (a->n_reqs - a->n_new == 0 && a->n_jobs == 0 && a->load_rc != 1) schedule_stop(a, 0);
 }
 
 static void on_drain_deadline(uv_timer_t *t) {

@@ -29,8 +29,11 @@ def write_tiny_model(out_dir, seed=7, **overrides):
     def w(*shape, s=0.3):
         return (rng.standard_normal(shape) * s).astype(np.float32)
 
-    t = {"transformer.word_emb.emb_layers.0.weight": w(V, d, s=1.0),
-         "crit.out_layers.0.bias": w(V, s=0.5)}
+    bias = w(V, s=0.5)
+    bias[32] += 4.0          # favour spaces and lower-case ASCII so replies are readable UTF-8
+    bias[97:123] += 4.0
+    t = {"transformer.word_emb.emb_layers.0.weight": w(V, d, s=0.35),
+         "crit.out_layers.0.bias": bias}
     for n in range(cfg["n_layer"]):
         p = f"transformer.layers.{n}."
         t[p + "dec_attn.qkv_net.weight"] = w(3 * H * D, d)
@@ -130,6 +133,10 @@ class Daemon:
 
     def conn(self, timeout=30):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def tail(self, n=30):
+        with self.cv:
+            return "\n".join(json.dumps(l) for l in self.lines[-n:])
 
     def signal(self, sig):
         self.proc.send_signal(sig)
