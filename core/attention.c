@@ -105,26 +105,25 @@ void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_po
 
       for (int r = 0; r < b; r++) {
         int a = mlen + i0 + r;
-        int lo = window && a - window + 1 > 0 ? a - window + 1 : 0; /* allowed [lo, a] */
+        int lo = window && a - window + 1 > 0 ? a - window + 1 : 0; /* allowed keys [lo, a] */
         float *srow = sc->scores + (size_t)r * width;
         const float *prow = sc->pos + (size_t)r * n_pos;
-        float mx = -INFINITY;
-        for (int j = lo; j <= a; j++) {
-          int p = xl_pos_index(m, a - j);
-          float v = (srow[j - jlo] + (prow[p] + pos_bias[p])) * scale;
-          srow[j - jlo] = v;
-          if (v > mx) mx = v;
-        }
-        double sum = 0.0;
-        for (int j = lo; j <= a; j++) {
-          float z = srow[j - jlo] - mx; /* <= 0; below -88 expf underflows (slowly) to 0 */
-          float e = z > -88.0f ? expf(z) : 0.0f;
-          srow[j - jlo] = e;
-          sum += e;
-        }
-        float inv = (float)(1.0 / sum);
+        /* Position term, shifted: key j reads distance index p = pos_index(a - j). With
+         * Q[p] = q.pos_k[p] + v.pos_k[p] and top the largest index used, rev[k] = Q[top - k]
+         * so keys j >= a - top read rev[j - (a - top)] contiguously; keys farther than a
+         * clamped top all read Q[top] = rev[0]. */
+        int top = xl_pos_index(m, a - lo);
+        for (int k = 0; k <= top; k++) sc->rev[k] = prow[top - k] + pos_bias[top - k];
+        int j_rev = a - top > lo ? a - top : lo;
+        float *s = srow + (lo - jlo);
+        int n_allowed = a - lo + 1;
+        for (int j = lo; j < j_rev; j++) s[j - lo] = (s[j - lo] + sc->rev[0]) * scale;
+        const float *rv = sc->rev + (j_rev - (a - top));
+        for (int j = j_rev; j <= a; j++) s[j - lo] = (s[j - lo] + rv[j - j_rev]) * scale;
+        float mx = xl_vec_max(s, n_allowed);
+        float inv = 1.0f / xl_vec_exp_sum(s, n_allowed, mx);
+        for (int k = 0; k < n_allowed; k++) s[k] *= inv;
         for (int j = jlo; j < lo; j++) srow[j - jlo] = 0.0f;
-        for (int j = lo; j <= a; j++) srow[j - jlo] *= inv;
         for (int j = a + 1; j <= jhi; j++) srow[j - jlo] = 0.0f;
       }
       /* O[b, dh] = P_attn[b, width] V[jlo..jhi] -> av rows (this head's columns) */
@@ -145,9 +144,8 @@ void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_po
 }
 
 size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos) {
-  (void)m;
   return (size_t)QUERY_BLOCK * max_width + (size_t)QUERY_BLOCK * max_pos +
-         2 * (size_t)QUERY_BLOCK * m->cfg.d_head;
+         2 * (size_t)QUERY_BLOCK * m->cfg.d_head + (size_t)max_pos;
 }
 
 void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_pos,
@@ -156,4 +154,5 @@ void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_
   sc->pos = sc->scores + (size_t)QUERY_BLOCK * max_width;
   sc->q = sc->pos + (size_t)QUERY_BLOCK * max_pos;
   sc->qu = sc->q + (size_t)QUERY_BLOCK * m->cfg.d_head;
+  sc->rev = sc->qu + (size_t)QUERY_BLOCK * m->cfg.d_head;
 }

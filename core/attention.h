@@ -24,6 +24,7 @@ typedef struct {
   float *scores;           /* [QUERY_BLOCK, max_width] */
   float *pos;              /* [QUERY_BLOCK, max_pos] */
   float *q, *qu;           /* [QUERY_BLOCK, d_head] each */
+  float *rev;              /* [max_pos]: one row's position terms, distance-reversed */
 } xl_attn_scratch;
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,

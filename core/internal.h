@@ -170,5 +170,8 @@ const char *xl_matmul_path(void); /* "avx512", "avx2" or "portable" */
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                    float *y);
 void xl_log_softmax_inplace(float *x, int n);
+/* vecmath.c: max of x[0..n); x[i] = exp(x[i] - shift) returning the sum (deterministic). */
+float xl_vec_max(const float *x, int n);
+float xl_vec_exp_sum(float *x, int n, float shift);
 
 #endif /* XL_INTERNAL_H */

@@ -18,6 +18,8 @@ typedef struct {
   int threads;
   double min_seconds; /* per measurement */
   int quick;          /* smaller recompute samples (tests) */
+  int max_batch;      /* largest decode batch measured */
+  int recurrence;     /* run the Table 9 comparison */
 } bench_opts;
 
 static void random_tokens(int32_t *t, int n, int vocab, xl_rng *rng) {
@@ -138,17 +140,23 @@ out:
 
 int cli_bench_main(int argc, char **argv) {
   const char *cmd = "bench";
-  bench_opts o = {NULL, 0, 2.0, 0};
+  bench_opts o = {NULL, 0, 2.0, 0, 64, 1};
   int tgt_len = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int ok = 1;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      printf("usage: xlserve bench [--model DIR] [--threads N] [--seconds S] [--tgt-len L] [--quick]\n");
+      printf("usage: xlserve bench [--model DIR] [--threads N] [--seconds S] [--tgt-len L]\n"
+             "                     [--max-batch B] [--no-recurrence] [--quick]\n"
+             "  --seconds S       minimum time per measurement (default 2)\n"
+             "  --max-batch B     largest decode batch (1, 4, 16, 32, 64 up to B; default 64)\n"
+             "  --no-recurrence   skip the recurrence-vs-recompute table\n");
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &o.model_dir);
     else if (!strcmp(a, "--threads")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 256, &o.threads);
     else if (!strcmp(a, "--tgt-len")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 1 << 16, &tgt_len);
+    else if (!strcmp(a, "--max-batch")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 4096, &o.max_batch);
+    else if (!strcmp(a, "--no-recurrence")) o.recurrence = 0;
     else if (!strcmp(a, "--seconds")) {
       float s;
       ok = cli_float_arg(cmd, argc, argv, &i, 0.01, 3600, &s);
@@ -175,7 +183,7 @@ int cli_bench_main(int argc, char **argv) {
          c->mem_len, o.threads);
   static const int BATCHES[] = {1, 4, 16, 32, 64};
   double dec1 = 0;
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < 5 && BATCHES[i] <= o.max_batch; i++) {
     double d = bench_decode(m, BATCHES[i], &o, &rng);
     if (d < 0) {
       xl_model_free(m);
@@ -193,6 +201,7 @@ int cli_bench_main(int argc, char **argv) {
   printf("%-58s %12.1f tokens/s\n", label, seg);
   xl_model_free(m);
   if (seg < 0) return 1;
+  if (!o.recurrence) return 0;
 
   static const int LENS[] = {800, 1800, 2800, 3800};
   static const double PAPER[] = {363, 773, 1409, 1874};

@@ -1,0 +1,105 @@
+/*
+ * vecmath.c: the vector loops of the attention softmax: max, exp-and-sum (a Cephes-style
+ * polynomial exp, ~1 ulp, deterministic), scale. AVX-512 when the CPU has it, else portable C
+ * with the same polynomial. Any thread; pure functions.
+ */
+#include <immintrin.h>
+#include <math.h>
+
+#include "internal.h"
+
+/* exp(x) for x <= 0 (softmax inputs after subtracting the max); 0 below -87.3. */
+static inline float exp_poly(float x) {
+  if (x < -87.3f) return 0.0f;
+  float n = nearbyintf(x * 1.44269504088896341f);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f; /* ln2 split into hi + lo */
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return ldexpf(p, (int)n);
+}
+
+static float max_scalar(const float *x, int n) {
+  float m = -INFINITY;
+  for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+static float exp_sum_scalar(float *x, int n, float shift) {
+  float lanes[16] = {0};
+  for (int i = 0; i < n; i++) {
+    x[i] = exp_poly(x[i] - shift);
+    lanes[i & 15] += x[i];
+  }
+  float s = 0.0f;
+  for (int l = 0; l < 16; l++) s += lanes[l];
+  return s;
+}
+
+__attribute__((target("avx512f"))) static float max_avx512(const float *x, int n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+  if (i < n) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, (__mmask16)((1u << (n - i)) - 1u), x + i));
+  return _mm512_reduce_max_ps(m);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 exp_avx512(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3f);
+  __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_max_ps(x, lo);
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  p = _mm512_scalef_ps(p, n);
+  return _mm512_maskz_mov_ps((__mmask16)~under, p);
+}
+
+__attribute__((target("avx512f"))) static float exp_sum_avx512(float *x, int n, float shift) {
+  __m512 s = _mm512_setzero_ps(), sh = _mm512_set1_ps(shift);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), sh));
+    _mm512_storeu_ps(x + i, e);
+    s = _mm512_add_ps(s, e);
+  }
+  if (i < n) {
+    __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+    __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh));
+    e = _mm512_maskz_mov_ps(k, e);
+    _mm512_mask_storeu_ps(x + i, k, e);
+    s = _mm512_add_ps(s, e);
+  }
+  return _mm512_reduce_add_ps(s);
+}
+
+static int have_avx512(void) {
+  static int cached = -1;
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c < 0) {
+    __builtin_cpu_init();
+    c = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+  }
+  return c;
+}
+
+float xl_vec_max(const float *x, int n) {
+  return have_avx512() ? max_avx512(x, n) : max_scalar(x, n);
+}
+
+float xl_vec_exp_sum(float *x, int n, float shift) {
+  return have_avx512() ? exp_sum_avx512(x, n, shift) : exp_sum_scalar(x, n, shift);
+}
