@@ -65,20 +65,24 @@ class Daemon:
     """The real `xlserve serve` on 127.0.0.1 with an ephemeral port; its JSON log lines are
     collected from stderr."""
 
-    def __init__(self, model, args=(), env=None, wait_ready=True, timeout=30):
+    def __init__(self, model, args=(), env=None, wait_ready=True, timeout=30, port=None,
+                 prefix=""):
+        """port: a fixed port (for daemons whose log does not go to stderr); default: any."""
         self.lines = []
         self.cv = threading.Condition()
         e = dict(os.environ)
         e.update(env or {})
-        cmd = [xlserve_bin(), "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
-               *args]
+        cmd = [xlserve_bin(), "serve", "--model", model, "--host", "127.0.0.1",
+               "--port", str(port or 0), *args]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=e)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        self.port = None
-        ev = self.wait_log(lambda o: o.get("event") == "listening", timeout)
-        self.port = ev["port"]
+        self.port = port
+        self.prefix = prefix
+        if not port:
+            ev = self.wait_log(lambda o: o.get("event") == "listening", timeout)
+            self.port = ev["port"]
         if wait_ready:
             self.wait_ready(timeout)
 
@@ -121,7 +125,7 @@ class Daemon:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                st, _, _ = request(self.port, "GET", "/health")
+                st, _, _ = request(self.port, "GET", self.prefix + "/health")
                 if st == 200:
                     return
             except OSError:
