@@ -56,6 +56,8 @@ def build_argparser():
     a("--eval-bytes", type=int, default=65536, help="valid bytes scored at each validation")
     a("--eval-streams", type=int, default=16, help="validation text cut into this many streams")
     a("--ckpt-seconds", type=float, default=600.0, help="checkpoint at least this often")
+    a("--stop-after", type=int, default=0,
+      help="stop (checkpoint, no export) after this many steps of this invocation (tests)")
     return ap
 
 
@@ -133,7 +135,7 @@ def main(argv=None):
         saved = ck["args"]
         # The model and schedule come from the checkpoint; only bookkeeping flags may change.
         for k in ("data", "run_dir", "export", "resume", "device", "threads", "log_interval",
-                  "eval_interval", "ckpt_seconds"):
+                  "eval_interval", "ckpt_seconds", "stop_after"):
             saved[k] = getattr(args, k)
         args = argparse.Namespace(**saved)
     else:
@@ -170,7 +172,13 @@ def main(argv=None):
     t_start = time.time() - elapsed
     last_ckpt = time.time()
     win_t, win_tok, win_loss, win_n = time.time(), 0, 0.0, 0
+    first_step = step
     while True:
+        if args.stop_after and step - first_step >= args.stop_after:
+            elapsed = time.time() - t_start
+            save()
+            log(args.run_dir, f"stopped after {step - first_step} steps (--stop-after)")
+            return model
         elapsed = time.time() - t_start
         progress = progress_of(args, step, elapsed)
         if progress >= 1.0:

@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""Converts Transformer-XL checkpoints to an xlserve model directory (config.json,
+model.safetensors, vocab.txt for word-level models). Untrusted input is never executed: see
+tools/xlconvert/torchfile.py. Works without torch installed.
+
+  convert.py hf SRC_DIR OUT_DIR       Hugging Face TransfoXL (config.json + model.safetensors or
+                                      pytorch_model.bin, vocab.pkl / vocab.bin)
+  convert.py authors CKPT OUT_DIR     kimiyoung/transformer-xl pytorch checkpoint: a state_dict or
+                                      the whole pickled MemTransformerLM (model.pt) of train.py;
+                                      give the hyperparameters it lacks as in the run script,
+                                      e.g. --mem_len 1600 --same_length --clamp_len 1000
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from xlconvert.sources import ConvertError, convert_authors, convert_hf  # noqa: E402
+
+
+def _ints(s):
+    return [int(x) for x in s.replace(",", " ").split()] if s.strip() else []
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("source_kind", choices=["hf", "authors"])
+    ap.add_argument("source", help="HF directory, or the authors' checkpoint file")
+    ap.add_argument("out", help="output model directory")
+    ap.add_argument("--vocab", help="vocabulary: vocab.pkl, vocab.bin, the authors' cache.pt, "
+                    "or vocab.txt (one symbol per line)")
+    ap.add_argument("--tokenizer", choices=["bytes", "words"],
+                    help="bytes: a 256-symbol model whose ids are byte values (no vocab file)")
+    ap.add_argument("--mem-len", "--mem_len", dest="mem_len", type=int)
+    ap.add_argument("--tgt-len", "--tgt_len", dest="tgt_len", type=int)
+    ap.add_argument("--clamp-len", "--clamp_len", dest="clamp_len", type=int)
+    ap.add_argument("--same-length", "--same_length", dest="same_length", action="store_const",
+                    const=True, default=None)
+    ap.add_argument("--no-same-length", dest="same_length", action="store_const", const=False)
+    ap.add_argument("--pre-lnorm", "--pre_lnorm", dest="pre_lnorm", action="store_const",
+                    const=True, default=None)
+    ap.add_argument("--cutoffs", type=_ints, help="e.g. 20000,40000,200000 (authors' models "
+                    "with div_val 1 and an adaptive softmax)")
+    ap.add_argument("--div-val", "--div_val", dest="div_val", type=int)
+    ap.add_argument("--layer-norm-epsilon", dest="layer_norm_epsilon", type=float)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    ov = {k: getattr(args, k) for k in ("mem_len", "tgt_len", "clamp_len", "same_length",
+                                         "pre_lnorm", "cutoffs", "div_val",
+                                         "layer_norm_epsilon")}
+    try:
+        if args.source_kind == "hf":
+            cfg = convert_hf(args.source, args.out, ov, args.vocab, args.tokenizer)
+        else:
+            cfg = convert_authors(args.source, args.out, ov, args.vocab, args.tokenizer)
+    except ConvertError as e:
+        print(f"convert.py: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: {cfg['n_layer']} layers, d_model {cfg['d_model']}, vocab "
+          f"{cfg['vocab_size']} ({cfg['xlserve_tokenizer']}), cutoffs {cfg['cutoffs']}, "
+          f"div_val {cfg['div_val']}, mem_len {cfg['mem_len']}, same_length {cfg['same_length']}, "
+          f"clamp_len {cfg['clamp_len']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
