@@ -118,6 +118,7 @@ struct req {
   int ping_open;
   /* log */
   int status;
+  int counted; /* in xlserve_requests_total */
   const char *err_code;
   int tokens_in, tokens_out;
   const char *finish;

@@ -58,7 +58,7 @@ static void req_free(req *r) {
   app *a = r->a;
   double dur = now_mono() - r->t_start;
   int status = r->status ? r->status : 499;
-  if (status >= 100 && status < 600) ctr_add(&g_metrics.requests[r->route][status], 1);
+  if (!r->counted) ctr_add(&g_metrics.requests[r->route][status], 1);
   hist_observe(&g_metrics.duration, dur);
   if (a->cfg->access_log) {
     buf l;
@@ -216,6 +216,10 @@ static void queue(req *r, int status, struct MHD_Response *resp) {
     xlog_msg("error", "queue_response", "MHD_queue_response failed (status %d)", status);
   MHD_destroy_response(resp);
   r->status = status;
+  if (!r->counted && status >= 100 && status < 600) { /* counted when answered */
+    r->counted = 1;
+    ctr_add(&g_metrics.requests[r->route][status], 1);
+  }
   set_phase(r, REQ_REPLIED);
 }
 

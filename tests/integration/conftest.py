@@ -42,5 +42,6 @@ def start_daemon():
         return d
 
     yield start
-    for d in started:
-        d.stop()
+    codes = [(d.stop(), d) for d in started]
+    for code, d in codes:  # 0 also means: no leak (LeakSanitizer exits non-zero)
+        assert code == 0, d.tail()

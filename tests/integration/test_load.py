@@ -138,6 +138,7 @@ def test_idle_connections_and_queued_streams_cost_no_cpu(start_daemon, tiny_mode
     blocker.request("POST", "/v1/completions", body=json.dumps(
         {"prompt": "z" * 1500000, "max_tokens": 1, "stream": True}),
         headers={"Content-Type": "application/json"})
+    wait_until(lambda: metric(d, "xlserve_running") == 1, what="the blocker to run")
     queued = []
     for i in range(100):
         s = socket.create_connection(("127.0.0.1", d.port))
