@@ -1,14 +1,17 @@
 /*
  * attention.c: relative multi-head attention of one item (one session) for one layer, over
- * its memory (the state's K/V ring, read in place) followed by the item's new positions
- * (read in place from the qkv buffer). Called by the forward pass on the thread that owns the
- * state and the workspace.
+ * its memory (the state's ring, read in place) followed by the item's new positions (read in
+ * place from the qkv buffer). Called by the forward pass on the thread that owns the state
+ * and the workspace.
  *
  * For query i (key index a = mlen + i) and key j at distance d = a - j:
  *   score(i, j) = ((q_i + u) . k_j + (q_i + v) . W_r R_d) / sqrt(d_head)
- * computed as  S = (Q + u) K^T  and  P[i][d] = Q_i . pos_k[d] + pos_bias[d]  (one GEMM over
+ * computed as  S = (Q + u) K^T  and  P[i][d] = Q_i . pos_k[d] + pos_bias[d]  (one product over
  * distances, then the "relative shift" is an index: S[i][j] += P[i][pos_index(a - j)]).
  * Keys allowed: j <= a (causal) and, with same_length, j > a - mem_len.
+ *
+ * Two paths: a block of queries (prefill, segments) uses GEMMs per head; a single query (a
+ * decode step) streams each memory key row and value row once for all heads.
  */
 #include <cblas.h>
 #include <math.h>
@@ -18,140 +21,214 @@
 
 #define QUERY_BLOCK 64
 
-/* C[b, n] = A[b, k] B[n, k]^T */
-static void mm_nt(int b, int n, int k, const float *A, int lda, const float *B, int ldb, float *C,
-                  int ldc) {
-  if (b == 1)
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, B, ldb, A, 1, 0.0f, C, 1);
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, n, k, 1.0f, A, lda, B, ldb, 0.0f, C,
-                ldc);
-}
-
-/* C[b, k] = A[b, n] B[n, k] + beta C */
-static void mm_nn(int b, int n, int k, const float *A, int lda, const float *B, int ldb,
-                  float beta, float *C, int ldc) {
-  if (b == 1)
-    cblas_sgemv(CblasRowMajor, CblasTrans, n, k, 1.0f, B, ldb, A, 1, beta, C, 1);
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, k, n, 1.0f, A, lda, B, ldb, beta, C,
-                ldc);
-}
-
-/* The keys/values of one item in order: up to two ring spans, then the new positions. */
+/* The memory's ring as up to two runs of consecutive slots, in key order. */
 typedef struct {
-  int first;            /* key index of the span's first row */
+  int first;  /* key index of the run's first slot */
+  int slot;   /* ring slot of that key */
   int count;
-  const float *k, *v;   /* row 0 of the span (head offset added by the caller) */
-  int ld;               /* row stride in floats */
-} kv_span;
+} ring_run;
 
-static int collect_spans(const xl_attn_item *it, int layer, kv_span spans[3]) {
-  const xl_state *s = it->state;
-  int hd = s->model->hd, n = 0;
-  if (s->len > 0) {
-    const float *K = xl_state_keys(s, layer), *V = xl_state_values(s, layer);
-    int first_count = s->len;
-    if (s->head + first_count > s->mem_len) first_count = s->mem_len - s->head;
-    spans[n++] = (kv_span){0, first_count, K + (size_t)s->head * hd, V + (size_t)s->head * hd, hd};
-    if (first_count < s->len)
-      spans[n++] = (kv_span){first_count, s->len - first_count, K, V, hd};
-  }
-  spans[n++] = (kv_span){s->len, it->n, it->qkv + hd, it->qkv + 2 * hd, 3 * hd};
-  return n;
+static int ring_runs(const xl_state *s, ring_run runs[2]) {
+  if (s->len == 0) return 0;
+  int first = s->len;
+  if (s->head + first > s->mem_len) first = s->mem_len - s->head;
+  runs[0] = (ring_run){0, s->head, first};
+  if (first == s->len) return 1;
+  runs[1] = (ring_run){first, 0, s->len - first};
+  return 2;
 }
 
-void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
-               xl_attn_scratch *sc) {
+/* Clips a run of keys [first, first + count) to [jlo, jhi]; returns its length (<= 0: none). */
+static int clip(int first, int count, int jlo, int jhi, int *k0) {
+  *k0 = first > jlo ? first : jlo;
+  int k1 = first + count - 1 < jhi ? first + count - 1 : jhi;
+  return k1 - *k0 + 1;
+}
+
+/* Adds the shifted position term to scores s[0..n) of keys [lo, a] and scales them:
+ * s[j] = (s[j] + P[pos_index(a - j)] + pos_bias[pos_index(a - j)]) * scale. */
+static void add_position_term(const xl_model *m, int a, int lo, const float *prow,
+                              const float *pos_bias, float scale, float *s, float *rev) {
+  /* rev[k] = P[top - k] + bias[top - k] so keys j >= a - top read rev[j - (a - top)]
+   * contiguously; keys farther than a clamped top all read rev[0]. */
+  int top = xl_pos_index(m, a - lo);
+  for (int k = 0; k <= top; k++) rev[k] = prow[top - k] + pos_bias[top - k];
+  int j_rev = a - top > lo ? a - top : lo;
+  for (int j = lo; j < j_rev; j++) s[j - lo] = (s[j - lo] + rev[0]) * scale;
+  const float *rv = rev + (j_rev - (a - top));
+  for (int j = j_rev; j <= a; j++) s[j - lo] = (s[j - lo] + rv[j - j_rev]) * scale;
+}
+
+static void softmax_row(float *s, int n) {
+  float mx = xl_vec_max(s, n);
+  float inv = 1.0f / xl_vec_exp_sum(s, n, mx);
+  for (int k = 0; k < n; k++) s[k] *= inv;
+}
+
+/* ---- a block of queries ----------------------------------------------------------------- */
+
+static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
+                         const xl_pos_table *pt, xl_attn_scratch *sc) {
   const xl_config *c = &m->cfg;
   const xl_layer *L = &m->layers[layer];
-  const int hd = m->hd, dh = c->d_head, mlen = it->state->len, n = it->n;
+  const xl_state *st = it->state;
+  const int hd = m->hd, dh = c->d_head, mlen = st->len, n = it->n, M = st->mem_len;
   const int window = c->same_length ? c->mem_len : 0;
   const float scale = (float)(1.0 / sqrt((double)dh));
-  kv_span spans[3];
-  int n_spans = collect_spans(it, layer, spans);
+  const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);
+  const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd; /* rows, stride 3*hd */
+  ring_run runs[2];
+  int n_runs = ring_runs(st, runs);
 
   for (int h = 0; h < c->n_head; h++) {
     const float *u = L->r_w_bias + (size_t)h * dh;
-    const float *pos_k = pt->pos_k + (size_t)h * dh;          /* [rows, ld hd] */
-    const float *pos_bias = pt->pos_bias + (size_t)h * pt->rows; /* [rows] */
+    const float *pos_bias = pt->pos_bias + (size_t)h * pt->rows;
     for (int i0 = 0; i0 < n; i0 += QUERY_BLOCK) {
       int b = n - i0 < QUERY_BLOCK ? n - i0 : QUERY_BLOCK;
       int a_first = mlen + i0, a_last = mlen + i0 + b - 1;
       int jlo = window && a_first - window + 1 > 0 ? a_first - window + 1 : 0;
-      int jhi = a_last;                   /* keys [jlo, jhi] cover the block */
-      int width = jhi - jlo + 1;
+      int jhi = a_last, width = jhi - jlo + 1, k0, cnt;
       int n_pos = xl_pos_index(m, a_last - jlo) + 1; /* distances in the block's rectangle */
       if (window && n_pos > xl_pos_index(m, window - 1) + 1)
         n_pos = xl_pos_index(m, window - 1) + 1; /* no allowed pair is farther than the window */
 
-      /* Q block (this head) and Q + u: [b, dh] */
-      for (int r = 0; r < b; r++) {
+      for (int r = 0; r < b; r++) { /* Q and Q + u of this head: [b, dh] */
         const float *q = it->qkv + (size_t)(i0 + r) * 3 * hd + (size_t)h * dh;
         memcpy(sc->q + (size_t)r * dh, q, (size_t)dh * sizeof(float));
         for (int k = 0; k < dh; k++) sc->qu[(size_t)r * dh + k] = q[k] + u[k];
       }
-      /* S[b, width] = (Q + u) K^T over the spans' rows in [jlo, jhi] */
-      for (int sidx = 0; sidx < n_spans; sidx++) {
-        const kv_span *sp = &spans[sidx];
-        int s0 = sp->first > jlo ? sp->first : jlo;
-        int s1 = sp->first + sp->count - 1 < jhi ? sp->first + sp->count - 1 : jhi;
-        if (s1 < s0) continue;
-        mm_nt(b, s1 - s0 + 1, dh, sc->qu, dh, sp->k + (size_t)(s0 - sp->first) * sp->ld + h * dh,
-              sp->ld, sc->scores + (s0 - jlo), width);
-      }
-      /* P[b, n_pos] = Q pos_k^T (+ pos_bias below) */
-      mm_nt(b, n_pos, dh, sc->q, dh, pos_k, hd, sc->pos, n_pos);
+      /* S[b, width] = (Q + u) K^T: memory keys from the transposed ring, then new keys */
+      for (int ri = 0; ri < n_runs; ri++)
+        if ((cnt = clip(runs[ri].first, runs[ri].count, jlo, jhi, &k0)) > 0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, cnt, dh, 1.0f, sc->qu, dh,
+                      Kt + (size_t)h * dh * M + runs[ri].slot + (k0 - runs[ri].first), M, 0.0f,
+                      sc->scores + (k0 - jlo), width);
+      if ((cnt = clip(mlen, n, jlo, jhi, &k0)) > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, cnt, dh, 1.0f, sc->qu, dh,
+                    k_new + (size_t)(k0 - mlen) * 3 * hd + (size_t)h * dh, 3 * hd, 0.0f,
+                    sc->scores + (k0 - jlo), width);
+      /* P[b, n_pos] = Q pos_k^T */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, n_pos, dh, 1.0f, sc->q, dh,
+                  pt->pos_k + (size_t)h * dh, hd, 0.0f, sc->pos, n_pos);
 
       for (int r = 0; r < b; r++) {
         int a = mlen + i0 + r;
         int lo = window && a - window + 1 > 0 ? a - window + 1 : 0; /* allowed keys [lo, a] */
         float *srow = sc->scores + (size_t)r * width;
-        const float *prow = sc->pos + (size_t)r * n_pos;
-        /* Position term, shifted: key j reads distance index p = pos_index(a - j). With
-         * Q[p] = q.pos_k[p] + v.pos_k[p] and top the largest index used, rev[k] = Q[top - k]
-         * so keys j >= a - top read rev[j - (a - top)] contiguously; keys farther than a
-         * clamped top all read Q[top] = rev[0]. */
-        int top = xl_pos_index(m, a - lo);
-        for (int k = 0; k <= top; k++) sc->rev[k] = prow[top - k] + pos_bias[top - k];
-        int j_rev = a - top > lo ? a - top : lo;
-        float *s = srow + (lo - jlo);
-        int n_allowed = a - lo + 1;
-        for (int j = lo; j < j_rev; j++) s[j - lo] = (s[j - lo] + sc->rev[0]) * scale;
-        const float *rv = sc->rev + (j_rev - (a - top));
-        for (int j = j_rev; j <= a; j++) s[j - lo] = (s[j - lo] + rv[j - j_rev]) * scale;
-        float mx = xl_vec_max(s, n_allowed);
-        float inv = 1.0f / xl_vec_exp_sum(s, n_allowed, mx);
-        for (int k = 0; k < n_allowed; k++) s[k] *= inv;
+        add_position_term(m, a, lo, sc->pos + (size_t)r * n_pos, pos_bias, scale,
+                          srow + (lo - jlo), sc->rev);
+        softmax_row(srow + (lo - jlo), a - lo + 1);
         for (int j = jlo; j < lo; j++) srow[j - jlo] = 0.0f;
         for (int j = a + 1; j <= jhi; j++) srow[j - jlo] = 0.0f;
       }
-      /* O[b, dh] = P_attn[b, width] V[jlo..jhi] -> av rows (this head's columns) */
+      /* O[b, dh] = A[b, width] V[jlo..jhi] -> this head's columns of the output rows */
       float *out = it->out + (size_t)i0 * hd + (size_t)h * dh;
-      int first = 1;
-      for (int sidx = 0; sidx < n_spans; sidx++) {
-        const kv_span *sp = &spans[sidx];
-        int s0 = sp->first > jlo ? sp->first : jlo;
-        int s1 = sp->first + sp->count - 1 < jhi ? sp->first + sp->count - 1 : jhi;
-        if (s1 < s0) continue;
-        mm_nn(b, s1 - s0 + 1, dh, sc->scores + (s0 - jlo), width,
-              sp->v + (size_t)(s0 - sp->first) * sp->ld + h * dh, sp->ld, first ? 0.0f : 1.0f,
-              out, hd);
-        first = 0;
-      }
+      float beta = 0.0f;
+      for (int ri = 0; ri < n_runs; ri++)
+        if ((cnt = clip(runs[ri].first, runs[ri].count, jlo, jhi, &k0)) > 0) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, dh, cnt, 1.0f,
+                      sc->scores + (k0 - jlo), width,
+                      V + (size_t)(runs[ri].slot + (k0 - runs[ri].first)) * hd + (size_t)h * dh,
+                      hd, beta, out, hd);
+          beta = 1.0f;
+        }
+      if ((cnt = clip(mlen, n, jlo, jhi, &k0)) > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, dh, cnt, 1.0f,
+                    sc->scores + (k0 - jlo), width,
+                    v_new + (size_t)(k0 - mlen) * 3 * hd + (size_t)h * dh, 3 * hd, beta, out, hd);
     }
   }
 }
 
+/* ---- a single query (decode step) ------------------------------------------------------ */
+
+/* s[0..n) = sum_k q[k] * rows[k][0..n): dh rows of a transposed matrix, stride ld */
+static void dot_rows(const float *q, int dh, const float *rows, size_t ld, int n, float *s) {
+  memset(s, 0, (size_t)n * sizeof *s);
+  for (int k = 0; k < dh; k++) xl_vec_axpy(s, q[k], rows + (size_t)k * ld, n);
+}
+
+static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
+                       xl_attn_scratch *sc) {
+  const xl_config *c = &m->cfg;
+  const xl_layer *L = &m->layers[layer];
+  const xl_state *st = it->state;
+  const int hd = m->hd, dh = c->d_head, H = c->n_head, a = st->len, M = st->mem_len;
+  const int window = c->same_length ? c->mem_len : 0;
+  const int lo = window && a - window + 1 > 0 ? a - window + 1 : 0, n_keys = a - lo + 1;
+  const int top = xl_pos_index(m, a - lo), n_pos_all = m->n_pos_cached;
+  const float scale = (float)(1.0 / sqrt((double)dh));
+  const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);
+  const float *q = it->qkv, *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
+  ring_run runs[2];
+  int n_runs = ring_runs(st, runs), k0, cnt;
+  float *probs = sc->scores; /* [H, n_keys] */
+
+  for (int h = 0; h < H; h++) {
+    const float *qh = q + (size_t)h * dh, *u = L->r_w_bias + (size_t)h * dh;
+    float *s = probs + (size_t)h * n_keys; /* keys lo..a */
+    for (int k = 0; k < dh; k++) sc->qu[k] = qh[k] + u[k];
+    for (int ri = 0; ri < n_runs; ri++)
+      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
+        dot_rows(sc->qu, dh, Kt + (size_t)h * dh * M + runs[ri].slot + (k0 - runs[ri].first),
+                 (size_t)M, cnt, s + (k0 - lo));
+    float self = 0.0f; /* the new key: itself */
+    for (int k = 0; k < dh; k++) self += sc->qu[k] * k_new[(size_t)h * dh + k];
+    s[a - lo] = self;
+    /* position term over distance indices [0, top] from the transposed table */
+    const float *prow = it->pos_q ? it->pos_q + (size_t)h * it->pos_stride : sc->pos;
+    if (!it->pos_q)
+      dot_rows(qh, dh, L->pos_k_t + (size_t)h * dh * n_pos_all, (size_t)n_pos_all, top + 1,
+               sc->pos);
+    add_position_term(m, a, lo, prow, L->pos_bias + (size_t)h * n_pos_all, scale, s, sc->rev);
+    softmax_row(s, n_keys);
+  }
+  /* out[h] = sum_j p[h][j] v_j[h]: one pass over the value rows for all heads */
+  float *out = it->out, *pj = sc->q; /* pj[H]: key j's probability under each head */
+  memset(out, 0, (size_t)hd * sizeof *out);
+  for (int ri = 0; ri < n_runs; ri++)
+    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
+      for (int j = k0; j < k0 + cnt; j++) {
+        for (int h = 0; h < H; h++) pj[h] = probs[(size_t)h * n_keys + (j - lo)];
+        xl_vec_axpy_heads(out, pj, V + (size_t)(runs[ri].slot + (j - runs[ri].first)) * hd, H, dh);
+      }
+  for (int h = 0; h < H; h++) pj[h] = probs[(size_t)h * n_keys + (a - lo)];
+  xl_vec_axpy_heads(out, pj, v_new, H, dh);
+}
+
+void xl_decode_positions(const xl_model *m, int layer, const float *const *q, int n, int n_pos,
+                         float *out) {
+  const xl_config *c = &m->cfg;
+  const int H = c->n_head, dh = c->d_head, ld = m->n_pos_cached;
+  const float *pk = m->layers[layer].pos_k_t;           /* [H*Dh, n_pos_cached] */
+  memset(out, 0, (size_t)n * H * n_pos * sizeof *out);  /* [n, H, n_pos] */
+  for (int h = 0; h < H; h++)
+    for (int k = 0; k < dh; k++) { /* table row (h, k) stays in L1 while every query uses it */
+      const float *row = pk + (size_t)(h * dh + k) * ld;
+      for (int i = 0; i < n; i++)
+        xl_vec_axpy(out + ((size_t)i * H + h) * n_pos, q[i][h * dh + k], row, n_pos);
+    }
+}
+
+void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
+               xl_attn_scratch *sc) {
+  if (it->n == 1 && pt->pos_k == m->layers[layer].pos_k)
+    attend_one(m, layer, it, sc);
+  else
+    attend_block(m, layer, it, pt, sc);
+}
+
 size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos) {
-  return (size_t)QUERY_BLOCK * max_width + (size_t)QUERY_BLOCK * max_pos +
+  size_t block = (size_t)QUERY_BLOCK * max_width, one = (size_t)m->cfg.n_head * max_width;
+  return (block > one ? block : one) + (size_t)QUERY_BLOCK * max_pos +
          2 * (size_t)QUERY_BLOCK * m->cfg.d_head + (size_t)max_pos;
 }
 
 void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_pos,
                           xl_attn_scratch *sc) {
+  size_t block = (size_t)QUERY_BLOCK * max_width, one = (size_t)m->cfg.n_head * max_width;
   sc->scores = buf;
-  sc->pos = sc->scores + (size_t)QUERY_BLOCK * max_width;
+  sc->pos = sc->scores + (block > one ? block : one);
   sc->q = sc->pos + (size_t)QUERY_BLOCK * max_pos;
   sc->qu = sc->q + (size_t)QUERY_BLOCK * m->cfg.d_head;
   sc->rev = sc->qu + (size_t)QUERY_BLOCK * m->cfg.d_head;

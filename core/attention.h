@@ -12,6 +12,9 @@ typedef struct {
   int n;                   /* new positions (queries) */
   const float *qkv;        /* [n, 3*H*Dh] this item's rows of the qkv buffer */
   float *out;              /* [n, H*Dh] attention vectors (heads concatenated) */
+  const float *pos_q;      /* decode step (n == 1): [H, pos_stride] q_h . pos_k[d]_h from
+                              xl_decode_positions, or NULL to compute it here */
+  int pos_stride;
 } xl_attn_item;
 
 typedef struct {
@@ -26,6 +29,12 @@ typedef struct {
   float *q, *qu;           /* [QUERY_BLOCK, d_head] each */
   float *rev;              /* [max_pos]: one row's position terms, distance-reversed */
 } xl_attn_scratch;
+
+/* Position products of several decode steps at once: out[i][h][d] = q_i,h . pos_k[d]_h for
+ * d < n_pos, reading the model's table once for all n queries (rows of stride ldq). The
+ * arithmetic per query is the same for any n (batch-invariant). */
+void xl_decode_positions(const xl_model *m, int layer, const float *const *q, int n, int n_pos,
+                         float *out);
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
                xl_attn_scratch *sc);

@@ -18,7 +18,8 @@
 #include "adaptive.h"
 #include "attention.h"
 
-enum { WS_X, WS_XN, WS_QKV, WS_AV, WS_FF, WS_ATTN, WS_POSK, WS_POSB, WS_POSR, WS_OUT, WS_ROWS };
+enum { WS_X, WS_XN, WS_QKV, WS_AV, WS_FF, WS_ATTN, WS_POSK, WS_POSB, WS_POSR, WS_OUT, WS_ROWS,
+       WS_DECPOS };
 
 #define XL_MAX_BATCH_ROWS (1 << 22)
 
@@ -64,7 +65,7 @@ static void ring_append(xl_state *s, int l, const float *qkv, int n) {
   for (int r = r0; r < n; r++) {
     int slot = (int)(((int64_t)s->head + s->len + r) % M);
     const float *row = qkv + (size_t)r * 3 * hd;
-    memcpy(K + (size_t)slot * hd, row + hd, (size_t)hd * sizeof(float));
+    for (int c = 0; c < hd; c++) K[(size_t)c * M + slot] = row[hd + c]; /* keys transposed */
     memcpy(V + (size_t)slot * hd, row + 2 * hd, (size_t)hd * sizeof(float));
   }
 }
@@ -105,6 +106,15 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
     out_rows += items[i].target_logprobs ? items[i].n_tokens : (items[i].last_logprobs ? 1 : 0);
   }
   int pos_rows = xl_pos_rows_needed(m, max_klen);
+  /* Decode steps (one token) share one pass over the position table per layer. */
+  int n_dec = 0, dec_pos = 0;
+  for (int i = 0; i < n_items; i++)
+    if (items[i].n_tokens == 1) {
+      int a = items[i].state->len, lo = c->same_length && a - c->mem_len + 1 > 0 ? a - c->mem_len + 1 : 0;
+      int rows_i = xl_pos_index(m, a - lo) + 1;
+      n_dec++;
+      if (rows_i > dec_pos) dec_pos = rows_i;
+    }
   int ext_pos = pos_rows > m->n_pos_cached; /* long chunk without same_length */
   size_t attn_floats = xl_attn_scratch_floats(m, max_klen, pos_rows);
   float *x = xl_ws_get(ws, WS_X, N * dm), *xn = xl_ws_get(ws, WS_XN, N * dm),
@@ -117,8 +127,10 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
     pos_b = xl_ws_get(ws, WS_POSB, (size_t)pos_rows * c->n_head);
     pos_r = xl_ws_get(ws, WS_POSR, (size_t)pos_rows * dm);
   }
-  float **full = (float **)(void *)xl_ws_get(ws, WS_ROWS, (size_t)out_rows * 3 + 2);
-  if (!x || !xn || !qkv || !av || !ff || !attn || !out_scratch || !full ||
+  float **full = (float **)(void *)xl_ws_get(ws, WS_ROWS, (size_t)out_rows * 3 + 2 + 2 * (size_t)n_dec);
+  const float **dec_q = (const float **)(void *)((float *)(void *)full + (size_t)out_rows * 3 + 2);
+  float *dec_p = n_dec ? xl_ws_get(ws, WS_DECPOS, (size_t)n_dec * c->n_head * dec_pos) : NULL;
+  if (!x || !xn || !qkv || !av || !ff || !attn || !out_scratch || !full || (n_dec && !dec_p) ||
       (ext_pos && (!pos_k || !pos_b || !pos_r)))
     return xl_fail(err, XL_NOMEM, "forward: out of memory for %zu positions", N);
   xl_attn_scratch sc;
@@ -145,9 +157,21 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
       xl_positional_project(m, l, pos_rows, pos_k, pos_b, pos_r);
       pt = (xl_pos_table){pos_k, pos_b, pos_rows};
     }
+    int use_dec = n_dec && !ext_pos;
+    if (use_dec) {
+      int d = 0;
+      row = 0;
+      for (int i = 0; i < n_items; i++) {
+        if (items[i].n_tokens == 1) dec_q[d++] = qkv + row * 3 * hd;
+        row += (size_t)items[i].n_tokens;
+      }
+      xl_decode_positions(m, l, dec_q, n_dec, dec_pos, dec_p);
+    }
     row = 0;
-    for (int i = 0; i < n_items; i++) {
-      xl_attn_item it = {items[i].state, items[i].n_tokens, qkv + row * 3 * hd, av + row * hd};
+    for (int i = 0, d = 0; i < n_items; i++) {
+      xl_attn_item it = {items[i].state, items[i].n_tokens, qkv + row * 3 * hd, av + row * hd,
+                         NULL, dec_pos};
+      if (use_dec && items[i].n_tokens == 1) it.pos_q = dec_p + (size_t)d++ * c->n_head * dec_pos;
       xl_attend(m, l, &it, &pt, &sc);
       row += (size_t)items[i].n_tokens;
     }

@@ -61,6 +61,7 @@ typedef struct {
   const float *ff_ln_g;    /* [d_model] */
   const float *ff_ln_b;    /* [d_model] */
   float *pos_k;            /* [n_pos_cached, H*Dh]: W_r R_d for distance index d */
+  float *pos_k_t;          /* [H*Dh, n_pos_cached]: pos_k transposed (decode reads rows) */
   float *pos_bias;         /* [H, n_pos_cached]: v_h . pos_k[d]_h */
 } xl_layer;
 
@@ -131,13 +132,15 @@ xl_code xl_tokenizer_load(xl_model *m, xl_error *err);
 void xl_tokenizer_free(xl_model *m);
 
 /* ---- state --------------------------------------------------------------------------- */
+/* Keys are stored transposed, [H*Dh][mem_len] per layer, so a decode step scores all memory
+ * positions of a head with contiguous multiply-adds; values are rows, [mem_len][H*Dh]. */
 struct xl_state {
   const xl_model *model;
   int mem_len;        /* capacity in positions */
   int len;            /* positions held, <= mem_len */
   int head;           /* ring slot of the oldest position */
   uint64_t fed;       /* positions fed since reset */
-  float *kv;          /* [n_layer][2][mem_len][H*Dh]: keys then values, ring-ordered */
+  float *kv;          /* per layer: keys [H*Dh][mem_len], then values [mem_len][H*Dh]; by slot */
 };
 
 static inline float *xl_state_keys(const xl_state *s, int layer) {
@@ -173,5 +176,7 @@ void xl_log_softmax_inplace(float *x, int n);
 /* vecmath.c: max of x[0..n); x[i] = exp(x[i] - shift) returning the sum (deterministic). */
 float xl_vec_max(const float *x, int n);
 float xl_vec_exp_sum(float *x, int n, float shift);
+void xl_vec_axpy(float *y, float a, const float *x, int n); /* y += a x */
+void xl_vec_axpy_heads(float *out, const float *p, const float *v, int H, int dh); /* per head */
 
 #endif /* XL_INTERNAL_H */

@@ -82,12 +82,16 @@ static xl_code build_position_cache(xl_model *m, xl_error *err) {
   for (int l = 0; l < c->n_layer; l++) {
     xl_layer *L = &m->layers[l];
     L->pos_k = malloc((size_t)rows * m->hd * sizeof(float));
+    L->pos_k_t = malloc((size_t)rows * m->hd * sizeof(float));
     L->pos_bias = malloc((size_t)rows * c->n_head * sizeof(float));
-    if (!L->pos_k || !L->pos_bias) {
+    if (!L->pos_k || !L->pos_k_t || !L->pos_bias) {
       free(r);
       return xl_fail(err, XL_NOMEM, "out of memory for positional projections");
     }
     xl_positional_project(m, l, rows, L->pos_k, L->pos_bias, r);
+    for (int d = 0; d < rows; d++)
+      for (int k = 0; k < m->hd; k++)
+        L->pos_k_t[(size_t)k * rows + d] = L->pos_k[(size_t)d * m->hd + k];
   }
   free(r);
   return XL_OK;
@@ -153,6 +157,7 @@ void xl_model_free(xl_model *m) {
   if (m->layers)
     for (int l = 0; l < m->cfg.n_layer; l++) {
       free(m->layers[l].pos_k);
+      free(m->layers[l].pos_k_t);
       free(m->layers[l].pos_bias);
     }
   free(m->layers);

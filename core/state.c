@@ -52,17 +52,7 @@ xl_code xl_state_clone(const xl_state *src, xl_state **out, xl_error *err) {
   d->len = src->len;
   d->head = src->head;
   d->fed = src->fed;
-  /* Copy only the valid slots of each layer's ring. */
-  int hd = src->model->hd;
-  for (int l = 0; l < src->model->cfg.n_layer; l++)
-    for (int kv = 0; kv < 2; kv++) {
-      const float *a = kv ? xl_state_values(src, l) : xl_state_keys(src, l);
-      float *b = kv ? xl_state_values(d, l) : xl_state_keys(d, l);
-      for (int i = 0; i < src->len; i++) {
-        int slot = (src->head + i) % src->mem_len;
-        memcpy(b + (size_t)slot * hd, a + (size_t)slot * hd, (size_t)hd * sizeof(float));
-      }
-    }
+  if (src->kv) memcpy(d->kv, src->kv, kv_floats(src->model) * sizeof(float));
   return XL_OK;
 }
 

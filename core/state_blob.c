@@ -12,7 +12,7 @@
  *  40  u64      positions fed since reset
  *  48  u64      payload bytes = n_layer * 2 * len * H*Dh * 4
  *  56  u32      ring head (slot of the oldest position)    60 u32 reserved (0)
- *  64  payload: per layer, keys then values of the held positions, oldest first, f32
+ *  64  payload: per layer, keys then values of the held positions, oldest first, f32 rows
  * Restoring puts every position back in its ring slot, so a restored state continues bit for
  * bit like the original (same attention span splits, same summation order).
  *  end u64      checksum: xl_hash64 of every byte before it
@@ -62,12 +62,15 @@ xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, 
   put64(b + 48, payload);
   put32(b + 56, (uint32_t)s->head);
   uint8_t *p = b + BLOB_HEADER;
-  for (int l = 0; l < L; l++)
-    for (int kv = 0; kv < 2; kv++) {
-      const float *src = kv ? xl_state_values(s, l) : xl_state_keys(s, l);
-      for (int i = 0; i < s->len; i++, p += row)
-        memcpy(p, src + (size_t)((s->head + i) % s->mem_len) * hd, row);
+  for (int l = 0; l < L; l++) {
+    const float *K = xl_state_keys(s, l), *V = xl_state_values(s, l);
+    for (int i = 0; i < s->len; i++, p += row) { /* keys as rows, gathered from [hd][mem_len] */
+      size_t slot = (size_t)((s->head + i) % s->mem_len);
+      for (int c = 0; c < hd; c++) memcpy(p + 4 * (size_t)c, K + (size_t)c * s->mem_len + slot, 4);
     }
+    for (int i = 0; i < s->len; i++, p += row)
+      memcpy(p, V + (size_t)((s->head + i) % s->mem_len) * hd, row);
+  }
   put64(p, xl_hash64(b, BLOB_HEADER + payload, BLOB_SEED));
   *blob = b;
   *blob_len = total;
@@ -114,11 +117,13 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   s->head = (int)head;
   s->fed = get64(b + 40);
   size_t row = (size_t)hd * sizeof(float);
-  for (uint32_t l = 0; l < L; l++)
-    for (int kv = 0; kv < 2; kv++) {
-      float *dst = kv ? xl_state_values(s, (int)l) : xl_state_keys(s, (int)l);
-      for (uint32_t i = 0; i < len; i++, p += row)
-        memcpy(dst + (size_t)((head + i) % M) * hd, p, row);
+  for (uint32_t l = 0; l < L; l++) {
+    float *K = xl_state_keys(s, (int)l), *V = xl_state_values(s, (int)l);
+    for (uint32_t i = 0; i < len; i++, p += row) {
+      size_t slot = (head + i) % M;
+      for (uint32_t c = 0; c < hd; c++) memcpy(K + (size_t)c * M + slot, p + 4 * (size_t)c, 4);
     }
+    for (uint32_t i = 0; i < len; i++, p += row) memcpy(V + (size_t)((head + i) % M) * hd, p, row);
+  }
   return XL_OK;
 }

@@ -1,7 +1,7 @@
 /*
- * vecmath.c: the vector loops of the attention softmax: max, exp-and-sum (a Cephes-style
- * polynomial exp, ~1 ulp, deterministic), scale. AVX-512 when the CPU has it, else portable C
- * with the same polynomial. Any thread; pure functions.
+ * vecmath.c: the vector loops of attention: max, exp-and-sum (a Cephes-style polynomial exp,
+ * ~1 ulp, deterministic) for the softmax, and axpy for decode steps. AVX-512 when the CPU has
+ * it, else portable C (the same polynomial). Any thread; pure functions.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -85,6 +85,41 @@ __attribute__((target("avx512f"))) static float exp_sum_avx512(float *x, int n, 
   return _mm512_reduce_add_ps(s);
 }
 
+__attribute__((target("avx512f"))) static void axpy_avx512(float *y, float a, const float *x,
+                                                           int n) {
+  __m512 va = _mm512_set1_ps(a);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(k, x + i),
+                                                   _mm512_maskz_loadu_ps(k, y + i)));
+  }
+}
+
+static void axpy_scalar(float *y, float a, const float *x, int n) {
+  for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* out[h*dh .. h*dh+dh) += p[h] * v[h*dh ..] for every head */
+__attribute__((target("avx512f"))) static void axpy_heads_avx512(float *out, const float *p,
+                                                                 const float *v, int H, int dh) {
+  for (int h = 0; h < H; h++) {
+    __m512 ph = _mm512_set1_ps(p[h]);
+    float *o = out + (size_t)h * dh;
+    const float *x = v + (size_t)h * dh;
+    int i = 0;
+    for (; i + 16 <= dh; i += 16)
+      _mm512_storeu_ps(o + i, _mm512_fmadd_ps(ph, _mm512_loadu_ps(x + i), _mm512_loadu_ps(o + i)));
+    if (i < dh) {
+      __mmask16 k = (__mmask16)((1u << (dh - i)) - 1u);
+      _mm512_mask_storeu_ps(o + i, k, _mm512_fmadd_ps(ph, _mm512_maskz_loadu_ps(k, x + i),
+                                                      _mm512_maskz_loadu_ps(k, o + i)));
+    }
+  }
+}
+
 static int have_avx512(void) {
   static int cached = -1;
   int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
@@ -102,4 +137,17 @@ float xl_vec_max(const float *x, int n) {
 
 float xl_vec_exp_sum(float *x, int n, float shift) {
   return have_avx512() ? exp_sum_avx512(x, n, shift) : exp_sum_scalar(x, n, shift);
+}
+
+void xl_vec_axpy(float *y, float a, const float *x, int n) {
+  if (have_avx512()) axpy_avx512(y, a, x, n);
+  else axpy_scalar(y, a, x, n);
+}
+
+void xl_vec_axpy_heads(float *out, const float *p, const float *v, int H, int dh) {
+  if (have_avx512()) {
+    axpy_heads_avx512(out, p, v, H, dh);
+    return;
+  }
+  for (int h = 0; h < H; h++) axpy_scalar(out + (size_t)h * dh, p[h], v + (size_t)h * dh, dh);
 }
