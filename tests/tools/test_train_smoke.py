@@ -94,3 +94,13 @@ def test_resume_is_exact(tmp_path):
         assert torch.equal(x, y), f"{k} differs after resume"
     log = open(os.path.join(rb, "train.log")).read()
     assert "resumed at step 5" in log
+
+
+def test_smoke_adaptive(tmp_path, engine):
+    """Optional adaptive embedding/softmax over the byte ids (two tail clusters, div_val 2,
+    projections), trained and exported, against the engine."""
+    data, out, _ = train(tmp_path, "ad", ["--cutoffs", "64,128", "--div-val", "2",
+                                          "--d-embed", "48"], steps=4)
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    assert cfg["cutoffs"] == [64, 128] and cfg["div_val"] == 2 and cfg["d_embed"] == 48
+    check_engine(engine, tmp_path, out, data, [12, 5], "adaptive bytes")

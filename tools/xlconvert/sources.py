@@ -345,12 +345,11 @@ def _hf_config(path):
     if hf.get("sample_softmax", -1) > 0:
         print(f"{path}: note: sample_softmax is a training-time option; full softmax is used",
               file=sys.stderr)
+    # HF builds the adaptive embedding/softmax from `cutoffs` whatever `adaptive` says.
     cut = list(hf.get("cutoffs", []))
-    if not hf.get("adaptive", True):
-        cut = []
     tie_projs = hf.get("tie_projs")
-    if tie_projs is None:
-        tie_projs = [False] + [bool(hf.get("proj_share_all_but_first", False))] * len(cut)
+    if tie_projs is None:  # TransfoXLConfig derives it; proj_share_all_but_first defaults True
+        tie_projs = [False] + [bool(hf.get("proj_share_all_but_first", True))] * len(cut)
     cfg = {
         "vocab_size": hf["vocab_size"], "cutoffs": cut, "d_model": hf["d_model"],
         "d_embed": hf.get("d_embed", hf["d_model"]), "n_head": hf["n_head"],

@@ -35,6 +35,10 @@ def build_argparser():
     a("--n-head", type=int, default=8)
     a("--d-head", type=int, default=32)
     a("--d-inner", type=int, default=1024)
+    a("--d-embed", type=int, default=0, help="embedding width (default: d_model)")
+    a("--cutoffs", default="", help="adaptive embedding/softmax cutoffs over the 256 byte ids, "
+      "e.g. 64,128 (default: none, plain softmax)")
+    a("--div-val", type=int, default=1, help="adaptive embedding width divisor per cluster")
     a("--pre-lnorm", action="store_true")
     a("--no-same-length", dest="same_length", action="store_false")
     a("--clamp-len", type=int, default=-1)
@@ -62,8 +66,13 @@ def build_argparser():
 
 
 def make_config(args):
-    return XLConfig(vocab_size=256, cutoffs=[], d_model=args.d_model, d_embed=args.d_model,
-                    n_head=args.n_head, d_head=args.d_head, d_inner=args.d_inner, div_val=1,
+    cutoffs = [int(c) for c in str(getattr(args, "cutoffs", "") or "").replace(",", " ").split()]
+    if cutoffs and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0 or cutoffs[-1] >= 256):
+        raise SystemExit(f"--cutoffs {args.cutoffs}: want increasing ids in (0, 256)")
+    return XLConfig(vocab_size=256, cutoffs=cutoffs, d_model=args.d_model,
+                    d_embed=getattr(args, "d_embed", 0) or args.d_model,
+                    n_head=args.n_head, d_head=args.d_head, d_inner=args.d_inner,
+                    div_val=getattr(args, "div_val", 1),
                     pre_lnorm=args.pre_lnorm, n_layer=args.n_layer, tgt_len=args.tgt_len,
                     mem_len=args.mem_len, clamp_len=args.clamp_len, same_length=args.same_length,
                     untie_r=args.untie_r, dropout=args.dropout, dropatt=args.dropatt)
