@@ -23,6 +23,7 @@ typedef struct worker {
   xl_feed *feeds;  /* [max_batch] */
   job **batch;     /* [max_batch] */
   int *take;       /* tokens fed per batch entry */
+  int *flags;      /* events per batch entry */
   void *scratch;   /* sampler scratch */
 } worker;
 
@@ -177,21 +178,31 @@ void sched_counts(sched *s, long *waiting, long *running) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* mu held. A session is touched by one worker at a time: checked, not assumed. */
+static void take(sched *s, worker *w, int n, job *j, int tokens) {
+  jq_remove(&s->run, j);
+  j->where = JQ_WORKER;
+  if (j->sess->on_worker) {
+    xlog_msg("fatal", "scheduler", "session %s taken by two workers", j->sess->id);
+    abort();
+  }
+  j->sess->on_worker = 1;
+  w->batch[n] = j;
+  w->take[n] = tokens;
+}
+
 /* mu held. Picks this iteration's batch out of the run queue. */
 static int select_batch(sched *s, worker *w) {
   int n = 0, budget = s->o.batch_tokens, prefills = 0;
   /* pass 1: cancelled jobs (no tokens) and decode steps, oldest first */
   for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
     next = j->q_next;
-    int take;
-    if (atomic_load(&j->cancel)) take = 0;
-    else if (j->decoding && budget > 0) take = 1;
+    int ntok;
+    if (atomic_load(&j->cancel)) ntok = 0;
+    else if (j->decoding && budget > 0) ntok = 1;
     else continue;
-    budget -= take;
-    jq_remove(&s->run, j);
-    j->where = JQ_WORKER;
-    w->batch[n] = j;
-    w->take[n++] = take;
+    budget -= ntok;
+    take(s, w, n++, j, ntok);
   }
   /* pass 2: prefill chunks with the rest of the budget; at least one per iteration */
   for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
@@ -210,10 +221,7 @@ static int select_batch(sched *s, worker *w) {
     }
     budget -= want;
     prefills++;
-    jq_remove(&s->run, j);
-    j->where = JQ_WORKER;
-    w->batch[n] = j;
-    w->take[n++] = want;
+    take(s, w, n++, j, want);
     if (budget <= 0) break;
   }
   return n;
@@ -298,11 +306,26 @@ static void run_batch(sched *s, worker *w, int n) {
     }
     job_take_token(j, lp, w->scratch, now);
   }
-  /* requeue or retire, then tell the loop */
+  /* Tell the loop, requeue or retire. Once a job is back in the run queue another worker may
+   * take it (and finish it, and the loop free it): so everything this worker reads of a job
+   * happens before it is requeued, and a DONE event is posted only after the job left the
+   * queues (after DONE the job belongs to the loop). */
+  int *flags = w->flags;
+  for (int i = 0; i < n; i++) {
+    job *j = w->batch[i];
+    flags[i] = j->finish != FINISH_NONE ? JOB_EV_DONE : 0;
+    if (j->stream) {
+      pthread_mutex_lock(&j->mu);
+      if (j->out.len) flags[i] |= JOB_EV_OUTPUT;
+      pthread_mutex_unlock(&j->mu);
+    }
+    if (flags[i] == JOB_EV_OUTPUT) post(s, j, JOB_EV_OUTPUT);
+  }
   pthread_mutex_lock(&s->mu);
   for (int i = 0; i < n; i++) {
     job *j = w->batch[i];
-    if (j->finish == FINISH_NONE) {
+    j->sess->on_worker = 0;
+    if (!(flags[i] & JOB_EV_DONE)) {
       j->where = JQ_RUN;
       jq_push(&s->run, j);
     } else {
@@ -313,17 +336,8 @@ static void run_batch(sched *s, worker *w, int n) {
   promote(s);
   if (s->run.head && s->idle_workers) pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
-  for (int i = 0; i < n; i++) {
-    job *j = w->batch[i];
-    int flags = 0;
-    if (j->stream) {
-      pthread_mutex_lock(&j->mu);
-      if (j->out.len) flags |= JOB_EV_OUTPUT;
-      pthread_mutex_unlock(&j->mu);
-    }
-    if (j->finish != FINISH_NONE) flags |= JOB_EV_DONE;
-    if (flags) post(s, j, flags); /* after DONE the job belongs to the loop */
-  }
+  for (int i = 0; i < n; i++)
+    if (flags[i] & JOB_EV_DONE) post(s, w->batch[i], flags[i]);
 }
 
 static void *worker_main(void *arg) {
@@ -359,6 +373,7 @@ int sched_start(sched *s, xl_error *err) {
     w->feeds = xcalloc(mb, sizeof *w->feeds);
     w->batch = xcalloc(mb, sizeof *w->batch);
     w->take = xcalloc(mb, sizeof *w->take);
+    w->flags = xcalloc(mb, sizeof *w->flags);
     w->scratch = xmalloc(xl_sampler_scratch_bytes(s->vocab));
   }
   sigset_t all, old;
@@ -399,6 +414,7 @@ void sched_free(sched *s) {
     free(w->feeds);
     free(w->batch);
     free(w->take);
+    free(w->flags);
     free(w->scratch);
   }
   free(s->w);

@@ -46,6 +46,7 @@ typedef struct session {
   struct session *lru_prev, *lru_next;
   size_t ram;
   uint64_t turns;
+  int on_worker; /* scheduler lock: a worker holds this session's job (checked, never 2) */
   uint64_t snap_tokens; /* transcript tokens as of the last release (readable while busy) */
   int snap_mem;         /* positions in memory, same */
   /* holder of the session (see above) */
