@@ -94,9 +94,9 @@ static void begin_drain(app *a) {
     return;
   }
   a->phase = APP_DRAINING;
+  http_quiesce(a); /* the listening socket is closed before the log says so */
   xlog_msg("info", "draining", "draining: %ld requests in progress, up to %llds", a->n_reqs,
            a->cfg->drain_timeout);
-  http_quiesce(a);
   uv_timer_start(&a->drain_timer, on_drain_deadline, (uint64_t)a->cfg->drain_timeout * 1000, 0);
   app_check_drained(a);
 }
