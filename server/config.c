@@ -204,8 +204,8 @@ static void print_help(FILE *out) {
           "       xlserve serve --dump-config | --config-template | --help\n\n"
           "Runs the HTTP/JSON daemon. Each option below is also an environment variable\n"
           "XLSERVE_<NAME> and a line '<name> <value>' of the config file; a flag beats the\n"
-          "environment, which beats the file, which beats the default. Boolean flags: --NAME sets\n"
-          "true, --no-NAME or --NAME=false sets false.\n\n"
+          "environment, which beats the file, which beats the default. Boolean flags: --NAME or\n"
+          "--NAME true sets true, --no-NAME or --NAME false sets false.\n\n"
           "  --config FILE          read options from FILE (env XLSERVE_CONFIG)\n"
           "  --dump-config          print the effective configuration and exit\n"
           "  --config-template      print the fully commented default config file and exit\n\n");
@@ -352,7 +352,9 @@ config_result config_load(config *c, int argc, char **argv, FILE *out, FILE *err
         return CONFIG_EXIT_USAGE;
       }
     } else if (o->type == OPT_BOOL) {
-      val = negated ? "false" : "true";
+      int b;
+      if (!negated && i + 1 < argc && !parse_bool(argv[i + 1], &b)) val = argv[++i];
+      else val = negated ? "false" : "true";
     } else {
       if (i + 1 >= argc) {
         fprintf(err, "xlserve: option %s: --%.*s needs a value\n", o->name, (int)nlen, name);

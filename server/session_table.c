@@ -132,7 +132,8 @@ static void drop(session_table *t, session *s, int tombstone) {
 
 static void enforce_budget(session_table *t) {
   session *s = t->lru_tail;
-  while (t->ram > t->budget && s) {
+  /* the most recently used session always stays, whatever the budget */
+  while (t->ram > t->budget && s && s != t->lru_head) {
     session *prev = s->lru_prev;
     if (!s->busy) {
       /* Issue 6: with a store, serialise on a worker and save before dropping. */

@@ -1,0 +1,157 @@
+"""measure.py: numbers for the closing note of issue 4 (not a test; run by hand).
+
+  /usr/bin/python3 tests/integration/measure.py stream MODEL_DIR [--tokens N]
+      tokens/s of one HTTP SSE stream (client side, memory full) against `xlserve bench`'s
+      in-process batch-1 decode on the same model, same BLAS threads (1).
+  /usr/bin/python3 tests/integration/measure.py idle MODEL_DIR [--conns N] [--queued N]
+      CPU time of the daemon (process and loop thread) over 10 s while N keep-alive connections
+      sit idle, then while N streams wait in the queue behind a long prefill.
+Env: XLSERVE_BIN (default build/xlserve), PYTHONPATH=tools.
+"""
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xlharness as X  # noqa: E402
+
+
+def bench_decode(model):
+    out = subprocess.run([X.xlserve_bin(), "bench", "--model", model, "--threads", "1", "--quick"],
+                         capture_output=True, text=True, timeout=900).stdout
+    m = re.search(r"decode, batch 1,.*?([0-9.]+) tokens/s", out)
+    return float(m.group(1)), out
+
+
+def http_stream(port, tokens, prompt_len=300):
+    c = X.http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    body = {"prompt": "x" * prompt_len, "max_tokens": tokens, "temperature": 0, "stream": True}
+    c.request("POST", "/v1/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    times = []
+    buf = b""
+    while True:
+        chunk = r.read1(65536)
+        if not chunk:
+            break
+        now = time.monotonic()
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            if ev.startswith(b"data: {"):
+                times.append(now)
+        if b"data: [DONE]" in ev or buf.endswith(b"[DONE]\n\n"):
+            break
+    c.close()
+    return times
+
+
+def cmd_stream(a):
+    d = X.Daemon(a.model, ["--max-tokens-limit", str(a.tokens), "--blas-threads", "1",
+                           "--access-log", "false"])
+    rates = []
+    try:
+        for rep in range(a.reps):
+            times = http_stream(d.port, a.tokens)
+            skip = 300  # measure with the memory full, as the bench does
+            n = len(times) - skip - 1
+            rates.append(n / (times[-2] - times[skip]))
+            b, _ = bench_decode(a.model)
+            print("rep %d: HTTP stream %.1f tokens/s, bench decode batch 1 %.1f tokens/s (%.0f%%)"
+                  % (rep, rates[-1], b, 100 * rates[-1] / b), flush=True)
+    finally:
+        d.stop()
+
+
+def cpu(pid, tid=None):
+    path = "/proc/%d/task/%d/stat" % (pid, tid) if tid else "/proc/%d/stat" % pid
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def window(pid, seconds):
+    p0, l0, t0 = cpu(pid), cpu(pid, pid), time.monotonic()
+    time.sleep(seconds)
+    return cpu(pid) - p0, cpu(pid, pid) - l0, time.monotonic() - t0
+
+
+def metric(port, name):
+    b = X.request(port, "GET", "/metrics")[2].decode()
+    return float(re.search(r"^%s (\S+)$" % name, b, re.M).group(1))
+
+
+def cmd_idle(a):
+    d = X.Daemon(a.model, ["--max-running", "1", "--max-queue", str(a.queued + 10),
+                           "--max-connections", str(2 * (a.conns + a.queued) + 100),
+                           "--max-prompt-tokens", "16000000", "--max-body-bytes", "20000000",
+                           "--access-log", "false"])
+    pid = d.proc.pid
+    try:
+        base = window(pid, a.seconds)
+        print("daemon at rest: process %.3f s CPU, loop thread %.3f s in %.1f s" % base, flush=True)
+        idle = []
+        for i in range(a.conns):
+            c = d.conn()
+            c.request("GET", "/health")
+            c.getresponse().read()
+            idle.append(c)
+        time.sleep(0.5)
+        r = window(pid, a.seconds)
+        print("%d idle keep-alive connections: process %.3f s CPU, loop thread %.3f s in %.1f s"
+              % ((a.conns,) + r), flush=True)
+        blocker = d.conn(timeout=600)
+        blocker.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": "z" * a.prefill, "max_tokens": 1, "stream": True}),
+            headers={"Content-Type": "application/json"})
+        while metric(d.port, "xlserve_running") < 1:
+            time.sleep(0.05)
+        queued = []
+        body = json.dumps({"prompt": "q", "max_tokens": 1, "stream": True}).encode()
+        for i in range(a.queued):
+            s = socket.create_connection(("127.0.0.1", d.port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            queued.append(s)
+        while metric(d.port, "xlserve_queue_depth") < a.queued:
+            time.sleep(0.05)
+        # the loop thread alone: the worker is busy with the blocker's prefill
+        r = window(pid, a.seconds)
+        depth = metric(d.port, "xlserve_queue_depth")
+        print("%d idle connections + %d streams waiting in the queue (depth %d at the end): "
+              "loop thread %.3f s CPU in %.1f s (process %.3f s, the worker prefilling)"
+              % (a.conns, a.queued, depth, r[1], r[2], r[0]), flush=True)
+        for s in queued:
+            s.close()
+        for c in idle:
+            c.close()
+        blocker.close()
+    finally:
+        d.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("stream")
+    s.add_argument("model")
+    s.add_argument("--tokens", type=int, default=2000)
+    s.add_argument("--reps", type=int, default=3)
+    i = sub.add_parser("idle")
+    i.add_argument("model")
+    i.add_argument("--conns", type=int, default=1000)
+    i.add_argument("--queued", type=int, default=1000)
+    i.add_argument("--seconds", type=float, default=10)
+    i.add_argument("--prefill", type=int, default=15000000)
+    a = ap.parse_args()
+    {"stream": cmd_stream, "idle": cmd_idle}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
