@@ -2,6 +2,7 @@
 apart (full history / only new messages / edited history); session endpoints; one request at a
 time per session; sessions do not mix under concurrency; eviction and TTL say session_expired."""
 import json
+import subprocess
 import threading
 import time
 
@@ -47,7 +48,7 @@ def lps(b):
     return b["choices"][0]["logprobs"]["token_logprobs"]
 
 
-def test_second_turn_continues_the_first(daemon):
+def test_second_turn_continues_the_first(daemon, tiny_model, tmp_path):
     """Turn 2 of a session equals one uninterrupted text fed to the engine: same greedy tokens,
     log-probs to 1e-4. Prompts and replies are long enough to wrap the memory (mem_len 64)."""
     p1 = "It is a truth universally acknowledged, that a single man in possession"
@@ -62,6 +63,21 @@ def test_second_turn_continues_the_first(daemon):
     for x, y in zip(lps(b), lps(ref)):
         assert abs(x - y) < 1e-4
     assert b["usage"]["prompt_tokens"] == len(p2)
+    # and to the engine's own evaluation of the whole transcript (xlserve eval, segments of 16)
+    ids2 = ids_of(b["choices"][0]["logprobs"]["tokens"])
+    transcript = list(p1.encode()) + ids1 + list(p2.encode()) + ids2
+    ids_file, nll_file = tmp_path / "ids.txt", tmp_path / "nll.txt"
+    ids_file.write_text(" ".join(map(str, transcript)))
+    r = subprocess.run([X.xlserve_bin(), "eval", "--model", tiny_model, "--ids", str(ids_file),
+                        "--dump-nll", str(nll_file)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    nll = [float(x) for x in nll_file.read_text().split()]
+    assert len(nll) == len(transcript) - 1
+    start = len(transcript) - len(ids2)  # nll[i] predicts transcript[i + 1]
+    for k, lp in enumerate(lps(b)):
+        assert abs(lp + nll[start - 1 + k]) < 1e-4, k
+    for k, lp in enumerate(lps(a)):
+        assert abs(lp + nll[len(p1) - 1 + k]) < 1e-4, k
     st, s = get_session(daemon.port, "cont-1")
     assert st == 200 and s["tokens"] == len(p1) + 40 + len(p2) + 40
     assert s["memory_positions"] == 64 and s["turns"] == 2 and s["mode"] == "raw"
