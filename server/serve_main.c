@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,22 @@ static void model_loaded(uv_work_t *w, int status) {
   app_check_drained(a);
 }
 
+/* Each connection is a file descriptor: raise the soft limit to the hard one (1,024 by default
+ * under many service managers) and say so when max_connections still cannot fit. */
+static void raise_fd_limit(const config *c) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)c->max_connections + 64 > rl.rlim_cur)
+    xlog_msg("warn", "fd_limit",
+             "max_connections %lld exceeds the open-file limit %llu: raise LimitNOFILE / ulimit -n",
+             c->max_connections, (unsigned long long)rl.rlim_cur);
+}
+
 static int parse_proxies(app *a, const char *list) {
   const char *p = list;
   while (*p) {
@@ -230,6 +247,7 @@ int serve_main(int argc, char **argv) {
     return 2;
   }
   metrics_init();
+  raise_fd_limit(&cfg);
   app a;
   memset(&a, 0, sizeof a);
   a.cfg = &cfg;
