@@ -127,8 +127,11 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
     pos_b = xl_ws_get(ws, WS_POSB, (size_t)pos_rows * c->n_head);
     pos_r = xl_ws_get(ws, WS_POSR, (size_t)pos_rows * dm);
   }
-  float **full = (float **)(void *)xl_ws_get(ws, WS_ROWS, (size_t)out_rows * 3 + 2 + 2 * (size_t)n_dec);
-  const float **dec_q = (const float **)(void *)((float *)(void *)full + (size_t)out_rows * 3 + 2);
+  /* WS_ROWS, 8-byte aligned from the start: full[out_rows] and dec_q[n_dec] pointers, then
+   * tg[out_rows] target ids (sized in floats: 2 per pointer, 1 per id). */
+  float **full = (float **)(void *)xl_ws_get(ws, WS_ROWS, 3 * (size_t)out_rows + 2 * (size_t)n_dec + 1);
+  const float **dec_q = (const float **)(full + out_rows);
+  int32_t *tg = (int32_t *)(void *)(dec_q + n_dec);
   float *dec_p = n_dec ? xl_ws_get(ws, WS_DECPOS, (size_t)n_dec * c->n_head * dec_pos) : NULL;
   if (!x || !xn || !qkv || !av || !ff || !attn || !out_scratch || !full || (n_dec && !dec_p) ||
       (ext_pos && (!pos_k || !pos_b || !pos_r)))
@@ -202,7 +205,6 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
 
   /* Outputs: gather the rows that need log-probs (contiguous per item). */
   if (out_rows == 0) return XL_OK;
-  int32_t *tg = (int32_t *)(full + out_rows);
   float *tlp = out_scratch + xl_output_scratch_floats(m);
   float *gathered = xn; /* free now: [out_rows, d_model] */
   int o = 0;
