@@ -80,11 +80,16 @@ class Daemon:
         self.reader.start()
         self.port = port
         self.prefix = prefix
-        if not port:
-            ev = self.wait_log(lambda o: o.get("event") == "listening", timeout)
-            self.port = ev["port"]
-        if wait_ready:
-            self.wait_ready(timeout)
+        try:
+            if not port:
+                ev = self.wait_log(lambda o: o.get("event") == "listening", timeout)
+                self.port = ev["port"]
+            if wait_ready:
+                self.wait_ready(timeout)
+        except BaseException:
+            self.proc.kill()  # never leave a daemon behind
+            self.proc.wait()
+            raise
 
     def _read(self):
         for raw in self.proc.stderr:
