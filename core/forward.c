@@ -87,148 +87,159 @@ static void relu_inplace(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_items,
-                   xl_error *err) {
-  xl_error_clear(err);
-  size_t N = 0;
-  xl_code rc = validate(m, items, n_items, &N, err);
-  if (rc) return rc;
-  if (ws->model != m) return xl_fail(err, XL_ARG, "forward: workspace of another model");
-  const xl_config *c = &m->cfg;
-  const int dm = c->d_model, hd = m->hd, rows = (int)N;
-  const float eps = c->layer_norm_epsilon;
-
-  /* Sizes: widest key range and most distance rows any item needs. */
-  int max_klen = 0, out_rows = 0;
-  for (int i = 0; i < n_items; i++) {
-    int klen = items[i].state->len + items[i].n_tokens;
-    if (klen > max_klen) max_klen = klen;
-    out_rows += items[i].target_logprobs ? items[i].n_tokens : (items[i].last_logprobs ? 1 : 0);
-  }
-  int pos_rows = xl_pos_rows_needed(m, max_klen);
-  /* Decode steps (one token) share one pass over the position table per layer. */
-  int n_dec = 0, dec_pos = 0;
-  for (int i = 0; i < n_items; i++)
-    if (items[i].n_tokens == 1) {
-      int a = items[i].state->len, lo = c->same_length && a - c->mem_len + 1 > 0 ? a - c->mem_len + 1 : 0;
-      int rows_i = xl_pos_index(m, a - lo) + 1;
-      n_dec++;
-      if (rows_i > dec_pos) dec_pos = rows_i;
-    }
-  int ext_pos = pos_rows > m->n_pos_cached; /* long chunk without same_length */
-  size_t attn_floats = xl_attn_scratch_floats(m, max_klen, pos_rows);
-  float *x = xl_ws_get(ws, WS_X, N * dm), *xn = xl_ws_get(ws, WS_XN, N * dm),
-        *qkv = xl_ws_get(ws, WS_QKV, N * 3 * hd), *av = xl_ws_get(ws, WS_AV, N * hd),
-        *ff = xl_ws_get(ws, WS_FF, N * c->d_inner), *attn = xl_ws_get(ws, WS_ATTN, attn_floats),
-        *out_scratch = xl_ws_get(ws, WS_OUT, xl_output_scratch_floats(m) + 2 * (size_t)out_rows);
-  float *pos_k = NULL, *pos_b = NULL, *pos_r = NULL;
-  if (ext_pos) {
-    pos_k = xl_ws_get(ws, WS_POSK, (size_t)pos_rows * hd);
-    pos_b = xl_ws_get(ws, WS_POSB, (size_t)pos_rows * c->n_head);
-    pos_r = xl_ws_get(ws, WS_POSR, (size_t)pos_rows * dm);
-  }
-  /* WS_ROWS, 8-byte aligned from the start: full[out_rows] and dec_q[n_dec] pointers, then
-   * tg[out_rows] target ids (sized in floats: 2 per pointer, 1 per id). */
-  float **full = (float **)(void *)xl_ws_get(ws, WS_ROWS, 3 * (size_t)out_rows + 2 * (size_t)n_dec + 1);
-  const float **dec_q = (const float **)(full + out_rows);
-  int32_t *tg = (int32_t *)(void *)(dec_q + n_dec);
-  float *dec_p = n_dec ? xl_ws_get(ws, WS_DECPOS, (size_t)n_dec * c->n_head * dec_pos) : NULL;
-  if (!x || !xn || !qkv || !av || !ff || !attn || !out_scratch || !full || (n_dec && !dec_p) ||
-      (ext_pos && (!pos_k || !pos_b || !pos_r)))
-    return xl_fail(err, XL_NOMEM, "forward: out of memory for %zu positions", N);
+/* One call's sizes and buffers (all in the workspace). */
+typedef struct {
+  size_t rows;            /* N: positions of all items */
+  int out_rows;           /* rows that need log-probs */
+  int pos_rows;           /* distance rows the widest item needs */
+  int ext_pos;            /* 1: more than the model caches (long chunk, no same_length) */
+  int n_dec, dec_pos;     /* decode steps (one token) and the distance rows they need */
+  float *x;               /* [N, d_model] hidden states */
+  float *xn;              /* [N, d_model] LayerNorm output / sublayer output */
+  float *qkv;             /* [N, 3*H*Dh] */
+  float *av;              /* [N, H*Dh] attention vectors */
+  float *ff;              /* [N, d_inner] */
+  float *out_scratch;     /* adaptive softmax scratch, then [out_rows] target log-probs */
+  float *pos_k, *pos_b, *pos_r; /* ext_pos only: [pos_rows, H*Dh], [H, pos_rows], [pos_rows, d_model] */
+  float *dec_p;           /* [n_dec, H, dec_pos] position products of the decode steps */
+  float **full;           /* [out_rows] where each output row's distribution goes (or NULL) */
+  const float **dec_q;    /* [n_dec] the decode steps' query rows */
+  int32_t *tg;            /* [out_rows] target ids (-1: none) */
   xl_attn_scratch sc;
-  xl_attn_scratch_bind(m, attn, max_klen, pos_rows, &sc);
+} fwd_plan;
 
-  /* Embedding: every item's tokens, rows in item order. */
-  size_t row = 0;
-  for (int i = 0; i < n_items; i++) {
-    xl_embed(m, items[i].tokens, items[i].n_tokens, x + row * dm);
-    row += (size_t)items[i].n_tokens;
-  }
-
-  for (int l = 0; l < c->n_layer; l++) {
-    const xl_layer *L = &m->layers[l];
-    const float *src = x;
-    if (c->pre_lnorm) {
-      xl_layer_norm(x, rows, dm, L->attn_ln_g, L->attn_ln_b, eps, xn);
-      src = xn;
-    }
-    xl_linear(src, rows, dm, L->qkv_w, NULL, 3 * hd, qkv, 3 * hd); /* [N, 3*H*Dh] */
-
-    xl_pos_table pt = {L->pos_k, L->pos_bias, m->n_pos_cached};
-    if (ext_pos) {
-      xl_positional_project(m, l, pos_rows, pos_k, pos_b, pos_r);
-      pt = (xl_pos_table){pos_k, pos_b, pos_rows};
-    }
-    int use_dec = n_dec && !ext_pos;
-    if (use_dec) {
-      int d = 0;
-      row = 0;
-      for (int i = 0; i < n_items; i++) {
-        if (items[i].n_tokens == 1) dec_q[d++] = qkv + row * 3 * hd;
-        row += (size_t)items[i].n_tokens;
-      }
-      xl_decode_positions(m, l, dec_q, n_dec, dec_pos, dec_p);
-    }
-    row = 0;
-    for (int i = 0, d = 0; i < n_items; i++) {
-      xl_attn_item it = {items[i].state, items[i].n_tokens, qkv + row * 3 * hd, av + row * hd,
-                         NULL, dec_pos};
-      if (use_dec && items[i].n_tokens == 1) it.pos_q = dec_p + (size_t)d++ * c->n_head * dec_pos;
-      xl_attend(m, l, &it, &pt, &sc);
-      row += (size_t)items[i].n_tokens;
-    }
-    xl_linear(av, rows, hd, L->o_w, NULL, dm, xn, dm); /* attn_out [N, d_model] */
-    for (size_t k = 0; k < N * dm; k++) x[k] += xn[k];
-    if (!c->pre_lnorm) xl_layer_norm(x, rows, dm, L->attn_ln_g, L->attn_ln_b, eps, x);
-
-    /* Position-wise feed-forward */
-    src = x;
-    if (c->pre_lnorm) {
-      xl_layer_norm(x, rows, dm, L->ff_ln_g, L->ff_ln_b, eps, xn);
-      src = xn;
-    }
-    xl_linear(src, rows, dm, L->ff1_w, L->ff1_b, c->d_inner, ff, c->d_inner); /* [N, d_inner] */
-    relu_inplace(ff, N * c->d_inner);
-    xl_linear(ff, rows, c->d_inner, L->ff2_w, L->ff2_b, dm, xn, dm);          /* [N, d_model] */
-    for (size_t k = 0; k < N * dm; k++) x[k] += xn[k];
-    if (!c->pre_lnorm) xl_layer_norm(x, rows, dm, L->ff_ln_g, L->ff_ln_b, eps, x);
-
-    /* This layer's new keys/values join each memory (read by no later layer of this call). */
-    row = 0;
-    for (int i = 0; i < n_items; i++) {
-      ring_append(items[i].state, l, qkv + row * 3 * hd, items[i].n_tokens);
-      row += (size_t)items[i].n_tokens;
-    }
-  }
-  for (int i = 0; i < n_items; i++) ring_commit(items[i].state, items[i].n_tokens);
-
-  /* Outputs: gather the rows that need log-probs (contiguous per item). */
-  if (out_rows == 0) return XL_OK;
-  float *tlp = out_scratch + xl_output_scratch_floats(m);
-  float *gathered = xn; /* free now: [out_rows, d_model] */
-  int o = 0;
-  row = 0;
+static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, int n_items,
+                    size_t N, fwd_plan *p, xl_error *err) {
+  const xl_config *c = &m->cfg;
+  const int dm = c->d_model, hd = m->hd;
+  memset(p, 0, sizeof *p);
+  p->rows = N;
+  int max_klen = 0;
   for (int i = 0; i < n_items; i++) {
     const xl_feed *f = &items[i];
+    int a = f->state->len, klen = a + f->n_tokens;
+    if (klen > max_klen) max_klen = klen;
+    p->out_rows += f->target_logprobs ? f->n_tokens : (f->last_logprobs ? 1 : 0);
+    if (f->n_tokens == 1) {
+      int lo = c->same_length && a - c->mem_len + 1 > 0 ? a - c->mem_len + 1 : 0;
+      int rows_i = xl_pos_index(m, a - lo) + 1;
+      p->n_dec++;
+      if (rows_i > p->dec_pos) p->dec_pos = rows_i;
+    }
+  }
+  p->pos_rows = xl_pos_rows_needed(m, max_klen);
+  p->ext_pos = p->pos_rows > m->n_pos_cached;
+  float *attn = xl_ws_get(ws, WS_ATTN, xl_attn_scratch_floats(m, max_klen, p->pos_rows));
+  p->x = xl_ws_get(ws, WS_X, N * dm);
+  p->xn = xl_ws_get(ws, WS_XN, N * dm);
+  p->qkv = xl_ws_get(ws, WS_QKV, N * 3 * hd);
+  p->av = xl_ws_get(ws, WS_AV, N * hd);
+  p->ff = xl_ws_get(ws, WS_FF, N * c->d_inner);
+  p->out_scratch = xl_ws_get(ws, WS_OUT, xl_output_scratch_floats(m) + (size_t)p->out_rows);
+  if (p->ext_pos) {
+    p->pos_k = xl_ws_get(ws, WS_POSK, (size_t)p->pos_rows * hd);
+    p->pos_b = xl_ws_get(ws, WS_POSB, (size_t)p->pos_rows * c->n_head);
+    p->pos_r = xl_ws_get(ws, WS_POSR, (size_t)p->pos_rows * dm);
+  }
+  /* WS_ROWS, 8-byte aligned from the start: full[out_rows] and dec_q[n_dec] pointers, then
+   * tg[out_rows] (sized in floats: 2 per pointer, 1 per id). */
+  p->full = (float **)(void *)xl_ws_get(ws, WS_ROWS, 3 * (size_t)p->out_rows + 2 * (size_t)p->n_dec + 1);
+  if (p->full) {
+    p->dec_q = (const float **)(p->full + p->out_rows);
+    p->tg = (int32_t *)(void *)(p->dec_q + p->n_dec);
+  }
+  if (p->n_dec) p->dec_p = xl_ws_get(ws, WS_DECPOS, (size_t)p->n_dec * c->n_head * p->dec_pos);
+  if (!p->x || !p->xn || !p->qkv || !p->av || !p->ff || !attn || !p->out_scratch || !p->full ||
+      (p->n_dec && !p->dec_p) || (p->ext_pos && (!p->pos_k || !p->pos_b || !p->pos_r)))
+    return xl_fail(err, XL_NOMEM, "forward: out of memory for %zu positions", N);
+  xl_attn_scratch_bind(m, attn, max_klen, p->pos_rows, &p->sc);
+  return XL_OK;
+}
+
+/* x += RelAttn(x) (pre-LN: on LN(x); post-LN: x = LN(x + ...)); then the layer's new keys
+ * and values are computed into qkv for the rings. */
+static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_items,
+                               fwd_plan *p) {
+  const xl_config *c = &m->cfg;
+  const xl_layer *L = &m->layers[l];
+  const int dm = c->d_model, hd = m->hd, rows = (int)p->rows;
+  const float *src = p->x;
+  if (c->pre_lnorm) {
+    xl_layer_norm(p->x, rows, dm, L->attn_ln_g, L->attn_ln_b, c->layer_norm_epsilon, p->xn);
+    src = p->xn;
+  }
+  xl_linear(src, rows, dm, L->qkv_w, NULL, 3 * hd, p->qkv, 3 * hd); /* [N, 3*H*Dh] */
+
+  xl_pos_table pt = {L->pos_k, L->pos_bias, m->n_pos_cached};
+  if (p->ext_pos) {
+    xl_positional_project(m, l, p->pos_rows, p->pos_k, p->pos_b, p->pos_r);
+    pt = (xl_pos_table){p->pos_k, p->pos_b, p->pos_rows};
+  }
+  int shared_pos = p->n_dec && !p->ext_pos; /* decode steps read the table once, together */
+  if (shared_pos) {
+    size_t row = 0;
+    for (int i = 0, d = 0; i < n_items; row += (size_t)items[i++].n_tokens)
+      if (items[i].n_tokens == 1) p->dec_q[d++] = p->qkv + row * 3 * hd;
+    xl_decode_positions(m, l, p->dec_q, p->n_dec, p->dec_pos, p->dec_p);
+  }
+  size_t row = 0;
+  for (int i = 0, d = 0; i < n_items; row += (size_t)items[i++].n_tokens) {
+    xl_attn_item it = {items[i].state, items[i].n_tokens, p->qkv + row * 3 * hd,
+                       p->av + row * hd, NULL, p->dec_pos};
+    if (shared_pos && items[i].n_tokens == 1)
+      it.pos_q = p->dec_p + (size_t)d++ * c->n_head * p->dec_pos;
+    xl_attend(m, l, &it, &pt, &p->sc);
+  }
+  xl_linear(p->av, rows, hd, L->o_w, NULL, dm, p->xn, dm); /* attn_out [N, d_model] */
+  for (size_t k = 0; k < p->rows * dm; k++) p->x[k] += p->xn[k];
+  if (!c->pre_lnorm)
+    xl_layer_norm(p->x, rows, dm, L->attn_ln_g, L->attn_ln_b, c->layer_norm_epsilon, p->x);
+}
+
+/* x += W2 relu(W1 x + b1) + b2 (pre-LN on LN(x); post-LN: x = LN(x + ...)). */
+static void feed_forward_sublayer(const xl_model *m, int l, fwd_plan *p) {
+  const xl_config *c = &m->cfg;
+  const xl_layer *L = &m->layers[l];
+  const int dm = c->d_model, rows = (int)p->rows;
+  const float *src = p->x;
+  if (c->pre_lnorm) {
+    xl_layer_norm(p->x, rows, dm, L->ff_ln_g, L->ff_ln_b, c->layer_norm_epsilon, p->xn);
+    src = p->xn;
+  }
+  xl_linear(src, rows, dm, L->ff1_w, L->ff1_b, c->d_inner, p->ff, c->d_inner); /* [N, d_inner] */
+  relu_inplace(p->ff, p->rows * c->d_inner);
+  xl_linear(p->ff, rows, c->d_inner, L->ff2_w, L->ff2_b, dm, p->xn, dm);        /* [N, d_model] */
+  for (size_t k = 0; k < p->rows * dm; k++) p->x[k] += p->xn[k];
+  if (!c->pre_lnorm)
+    xl_layer_norm(p->x, rows, dm, L->ff_ln_g, L->ff_ln_b, c->layer_norm_epsilon, p->x);
+}
+
+/* Log-probs of the rows that need them: an item's every row (targets), or its last row
+ * (next-token distribution). Rows are gathered contiguously, scored, and scattered back. */
+static void outputs(const xl_model *m, xl_feed *items, int n_items, fwd_plan *p) {
+  const int dm = m->cfg.d_model;
+  float *tlp = p->out_scratch + xl_output_scratch_floats(m);
+  float *gathered = p->xn; /* free now: [out_rows, d_model] */
+  int o = 0;
+  size_t row = 0;
+  for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens) {
+    const xl_feed *f = &items[i];
     if (f->target_logprobs) {
-      memcpy(gathered + (size_t)o * dm, x + row * dm, (size_t)f->n_tokens * dm * sizeof(float));
+      memcpy(gathered + (size_t)o * dm, p->x + row * dm, (size_t)f->n_tokens * dm * sizeof(float));
       for (int t = 0; t < f->n_tokens; t++) {
-        tg[o + t] = f->targets[t];
-        full[o + t] = NULL;
+        p->tg[o + t] = f->targets[t];
+        p->full[o + t] = NULL;
       }
-      if (f->last_logprobs) full[o + f->n_tokens - 1] = f->last_logprobs;
+      if (f->last_logprobs) p->full[o + f->n_tokens - 1] = f->last_logprobs;
       o += f->n_tokens;
     } else if (f->last_logprobs) {
-      memcpy(gathered + (size_t)o * dm, x + (row + (size_t)f->n_tokens - 1) * dm,
+      memcpy(gathered + (size_t)o * dm, p->x + (row + (size_t)f->n_tokens - 1) * dm,
              (size_t)dm * sizeof(float));
-      tg[o] = -1;
-      full[o] = f->last_logprobs;
-      o++;
+      p->tg[o] = -1;
+      p->full[o++] = f->last_logprobs;
     }
-    row += (size_t)f->n_tokens;
   }
-  xl_output_logprobs(m, gathered, out_rows, tg, tlp, full, out_scratch);
+  xl_output_logprobs(m, gathered, p->out_rows, p->tg, tlp, p->full, p->out_scratch);
   o = 0;
   for (int i = 0; i < n_items; i++) {
     const xl_feed *f = &items[i];
@@ -239,5 +250,32 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
       o++;
     }
   }
+}
+
+xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_items,
+                   xl_error *err) {
+  xl_error_clear(err);
+  size_t N = 0;
+  xl_code rc = validate(m, items, n_items, &N, err);
+  if (rc) return rc;
+  if (ws->model != m) return xl_fail(err, XL_ARG, "forward: workspace of another model");
+  fwd_plan p;
+  if ((rc = plan(m, ws, items, n_items, N, &p, err))) return rc;
+  const int dm = m->cfg.d_model, hd = m->hd;
+
+  size_t row = 0; /* embedding: every item's tokens, rows in item order */
+  for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens)
+    xl_embed(m, items[i].tokens, items[i].n_tokens, p.x + row * dm);
+
+  for (int l = 0; l < m->cfg.n_layer; l++) {
+    attention_sublayer(m, l, items, n_items, &p);
+    feed_forward_sublayer(m, l, &p);
+    /* This layer's new keys/values join each memory (no later layer of this call reads it). */
+    row = 0;
+    for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens)
+      ring_append(items[i].state, l, p.qkv + row * 3 * hd, items[i].n_tokens);
+  }
+  for (int i = 0; i < n_items; i++) ring_commit(items[i].state, items[i].n_tokens);
+  if (p.out_rows) outputs(m, items, n_items, &p);
   return XL_OK;
 }
