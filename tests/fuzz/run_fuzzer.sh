@@ -12,6 +12,13 @@ case $name in
   fuzz_config) corpus=$work/config ;;
   *) corpus=$work/$name; mkdir -p "$corpus" ;;
 esac
+seeds=$(dirname "$0")/seeds/${name#fuzz_}
+if [ -d "$seeds" ]; then # committed seeds: the first byte selects a variant, so add 0 and 1
+  for f in "$seeds"/*; do
+    printf '\000' | cat - "$f" > "$corpus/0-$(basename "$f")"
+    printf '\001' | cat - "$f" > "$corpus/1-$(basename "$f")"
+  done
+fi
 status=0
 XL_TMP="$work/tmp" "$fuzzer" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=2048 \
   -artifact_prefix="$work/" "$corpus" > "$work/log" 2>&1 || status=$?
