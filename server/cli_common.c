@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "default_model.h"
+
 int cli_str_arg(const char *cmd, int argc, char **argv, int *i, const char **out) {
   if (*i + 1 >= argc) {
     fprintf(stderr, "xlserve %s: %s needs a value\n", cmd, argv[*i]);
@@ -68,7 +70,7 @@ int cli_float_arg(const char *cmd, int argc, char **argv, int *i, double lo, dou
 xl_model *cli_load_model(const char *cmd, const char *dir, const xl_load_options *opts) {
   xl_model *m = NULL;
   xl_error err;
-  if (!dir) dir = XL_DEFAULT_MODEL_DIR;
+  if (!dir) dir = xl_default_model_dir(); /* installed or build-tree bundled model */
   if (xl_model_load(dir, opts, &m, &err) != XL_OK) {
     fprintf(stderr, "xlserve %s: %s\n", cmd, err.message);
     return NULL;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "default_model.h"
 #include "util.h"
 
 typedef struct optdef {
@@ -240,7 +241,9 @@ static void print_help(FILE *out) {
 static void set_defaults(config *c) {
   memset(c, 0, sizeof *c);
   for (int i = 0; i < XLS_N_OPTIONS; i++) {
-    int rc = set_opt(c, &OPTS[i], OPTS[i].def, 0, "default", "built-in default", stderr);
+    /* the model's default depends on where the binary is (installed or build tree) */
+    const char *def = i == OPTI_model ? xl_default_model_dir() : OPTS[i].def;
+    int rc = set_opt(c, &OPTS[i], def, 0, "default", "built-in default", stderr);
     (void)rc; /* defaults are valid by construction (a unit test checks) */
   }
 }

@@ -1,11 +1,13 @@
 /*
  * serve_main.c: `xlserve serve`: the daemon's lifecycle on the loop thread.
  *   start: options -> log -> keys -> listen (GET /health says 503 "loading") -> the model loads
- *          on a libuv pool thread -> scheduler + workers + session table -> ready.
+ *          on a libuv pool thread -> scheduler + workers + session table -> ready (and
+ *          READY=1 to systemd: sd_notify.c; WATCHDOG=1 pings from listen on, when asked).
  *   run:   the loop drives MHD (http_server.c), worker events (wake), signals, TTL timer.
  *   SIGTERM/SIGINT: drain: stop accepting (listen socket closed), /health 503, new requests on
  *          open connections 503, running generations may finish for drain_timeout seconds, then
  *          are cancelled; then workers stop, MHD stops, exit 0. A second signal cancels at once.
+ *          STOPPING=1 to systemd as the drain begins.
  *   SIGHUP: reopen the log file, re-read api_key_file.
  * Thread: main thread = loop thread.
  */
@@ -18,6 +20,7 @@
 
 #include "app.h"
 #include "cli.h"
+#include "sd_notify.h"
 #include "util.h"
 #include "xlog.h"
 
@@ -56,6 +59,7 @@ static void do_shutdown(uv_timer_t *t) {
     on_wake(&a->wake);    /* complete them (no MHD call in between matters: http_stop resumes) */
   }
   http_stop(a);
+  sdn_watchdog_stop();
   close_handle((uv_handle_t *)&a->wake);
   close_handle((uv_handle_t *)&a->sig_term);
   close_handle((uv_handle_t *)&a->sig_int);
@@ -95,6 +99,7 @@ static void begin_drain(app *a) {
     return;
   }
   a->phase = APP_DRAINING;
+  sdn_notify("STOPPING=1\nSTATUS=draining");
   http_quiesce(a); /* the listening socket is closed before the log says so */
   xlog_msg("info", "draining", "draining: %ld requests in progress, up to %llds", a->n_reqs,
            a->cfg->drain_timeout);
@@ -140,6 +145,7 @@ static void model_loaded(uv_work_t *w, int status) {
     a->load_rc = -1;
     xlog_msg("fatal", "model_load_failed", "option model: %s: %s", a->cfg->model,
              status ? uv_strerror(status) : a->load_err.message);
+    sdn_notifyf("STATUS=model load failed: %s", status ? uv_strerror(status) : a->load_err.message);
     a->exit_code = 1;
     a->phase = APP_DRAINING;
     schedule_stop(a, 0);
@@ -185,8 +191,10 @@ static void model_loaded(uv_work_t *w, int status) {
            "workers, max_batch %lld, prefill_chunk %d",
            a->model_name, a->cfg->model, mc->n_layer, mc->d_model, mc->mem_len, mc->vocab_size,
            mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk);
-  if (a->phase == APP_LOADING) a->phase = APP_READY;
-  /* issue 7: sd_notify READY=1 goes here */
+  if (a->phase == APP_LOADING) {
+    a->phase = APP_READY; /* /health says 200 from here on: only then READY=1 */
+    sdn_notifyf("READY=1\nSTATUS=serving %s on %s port %u", a->model_name, a->cfg->host, a->port);
+  }
   app_check_drained(a);
 }
 
@@ -290,6 +298,7 @@ int serve_main(int argc, char **argv) {
                      "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%u,\"version\":\"%s\"}",
                      cfg.host, a.port, XL_VERSION);
     xlog_write(line, (size_t)n);
+    sdn_watchdog_start(&loop); /* WATCHDOG=1 while loading too (a no-op unless asked) */
     a.load_work.data = &a;
     uv_queue_work(&loop, &a.load_work, load_model, model_loaded);
   }

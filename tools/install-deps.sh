@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# Installs everything xlserve needs to build, run and test on Debian 12 (bookworm).
-# Run as root (or with sudo). Safe to run again.
+# Installs what xlserve needs on Debian 12 (bookworm). Run as root, or as a user with sudo (the
+# script calls sudo itself). Safe to run again.
+#   tools/install-deps.sh            everything: build, run and test (the README and CI use this)
+#   tools/install-deps.sh build      only what building needs (the Docker image's build stage)
+#   tools/install-deps.sh runtime    only what running the installed daemon needs (its final stage)
+#   tools/install-deps.sh --print SET   prints the packages of SET (all/build/runtime), installs nothing
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-PACKAGES=(
-  # build
+BUILD=(
   build-essential cmake pkg-config git
   # libraries (design card)
   libmicrohttpd-dev libjansson-dev libopenblas-dev libuv1-dev libsqlite3-dev
+)
+RUNTIME=(
+  # the shared libraries the binary links (tests/deploy checks the list against it)
+  libmicrohttpd12 libjansson4 libopenblas0-pthread libuv1 libsqlite3-0
+  # the container's HEALTHCHECK
+  curl
+)
+TEST=(
   # tests, reference implementation, trainer and converter
   python3 python3-numpy python3-torch python3-pytest
   # fuzzing (libFuzzer)
   clang libclang-rt-14-dev
-  # deployment tests: nginx in front, systemd-analyze verify
-  nginx-light systemd curl
+  # deployment tests: nginx in front, systemd-analyze verify, the unit's syscall filter
+  nginx-light systemd curl strace
 )
+print=0
+if [ "${1:-}" = --print ]; then print=1; shift; fi
+case "${1:-all}" in
+  all) PACKAGES=("${BUILD[@]}" "${TEST[@]}") ;;
+  build) PACKAGES=("${BUILD[@]}") ;;
+  runtime) PACKAGES=("${RUNTIME[@]}") ;;
+  *) echo "usage: $0 [--print] [all|build|runtime]" >&2; exit 2 ;;
+esac
+if [ "$print" = 1 ]; then printf '%s\n' "${PACKAGES[@]}"; exit 0; fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
