@@ -125,6 +125,16 @@ def test_session_sticks_to_one_daemon_and_continues(start_daemon, nginx_in_front
                 assert owner.setdefault(line["session"], d.port) == d.port, line
     assert set(owner) == set(sids)
     assert set(owner.values()) == {a.port, b.port}
+    # requests without a session id are spread over both (round robin)
+    for i in range(6):
+        st, _, body = X.post_json(n.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+        assert st == 200, body
+    loose = lambda d: len([l for l in d.requests_logged()  # noqa: E731
+                           if l.get("path") == "/v1/completions" and not l.get("session")])
+    deadline = time.monotonic() + 10
+    while loose(a) + loose(b) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert loose(a) + loose(b) == 6 and min(loose(a), loose(b)) >= 2, (loose(a), loose(b))
 
 
 def test_request_id_and_forwarded_for_reach_the_daemon(start_daemon, nginx_in_front, tiny_model):

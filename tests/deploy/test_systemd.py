@@ -27,6 +27,16 @@ def sanitized_build():
     return build_cache("XL_SANITIZE") == "ON"
 
 
+def store_args(tmp_path):
+    """--state-dir DIR once the daemon has the session store (issue 6), so the sandbox checks
+    cover the store's file I/O (the unit gives it XLSERVE_STATE_DIR=/var/lib/xlserve)."""
+    r = subprocess.run([X.xlserve_bin(), "serve", "--help"], capture_output=True, text=True)
+    if "--state-dir" not in r.stdout:
+        return []
+    (tmp_path / "state").mkdir(exist_ok=True)
+    return ["--state-dir", str(tmp_path / "state")]
+
+
 class NotifySocket:
     """A datagram socket standing in for systemd's; collects (arrival time, message)."""
 
@@ -255,11 +265,13 @@ def test_daemon_runs_under_memory_deny_write_execute(tmp_path, monkeypatch, star
         "if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0): sys.exit('prctl failed')\n"
         "os.execv(%r, [%r] + sys.argv[1:])\n" % (X.xlserve_bin(), X.xlserve_bin()))
     wrapper.chmod(0o755)
+    extra = store_args(tmp_path)
     monkeypatch.setenv("XLSERVE_BIN", str(wrapper))
-    d = start_daemon(tiny_model, "--workers", "2", "--blas-threads", "2")
+    d = start_daemon(tiny_model, "--workers", "2", "--blas-threads", "2", *extra)
     with open("/proc/%d/status" % d.proc.pid) as f:
         assert "xlserve" in f.read().split("\n", 1)[0]
-    st, _, body = X.post_json(d.port, "/v1/completions", {"prompt": "Hello", "max_tokens": 20})
+    st, _, body = X.post_json(d.port, "/v1/completions", {"prompt": "Hello", "max_tokens": 20},
+                              {"X-Session-Id": "mdwe-1"})
     assert st == 200 and body["usage"]["completion_tokens"] == 20, body
 
 
@@ -319,6 +331,7 @@ def test_every_syscall_and_socket_family_is_allowed_by_the_unit(tmp_path, monkey
     wrapper.write_text("#!/bin/sh\nexec %s -f -qq -o %s %s \"$@\"\n" % (strace, trace,
                                                                        X.xlserve_bin()))
     wrapper.chmod(0o755)
+    extra = store_args(tmp_path)
     monkeypatch.setenv("XLSERVE_BIN", str(wrapper))
     ns = NotifySocket()
     key = tmp_path / "keys"
@@ -326,7 +339,7 @@ def test_every_syscall_and_socket_family_is_allowed_by_the_unit(tmp_path, monkey
     try:
         d = start_daemon(tiny_model, "--workers", "2", "--api-key-file", str(key),
                          "--max-tokens-limit", "10000000",
-                         "--log-file", str(tmp_path / "log"), port=X.free_port(),
+                         "--log-file", str(tmp_path / "log"), *extra, port=X.free_port(),
                          env={"NOTIFY_SOCKET": ns.address, "WATCHDOG_USEC": "200000"})
         auth = {"Authorization": "Bearer k1", "X-Session-Id": "strace-1"}
         st, _, body = X.post_json(d.port, "/v1/chat/completions", {
