@@ -59,6 +59,11 @@ def test_dockerfile_wraps_the_tested_scripts():
     ep = [a for op, a in final if op == "ENTRYPOINT"]
     assert ep == ['["/usr/local/bin/xlserve", "serve", "--config", "/etc/xlserve/xlserve.conf"]']
     assert ("COPY", "--from=build /staging/ /") in final
+    # the image checks itself at build time: the binary runs on the runtime packages, its
+    # default model is the installed bundled one, and that model loads
+    checks = " ".join(a for op, a in final if op == "RUN")
+    assert "--dump-config | grep -q '^model /usr/local/share/xlserve/models/austen-byte '" in checks
+    assert "xlserve info" in checks
     env = " ".join(a for op, a in final if op == "ENV")
     assert "XLSERVE_HOST=0.0.0.0" in env and "XLSERVE_STATE_DIR=/var/lib/xlserve" in env
     # the options the image sets are options of the daemon

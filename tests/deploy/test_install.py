@@ -4,6 +4,7 @@ started with the installed config and no --model, serves the installed model; th
 binary keeps the source tree's model as its default (the README's quick start)."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,8 @@ def test_install_layout(installed):
         unit = f.read()
     assert "ExecStart=%s/bin/xlserve serve --config %s\n" % (
         prefix, conf[len(dest):]) in unit
+    docs = re.search(r"(?m)^Documentation=file://(.*)$", unit).group(1)
+    assert os.path.isfile(dest + docs), docs
     with open(os.path.join(root, "share/xlserve/nginx/xlserve.conf")) as f, \
             open(os.path.join(ROOT, "config/nginx/xlserve.conf")) as g:
         assert f.read() == g.read()
