@@ -259,6 +259,13 @@ def test_daemon_runs_under_memory_deny_write_execute(tmp_path, monkeypatch, star
                             "import ctypes,sys; sys.exit(ctypes.CDLL(None).prctl(65, 1, 0, 0, 0))"])
     if probe.returncode != 0:
         pytest.skip("this kernel has no PR_SET_MDWE (Linux >= 6.3)")
+    # the rule holds across exec, as the wrapper below relies on: a W+X mapping is refused
+    wx = subprocess.run(["/usr/bin/python3", "-c",
+                         "import ctypes, os, sys\n"
+                         "assert ctypes.CDLL(None).prctl(65, 1, 0, 0, 0) == 0\n"
+                         "os.execv(sys.executable, [sys.executable, '-c', 'import mmap; "
+                         "mmap.mmap(-1, 4096, prot=7)'])"], capture_output=True, text=True)
+    assert wx.returncode != 0 and "Permission denied" in wx.stderr, wx.stderr
     wrapper = tmp_path / "xlserve-mdwe"
     wrapper.write_text(
         "#!/usr/bin/python3\nimport ctypes, os, sys\n"
