@@ -92,12 +92,14 @@ static void make_id(job *j) {
 void api_generate(req *r, job_kind kind) {
   app *a = r->a;
   api_error e;
-  r->have_g = 1;
-  if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &r->g, &e)) {
-    req_error_from(r, &e);
-    return;
+  if (!r->have_g) { /* parsed once: the handler runs again after a session restore */
+    r->have_g = 1;
+    if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &r->g, &e)) {
+      req_error_from(r, &e);
+      return;
+    }
+    buf_free(&r->body);
   }
-  buf_free(&r->body);
   gen_request *g = &r->g;
 
   /* session */
@@ -116,25 +118,16 @@ void api_generate(req *r, job_kind kind) {
   session *s = NULL;
   if (sid) {
     snprintf(r->session_id, sizeof r->session_id, "%s", sid);
-    switch (st_lookup(a->sessions, sid, r->owner, &s)) {
-      case ST_FORBIDDEN:
-        req_error(r, 404, "invalid_request_error", "session_not_found", "session_id",
-                  "session %s not found", sid);
-        return;
-      case ST_EXPIRED:
-        req_error(r, 404, "invalid_request_error", "session_expired", "session_id",
-                  "session %s expired or was evicted; its memory is gone (DELETE it to reuse "
-                  "the id, or use a new one)",
-                  sid);
-        return;
-      case ST_FOUND:
-        if (s->busy) {
-          req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
-                    "session %s is serving another request", sid);
-          return;
-        }
-        break;
-      case ST_MISSING: break; /* created below, once the request is known to be good */
+    st_status st = req_find_session(r, sid, &s);
+    if (st == ST_PENDING) return; /* the store looks for it; this handler runs again */
+    if (st == ST_FOUND && s->busy) {
+      req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
+                "session %s is serving another request", sid);
+      return;
+    }
+    if (st != ST_FOUND && st != ST_MISSING) { /* MISSING: created below, once the request is good */
+      req_session_error(r, sid, st);
+      return;
     }
   }
 
@@ -206,6 +199,7 @@ void api_generate(req *r, job_kind kind) {
   }
   if (reset) {
     session_reset(s);
+    s->unsaved = 1; /* the store still has the old conversation */
     r->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
@@ -244,6 +238,7 @@ void api_generate(req *r, job_kind kind) {
   j->created = (long long)time(NULL);
   j->model_name = xstrdup(a->model_name);
   j->t_arrival = r->t_start;
+  j->want_snapshot = !r->sess_stateless && st_persistent(a->sessions);
   j->hist = xmalloc(sizeof(int32_t) * (size_t)(j->max_tokens ? j->max_tokens : 1));
   xl_detok_init(&j->detok);
   if (j->stream && kind == JOB_CHAT) {
@@ -323,6 +318,17 @@ static void update_session(req *r) {
   if (fed) s->turns++;
 }
 
+static void gen_finish(req *r);
+
+/* durability turn: the turn's state is committed (or the commit failed): answer now */
+static void on_turn_committed(void *ctx, int status, const char *msg) {
+  req *r = ctx;
+  if (status) r->store_err = xstrdup(msg && *msg ? msg : "store error");
+  r->commit_wait = 0;
+  gen_finish(r);
+  req_unref(r); /* the commit's reference */
+}
+
 void gen_on_done(req *r) {
   app *a = r->a;
   job *j = r->job;
@@ -331,16 +337,39 @@ void gen_on_done(req *r) {
   r->finish = finish_name(j->finish);
   r->tokens_out = j->n_gen;
   update_session(r);
-  uint64_t held = r->sess_stateless ? 0 : session_tokens(r->sess);
-  if (r->sess_stateless) session_free(r->sess);
-  else st_release(a->sessions, r->sess);
+  r->held_tokens = r->sess_stateless ? 0 : session_tokens(r->sess);
+  if (r->sess_stateless) {
+    session_free(r->sess);
+  } else {
+    session *s = r->sess;
+    int fed = j->pos > 0 || j->decoding;
+    if (fed && !j->snap) s->unsaved = 1; /* no snapshot (store off, or it failed) */
+    st_release(a->sessions, s);
+    uint8_t *core = j->snap;
+    j->snap = NULL;
+    r->refs++; /* the commit's, if it waits */
+    if (st_turn_end(a->sessions, s, core, j->snap_len, on_turn_committed, r)) {
+      r->commit_wait = 1;
+      if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
+    } else {
+      r->refs--;
+    }
+  }
   r->sess = NULL;
   if (j->finish == FINISH_ERROR)
     xlog_msg("error", "generation_failed", "request %s: %s", r->request_id, j->error.message);
+  if (!r->commit_wait) gen_finish(r);
+}
 
+/* The end of the response: the stream's tail, or the full body; drops the job's reference. */
+static void gen_finish(req *r) {
+  job *j = r->job;
+  uint64_t held = r->held_tokens;
   const char *err_code = NULL, *err_msg = NULL;
   if (j->finish == FINISH_ERROR) err_code = "generation_failed", err_msg = j->error.message;
   else if (r->cancelled_by_drain) err_code = "shutting_down", err_msg = "the server is shutting down";
+  else if (r->store_err && j->finish != FINISH_CANCELLED)
+    err_code = "store_failed", err_msg = r->store_err;
 
   if (j->stream) {
     if (!r->client_gone && (j->finish != FINISH_CANCELLED || r->cancelled_by_drain)) {
@@ -358,6 +387,11 @@ void gen_on_done(req *r) {
   } else if (!r->mhd_done) {
     if (err_code && j->finish == FINISH_ERROR) {
       req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
+    } else if (err_code && !strcmp(err_code, "store_failed")) {
+      req_error(r, 500, "server_error", err_code, NULL,
+                "the turn was generated but could not be persisted (the session holds it in "
+                "RAM): %s",
+                err_msg);
     } else if (err_code) {
       req_error(r, 503, "server_error", err_code, NULL, "%s", err_msg);
     } else if (j->finish == FINISH_CANCELLED) {

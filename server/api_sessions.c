@@ -1,8 +1,10 @@
 /*
  * api_sessions.c: /v1/sessions (POST create, GET list), /v1/sessions/{id} (GET, DELETE),
- * /v1/sessions/{id}/fork (POST). Sessions are scoped to the API key: another key's session
- * answers 404 exactly like a missing one. A busy session cannot be deleted or forked (409).
- * Thread: loop thread.
+ * /v1/sessions/{id}/fork (POST), /v1/sessions/{id}/state (GET export, PUT import), and the
+ * request side of the session store: a session not in RAM is looked for in the store while the
+ * request waits (REQ_RESTORING), then the handler runs again. Sessions are scoped to the API
+ * key: another key's session answers 404 exactly like a missing one. A busy session cannot be
+ * deleted, forked, exported or replaced (409). Thread: loop thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +13,7 @@
 #include "app.h"
 #include "util.h"
 
-static const char *mode_name(chat_mode m) {
+static const char *mode_name(int m) {
   switch (m) {
     case CHAT_EMPTY: return "empty";
     case CHAT_MESSAGES: return "chat";
@@ -28,63 +30,321 @@ static void session_obj(buf *b, const session *s) {
   buf_printf(b,
              ",\"object\":\"session\",\"created\":%lld,\"last_used\":%lld,\"tokens\":%llu,"
              "\"memory_positions\":%d,\"turns\":%llu,\"mode\":\"%s\",\"messages\":%d,"
-             "\"busy\":%s,\"ram_bytes\":%zu}",
+             "\"busy\":%s,\"in_ram\":true,\"ram_bytes\":%zu",
              (long long)s->created, (long long)s->last_used, (unsigned long long)tokens, mem,
              (unsigned long long)s->turns, mode_name(s->chat), s->n_msgs,
              s->busy ? "true" : "false", s->ram);
+  if (!s->busy) buf_printf(b, ",\"transcript_digest\":\"%016llx\"", (unsigned long long)s->digest);
+  buf_addc(b, '}');
 }
 
-static void not_found(req *r, const char *id, st_status st) {
-  if (st == ST_EXPIRED)
-    req_error(r, 404, "invalid_request_error", "session_expired", "session_id",
-              "session %s expired or was evicted; its memory is gone", id);
-  else
-    req_error(r, 404, "invalid_request_error", "session_not_found", "session_id",
-              "session %s not found", id);
+/* A stored session that is not in RAM (its row's metadata). */
+static void row_obj(buf *b, const store_row *w) {
+  buf_adds(b, "{\"id\":");
+  json_escape(b, w->id, strlen(w->id));
+  buf_printf(b,
+             ",\"object\":\"session\",\"created\":%lld,\"last_used\":%lld,\"tokens\":%llu,"
+             "\"memory_positions\":%d,\"turns\":%llu,\"mode\":\"%s\",\"messages\":%d,"
+             "\"busy\":false,\"in_ram\":false,\"ram_bytes\":0}",
+             (long long)w->created, (long long)w->last_used, (unsigned long long)w->tokens,
+             w->positions, (unsigned long long)w->turns, mode_name(w->mode), w->messages);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* finding a session (RAM, then the store) */
+
+static void on_lookup(void *ctx, const st_answer *ans) {
+  req *r = ctx;
+  r->lk_have = 1;
+  r->lk_status = ans->status;
+  free(r->lk_msg);
+  r->lk_msg = ans->message && *ans->message ? xstrdup(ans->message) : NULL;
+  r->redispatch = 1;
+  req_kick(r); /* the access handler dispatches it again (http_pump follows store_poll) */
+  req_unref(r);
+}
+
+st_status req_find_session(req *r, const char *id, session **s) {
+  app *a = r->a;
+  if (r->lk_have) {
+    r->lk_have = 0;
+    st_status st = st_lookup(a->sessions, id, r->owner, s); /* restored, or created since */
+    if (st != ST_MISSING) return st;
+    if (r->lk_status != ST_FOUND) return r->lk_status;
+    if (++r->lk_loops > 3) { /* restored, then pushed out again before we looked: give up */
+      free(r->lk_msg);
+      r->lk_msg = xstrdup("the session keeps leaving RAM (session_ram_mb too small?)");
+      return ST_STORE_ERROR;
+    }
+  }
+  st_status st = st_find(a->sessions, id, r->owner, s, on_lookup, r);
+  if (st == ST_PENDING) {
+    r->refs++; /* on_lookup's */
+    req_wait_restore(r);
+  }
+  return st;
+}
+
+void req_session_error(req *r, const char *id, st_status st) {
+  switch (st) {
+    case ST_EXPIRED:
+      req_error(r, 404, "invalid_request_error", "session_expired", "session_id",
+                "session %s expired or was evicted; its memory is gone (DELETE it to reuse the "
+                "id, or use a new one)",
+                id);
+      return;
+    case ST_INCOMPATIBLE:
+      req_error(r, 409, "invalid_request_error", "session_incompatible", "session_id",
+                "session %s is stored but this server cannot use it: %s. It is kept as it is: "
+                "DELETE it, or PUT a compatible state to /v1/sessions/%s/state",
+                id, r->lk_msg ? r->lk_msg : "refused", id);
+      return;
+    case ST_STORE_ERROR:
+      free(r->retry_after);
+      r->retry_after = xstrdup("1");
+      req_error(r, 503, "server_error", "store_unavailable", NULL,
+                "the session store failed: %s", r->lk_msg ? r->lk_msg : "unknown error");
+      return;
+    default:
+      req_error(r, 404, "invalid_request_error", "session_not_found", "session_id",
+                "session %s not found", id);
+      return;
+  }
+}
+
+static void busy(req *r, const char *id, const char *what) {
+  req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
+            "session %s is serving a request; %s", id, what);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* replies that wait for the store */
+
+static void reply_obj(req *r, int status, session *s, const char *forked_from) {
+  buf b;
+  buf_init(&b);
+  session_obj(&b, s);
+  if (forked_from) {
+    b.len--; /* reopen the object to add its parent */
+    buf_adds(&b, ",\"forked_from\":");
+    json_escape(&b, forked_from, strlen(forked_from));
+    buf_addc(&b, '}');
+  }
+  if (r->phase == REQ_WAITING) req_defer_reply(r, status, &b);
+  else req_reply_json(r, status, &b);
+  buf_free(&b);
+}
+
+static void store_failed(req *r, const char *msg) {
+  free(r->retry_after);
+  r->retry_after = xstrdup("1");
+  req_error(r, 503, "server_error", "store_unavailable", NULL, "the session store failed: %s",
+            msg ? msg : "unknown error");
+}
+
+/* POST /v1/sessions and fork: 201 once the new session is in the store. */
+static void on_created_saved(void *ctx, int status, const char *msg) {
+  req *r = ctx;
+  session *s = NULL;
+  if (status) {
+    store_failed(r, msg);
+  } else if (st_lookup(r->a->sessions, r->session_id, r->owner, &s) == ST_FOUND) {
+    reply_obj(r, 201, s, NULL);
+  } else {
+    store_failed(r, "the session left RAM before it was saved");
+  }
+  req_unref(r);
+}
+
+typedef struct fork_ctx {
+  req *r;
+  char parent[129];
+} fork_ctx;
+
+static void on_fork_saved(void *ctx, int status, const char *msg) {
+  fork_ctx *f = ctx;
+  req *r = f->r;
+  session *s = NULL;
+  if (status) store_failed(r, msg);
+  else if (st_lookup(r->a->sessions, r->session_id, r->owner, &s) == ST_FOUND)
+    reply_obj(r, 201, s, f->parent);
+  else store_failed(r, "the session left RAM before it was saved");
+  free(f);
+  req_unref(r);
+}
+
+static void deleted_body(req *r, const char *id) {
+  buf b;
+  buf_init(&b);
+  buf_adds(&b, "{\"id\":");
+  json_escape(&b, id, strlen(id));
+  buf_adds(&b, ",\"object\":\"session.deleted\",\"deleted\":true}");
+  if (r->phase == REQ_WAITING) req_defer_reply(r, 200, &b);
+  else req_reply_json(r, 200, &b);
+  buf_free(&b);
+}
+
+static void on_deleted(void *ctx, int status, const char *msg) {
+  req *r = ctx;
+  if (status < 0) store_failed(r, msg);
+  else deleted_body(r, r->session_id);
+  req_unref(r);
+}
+
+/* DELETE of a session that is not in RAM: the store's row, if this key owns it. */
+static void on_row_removed(void *ctx, int status, const char *msg) {
+  req *r = ctx;
+  session *s = NULL;
+  /* a concurrent request of the same key may have restored it meanwhile: drop that copy too */
+  if (status == 0 && st_lookup(r->a->sessions, r->session_id, r->owner, &s) == ST_FOUND && !s->busy)
+    st_delete(r->a->sessions, s, NULL, NULL);
+  if (status < 0) store_failed(r, msg);
+  else if (status == 1) req_session_error(r, r->session_id, ST_MISSING);
+  else deleted_body(r, r->session_id);
+  req_unref(r);
+}
+
+static void on_exported(void *ctx, uint8_t *bytes, size_t n, const char *err) {
+  req *r = ctx;
+  if (!bytes) {
+    store_failed(r, err);
+  } else {
+    buf b = {(char *)bytes, n, n};
+    r->reply_ctype = "application/octet-stream";
+    req_defer_reply(r, 200, &b);
+    buf_free(&b);
+  }
+  req_unref(r);
+}
+
+static void on_imported(void *ctx, st_import_result res, const char *msg) {
+  req *r = ctx;
+  session *s = NULL;
+  switch (res) {
+    case IMPORT_CREATED:
+    case IMPORT_REPLACED:
+      if (st_lookup(r->a->sessions, r->session_id, r->owner, &s) == ST_FOUND)
+        reply_obj(r, res == IMPORT_CREATED && !r->replacing ? 201 : 200, s, NULL);
+      else store_failed(r, "the session left RAM before it was saved");
+      break;
+    case IMPORT_INVALID:
+      req_error(r, 400, "invalid_request_error", "invalid_state", "body",
+                "not a valid session state: %s", msg);
+      break;
+    case IMPORT_MISMATCH:
+      req_error(r, 409, "invalid_request_error", "session_incompatible", "body",
+                "this server cannot use the state: %s", msg);
+      break;
+    case IMPORT_BUSY: busy(r, r->session_id, "import when it is idle"); break;
+    case IMPORT_FORBIDDEN: req_session_error(r, r->session_id, ST_MISSING); break;
+    default: store_failed(r, msg); break;
+  }
+  req_unref(r);
+}
+
+/* GET /v1/sessions: the key's sessions in RAM and in the store, most recent first. */
+typedef struct list_item {
+  double last_used;
+  session *s;
+  const store_row *w;
+} list_item;
+
+static int by_recent(const void *x, const void *y) {
+  const list_item *a = x, *b = y;
+  return a->last_used < b->last_used ? 1 : a->last_used > b->last_used ? -1 : 0;
+}
+
+static void list_reply(req *r, const store_row *rows, int n_rows) {
+  app *a = r->a;
+  size_t limit = (size_t)r->list_limit;
+  session **ram = xmalloc(sizeof *ram * limit);
+  size_t n = st_list(a->sessions, r->owner, ram, limit);
+  list_item *items = xmalloc(sizeof *items * (n + (size_t)n_rows + 1));
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) items[k++] = (list_item){ram[i]->last_used, ram[i], NULL};
+  for (int i = 0; i < n_rows; i++) {
+    session *s;
+    if (st_lookup(a->sessions, rows[i].id, r->owner, &s) == ST_FOUND) continue; /* RAM is newer */
+    items[k++] = (list_item){rows[i].last_used, NULL, &rows[i]};
+  }
+  qsort(items, k, sizeof *items, by_recent);
+  if (k > limit) k = limit;
+  buf b;
+  buf_init(&b);
+  buf_adds(&b, "{\"object\":\"list\",\"data\":[");
+  for (size_t i = 0; i < k; i++) {
+    if (i) buf_addc(&b, ',');
+    if (items[i].s) session_obj(&b, items[i].s);
+    else row_obj(&b, items[i].w);
+  }
+  buf_adds(&b, "]}");
+  free(items);
+  free(ram);
+  if (r->phase == REQ_WAITING) req_defer_reply(r, 200, &b);
+  else req_reply_json(r, 200, &b);
+  buf_free(&b);
+}
+
+static void on_listed(void *ctx, const store_row *rows, int n, const char *err) {
+  req *r = ctx;
+  if (err) store_failed(r, err);
+  else list_reply(r, rows, n);
+  req_unref(r);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void create(req *r) {
+  app *a = r->a;
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  session *s = st_create(a->sessions, NULL, r->owner, &xe);
+  if (!s) {
+    req_error(r, 500, "server_error", "session_create_failed", NULL, "%s", xe.message);
+    return;
+  }
+  snprintf(r->session_id, sizeof r->session_id, "%s", s->id);
+  r->refs++;
+  if (st_persist(a->sessions, s, on_created_saved, r)) {
+    req_wait_reply(r);
+    return;
+  }
+  r->refs--;
+  reply_obj(r, 201, s, NULL);
+}
+
+static void list(req *r) {
+  long limit = 100;
+  const char *l = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
+  if (l) {
+    char *end;
+    limit = strtol(l, &end, 10);
+    if (*end || limit < 1 || limit > 10000) {
+      req_error(r, 400, "invalid_request_error", "invalid_value", "limit",
+                "'limit' must be an integer in [1, 10000]");
+      return;
+    }
+  }
+  r->list_limit = (int)limit;
+  if (!st_persistent(r->a->sessions)) {
+    list_reply(r, NULL, 0);
+    return;
+  }
+  r->refs++;
+  req_wait_reply(r);
+  st_list_stored(r->a->sessions, r->owner, (int)limit, on_listed, r);
 }
 
 void api_sessions(req *r, const char *rest) {
   app *a = r->a;
   xl_error xe;
   memset(&xe, 0, sizeof xe);
-  buf b;
-  buf_init(&b);
   if (!*rest) {
-    if (!strcmp(r->method, "POST")) {
-      session *s = st_create(a->sessions, NULL, r->owner, &xe);
-      if (!s) {
-        req_error(r, 500, "server_error", "session_create_failed", NULL, "%s", xe.message);
-        return;
-      }
-      snprintf(r->session_id, sizeof r->session_id, "%s", s->id);
-      session_obj(&b, s);
-      req_reply_json(r, 201, &b);
-      return;
-    }
-    long limit = 100;
-    const char *l = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
-    if (l) {
-      char *end;
-      limit = strtol(l, &end, 10);
-      if (*end || limit < 1 || limit > 10000) {
-        req_error(r, 400, "invalid_request_error", "invalid_value", "limit",
-                  "'limit' must be an integer in [1, 10000]");
-        return;
-      }
-    }
-    session **list = xmalloc(sizeof *list * (size_t)limit);
-    size_t n = st_list(a->sessions, r->owner, list, (size_t)limit);
-    buf_adds(&b, "{\"object\":\"list\",\"data\":[");
-    for (size_t i = 0; i < n; i++) {
-      if (i) buf_addc(&b, ',');
-      session_obj(&b, list[i]);
-    }
-    buf_adds(&b, "]}");
-    free(list);
-    req_reply_json(r, 200, &b);
+    if (!strcmp(r->method, "POST")) create(r);
+    else list(r);
     return;
   }
-  /* rest = "/{id}" or "/{id}/fork" */
+  /* rest = "/{id}" or "/{id}/fork" or "/{id}/state" */
   const char *id = rest + 1;
   const char *slash = strchr(id, '/');
   size_t idlen = slash ? (size_t)(slash - id) : strlen(id);
@@ -97,13 +357,73 @@ void api_sessions(req *r, const char *rest) {
   memcpy(sid, id, idlen);
   sid[idlen] = 0;
   snprintf(r->session_id, sizeof r->session_id, "%s", sid);
+  int is_fork = slash && !strcmp(slash, "/fork");
+  int is_state = slash && !strcmp(slash, "/state");
   session *s = NULL;
-  st_status st = st_lookup(a->sessions, sid, r->owner, &s);
-  if (slash) { /* fork */
-    if (st != ST_FOUND) { not_found(r, sid, st); return; }
+
+  if (!strcmp(r->method, "DELETE")) {
+    st_status st = st_lookup(a->sessions, sid, r->owner, &s); /* no restore needed */
+    if (st == ST_FOUND) {
+      if (s->busy) {
+        busy(r, sid, "delete it when it is idle");
+        return;
+      }
+      r->refs++;
+      if (st_delete(a->sessions, s, on_deleted, r)) {
+        req_wait_reply(r);
+        return;
+      }
+      r->refs--;
+      deleted_body(r, sid);
+    } else if (st == ST_EXPIRED) {
+      st_forget_tombstone(a->sessions, sid);
+      deleted_body(r, sid);
+    } else if (st == ST_MISSING && st_persistent(a->sessions)) {
+      r->refs++;
+      req_wait_reply(r);
+      st_remove_stored(a->sessions, sid, r->owner, on_row_removed, r);
+    } else {
+      req_session_error(r, sid, ST_MISSING);
+    }
+    return;
+  }
+
+  if (is_state && !strcmp(r->method, "PUT")) {
+    st_status st = req_find_session(r, sid, &s);
+    if (st == ST_PENDING) return;
+    if (st == ST_FOUND && s->busy) {
+      busy(r, sid, "import when it is idle");
+      return;
+    }
+    if (st == ST_FORBIDDEN || st == ST_STORE_ERROR) {
+      req_session_error(r, sid, st);
+      return;
+    }
+    if (!r->body.len) {
+      req_error(r, 400, "invalid_request_error", "invalid_state", "body",
+                "the body must be a session state (GET /v1/sessions/{id}/state)");
+      return;
+    }
+    /* FOUND, MISSING, EXPIRED, or a refused row of this key: replaced by the import */
+    if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid);
+    r->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
+    size_t n = r->body.len;
+    uint8_t *bytes = (uint8_t *)buf_steal(&r->body);
+    r->refs++;
+    req_wait_reply(r);
+    st_import(a->sessions, sid, r->owner, bytes, n, on_imported, r);
+    return;
+  }
+
+  st_status st = req_find_session(r, sid, &s);
+  if (st == ST_PENDING) return;
+  if (st != ST_FOUND) {
+    req_session_error(r, sid, st);
+    return;
+  }
+  if (is_fork) {
     if (s->busy) {
-      req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
-                "session %s is serving a request; fork it when it is idle", sid);
+      busy(r, sid, "fork it when it is idle");
       return;
     }
     session *f = st_fork(a->sessions, s, &xe);
@@ -112,33 +432,28 @@ void api_sessions(req *r, const char *rest) {
       return;
     }
     snprintf(r->session_id, sizeof r->session_id, "%s", f->id);
-    session_obj(&b, f);
-    b.len--; /* reopen the object to add its parent */
-    buf_adds(&b, ",\"forked_from\":");
-    json_escape(&b, sid, strlen(sid));
-    buf_addc(&b, '}');
-    req_reply_json(r, 201, &b);
-    return;
-  }
-  if (!strcmp(r->method, "DELETE")) {
-    if (st == ST_EXPIRED) {
-      st_forget_tombstone(a->sessions, sid);
-    } else if (st != ST_FOUND) {
-      { not_found(r, sid, st); return; }
-    } else if (s->busy) {
-      req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
-                "session %s is serving a request", sid);
+    fork_ctx *fc = xcalloc(1, sizeof *fc);
+    fc->r = r;
+    snprintf(fc->parent, sizeof fc->parent, "%s", sid);
+    r->refs++;
+    if (st_persist(a->sessions, f, on_fork_saved, fc)) {
+      req_wait_reply(r);
       return;
-    } else {
-      st_delete(a->sessions, s);
     }
-    buf_adds(&b, "{\"id\":");
-    json_escape(&b, sid, strlen(sid));
-    buf_adds(&b, ",\"object\":\"session.deleted\",\"deleted\":true}");
-    req_reply_json(r, 200, &b);
+    r->refs--;
+    free(fc);
+    reply_obj(r, 201, f, sid);
     return;
   }
-  if (st != ST_FOUND) { not_found(r, sid, st); return; }
-  session_obj(&b, s);
-  req_reply_json(r, 200, &b);
+  if (is_state) { /* GET: export */
+    if (s->busy) {
+      busy(r, sid, "export it when it is idle");
+      return;
+    }
+    r->refs++;
+    req_wait_reply(r);
+    st_export(a->sessions, s, on_exported, r);
+    return;
+  }
+  reply_obj(r, 200, s, NULL);
 }

@@ -55,6 +55,12 @@ typedef struct app {
   sched_event *ev;
   int ev_cap;
   session_table *sessions;
+  /* session store (app_store.c): its thread's completions wake the loop through store_wake */
+  store_backend *store_backend;
+  session_store *store;
+  uv_async_t store_wake;
+  int store_wake_open;
+  double drain_started; /* monotonic; bounds the store's flush at exit */
   chat_template tpl;
   parse_limits limits;
   auth_keys keys;
@@ -71,7 +77,8 @@ typedef struct app {
 
 typedef enum {
   REQ_NEW,       /* headers seen, body arriving */
-  REQ_WAITING,   /* suspended until the job completes (non-stream) */
+  REQ_RESTORING, /* suspended while the store looks for its session; dispatched again after */
+  REQ_WAITING,   /* suspended until the job (or a store operation) completes (non-stream) */
   REQ_STREAMING, /* 200 + SSE headers queued; bytes flow from the job */
   REQ_REPLIED    /* a full response was queued */
 } req_phase;
@@ -97,7 +104,20 @@ struct req {
   /* deferred full reply (non-stream): queued by the access handler after resume */
   int reply_status;
   buf reply_body;
+  const char *reply_ctype; /* NULL: application/json */
   char *retry_after;
+  size_t body_limit;
+  /* session store */
+  int lk_have;       /* the store answered this request's lookup (REQ_RESTORING) */
+  st_status lk_status;
+  char *lk_msg;
+  int lk_loops;
+  int redispatch;    /* REQ_RESTORING: run the handler again on the next access-handler call */
+  int list_limit;
+  int replacing;     /* PUT state over an existing (or refused) session: 200, not 201 */
+  int commit_wait;   /* the response waits for the turn's commit (durability turn) */
+  uint64_t held_tokens; /* the session's transcript length after this turn */
+  char *store_err;   /* the commit failed: why */
   /* generation */
   job *job;
   int job_running;  /* submitted, DONE not yet processed */
@@ -139,6 +159,8 @@ void req_error_from(req *r, const api_error *e);
 void req_start_stream(req *r);
 void req_suspend_for_job(req *r);
 void req_defer_reply(req *r, int status, buf *body); /* non-stream: store and resume */
+void req_wait_restore(req *r); /* suspend until the store answered (then dispatched again) */
+void req_wait_reply(req *r);   /* suspend until a callback defers the reply */
 void req_watch_disconnect(req *r);
 
 /* api_*.c: handlers, called by the access handler on the final call */
@@ -146,7 +168,11 @@ void api_health(req *r);
 void api_metrics(req *r);
 void api_models(req *r, const char *id);
 void api_generate(req *r, job_kind kind);
-void api_sessions(req *r, const char *rest); /* rest: "" or "/{id}" or "/{id}/fork" */
+void api_sessions(req *r, const char *rest); /* rest: "" or "/{id}" or "/{id}/fork|state" */
+/* The session id for r: RAM, then the store (ST_PENDING: r waits and is dispatched again). */
+st_status req_find_session(req *r, const char *id, session **s);
+/* Answers a lookup status other than FOUND and PENDING (MISSING: 404 not found). */
+void req_session_error(req *r, const char *id, st_status st);
 /* the loop's handling of a job's events (api_generate.c) */
 void gen_on_output(req *r);
 void gen_on_done(req *r);
@@ -154,5 +180,12 @@ void gen_cancel(req *r, int by_drain);
 
 /* serve_main.c */
 void app_check_drained(app *a);
+
+/* app_store.c: the session store in the daemon */
+int app_store_open(app *a, char *err, size_t cap);   /* main thread, before listening */
+int app_store_start(app *a, char *err, size_t cap);  /* once the model is loaded */
+void app_store_expire(app *a);                       /* TTL timer */
+void app_store_shutdown(app *a);                     /* do_shutdown, after the workers */
+void app_store_free(app *a);                         /* after the loop ended */
 
 #endif

@@ -269,6 +269,12 @@ static int validate(const config *c, FILE *err) {
     fprintf(err, "xlserve: option model: no model directory given\n");
     return -1;
   }
+  if (strcmp(c->durability, "turn") && strcmp(c->durability, "async") &&
+      strcmp(c->durability, "off")) {
+    fprintf(err, "xlserve: option durability: '%s' is not one of turn, async, off\n",
+            c->durability);
+    return -1;
+  }
   if (!*c->host) {
     fprintf(err, "xlserve: option host: empty\n");
     return -1;

@@ -53,13 +53,27 @@
   X(drain_timeout, INT, "30", 0, 86400,                                                          \
     "On SIGTERM: seconds running generations may take to finish before they are cancelled.")     \
   X(session_ram_mb, INT, "1024", 1, 16777216,                                                    \
-    "RAM budget of the session table in MiB; least-recently-used idle sessions beyond it are "   \
-    "evicted (until a durable store exists, an evicted session is gone: 404 session_expired).")  \
+    "RAM budget of the session table in MiB; least-recently-used idle sessions beyond it leave " \
+    "RAM: with a store they are saved (if needed) and come back from it on their next request, " \
+    "transparently; without one (durability off) they are gone: 404 session_expired.")          \
   X(session_ttl, INT, "86400", 0, 315360000,                                                     \
-    "Seconds an unused session lives before it expires (0 = never).")                            \
+    "Seconds an unused session lives before it expires, in RAM and in the store (0 = never).")   \
   X(session_tombstones, INT, "100000", 0, 100000000,                                             \
-    "Evicted or expired session ids remembered, so their next use gets 404 session_expired "     \
-    "instead of a silently fresh memory.")                                                       \
+    "Expired (or, without a store, evicted) session ids remembered, so their next use gets 404 " \
+    "session_expired instead of a silently fresh memory.")                                       \
+  X(state_dir, STR, "", 0, 0,                                                                    \
+    "Directory of the durable session store (SQLite in WAL mode: sessions.db; created if "       \
+    "missing; one daemon per directory). Empty: no store, sessions live in RAM only.")           \
+  X(durability, STR, "turn", 0, 0,                                                               \
+    "When a session's new state reaches the store (state_dir): turn = committed before the "     \
+    "turn's response completes (for a stream, before data: [DONE]); async = committed in the "   \
+    "background within async_commit_ms; off = never (RAM only).")                                \
+  X(async_commit_ms, INT, "1000", 1, 60000,                                                      \
+    "durability async: the longest a turn's state waits before its commit (saves that wait "     \
+    "together share one commit).")                                                               \
+  X(store_fsync, BOOL, "true", 0, 0,                                                             \
+    "Each store commit is flushed to disk (fsync: survives a power loss); false: a commit "       \
+    "survives a crash of the daemon but maybe not of the machine (faster).")                     \
   X(api_keys, STR, "", 0, 0,                                                                     \
     "Comma-separated API keys accepted as 'Authorization: Bearer KEY'. With no keys here and "   \
     "no api_key_file the API is open. /health and /metrics never need a key.")                   \

@@ -102,6 +102,8 @@ static void req_free(req *r) {
   if (r->have_plan) chat_plan_free(&r->plan);
   buf_free(&r->body);
   buf_free(&r->reply_body);
+  free(r->lk_msg);
+  free(r->store_err);
   free(r->retry_after);
   free(r->path);
   free(r);
@@ -230,12 +232,16 @@ void req_reply(req *r, int status, const char *ctype, const char *body, size_t l
   queue(r, status, resp);
 }
 
-void req_reply_json(req *r, int status, buf *body) {
+static void reply_buf(req *r, int status, const char *ctype, buf *body) {
   size_t n = body->len;
   char *p = buf_steal(body);
   struct MHD_Response *resp = MHD_create_response_from_buffer(n, p, MHD_RESPMEM_MUST_FREE);
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   queue(r, status, resp);
+}
+
+void req_reply_json(req *r, int status, buf *body) {
+  reply_buf(r, status, "application/json", body);
 }
 
 static void error_body(buf *b, const char *type, const char *code, const char *param,
@@ -336,6 +342,18 @@ void req_defer_reply(req *r, int status, buf *body) {
   r->reply_body = *body;
   buf_init(body);
   req_kick(r);
+}
+
+void req_wait_restore(req *r) {
+  set_phase(r, REQ_RESTORING);
+  r->suspended = 1;
+  MHD_suspend_connection(r->conn);
+}
+
+void req_wait_reply(req *r) {
+  set_phase(r, REQ_WAITING);
+  r->suspended = 1;
+  MHD_suspend_connection(r->conn);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -447,6 +465,7 @@ static int match(const char *p, route *rt, const char **rest) {
     const char *slash = strchr(p + 13, '/');
     if (!slash) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, DELETE", 1, 1};
     else if (!strcmp(slash, "/fork")) *rt = (route){ROUTE_SESSIONS, "POST", 1, 1};
+    else if (!strcmp(slash, "/state")) *rt = (route){ROUTE_SESSIONS, "GET, PUT", 1, 1};
     else return 0;
   } else return 0;
   return 1;
@@ -513,18 +532,22 @@ static void early_checks(req *r) {
     req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
     return;
   }
+  r->body_limit = (size_t)a->cfg->max_body_bytes;
+  size_t rl = strlen(rest);
+  if (rt.id == ROUTE_SESSIONS && !strcmp(r->method, "PUT") && rl > 6 &&
+      !strcmp(rest + rl - 6, "/state") && a->model) /* a session's envelope: up to a full state */
+    r->body_limit += xl_model_state_bytes(a->model) + ((size_t)1 << 20);
   const char *cl = hdr(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (cl) {
     char *end;
     errno = 0;
     unsigned long long n = strtoull(cl, &end, 10);
-    if (errno || *end || n > (unsigned long long)a->cfg->max_body_bytes) {
+    if (errno || *end || n > (unsigned long long)r->body_limit) {
       req_error(r, 413, "invalid_request_error", "body_too_large", NULL,
-                "the request body exceeds %lld bytes", a->cfg->max_body_bytes);
+                "the request body exceeds %zu bytes", r->body_limit);
       return;
     }
   }
-  (void)rest;
 }
 
 static void dispatch(req *r) {
@@ -558,7 +581,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
   }
   if (*upload_size) {
     if (r->phase == REQ_NEW && !r->too_big) {
-      if (r->body.len + *upload_size > (size_t)a->cfg->max_body_bytes) {
+      if (r->body.len + *upload_size > r->body_limit) {
         r->too_big = 1; /* chunked upload: refuse on the final call */
         buf_free(&r->body);
       } else {
@@ -577,10 +600,20 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
     case REQ_NEW:
       if (r->too_big) {
         req_error(r, 413, "invalid_request_error", "body_too_large", NULL,
-                  "the request body exceeds %lld bytes", a->cfg->max_body_bytes);
+                  "the request body exceeds %zu bytes", r->body_limit);
         return MHD_YES;
       }
       dispatch(r);
+      return MHD_YES;
+    case REQ_RESTORING:
+      if (r->redispatch) { /* the store answered: the handler runs again */
+        r->redispatch = 0;
+        dispatch(r);
+        return MHD_YES;
+      }
+      if (r->client_gone) return MHD_NO;
+      r->suspended = 1; /* resumed early (spurious): wait again */
+      MHD_suspend_connection(c);
       return MHD_YES;
     case REQ_WAITING:
       if (r->reply_status) {
@@ -588,7 +621,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
         buf_init(&r->reply_body);
         int st = r->reply_status;
         r->reply_status = 0;
-        req_reply_json(r, st, &b);
+        reply_buf(r, st, r->reply_ctype ? r->reply_ctype : "application/json", &b);
         return MHD_YES;
       }
       if (r->client_gone) return MHD_NO; /* closes the connection */
@@ -610,7 +643,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   r->suspended = 0;
   if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
     if (r->phase == REQ_STREAMING && !r->stream_complete) r->client_gone = 1;
-    if (r->phase == REQ_WAITING || r->phase == REQ_NEW) r->client_gone = 1;
+    if (r->phase == REQ_WAITING || r->phase == REQ_NEW || r->phase == REQ_RESTORING)
+      r->client_gone = 1;
   }
   close_watchers(r);
   if (r->job_running) gen_cancel(r, 0);

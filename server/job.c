@@ -34,6 +34,7 @@ void job_free(job *j) {
   free(j->stops);
   free(j->model_name);
   free(j->recs);
+  free(j->snap);
   buf_free(&j->hold);
   buf_free(&j->reply);
   buf_free(&j->tail);
@@ -157,6 +158,11 @@ void job_finish(job *j, finish_reason reason) {
       break;
   }
   j->finish = reason;
+  if (j->want_snapshot && (j->pos > 0 || j->decoding) && !j->snap) {
+    xl_error e;
+    memset(&e, 0, sizeof e);
+    if (xl_state_serialize(j->sess->state, &j->snap, &j->snap_len, &e) != XL_OK) j->snap = NULL;
+  }
   if (j->stream && (reason == FINISH_STOP || reason == FINISH_LENGTH)) job_emit_stream(j, 1);
 }
 

@@ -69,6 +69,7 @@ typedef struct job {
   long long created;
   char *model_name;
   double t_arrival; /* monotonic */
+  int want_snapshot; /* durable session: serialise its state when the job ends */
   /* ---- run: the worker holding the job ---- */
   xl_rng rng;
   int pos;      /* input tokens fed */
@@ -86,6 +87,8 @@ typedef struct job {
   size_t lp_off;    /* stream: token bytes of the records already sent (text_offset) */
   finish_reason finish;
   xl_error error;
+  uint8_t *snap; /* the session's state blob at the end (want_snapshot and it changed) */
+  size_t snap_len;
   double t_sched, t_first_token, t_last_token;
   /* ---- shared ---- */
   atomic_int cancel;
@@ -107,7 +110,9 @@ void job_add_stop(job *j, const char *s, size_t n);
 /* Worker side (holder of the job). */
 /* After a forward whose last row was this job's: samples the next token from logprobs. */
 void job_take_token(job *j, const float *logprobs, void *scratch, double now);
-/* Ends the job (reason != NONE); formats the stream's closing chunks when appropriate. */
+/* Ends the job (reason != NONE); formats the stream's closing chunks when appropriate; with
+ * want_snapshot, serialises the session's state if the job fed anything (the worker holds the
+ * session, so the store never copies a state on the loop thread). */
 void job_finish(job *j, finish_reason reason);
 /* Appends a formatted stream chunk for newly released text/logprobs (if any) to out. */
 void job_emit_stream(job *j, int final);

@@ -37,8 +37,15 @@ void metrics_init(void) {
             10);
   hist_init(&m->forward_seconds, "xlserve_forward_seconds", "Duration of one batched forward.",
             itl, 13);
-  hist_init(&m->store_latency, "xlserve_store_latency_seconds",
-            "Latency of session store operations.", lat, 16);
+  static const double st[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                              0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+  hist_init(&m->store_read, "xlserve_store_read_seconds",
+            "Session store: reading and decoding one session (store thread).", st, 16);
+  hist_init(&m->store_write, "xlserve_store_write_seconds",
+            "Session store: a write's batch from its start to its commit (store thread).", st, 16);
+  hist_init(&m->restore, "xlserve_session_restore_seconds",
+            "A session brought back from the store, as the request saw it (queue, read, decode).",
+            st, 16);
 }
 
 void hist_observe(histogram *h, double v) {
@@ -102,6 +109,15 @@ void metrics_render(buf *o, const metrics_gauges *g) {
   counter(o, "xlserve_sessions_expired_total", "Sessions expired (TTL).", ld(&m->sessions_expired));
   counter(o, "xlserve_session_resets_total", "Sessions reset by an edited chat history.",
           ld(&m->session_resets));
+  counter(o, "xlserve_sessions_restored_total", "Sessions brought back into RAM from the store.",
+          ld(&m->sessions_restored));
+  counter(o, "xlserve_sessions_incompatible_total",
+          "Stored sessions refused (another model or format, or corrupted): 409.",
+          ld(&m->sessions_incompatible));
+  counter(o, "xlserve_store_saves_total", "Session saves committed to the store.",
+          ld(&m->store_saves));
+  counter(o, "xlserve_store_errors_total", "Session store operations that failed.",
+          ld(&m->store_errors));
   gauge(o, "xlserve_ready", "1 when serving (model loaded, not draining).", g->ready);
   gauge(o, "xlserve_draining", "1 while draining after SIGTERM.", g->draining);
   gauge(o, "xlserve_queue_depth", "Generations waiting for a running slot.", g->queue_depth);
@@ -119,5 +135,7 @@ void metrics_render(buf *o, const metrics_gauges *g) {
   hist_render(o, &m->batch_size);
   hist_render(o, &m->batch_tokens);
   hist_render(o, &m->forward_seconds);
-  hist_render(o, &m->store_latency);
+  hist_render(o, &m->store_read);
+  hist_render(o, &m->store_write);
+  hist_render(o, &m->restore);
 }

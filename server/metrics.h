@@ -40,8 +40,9 @@ typedef struct metrics {
   atomic_uint_fast64_t forwards, forward_rows;
   atomic_uint_fast64_t cancelled, rejected_queue_full;
   atomic_uint_fast64_t sessions_created, sessions_evicted, sessions_expired, session_resets;
+  atomic_uint_fast64_t sessions_restored, sessions_incompatible, store_saves, store_errors;
   histogram ttft, inter_token, queue_wait, duration, batch_size, batch_tokens, forward_seconds,
-      store_latency;
+      store_read, store_write, restore;
 } metrics;
 
 extern metrics g_metrics;

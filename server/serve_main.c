@@ -58,6 +58,7 @@ static void do_shutdown(uv_timer_t *t) {
     sched_stop(a->sched); /* workers finish the cancelled jobs, then exit */
     on_wake(&a->wake);    /* complete them (no MHD call in between matters: http_stop resumes) */
   }
+  app_store_shutdown(a); /* persist what the store lacks, bounded by the drain deadline */
   http_stop(a);
   sdn_watchdog_stop();
   close_handle((uv_handle_t *)&a->wake);
@@ -99,6 +100,7 @@ static void begin_drain(app *a) {
     return;
   }
   a->phase = APP_DRAINING;
+  a->drain_started = now_mono();
   sdn_notify("STOPPING=1\nSTATUS=draining");
   http_quiesce(a); /* the listening socket is closed before the log says so */
   xlog_msg("info", "draining", "draining: %ld requests in progress, up to %llds", a->n_reqs,
@@ -129,7 +131,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static void on_ttl(uv_timer_t *t) {
   app *a = t->data;
-  if (a->sessions) st_expire(a->sessions, now_mono(), 1000);
+  app_store_expire(a); /* RAM and store, in bounded batches */
 }
 
 static void load_model(uv_work_t *w) {
@@ -179,8 +181,14 @@ static void model_loaded(uv_work_t *w, int status) {
     schedule_stop(a, 0);
     return;
   }
-  a->sessions = st_new(a->model, (size_t)a->cfg->session_ram_mb << 20,
-                       (double)a->cfg->session_ttl, (size_t)a->cfg->session_tombstones, NULL);
+  char serr[512];
+  if (app_store_start(a, serr, sizeof serr)) {
+    xlog_msg("fatal", "store_failed", "option state_dir: %s", serr);
+    a->exit_code = 1;
+    a->phase = APP_DRAINING;
+    schedule_stop(a, 0);
+    return;
+  }
   if (a->cfg->session_ttl > 0) {
     uint64_t every = a->cfg->session_ttl < 60 ? (uint64_t)a->cfg->session_ttl * 1000 : 60000;
     uv_timer_start(&a->ttl_timer, on_ttl, every, every);
@@ -286,7 +294,13 @@ int serve_main(int argc, char **argv) {
   uv_timer_init(&loop, &stop_timer);
   stop_timer_armed = 0;
   a.drain_timer.data = a.ttl_timer.data = stop_timer.data = &a;
-  if (http_start(&a, err, sizeof err)) {
+  if (app_store_open(&a, err, sizeof err)) {
+    xlog_msg("fatal", "store_failed", "option state_dir: %s", err);
+    fprintf(stderr, "xlserve: option state_dir: %s\n", err);
+    a.exit_code = 1;
+    a.phase = APP_DRAINING;
+    schedule_stop(&a, 0);
+  } else if (http_start(&a, err, sizeof err)) {
     xlog_msg("fatal", "listen_failed", "%s", err);
     fprintf(stderr, "xlserve: %s\n", err);
     a.exit_code = 1;
@@ -306,6 +320,7 @@ int serve_main(int argc, char **argv) {
   rc = a.exit_code;
   if (uv_loop_close(&loop)) xlog_msg("warn", "loop_close", "handles left open at exit");
   sched_free(a.sched);
+  app_store_free(&a); /* before the table: its last callbacks use it */
   st_free(a.sessions);
   xl_model_free(a.model);
   free(a.model_name);

@@ -47,6 +47,7 @@ typedef struct session {
   size_t ram;
   uint64_t turns;
   int on_worker; /* scheduler lock: a worker holds this session's job (checked, never 2) */
+  int unsaved;   /* durable table: RAM holds a state the store has not been given */
   uint64_t snap_tokens; /* transcript tokens as of the last release (readable while busy) */
   int snap_mem;         /* positions in memory, same */
   /* holder of the session (see above) */

@@ -1,16 +1,28 @@
 /*
- * session_store.h: the seam for a durable session store (SQLite, Redis: issue 6).
+ * session_store.h: the durable session store (issue 6), in two layers.
  *
- * The session table (session_table.c) is the only caller. It consults the store
- *   - on a lookup miss (a session not in RAM): the store may hold it (evicted, or saved by a
- *     previous run); the request waits while the store loads the blob on a store thread;
- *   - on eviction (RAM budget) and at the end of a turn (durability "turn"/"async");
- *   - on delete and TTL expiry.
- * Store I/O never runs on the loop thread: every operation is asynchronous and completes on the
- * loop thread through the `done` callback (the store posts it via the daemon's wake-up path).
+ * 1. The backend (store_backend_ops): synchronous row operations on one connection, called
+ *    only by a store thread, each thread with its own connection. The embedded default is
+ *    SQLite in WAL mode (store_sqlite.c). A second backend (Redis, for several replicas)
+ *    implements the same ops; nothing above this layer changes (see README-server.md, "The
+ *    store seam").
  *
- * Until a store exists the table runs with store == NULL: an evicted or expired session is gone
- * and remembered as a tombstone, so its next use gets 404 session_expired.
+ * 2. The front (session_store): one store thread with its own FIFO queue of operations
+ *    (store_op). The loop thread submits; the store thread runs the ops in order, writes in
+ *    group-committed transactions (a write's op completes only after its COMMIT), and posts
+ *    the finished ops to a locked list plus a notification (the daemon passes uv_async_send),
+ *    exactly like the scheduler; the loop thread runs their `done` callbacks in store_poll.
+ *    FIFO order is what makes eviction safe: a save queued before a load of the same id is
+ *    visible to that load. Envelope encoding/decoding (session_codec.h) and state
+ *    (de)serialisation of ops that carry a session run on the store thread too, so the loop
+ *    thread never does store I/O nor copies a state.
+ *    Async saves (durability "async") may wait up to async_commit_ms for company; any other
+ *    op commits the queue at once.
+ *
+ * Threads: store_new/start/shutdown/free and store_submit/store_poll on the loop (main)
+ * thread; everything else of the front on the store thread; store_count from any thread.
+ * A session passed in an op (SAVE/EXPORT with `sess`) is held for the op (busy, or owned with
+ * free_sess): the store thread is then its only user until the op completes.
  */
 #ifndef XLS_SESSION_STORE_H
 #define XLS_SESSION_STORE_H
@@ -18,23 +30,153 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "session.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backend */
+
+typedef struct store_row {
+  char id[129];
+  uint8_t owner[32];
+  uint64_t fingerprint;
+  double created, last_used; /* unix seconds */
+  uint64_t tokens, turns;
+  int mode, messages, positions;
+  /* get: borrowed from the backend until the next call on the connection; put: the caller's */
+  const uint8_t *meta;
+  size_t meta_len;
+  const uint8_t *state;
+  size_t state_len;
+} store_row;
+
+typedef struct store_key {
+  char id[129];
+  uint8_t owner[32];
+} store_key;
+
+typedef struct store_conn store_conn;
+
+typedef struct store_backend_ops {
+  const char *name;
+  /* A connection for the calling thread. NULL with a message on failure. */
+  store_conn *(*connect)(void *cfg, char *err, size_t cap);
+  void (*disconnect)(store_conn *c);
+  /* A batch of writes (and reads) that commits atomically. 0 ok, -1 error. */
+  int (*begin)(store_conn *c, char *err, size_t cap);
+  int (*commit)(store_conn *c, char *err, size_t cap);
+  void (*rollback)(store_conn *c);
+  /* 0 found (row filled, blobs borrowed), 1 absent, -1 error. */
+  int (*get)(store_conn *c, const char *id, store_row *row, char *err, size_t cap);
+  /* Ends the loan of a get's blobs (and any read transaction it holds). */
+  void (*release)(store_conn *c);
+  /* Inserts or replaces row->id. *created = 1 when the row is new. 0 ok, -1 error. */
+  int (*put)(store_conn *c, const store_row *row, int *created, char *err, size_t cap);
+  /* Deletes id's row if owner owns it. 0 deleted, 1 absent (or another owner's), -1 error. */
+  int (*del)(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap);
+  /* Deletes up to max rows last used before `before`, least recent first; their keys go to
+   * out. Returns how many, or -1. */
+  int (*expire)(store_conn *c, double before, int max, store_key *out, char *err, size_t cap);
+  /* owner's rows, most recent first, without blobs (meta/state NULL). Returns how many, or -1. */
+  int (*list)(store_conn *c, const uint8_t owner[32], int max, store_row *out, char *err,
+              size_t cap);
+  /* Rows in the store (for the gauge), -1 on error. */
+  long (*count)(store_conn *c);
+  /* Frees the backend (after every connection was closed). */
+  void (*destroy)(void *cfg);
+} store_backend_ops;
+
+typedef struct store_backend {
+  const store_backend_ops *ops;
+  void *cfg;
+} store_backend;
+
+/* SQLite in dir/sessions.db (WAL). Creates dir (0700) and the schema, takes an exclusive lock
+ * on dir/xlserve.lock (one daemon per directory). fsync: synchronous=FULL (a commit survives
+ * power loss) instead of NORMAL (survives a crash of the process). Main thread, at start. */
+store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t cap);
+void store_backend_free(store_backend *b);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Front */
+
 typedef struct session_store session_store;
 
-typedef void (*store_done_fn)(void *ctx, int status, const uint8_t *blob, size_t blob_len,
-                              const char *error);
+typedef enum {
+  SOP_LOAD,   /* id -> out (a rebuilt session), owner_found */
+  SOP_SAVE,   /* row (pre-encoded meta + state, owned by the op), or sess to encode */
+  SOP_REMOVE, /* id + owner */
+  SOP_EXPIRE, /* before, max -> keys[n] */
+  SOP_LIST,   /* owner, max -> rows[n] (metadata) */
+  SOP_EXPORT, /* sess -> bytes (meta || core); no backend needed */
+  SOP_DECODE  /* in (an exported envelope) -> out; no backend needed */
+} sop_kind;
 
-typedef struct session_store_ops {
-  /* Loads id's metadata and state blob. status: 0 found, 1 not found, -1 error. */
-  void (*load)(session_store *st, const char *id, store_done_fn done, void *ctx);
-  /* Saves id's blob (already serialised by a worker). status 0 when committed. */
-  void (*save)(session_store *st, const char *id, const uint8_t owner[32], const uint8_t *blob,
-               size_t blob_len, store_done_fn done, void *ctx);
-  void (*remove)(session_store *st, const char *id, store_done_fn done, void *ctx);
-  void (*close)(session_store *st);
-} session_store_ops;
+typedef enum {
+  STORE_OK = 0,
+  STORE_ABSENT,   /* LOAD: no such row; REMOVE: none of this owner */
+  STORE_INVALID,  /* LOAD/DECODE: corrupted envelope (message says what) */
+  STORE_MISMATCH, /* LOAD/DECODE: another model or format version */
+  STORE_ERROR     /* backend failure, or not run (shutdown deadline) */
+} store_status;
 
-struct session_store {
-  const session_store_ops *ops;
+typedef struct store_op store_op;
+typedef void (*store_done_fn)(store_op *op); /* loop thread; the callback frees op */
+
+struct store_op {
+  sop_kind kind;
+  char id[129];
+  uint8_t owner[32];
+  int async;      /* SAVE: may wait up to async_commit_ms before its commit */
+  session *sess;  /* SAVE/EXPORT: encoded on the store thread (held for the op) */
+  int free_sess;  /* SAVE: the op owns sess and frees it afterwards (eviction) */
+  store_row row;  /* SAVE: the row (metadata filled by the submitter unless sess is given) */
+  uint8_t *meta, *state; /* SAVE: owned encodings (row.meta/state point here) */
+  uint8_t *in;    /* DECODE: owned input */
+  size_t in_len;
+  double before;  /* EXPIRE */
+  int max;        /* EXPIRE, LIST */
+  /* results */
+  store_status status;
+  char err[400];
+  int created;           /* SAVE: a new row */
+  session *out;          /* LOAD/DECODE: not in any table; id/owner unset */
+  uint8_t *bytes;        /* EXPORT */
+  size_t n_bytes;
+  store_key *keys;       /* EXPIRE */
+  store_row *rows;       /* LIST */
+  int n;
+  double t_submit;       /* monotonic, set by store_submit */
+  store_done_fn done;
+  void *ctx;
+  struct store_op *next;
 };
+
+store_op *store_op_new(sop_kind kind, store_done_fn done, void *ctx);
+/* The row's metadata (not its blobs) from a session (the session's holder). */
+void store_row_fill(store_row *row, const session *s, const char *id, const uint8_t owner[32],
+                    uint64_t fingerprint);
+void store_op_free(store_op *op); /* frees owned buffers, out, and sess when free_sess */
+
+typedef struct store_opts {
+  int async_commit_ms; /* longest wait of an async save */
+  int max_batch;       /* ops per transaction */
+} store_opts;
+
+/* backend NULL: no persistence (only EXPORT and DECODE are meaningful; the others answer
+ * STORE_ABSENT / STORE_OK without effect). */
+session_store *store_new(store_backend *backend, const store_opts *o, void (*notify)(void *),
+                         void *arg);
+/* Connects and starts the store thread (signals blocked); the model is needed to encode and
+ * decode sessions. 0, or -1 with a message. */
+int store_start(session_store *st, const xl_model *model, char *err, size_t cap);
+void store_submit(session_store *st, store_op *op);
+/* Runs the done callbacks of finished ops; returns how many. */
+int store_poll(session_store *st);
+/* Runs what is queued until deadline (monotonic seconds), fails the rest with STORE_ERROR,
+ * joins the thread. Then store_poll delivers them. */
+void store_shutdown(session_store *st, double deadline);
+void store_free(session_store *st); /* after store_shutdown + store_poll */
+int store_persistent(const session_store *st);
+long store_count(const session_store *st); /* rows, as of the last operation (any thread) */
 
 #endif

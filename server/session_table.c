@@ -1,6 +1,7 @@
 /*
- * session_table.c: sessions in RAM with LRU, budget, TTL and tombstones (see
- * session_table.h). Thread: loop thread only.
+ * session_table.c: sessions in RAM with LRU, budget, TTL and tombstones, in front of the
+ * durable store (see session_table.h). Thread: loop thread only (store callbacks arrive on
+ * it through store_poll).
  */
 #include "session_table.h"
 
@@ -10,9 +11,12 @@
 
 #include "buf.h"
 #include "metrics.h"
+#include "session_codec.h"
 #include "strmap.h"
 #include "util.h"
 #include "xlog.h"
+
+#define SWEEP_BATCH 500 /* store rows expired per transaction */
 
 typedef struct tomb {
   struct tomb *prev, *next; /* FIFO: oldest at head */
@@ -20,30 +24,67 @@ typedef struct tomb {
   char id[129];
 } tomb;
 
+typedef struct waiter {
+  struct waiter *next;
+  st_wait_fn fn;
+  void *ctx;
+  uint8_t owner[32];
+} waiter;
+
+typedef struct pending_load {
+  waiter *head, *tail;
+} pending_load;
+
 struct session_table {
   const xl_model *model;
+  uint64_t fingerprint;
   strmap map;   /* id -> session */
   strmap tombs; /* id -> tomb */
+  strmap loads; /* id -> pending_load (a LOAD in the store's queue) */
   tomb *tomb_head, *tomb_tail;
   size_t n_tombs, max_tombs;
   session *lru_head, *lru_tail; /* head = most recently used */
   size_t ram, budget;
   double ttl;
-  session_store *store; /* NULL until issue 6 */
+  session_store *store; /* NULL: none (unit tests) */
+  int persist;          /* the store has a backend */
+  st_durability durability;
+  int sweeping;         /* a store sweep is queued */
 };
 
+/* A store op's context: the table plus the caller's continuation. */
+typedef struct call {
+  session_table *t;
+  session *s;
+  void *fn;
+  void *ctx;
+  int replaced;
+} call;
+
+static call *call_new(session_table *t, session *s, void *fn, void *ctx) {
+  call *c = xcalloc(1, sizeof *c);
+  c->t = t, c->s = s, c->fn = fn, c->ctx = ctx;
+  return c;
+}
+
 session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size_t max_tombstones,
-                      session_store *store) {
+                      session_store *store, st_durability durability) {
   session_table *t = xcalloc(1, sizeof *t);
   t->model = model;
+  t->fingerprint = model ? xl_model_fingerprint(model) : 0;
   strmap_init(&t->map);
   strmap_init(&t->tombs);
+  strmap_init(&t->loads);
   t->budget = ram_budget;
   t->ttl = ttl;
   t->max_tombs = max_tombstones;
   t->store = store;
+  t->durability = durability;
+  t->persist = store_persistent(store) && durability != DUR_OFF;
   return t;
 }
+
+int st_persistent(const session_table *t) { return t->persist; }
 
 void st_free(session_table *t) {
   if (!t) return;
@@ -59,8 +100,18 @@ void st_free(session_table *t) {
     free(tb);
     tb = n;
   }
+  size_t i = 0;
+  for (strmap_entry *e = NULL; (e = strmap_next(&t->loads, &i, e));) {
+    pending_load *pl = e->value;
+    for (waiter *w = pl->head, *n; w; w = n) {
+      n = w->next;
+      free(w);
+    }
+    free(pl);
+  }
   strmap_free(&t->map);
   strmap_free(&t->tombs);
+  strmap_free(&t->loads);
   free(t);
 }
 
@@ -88,17 +139,17 @@ static void tomb_unlink(session_table *t, tomb *tb) {
   t->n_tombs--;
 }
 
-static void tomb_add(session_table *t, const session *s) {
+static void tomb_add(session_table *t, const char *id, const uint8_t owner[32]) {
   if (!t->max_tombs) return;
-  tomb *tb = strmap_get(&t->tombs, s->id);
+  tomb *tb = strmap_get(&t->tombs, id);
   if (tb) {
     tomb_unlink(t, tb);
   } else {
     tb = xcalloc(1, sizeof *tb);
-    memcpy(tb->id, s->id, sizeof tb->id);
+    snprintf(tb->id, sizeof tb->id, "%s", id);
     strmap_put(&t->tombs, tb->id, tb);
   }
-  memcpy(tb->owner, s->owner, 32);
+  memcpy(tb->owner, owner, 32);
   tb->next = NULL;
   tb->prev = t->tomb_tail;
   if (t->tomb_tail) t->tomb_tail->next = tb;
@@ -121,13 +172,37 @@ int st_forget_tombstone(session_table *t, const char *id) {
   return 1;
 }
 
-/* Removes s from the table and frees it. tombstone: remember the id (evicted / expired). */
-static void drop(session_table *t, session *s, int tombstone) {
+/* Takes s out of the table (the caller frees it or hands it over). */
+static void unlink_session(session_table *t, session *s) {
   strmap_del(&t->map, s->id);
   lru_unlink(t, s);
   t->ram -= s->ram;
-  if (tombstone) tomb_add(t, s);
+  s->in_table = 0;
+}
+
+/* Removes s from the table and frees it. tombstone: remember the id (gone for good). */
+static void drop(session_table *t, session *s, int tombstone) {
+  unlink_session(t, s);
+  if (tombstone) tomb_add(t, s->id, s->owner);
   session_free(s);
+}
+
+static void on_flushed(store_op *op) {
+  if (op->status != STORE_OK)
+    xlog_msg("error", "session_lost", "session %s could not be saved when it left RAM: %s", op->id,
+             op->err);
+  store_op_free(op);
+}
+
+/* Hands s (out of the table) to the store thread, which encodes, saves and frees it. */
+static void hand_over(session_table *t, session *s) {
+  unlink_session(t, s);
+  store_op *op = store_op_new(SOP_SAVE, on_flushed, t);
+  snprintf(op->id, sizeof op->id, "%s", s->id);
+  memcpy(op->owner, s->owner, 32);
+  op->sess = s;
+  op->free_sess = 1;
+  store_submit(t->store, op);
 }
 
 static void enforce_budget(session_table *t) {
@@ -136,11 +211,16 @@ static void enforce_budget(session_table *t) {
   while (t->ram > t->budget && s && s != t->lru_head) {
     session *prev = s->lru_prev;
     if (!s->busy) {
-      /* Issue 6: with a store, serialise on a worker and save before dropping. */
-      xlog_msg("info", "session_evicted", "session %s left RAM (budget %zu bytes)", s->id,
-               t->budget);
       ctr_add(&g_metrics.sessions_evicted, 1);
-      drop(t, s, 1);
+      if (!t->persist) {
+        xlog_msg("info", "session_evicted", "session %s left RAM (budget %zu bytes)", s->id,
+                 t->budget);
+        drop(t, s, 1);
+      } else if (s->unsaved) {
+        hand_over(t, s);
+      } else {
+        drop(t, s, 0); /* the store has its latest state */
+      }
     }
     s = prev;
   }
@@ -162,10 +242,83 @@ st_status st_lookup(session_table *t, const char *id, const uint8_t owner[32], s
     *out = s;
     return ST_FOUND;
   }
-  /* Issue 6: ask the store here (asynchronously) before concluding. */
   tomb *tb = strmap_get(&t->tombs, id);
-  if (tb && !memcmp(tb->owner, owner, 32)) return ST_EXPIRED;
+  if (tb) return memcmp(tb->owner, owner, 32) ? ST_FORBIDDEN : ST_EXPIRED;
   return ST_MISSING;
+}
+
+/* A restored session joins the table as the most recently used. */
+static void insert_restored(session_table *t, session *s, const char *id, const uint8_t owner[32]) {
+  snprintf(s->id, sizeof s->id, "%s", id);
+  memcpy(s->owner, owner, 32);
+  double age = now_wall() - s->last_used;
+  s->last_used_mono = now_mono() - (age > 0 ? age : 0);
+  s->in_table = 1;
+  strmap_put(&t->map, s->id, s);
+  lru_push_front(t, s);
+  s->ram = 0;
+  account(t, s);
+  enforce_budget(t);
+}
+
+static void on_loaded(store_op *op) {
+  session_table *t = op->ctx;
+  pending_load *pl = strmap_del(&t->loads, op->id);
+  st_answer a = {ST_FOUND, op->err};
+  switch (op->status) {
+    case STORE_OK:
+      if (strmap_get(&t->map, op->id)) break; /* cannot happen: loads are only for misses */
+      insert_restored(t, op->out, op->id, op->owner);
+      op->out = NULL;
+      ctr_add(&g_metrics.sessions_restored, 1);
+      hist_observe(&g_metrics.restore, now_mono() - op->t_submit);
+      break;
+    case STORE_ABSENT: a.status = ST_MISSING; break;
+    case STORE_INVALID:
+    case STORE_MISMATCH:
+      a.status = ST_INCOMPATIBLE;
+      ctr_add(&g_metrics.sessions_incompatible, 1);
+      xlog_msg("warn", "session_incompatible", "session %s is kept in the store but refused: %s",
+               op->id, op->err);
+      break;
+    default:
+      a.status = ST_STORE_ERROR;
+      xlog_msg("error", "store_error", "loading session %s: %s", op->id, op->err);
+      break;
+  }
+  waiter *w = pl ? pl->head : NULL;
+  free(pl);
+  while (w) {
+    waiter *n = w->next;
+    st_answer mine = a;
+    if (a.status == ST_INCOMPATIBLE && memcmp(w->owner, op->owner, 32)) mine.status = ST_FORBIDDEN;
+    w->fn(w->ctx, &mine);
+    free(w);
+    w = n;
+  }
+  store_op_free(op);
+}
+
+st_status st_find(session_table *t, const char *id, const uint8_t owner[32], session **out,
+                  st_wait_fn fn, void *ctx) {
+  st_status st = st_lookup(t, id, owner, out);
+  if (st != ST_MISSING || !t->persist) return st;
+  pending_load *pl = strmap_get(&t->loads, id);
+  if (!pl) {
+    pl = xcalloc(1, sizeof *pl);
+    strmap_put(&t->loads, id, pl);
+    store_op *op = store_op_new(SOP_LOAD, on_loaded, t);
+    snprintf(op->id, sizeof op->id, "%s", id);
+    store_submit(t->store, op);
+  }
+  waiter *w = xcalloc(1, sizeof *w);
+  w->fn = fn;
+  w->ctx = ctx;
+  memcpy(w->owner, owner, 32);
+  if (pl->tail) pl->tail->next = w;
+  else pl->head = w;
+  pl->tail = w;
+  return ST_PENDING;
 }
 
 static session *insert(session_table *t, session *s, const char *id, const uint8_t owner[32]) {
@@ -176,11 +329,12 @@ static session *insert(session_table *t, session *s, const char *id, const uint8
       uint8_t r[16];
       random_bytes(r, sizeof r);
       hex_encode(r, sizeof r, s->id);
-    } while (strmap_get(&t->map, s->id));
+    } while (strmap_get(&t->map, s->id) || strmap_get(&t->loads, s->id));
   }
   st_forget_tombstone(t, s->id);
   memcpy(s->owner, owner, 32);
   s->in_table = 1;
+  s->unsaved = 1; /* the store has never seen it */
   strmap_put(&t->map, s->id, s);
   lru_push_front(t, s);
   s->ram = 0;
@@ -238,7 +392,245 @@ void st_release(session_table *t, session *s) {
   enforce_budget(t);
 }
 
-void st_delete(session_table *t, session *s) { drop(t, s, 0); }
+/* ------------------------------------------------------------------------------------------ */
+/* writes */
+
+static void on_saved(store_op *op) {
+  call *c = op->ctx;
+  if (op->status != STORE_OK) {
+    xlog_msg("error", "store_error", "saving session %s: %s", op->id, op->err);
+    session *s = strmap_get(&c->t->map, op->id);
+    if (s) s->unsaved = 1; /* retried when it leaves RAM or at the next turn */
+  }
+  if (c->fn) ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : -1, op->err);
+  free(c);
+  store_op_free(op);
+}
+
+int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, st_done_fn fn,
+                void *ctx) {
+  if (!t->persist || (!core && !s->unsaved)) {
+    free(core);
+    return 0;
+  }
+  store_op *op = store_op_new(SOP_SAVE, on_saved, NULL);
+  snprintf(op->id, sizeof op->id, "%s", s->id);
+  memcpy(op->owner, s->owner, 32);
+  if (!core) { /* changed without a worker's snapshot (rare): encode here */
+    char err[256];
+    if (sess_encode(s, t->model, &op->meta, &op->row.meta_len, &op->state, &op->row.state_len,
+                    err, sizeof err)) {
+      xlog_msg("error", "store_error", "encoding session %s: %s", s->id, err);
+      store_op_free(op);
+      return 0; /* stays unsaved */
+    }
+  } else {
+    op->state = core;
+    op->row.state_len = core_len;
+    op->meta = sess_meta_encode(s, t->fingerprint, core, core_len, &op->row.meta_len);
+  }
+  store_row_fill(&op->row, s, s->id, s->owner, t->fingerprint);
+  op->row.meta = op->meta;
+  op->row.state = op->state;
+  int wait = t->durability == DUR_TURN && fn;
+  op->async = t->durability == DUR_ASYNC;
+  op->ctx = call_new(t, NULL, wait ? (void *)fn : NULL, ctx);
+  s->unsaved = 0;
+  store_submit(t->store, op);
+  return wait;
+}
+
+static void on_persisted(store_op *op) {
+  call *c = op->ctx;
+  session *s = c->s; /* held busy for the op: still in the table */
+  s->busy = 0;
+  if (op->status == STORE_OK) s->unsaved = 0;
+  else xlog_msg("error", "store_error", "saving session %s: %s", op->id, op->err);
+  if (c->fn) ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : -1, op->err);
+  free(c);
+  store_op_free(op);
+}
+
+int st_persist(session_table *t, session *s, st_done_fn fn, void *ctx) {
+  if (!t->persist) return 0;
+  s->busy = 1;
+  store_op *op = store_op_new(SOP_SAVE, on_persisted, call_new(t, s, (void *)fn, ctx));
+  snprintf(op->id, sizeof op->id, "%s", s->id);
+  memcpy(op->owner, s->owner, 32);
+  op->sess = s;
+  store_submit(t->store, op);
+  return 1;
+}
+
+static void on_removed(store_op *op) {
+  call *c = op->ctx;
+  int st = op->status == STORE_OK ? 0 : op->status == STORE_ABSENT ? 1 : -1;
+  if (st < 0) xlog_msg("error", "store_error", "deleting session %s: %s", op->id, op->err);
+  if (c->fn) ((st_done_fn)c->fn)(c->ctx, st, op->err);
+  free(c);
+  store_op_free(op);
+}
+
+static void submit_remove(session_table *t, const char *id, const uint8_t owner[32],
+                          st_done_fn fn, void *ctx) {
+  store_op *op = store_op_new(SOP_REMOVE, on_removed, call_new(t, NULL, (void *)fn, ctx));
+  snprintf(op->id, sizeof op->id, "%s", id);
+  memcpy(op->owner, owner, 32);
+  store_submit(t->store, op);
+}
+
+int st_delete(session_table *t, session *s, st_done_fn fn, void *ctx) {
+  int wait = 0;
+  if (t->persist) {
+    wait = t->durability == DUR_TURN && fn;
+    submit_remove(t, s->id, s->owner, wait ? fn : NULL, ctx);
+  }
+  drop(t, s, 0);
+  return wait;
+}
+
+void st_remove_stored(session_table *t, const char *id, const uint8_t owner[32], st_done_fn fn,
+                      void *ctx) {
+  if (!t->persist) {
+    fn(ctx, 1, "no store");
+    return;
+  }
+  submit_remove(t, id, owner, fn, ctx);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* export, import, list */
+
+static void on_exported(store_op *op) {
+  call *c = op->ctx;
+  c->s->busy = 0;
+  uint8_t *b = op->bytes;
+  op->bytes = NULL;
+  ((st_bytes_fn)c->fn)(c->ctx, op->status == STORE_OK ? b : NULL, op->n_bytes,
+                       op->status == STORE_OK ? NULL : op->err);
+  if (op->status != STORE_OK) free(b);
+  free(c);
+  store_op_free(op);
+}
+
+void st_export(session_table *t, session *s, st_bytes_fn fn, void *ctx) {
+  s->busy = 1;
+  store_op *op = store_op_new(SOP_EXPORT, on_exported, call_new(t, s, (void *)fn, ctx));
+  snprintf(op->id, sizeof op->id, "%s", s->id);
+  op->sess = s;
+  store_submit(t->store, op);
+}
+
+static void on_import_saved(void *ctx, int status, const char *msg) {
+  call *c = ctx;
+  ((st_import_fn)c->fn)(c->ctx,
+                        status ? IMPORT_ERROR : c->replaced ? IMPORT_REPLACED : IMPORT_CREATED,
+                        status ? msg : NULL);
+  free(c);
+}
+
+static void on_decoded(store_op *op) {
+  call *c = op->ctx;
+  session_table *t = c->t;
+  st_import_fn fn = (st_import_fn)c->fn;
+  if (op->status != STORE_OK) {
+    fn(c->ctx, op->status == STORE_MISMATCH ? IMPORT_MISMATCH : IMPORT_INVALID, op->err);
+    free(c);
+    store_op_free(op);
+    return;
+  }
+  session *old = strmap_get(&t->map, op->id);
+  if (old && memcmp(old->owner, op->owner, 32)) {
+    fn(c->ctx, IMPORT_FORBIDDEN, "another key's session");
+  } else if (old && old->busy) {
+    fn(c->ctx, IMPORT_BUSY, "the session is serving a request");
+  } else {
+    c->replaced = old != NULL || c->replaced;
+    if (old) drop(t, old, 0);
+    session *s = op->out;
+    op->out = NULL;
+    insert_restored(t, s, op->id, op->owner);
+    st_acquire(t, s); /* last used: now */
+    st_release(t, s);
+    s->unsaved = 1;
+    st_forget_tombstone(t, op->id);
+    if (!st_persist(t, s, on_import_saved, c)) on_import_saved(c, 0, NULL);
+    store_op_free(op);
+    return;
+  }
+  free(c);
+  store_op_free(op);
+}
+
+void st_import(session_table *t, const char *id, const uint8_t owner[32], uint8_t *bytes,
+               size_t n, st_import_fn fn, void *ctx) {
+  call *c = call_new(t, NULL, (void *)fn, ctx);
+  session *cur = strmap_get(&t->map, id);
+  c->replaced = cur != NULL; /* or a refused row in the store: the api says so */
+  store_op *op = store_op_new(SOP_DECODE, on_decoded, c);
+  snprintf(op->id, sizeof op->id, "%s", id);
+  memcpy(op->owner, owner, 32);
+  op->in = bytes;
+  op->in_len = n;
+  store_submit(t->store, op);
+}
+
+static void on_listed(store_op *op) {
+  call *c = op->ctx;
+  ((st_rows_fn)c->fn)(c->ctx, op->rows, op->n, op->status == STORE_OK ? NULL : op->err);
+  free(c);
+  store_op_free(op);
+}
+
+void st_list_stored(session_table *t, const uint8_t owner[32], int max, st_rows_fn fn, void *ctx) {
+  if (!t->persist) {
+    fn(ctx, NULL, 0, NULL);
+    return;
+  }
+  store_op *op = store_op_new(SOP_LIST, on_listed, call_new(t, NULL, (void *)fn, ctx));
+  memcpy(op->owner, owner, 32);
+  op->max = max;
+  store_submit(t->store, op);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* TTL */
+
+static void sweep(session_table *t);
+
+static void on_swept(store_op *op) {
+  session_table *t = op->ctx;
+  t->sweeping = 0;
+  if (op->status != STORE_OK) {
+    xlog_msg("error", "store_error", "expiring stored sessions: %s", op->err);
+    store_op_free(op);
+    return;
+  }
+  double now = now_mono();
+  for (int i = 0; i < op->n; i++) {
+    store_key *k = &op->keys[i];
+    session *s = strmap_get(&t->map, k->id);
+    if (s && (s->busy || s->last_used_mono + t->ttl > now)) {
+      s->unsaved = 1; /* in use again: its row comes back with its next save */
+      continue;
+    }
+    if (s) drop(t, s, 0);
+    tomb_add(t, k->id, k->owner);
+  }
+  ctr_add(&g_metrics.sessions_expired, (uint64_t)op->n);
+  int more = op->n == op->max;
+  store_op_free(op);
+  if (more) sweep(t); /* the next bounded batch; other ops queued meanwhile go first */
+}
+
+static void sweep(session_table *t) {
+  if (t->sweeping || !t->persist || t->ttl <= 0) return;
+  t->sweeping = 1;
+  store_op *op = store_op_new(SOP_EXPIRE, on_swept, t);
+  op->before = now_wall() - t->ttl;
+  op->max = SWEEP_BATCH;
+  store_submit(t->store, op);
+}
 
 int st_expire(session_table *t, double now, int max) {
   if (t->ttl <= 0) return 0;
@@ -249,12 +641,24 @@ int st_expire(session_table *t, double now, int max) {
     if (s->last_used_mono + t->ttl > now) break; /* LRU order: the rest are younger */
     if (!s->busy) {
       ctr_add(&g_metrics.sessions_expired, 1);
+      if (t->persist) submit_remove(t, s->id, s->owner, NULL, NULL);
       drop(t, s, 1);
       n++;
     }
     s = prev;
   }
+  sweep(t);
   return n;
+}
+
+void st_flush(session_table *t) {
+  if (!t->persist) return;
+  session *s = t->lru_head;
+  while (s) {
+    session *n = s->lru_next;
+    if (!s->busy && s->unsaved) hand_over(t, s);
+    s = n;
+  }
 }
 
 size_t st_count(const session_table *t) { return t->map.n; }

@@ -1,10 +1,18 @@
 /*
  * session_table.h: the sessions held in RAM: id -> session, scoped to the owner (API key
- * digest), least-recently-used order, a RAM budget, TTL expiry and tombstones for sessions
- * that left RAM without a store (their next use is 404 session_expired, never a silently
- * fresh memory). Owns: the sessions in it and their states.
- * Thread: loop thread only. A busy session (a request holds it) is never evicted, expired,
- * deleted or forked.
+ * digest), least-recently-used order, a RAM budget and TTL expiry, in front of the durable
+ * store (session_store.h) when there is one:
+ *   - a session not in RAM is looked for in the store (st_find: the caller waits, then looks
+ *     again) and comes back exactly as it left (its state blob restores the memory's ring);
+ *   - sessions beyond the budget leave RAM least-recently-used first; one whose latest state
+ *     the store has not been given is handed to the store first (never lost);
+ *   - the end of a turn hands the new state to the store (durability turn: the caller waits
+ *     for the commit; async: it does not); delete and TTL expiry delete the row too.
+ * Without a store (durability off) a session that leaves RAM is gone, and the table keeps a
+ * tombstone of its id so its next use is 404 session_expired, never a silently fresh memory.
+ * Owns: the sessions in it and their states.
+ * Thread: loop thread only. A busy session (a request or a store operation holds it) is never
+ * evicted, expired, deleted or forked.
  */
 #ifndef XLS_SESSION_TABLE_H
 #define XLS_SESSION_TABLE_H
@@ -18,17 +26,50 @@
 typedef struct session_table session_table;
 
 typedef enum {
-  ST_FOUND,     /* *out set */
-  ST_MISSING,   /* never seen (may be created) */
-  ST_EXPIRED,   /* evicted or expired without a store: 404 session_expired */
-  ST_FORBIDDEN  /* exists but belongs to another key: answer as if missing, never create */
+  ST_FOUND,        /* *out set */
+  ST_MISSING,      /* never seen (may be created) */
+  ST_EXPIRED,      /* expired (or evicted without a store): 404 session_expired */
+  ST_FORBIDDEN,    /* exists but belongs to another key: answer as if missing, never create */
+  ST_PENDING,      /* st_find: the store is asked; the callback gets the answer */
+  ST_INCOMPATIBLE, /* the stored session is refused (another model/format, corrupted): 409 */
+  ST_STORE_ERROR   /* the store failed: 503 */
 } st_status;
 
-session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size_t max_tombstones,
-                      session_store *store);
-void st_free(session_table *t);
+typedef enum { DUR_OFF = 0, DUR_ASYNC, DUR_TURN } st_durability;
 
+typedef struct st_answer {
+  st_status status; /* ST_FOUND: the session is in RAM now (look it up again) */
+  const char *message;
+} st_answer;
+typedef void (*st_wait_fn)(void *ctx, const st_answer *a);
+/* status: 0 done, 1 nothing there (remove), -1 failed (message) */
+typedef void (*st_done_fn)(void *ctx, int status, const char *message);
+typedef void (*st_bytes_fn)(void *ctx, uint8_t *bytes, size_t n, const char *error); /* takes bytes */
+typedef void (*st_rows_fn)(void *ctx, const store_row *rows, int n, const char *error);
+
+typedef enum {
+  IMPORT_CREATED,
+  IMPORT_REPLACED,
+  IMPORT_INVALID,   /* corrupted / not an envelope: 400 */
+  IMPORT_MISMATCH,  /* another model or format version: 409 */
+  IMPORT_BUSY,      /* the session is in use: 409 */
+  IMPORT_FORBIDDEN, /* another key's session: 404 */
+  IMPORT_ERROR      /* the store failed: 503 */
+} st_import_result;
+typedef void (*st_import_fn)(void *ctx, st_import_result r, const char *message);
+
+/* store: NULL or a started store; it persists when it has a backend (durability turn/async). */
+session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size_t max_tombstones,
+                      session_store *store, st_durability durability);
+void st_free(session_table *t);
+int st_persistent(const session_table *t);
+
+/* RAM (and tombstones) only. */
 st_status st_lookup(session_table *t, const char *id, const uint8_t owner[32], session **out);
+/* RAM, then the store: on a miss with a persistent store returns ST_PENDING and calls fn once
+ * the store answered (loop thread; several callers of one id share one load). */
+st_status st_find(session_table *t, const char *id, const uint8_t owner[32], session **out,
+                  st_wait_fn fn, void *ctx);
 /* Creates a session (id NULL: mint a 128-bit random one). NULL with err on a core failure.
  * A tombstone of the same id is dropped. May evict idle sessions to respect the budget. */
 session *st_create(session_table *t, const char *id, const uint8_t owner[32], xl_error *err);
@@ -36,10 +77,35 @@ session *st_create(session_table *t, const char *id, const uint8_t owner[32], xl
 session *st_fork(session_table *t, const session *src, xl_error *err);
 void st_acquire(session_table *t, session *s);  /* busy = 1 */
 void st_release(session_table *t, session *s);  /* busy = 0, touch, enforce the budget */
-void st_delete(session_table *t, session *s);   /* not busy */
+
+/* The end of a turn on s (idle again, after st_release): core is the state blob the worker
+ * serialised (taken; NULL when the state did not change). Returns 1 when fn will be called
+ * with the commit's outcome (durability turn), 0 when there is nothing to wait for. */
+int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, st_done_fn fn,
+                void *ctx);
+/* Saves s (idle; held busy meanwhile) now. 1: fn will be called; 0: no store. */
+int st_persist(session_table *t, session *s, st_done_fn fn, void *ctx);
+/* Deletes s (not busy) from RAM and the store. 1: fn will be called (durability turn). */
+int st_delete(session_table *t, session *s, st_done_fn fn, void *ctx);
+/* Deletes a stored row that is not in RAM (a refused one). fn is always called. */
+void st_remove_stored(session_table *t, const char *id, const uint8_t owner[32], st_done_fn fn,
+                      void *ctx);
 int st_forget_tombstone(session_table *t, const char *id); /* 1 when there was one */
-/* Expires idle sessions unused for ttl seconds; at most max per call. Returns the count. */
+/* The envelope of s (idle; held busy meanwhile), made on the store thread. */
+void st_export(session_table *t, session *s, st_bytes_fn fn, void *ctx);
+/* Imports an envelope (bytes taken) as id for owner: validated on the store thread, then
+ * replaces or creates the session and persists it. */
+void st_import(session_table *t, const char *id, const uint8_t owner[32], uint8_t *bytes,
+               size_t n, st_import_fn fn, void *ctx);
+/* owner's stored sessions (metadata), most recent first. fn always called. */
+void st_list_stored(session_table *t, const uint8_t owner[32], int max, st_rows_fn fn, void *ctx);
+
+/* Expires idle sessions unused for ttl seconds: at most max from RAM per call (and their
+ * rows); with a store, also starts a sweep of the store's expired rows in batches of
+ * `batch` (store thread). Returns the count expired from RAM. */
 int st_expire(session_table *t, double now_mono_s, int max);
+/* Shutdown: hands every idle session whose latest state the store lacks to the store. */
+void st_flush(session_table *t);
 
 size_t st_count(const session_table *t);
 size_t st_ram(const session_table *t);

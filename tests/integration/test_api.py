@@ -32,7 +32,8 @@ def test_health_models_metrics(daemon):
                  "xlserve_completion_tokens_total", "xlserve_time_to_first_token_seconds_bucket",
                  "xlserve_inter_token_seconds_count", "xlserve_queue_depth",
                  "xlserve_batch_size_bucket", "xlserve_sessions_in_ram",
-                 "xlserve_sessions_in_store", "xlserve_store_latency_seconds_count"]:
+                 "xlserve_sessions_in_store", "xlserve_store_write_seconds_count",
+                 "xlserve_store_read_seconds_count", "xlserve_session_restore_seconds_count"]:
         assert name in text, name
 
 

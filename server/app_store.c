@@ -1,0 +1,92 @@
+/*
+ * app_store.c: the session store inside the daemon. At start it opens the backend (state_dir,
+ * durability: SQLite in WAL mode), so a bad directory stops the start; once the model is
+ * loaded it starts the store thread and creates the session table in front of it; the store
+ * thread's completions wake the loop through store_wake (a coalescing uv_async_t), whose
+ * callback runs them (store_poll) and pumps MHD once; at exit it hands the sessions whose
+ * latest state the store lacks to the store and lets the store thread finish its queue, bounded
+ * by the drain deadline. Thread: loop (main) thread.
+ */
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "util.h"
+#include "xlog.h"
+
+static void on_store_wake(uv_async_t *h) {
+  app *a = h->data;
+  if (a->store) store_poll(a->store);
+  http_pump(a);
+}
+
+static void wake(void *arg) { uv_async_send(arg); } /* store thread: coalescing wake-up */
+
+static st_durability durability(const app *a) {
+  if (!a->store_backend || !strcmp(a->cfg->durability, "off")) return DUR_OFF;
+  return !strcmp(a->cfg->durability, "async") ? DUR_ASYNC : DUR_TURN;
+}
+
+int app_store_open(app *a, char *err, size_t cap) {
+  /* Session states are large single allocations: keep them out of the heap (mmapped), so the
+   * memory of a session that leaves RAM goes back to the system at once (glibc otherwise raises
+   * its mmap threshold after the first free and keeps freed states in the heap). */
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+  const config *c = a->cfg;
+  if (*c->state_dir && strcmp(c->durability, "off")) {
+    a->store_backend = store_sqlite_open(c->state_dir, c->store_fsync, err, cap);
+    if (!a->store_backend) return -1;
+  }
+  store_opts so = {(int)c->async_commit_ms, 64};
+  a->store = store_new(a->store_backend, &so, wake, &a->store_wake);
+  uv_async_init(a->loop, &a->store_wake, on_store_wake);
+  a->store_wake.data = a;
+  a->store_wake_open = 1;
+  return 0;
+}
+
+int app_store_start(app *a, char *err, size_t cap) {
+  const config *c = a->cfg;
+  if (store_start(a->store, a->model, err, cap)) return -1;
+  st_durability d = durability(a);
+  a->sessions = st_new(a->model, (size_t)c->session_ram_mb << 20, (double)c->session_ttl,
+                       (size_t)c->session_tombstones, a->store, d);
+  if (d == DUR_OFF)
+    xlog_msg("info", "store", "sessions live in RAM only (%s)",
+             *c->state_dir ? "durability off" : "no state_dir");
+  else
+    xlog_msg("info", "store", "session store: %s/sessions.db (SQLite, WAL), durability %s, %ld "
+             "sessions stored",
+             c->state_dir, c->durability, store_count(a->store));
+  return 0;
+}
+
+void app_store_expire(app *a) {
+  if (a->sessions) st_expire(a->sessions, now_mono(), 1000);
+}
+
+void app_store_shutdown(app *a) {
+  if (!a->store) return;
+  if (a->sessions) st_flush(a->sessions);
+  double now = now_mono();
+  double deadline = (a->drain_started > 0 ? a->drain_started : now) + (double)a->cfg->drain_timeout;
+  if (deadline < now + 2) deadline = now + 2; /* a last chance for what the drain left */
+  store_shutdown(a->store, deadline);
+  while (store_poll(a->store) > 0) {
+  } /* completions (and the failures of ops they submit after the thread ended) */
+  if (a->store_wake_open) {
+    a->store_wake_open = 0;
+    uv_close((uv_handle_t *)&a->store_wake, NULL);
+  }
+}
+
+void app_store_free(app *a) {
+  if (a->store) {
+    store_free(a->store);
+    a->store = NULL;
+  }
+  store_backend_free(a->store_backend);
+  a->store_backend = NULL;
+}

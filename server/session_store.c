@@ -1,0 +1,460 @@
+/*
+ * session_store.c: the store front: one store thread, its FIFO of operations, group commit,
+ * the async-save delay, and completions back to the loop thread (see session_store.h).
+ * Threads: submit/poll/start/shutdown/free on the loop thread; the rest on the store thread.
+ */
+#include "session_store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "buf.h"
+#include "metrics.h"
+#include "session_codec.h"
+#include "util.h"
+#include "xlog.h"
+
+struct session_store {
+  store_backend *b;
+  store_conn *conn;
+  const xl_model *model;
+  store_opts o;
+  pthread_t th;
+  int started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  store_op *head, *tail;
+  long n_sync; /* queued ops other than async saves */
+  int stop;
+  double deadline;
+  pthread_mutex_t done_mu;
+  store_op *done_head, *done_tail;
+  void (*notify)(void *);
+  void *notify_arg;
+  atomic_long count;
+};
+
+store_op *store_op_new(sop_kind kind, store_done_fn done, void *ctx) {
+  store_op *op = xcalloc(1, sizeof *op);
+  op->kind = kind;
+  op->done = done;
+  op->ctx = ctx;
+  return op;
+}
+
+void store_op_free(store_op *op) {
+  if (!op) return;
+  free(op->meta);
+  free(op->state);
+  free(op->in);
+  free(op->bytes);
+  free(op->keys);
+  free(op->rows);
+  session_free(op->out);
+  if (op->free_sess) session_free(op->sess);
+  free(op);
+}
+
+session_store *store_new(store_backend *backend, const store_opts *o, void (*notify)(void *),
+                         void *arg) {
+  session_store *st = xcalloc(1, sizeof *st);
+  st->b = backend;
+  st->o = *o;
+  if (st->o.max_batch < 1) st->o.max_batch = 64;
+  pthread_mutex_init(&st->mu, NULL);
+  pthread_cond_init(&st->cv, NULL);
+  pthread_mutex_init(&st->done_mu, NULL);
+  st->notify = notify;
+  st->notify_arg = arg;
+  atomic_init(&st->count, 0);
+  return st;
+}
+
+int store_persistent(const session_store *st) { return st && st->b; }
+long store_count(const session_store *st) {
+  return st ? atomic_load_explicit(&st->count, memory_order_relaxed) : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* store thread */
+
+static void row_fill(store_row *row, const session *s, const char *id, const uint8_t owner[32],
+                     uint64_t fp) {
+  snprintf(row->id, sizeof row->id, "%s", id);
+  memcpy(row->owner, owner, 32);
+  row->fingerprint = fp;
+  row->created = s->created;
+  row->last_used = s->last_used;
+  row->tokens = session_tokens(s);
+  row->turns = s->turns;
+  row->mode = (int)s->chat;
+  row->messages = s->n_msgs;
+  row->positions = xl_state_mem_length(s->state);
+}
+
+void store_row_fill(store_row *row, const session *s, const char *id, const uint8_t owner[32],
+                    uint64_t fp) {
+  row_fill(row, s, id, owner, fp);
+}
+
+static int is_write(const store_op *op) {
+  return op->kind == SOP_SAVE || op->kind == SOP_REMOVE || op->kind == SOP_EXPIRE;
+}
+
+static store_status from_codec(codec_status c) {
+  return c == CODEC_OK ? STORE_OK : c == CODEC_MISMATCH ? STORE_MISMATCH : STORE_INVALID;
+}
+
+/* Runs one op; writes join the open transaction. Returns -1 when a write failed (the batch
+ * must roll back). */
+static int exec_op(session_store *st, store_op *op) {
+  const store_backend_ops *B = st->b ? st->b->ops : NULL;
+  char *err = op->err;
+  size_t cap = sizeof op->err;
+  switch (op->kind) {
+    case SOP_LOAD: {
+      if (!B) {
+        op->status = STORE_ABSENT;
+        return 0;
+      }
+      double t0 = now_mono();
+      store_row row;
+      memset(&row, 0, sizeof row);
+      int rc = B->get(st->conn, op->id, &row, err, cap);
+      if (rc < 0) {
+        op->status = STORE_ERROR;
+        return 0;
+      }
+      if (rc == 1) {
+        op->status = STORE_ABSENT;
+        return 0;
+      }
+      memcpy(op->owner, row.owner, 32);
+      op->status = from_codec(
+          sess_decode(st->model, row.meta, row.meta_len, row.state, row.state_len, &op->out, err, cap));
+      B->release(st->conn);
+      hist_observe(&g_metrics.store_read, now_mono() - t0);
+      return 0;
+    }
+    case SOP_SAVE: {
+      if (op->sess) {
+        if (sess_encode(op->sess, st->model, &op->meta, &op->row.meta_len, &op->state,
+                        &op->row.state_len, err, cap)) {
+          op->status = STORE_ERROR;
+          if (op->free_sess) {
+            session_free(op->sess);
+            op->sess = NULL;
+          }
+          return 0; /* nothing was written: the batch is intact */
+        }
+        row_fill(&op->row, op->sess, op->id, op->owner, xl_model_fingerprint(st->model));
+        op->row.meta = op->meta;
+        op->row.state = op->state;
+        if (op->free_sess) {
+          session_free(op->sess);
+          op->sess = NULL;
+        }
+      }
+      if (!B) return 0;
+      if (B->put(st->conn, &op->row, &op->created, err, cap)) {
+        op->status = STORE_ERROR;
+        return -1;
+      }
+      return 0;
+    }
+    case SOP_REMOVE: {
+      if (!B) {
+        op->status = STORE_ABSENT;
+        return 0;
+      }
+      int rc = B->del(st->conn, op->id, op->owner, err, cap);
+      if (rc < 0) {
+        op->status = STORE_ERROR;
+        return -1;
+      }
+      op->status = rc == 1 ? STORE_ABSENT : STORE_OK;
+      return 0;
+    }
+    case SOP_EXPIRE: {
+      if (!B || op->max <= 0) return 0;
+      op->keys = xcalloc((size_t)op->max, sizeof *op->keys);
+      int n = B->expire(st->conn, op->before, op->max, op->keys, err, cap);
+      if (n < 0) {
+        op->status = STORE_ERROR;
+        return -1;
+      }
+      op->n = n;
+      return 0;
+    }
+    case SOP_LIST: {
+      if (!B || op->max <= 0) return 0;
+      op->rows = xcalloc((size_t)op->max, sizeof *op->rows);
+      int n = B->list(st->conn, op->owner, op->max, op->rows, err, cap);
+      if (n < 0) {
+        op->status = STORE_ERROR;
+        return 0;
+      }
+      op->n = n;
+      return 0;
+    }
+    case SOP_EXPORT: {
+      uint8_t *meta, *core;
+      size_t ml, cl;
+      if (sess_encode(op->sess, st->model, &meta, &ml, &core, &cl, err, cap)) {
+        op->status = STORE_ERROR;
+        return 0;
+      }
+      op->bytes = xmalloc(ml + cl);
+      memcpy(op->bytes, meta, ml);
+      memcpy(op->bytes + ml, core, cl);
+      op->n_bytes = ml + cl;
+      free(meta);
+      free(core);
+      return 0;
+    }
+    case SOP_DECODE: {
+      size_t ml;
+      codec_status c = sess_split(op->in, op->in_len, &ml, err, cap);
+      if (c == CODEC_OK)
+        c = sess_decode(st->model, op->in, ml, op->in + ml, op->in_len - ml, &op->out, err, cap);
+      op->status = from_codec(c);
+      return 0;
+    }
+  }
+  return 0;
+}
+
+static void fail_writes(store_op **ops, int n, const char *why) {
+  for (int i = 0; i < n; i++)
+    if (is_write(ops[i]) && ops[i]->status == STORE_OK) {
+      ops[i]->status = STORE_ERROR;
+      snprintf(ops[i]->err, sizeof ops[i]->err, "%s", why);
+      ops[i]->n = 0;
+    }
+}
+
+static void run_batch(session_store *st, store_op **ops, int n) {
+  const store_backend_ops *B = st->b ? st->b->ops : NULL;
+  int writes = 0;
+  for (int i = 0; i < n; i++) writes += is_write(ops[i]);
+  int in_txn = 0;
+  double t0 = now_mono();
+  char why[400] = "";
+  if (B && writes) {
+    if (B->begin(st->conn, why, sizeof why)) {
+      fail_writes(ops, n, why);
+      for (int i = 0; i < n; i++)
+        if (!is_write(ops[i])) exec_op(st, ops[i]);
+      goto out;
+    }
+    in_txn = 1;
+  }
+  for (int i = 0; i < n; i++) {
+    if (is_write(ops[i]) && !in_txn && B && writes) continue; /* the batch rolled back */
+    if (exec_op(st, ops[i]) && in_txn) {
+      snprintf(why, sizeof why, "%.340s (the batch was rolled back)", ops[i]->err);
+      B->rollback(st->conn);
+      in_txn = 0;
+      fail_writes(ops, n, why);
+    }
+  }
+  if (in_txn) {
+    if (B->commit(st->conn, why, sizeof why)) {
+      B->rollback(st->conn);
+      fail_writes(ops, n, why);
+    } else {
+      double dt = now_mono() - t0;
+      long delta = 0;
+      for (int i = 0; i < n; i++) {
+        store_op *op = ops[i];
+        if (!is_write(op)) continue;
+        hist_observe(&g_metrics.store_write, dt);
+        if (op->kind == SOP_SAVE && op->status == STORE_OK) {
+          delta += op->created;
+          ctr_add(&g_metrics.store_saves, 1);
+        } else if (op->kind == SOP_REMOVE && op->status == STORE_OK) {
+          delta -= 1;
+        } else if (op->kind == SOP_EXPIRE) {
+          delta -= op->n;
+        }
+      }
+      atomic_fetch_add_explicit(&st->count, delta, memory_order_relaxed);
+    }
+  }
+out:
+  for (int i = 0; i < n; i++) {
+    store_op *op = ops[i];
+    if (op->status == STORE_ERROR) ctr_add(&g_metrics.store_errors, 1);
+    if (op->kind == SOP_SAVE) { /* the encodings are not needed any more: free them here */
+      free(op->meta);
+      free(op->state);
+      op->meta = op->state = NULL;
+      op->row.meta = op->row.state = NULL;
+    }
+  }
+}
+
+static void post_done(session_store *st, store_op *first) {
+  if (!first) return;
+  store_op *last = first;
+  while (last->next) last = last->next;
+  pthread_mutex_lock(&st->done_mu);
+  if (st->done_tail) st->done_tail->next = first;
+  else st->done_head = first;
+  st->done_tail = last;
+  pthread_mutex_unlock(&st->done_mu);
+  if (st->notify) st->notify(st->notify_arg);
+}
+
+static void *store_main(void *arg) {
+  session_store *st = arg;
+  store_op **ops = xmalloc(sizeof *ops * (size_t)st->o.max_batch);
+  pthread_mutex_lock(&st->mu);
+  for (;;) {
+    if (!st->head) {
+      if (st->stop) break;
+      pthread_cond_wait(&st->cv, &st->mu);
+      continue;
+    }
+    if (!st->stop && st->n_sync == 0) { /* only async saves: wait for company, bounded */
+      double due = st->head->t_submit + st->o.async_commit_ms / 1000.0;
+      double now = now_mono();
+      if (now < due) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double w = due - now;
+        ts.tv_sec += (time_t)w;
+        ts.tv_nsec += (long)((w - (double)(time_t)w) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+        continue;
+      }
+    }
+    int n = 0;
+    store_op *first = st->head;
+    while (st->head && n < st->o.max_batch) {
+      store_op *op = st->head;
+      st->head = op->next;
+      if (!(op->kind == SOP_SAVE && op->async)) st->n_sync--;
+      ops[n++] = op;
+    }
+    if (!st->head) st->tail = NULL;
+    ops[n - 1]->next = NULL;
+    int late = st->stop && st->deadline > 0 && now_mono() > st->deadline;
+    pthread_mutex_unlock(&st->mu);
+    if (late) {
+      for (int i = 0; i < n; i++) {
+        ops[i]->status = STORE_ERROR;
+        snprintf(ops[i]->err, sizeof ops[i]->err, "not run: the shutdown deadline passed");
+        if (ops[i]->kind == SOP_SAVE && ops[i]->free_sess) {
+          xlog_msg("error", "session_lost", "session %s was not persisted: the shutdown "
+                   "deadline passed", ops[i]->id);
+        }
+      }
+    } else {
+      run_batch(st, ops, n);
+    }
+    post_done(st, first);
+    pthread_mutex_lock(&st->mu);
+  }
+  pthread_mutex_unlock(&st->mu);
+  free(ops);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* loop thread */
+
+int store_start(session_store *st, const xl_model *model, char *err, size_t cap) {
+  st->model = model;
+  if (st->b) {
+    st->conn = st->b->ops->connect(st->b->cfg, err, cap);
+    if (!st->conn) return -1;
+    long c = st->b->ops->count(st->conn);
+    atomic_store(&st->count, c > 0 ? c : 0);
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = pthread_create(&st->th, NULL, store_main, st);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc) {
+    snprintf(err, cap, "cannot create the store thread: %s", strerror(rc));
+    return -1;
+  }
+  st->started = 1;
+  return 0;
+}
+
+void store_submit(session_store *st, store_op *op) {
+  op->t_submit = now_mono();
+  op->next = NULL;
+  op->status = STORE_OK;
+  if (!st->started) { /* not started, or already joined: fail it (delivered by store_poll) */
+    op->status = STORE_ERROR;
+    snprintf(op->err, sizeof op->err, "the session store is not running");
+    post_done(st, op);
+    return;
+  }
+  pthread_mutex_lock(&st->mu);
+  if (st->tail) st->tail->next = op;
+  else st->head = op;
+  st->tail = op;
+  if (!(op->kind == SOP_SAVE && op->async)) st->n_sync++;
+  pthread_cond_signal(&st->cv);
+  pthread_mutex_unlock(&st->mu);
+}
+
+int store_poll(session_store *st) {
+  pthread_mutex_lock(&st->done_mu);
+  store_op *op = st->done_head;
+  st->done_head = st->done_tail = NULL;
+  pthread_mutex_unlock(&st->done_mu);
+  int n = 0;
+  while (op) {
+    store_op *next = op->next;
+    op->next = NULL;
+    if (op->done) op->done(op);
+    else store_op_free(op);
+    op = next;
+    n++;
+  }
+  return n;
+}
+
+void store_shutdown(session_store *st, double deadline) {
+  if (!st || !st->started) return;
+  pthread_mutex_lock(&st->mu);
+  st->stop = 1;
+  st->deadline = deadline;
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->mu);
+  pthread_join(st->th, NULL);
+  st->started = 0;
+  if (st->conn) {
+    st->b->ops->disconnect(st->conn);
+    st->conn = NULL;
+  }
+}
+
+void store_free(session_store *st) {
+  if (!st) return;
+  store_shutdown(st, 0);
+  store_poll(st); /* callbacks of ops still listed (none when the caller polled) */
+  pthread_mutex_destroy(&st->mu);
+  pthread_cond_destroy(&st->cv);
+  pthread_mutex_destroy(&st->done_mu);
+  free(st);
+}
+
+void store_backend_free(store_backend *b) {
+  if (!b) return;
+  b->ops->destroy(b->cfg);
+  free(b);
+}

@@ -1,0 +1,387 @@
+/*
+ * store_sqlite.c: the embedded session store backend: SQLite in WAL mode, one file
+ * (state_dir/sessions.db), one row per session (see session_store.h for the ops).
+ * store_sqlite_open runs on the main thread at start (directory, lock, schema); every other
+ * function runs on the store thread that owns the connection (one connection per thread,
+ * opened with SQLITE_OPEN_NOMUTEX).
+ *
+ * Schema (PRAGMA user_version = 1):
+ *   sessions(id TEXT PRIMARY KEY, owner BLOB(32), fingerprint INTEGER, created REAL,
+ *            last_used REAL, tokens INTEGER, turns INTEGER, mode INTEGER, messages INTEGER,
+ *            positions INTEGER, meta BLOB, state BLOB)
+ *   indexes on (owner, last_used) for listing and (last_used) for TTL expiry.
+ * meta + state form the session envelope (session_codec.h), which is authoritative; the other
+ * columns are for queries and operators (sqlite3 sessions.db 'select id, tokens from sessions').
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "session_store.h"
+
+#define SCHEMA_VERSION 1
+
+typedef struct sqlite_cfg {
+  char *path;
+  int fsync;
+  int lock_fd;
+} sqlite_cfg;
+
+struct store_conn {
+  sqlite3 *db;
+  sqlite3_stmt *get, *update, *insert, *del, *expire, *list, *count, *begin, *commit, *rollback;
+};
+
+static const char *COLS =
+    "owner, fingerprint, created, last_used, tokens, turns, mode, messages, positions";
+
+static int fail(char *err, size_t cap, sqlite3 *db, const char *what) {
+  snprintf(err, cap, "sqlite: %s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
+  return -1;
+}
+
+static int exec(sqlite3 *db, const char *sql, char *err, size_t cap) {
+  char *msg = NULL;
+  if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+    snprintf(err, cap, "sqlite: %s: %s", sql, msg ? msg : sqlite3_errmsg(db));
+    sqlite3_free(msg);
+    return -1;
+  }
+  return 0;
+}
+
+static int mkdirs(const char *dir) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", dir);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(tmp, 0700) && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0700) && errno != EEXIST) return -1;
+  return 0;
+}
+
+static void sq_disconnect(store_conn *c) {
+  if (!c) return;
+  sqlite3_stmt *all[] = {c->get,  c->update, c->insert, c->del,    c->expire,
+                         c->list, c->count,  c->begin,  c->commit, c->rollback};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) sqlite3_finalize(all[i]);
+  sqlite3_close(c->db);
+  free(c);
+}
+
+static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
+  sqlite_cfg *cfg = cfgp;
+  store_conn *c = xcalloc(1, sizeof *c);
+  int rc = sqlite3_open_v2(cfg->path, &c->db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    fail(err, cap, c->db, cfg->path);
+    sq_disconnect(c);
+    return NULL;
+  }
+  sqlite3_busy_timeout(c->db, 10000);
+  if (exec(c->db, "PRAGMA journal_mode=WAL", err, cap) ||
+      exec(c->db, cfg->fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", err, cap)) {
+    sq_disconnect(c);
+    return NULL;
+  }
+  char sql[1024];
+  struct {
+    sqlite3_stmt **st;
+    const char *sql;
+  } prep[] = {
+      {&c->get, NULL},
+      {&c->update, NULL},
+      {&c->insert, NULL},
+      {&c->del, "DELETE FROM sessions WHERE id = ?1 AND owner = ?2"},
+      {&c->expire,
+       "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE last_used < ?1 "
+       "ORDER BY last_used LIMIT ?2) RETURNING id, owner"},
+      {&c->list, NULL},
+      {&c->count, "SELECT count(*) FROM sessions"},
+      {&c->begin, "BEGIN IMMEDIATE"},
+      {&c->commit, "COMMIT"},
+      {&c->rollback, "ROLLBACK"},
+  };
+  for (size_t i = 0; i < sizeof prep / sizeof *prep; i++) {
+    const char *q = prep[i].sql;
+    if (prep[i].st == &c->get) {
+      snprintf(sql, sizeof sql, "SELECT %s, meta, state FROM sessions WHERE id = ?1", COLS);
+      q = sql;
+    } else if (prep[i].st == &c->update) {
+      q = "UPDATE sessions SET owner = ?2, fingerprint = ?3, created = ?4, last_used = ?5, "
+          "tokens = ?6, turns = ?7, mode = ?8, messages = ?9, positions = ?10, meta = ?11, "
+          "state = ?12 WHERE id = ?1";
+    } else if (prep[i].st == &c->insert) {
+      snprintf(sql, sizeof sql,
+               "INSERT INTO sessions (id, %s, meta, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+               "?8, ?9, ?10, ?11, ?12)",
+               COLS);
+      q = sql;
+    } else if (prep[i].st == &c->list) {
+      snprintf(sql, sizeof sql,
+               "SELECT %s, id FROM sessions WHERE owner = ?1 ORDER BY last_used DESC LIMIT ?2",
+               COLS);
+      q = sql;
+    }
+    if (sqlite3_prepare_v3(c->db, q, -1, SQLITE_PREPARE_PERSISTENT, prep[i].st, NULL) !=
+        SQLITE_OK) {
+      fail(err, cap, c->db, q);
+      sq_disconnect(c);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+/* Releases the blobs a previous get lent (and its read transaction). */
+static void settle(store_conn *c) { sqlite3_reset(c->get); }
+
+static int step_done(store_conn *c, sqlite3_stmt *st, char *err, size_t cap, const char *what) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(err, cap, c->db, what);
+  return 0;
+}
+
+static int sq_begin(store_conn *c, char *err, size_t cap) {
+  settle(c);
+  return step_done(c, c->begin, err, cap, "BEGIN");
+}
+
+static int sq_commit(store_conn *c, char *err, size_t cap) {
+  settle(c);
+  return step_done(c, c->commit, err, cap, "COMMIT");
+}
+
+static void sq_rollback(store_conn *c) {
+  settle(c);
+  if (sqlite3_get_autocommit(c->db)) return; /* SQLite already rolled back (e.g. SQLITE_FULL) */
+  sqlite3_step(c->rollback);
+  sqlite3_reset(c->rollback);
+}
+
+static void read_meta(sqlite3_stmt *st, store_row *row) {
+  const void *o = sqlite3_column_blob(st, 0);
+  memset(row->owner, 0, 32);
+  if (o && sqlite3_column_bytes(st, 0) == 32) memcpy(row->owner, o, 32);
+  row->fingerprint = (uint64_t)sqlite3_column_int64(st, 1);
+  row->created = sqlite3_column_double(st, 2);
+  row->last_used = sqlite3_column_double(st, 3);
+  row->tokens = (uint64_t)sqlite3_column_int64(st, 4);
+  row->turns = (uint64_t)sqlite3_column_int64(st, 5);
+  row->mode = sqlite3_column_int(st, 6);
+  row->messages = sqlite3_column_int(st, 7);
+  row->positions = sqlite3_column_int(st, 8);
+}
+
+static int sq_get(store_conn *c, const char *id, store_row *row, char *err, size_t cap) {
+  settle(c);
+  sqlite3_bind_text(c->get, 1, id, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(c->get);
+  if (rc == SQLITE_DONE) {
+    sqlite3_reset(c->get);
+    return 1;
+  }
+  if (rc != SQLITE_ROW) {
+    fail(err, cap, c->db, "reading a session");
+    sqlite3_reset(c->get);
+    return -1;
+  }
+  snprintf(row->id, sizeof row->id, "%s", id);
+  read_meta(c->get, row);
+  /* the blobs stay valid until the statement is reset (the next call on this connection) */
+  row->meta = sqlite3_column_blob(c->get, 9);
+  row->meta_len = (size_t)sqlite3_column_bytes(c->get, 9);
+  row->state = sqlite3_column_blob(c->get, 10);
+  row->state_len = (size_t)sqlite3_column_bytes(c->get, 10);
+  return 0;
+}
+
+static void bind_row(sqlite3_stmt *st, const store_row *r) {
+  sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 2, r->owner, 32, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)r->fingerprint);
+  sqlite3_bind_double(st, 4, r->created);
+  sqlite3_bind_double(st, 5, r->last_used);
+  sqlite3_bind_int64(st, 6, (sqlite3_int64)r->tokens);
+  sqlite3_bind_int64(st, 7, (sqlite3_int64)r->turns);
+  sqlite3_bind_int(st, 8, r->mode);
+  sqlite3_bind_int(st, 9, r->messages);
+  sqlite3_bind_int(st, 10, r->positions);
+  sqlite3_bind_blob64(st, 11, r->meta ? (const void *)r->meta : "", r->meta_len, SQLITE_STATIC);
+  sqlite3_bind_blob64(st, 12, r->state ? (const void *)r->state : "", r->state_len, SQLITE_STATIC);
+}
+
+static int sq_put(store_conn *c, const store_row *r, int *created, char *err, size_t cap) {
+  settle(c);
+  *created = 0;
+  bind_row(c->update, r);
+  int rc = sqlite3_step(c->update);
+  sqlite3_clear_bindings(c->update);
+  sqlite3_reset(c->update);
+  if (rc != SQLITE_DONE) return fail(err, cap, c->db, "updating a session");
+  if (sqlite3_changes(c->db) > 0) return 0;
+  bind_row(c->insert, r);
+  rc = sqlite3_step(c->insert);
+  sqlite3_clear_bindings(c->insert);
+  sqlite3_reset(c->insert);
+  if (rc != SQLITE_DONE) return fail(err, cap, c->db, "inserting a session");
+  *created = 1;
+  return 0;
+}
+
+static int sq_del(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap) {
+  settle(c);
+  sqlite3_bind_text(c->del, 1, id, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(c->del, 2, owner, 32, SQLITE_STATIC);
+  int rc = sqlite3_step(c->del);
+  sqlite3_reset(c->del);
+  if (rc != SQLITE_DONE) return fail(err, cap, c->db, "deleting a session");
+  return sqlite3_changes(c->db) > 0 ? 0 : 1;
+}
+
+static int sq_expire(store_conn *c, double before, int max, store_key *out, char *err,
+                     size_t cap) {
+  settle(c);
+  sqlite3_bind_double(c->expire, 1, before);
+  sqlite3_bind_int(c->expire, 2, max);
+  int n = 0, rc;
+  while ((rc = sqlite3_step(c->expire)) == SQLITE_ROW) {
+    if (n >= max) continue;
+    const unsigned char *id = sqlite3_column_text(c->expire, 0);
+    const void *o = sqlite3_column_blob(c->expire, 1);
+    snprintf(out[n].id, sizeof out[n].id, "%s", id ? (const char *)id : "");
+    memset(out[n].owner, 0, 32);
+    if (o && sqlite3_column_bytes(c->expire, 1) == 32) memcpy(out[n].owner, o, 32);
+    n++;
+  }
+  sqlite3_reset(c->expire);
+  if (rc != SQLITE_DONE) return fail(err, cap, c->db, "expiring sessions");
+  return n;
+}
+
+static int sq_list(store_conn *c, const uint8_t owner[32], int max, store_row *out, char *err,
+                   size_t cap) {
+  settle(c);
+  sqlite3_bind_blob(c->list, 1, owner, 32, SQLITE_STATIC);
+  sqlite3_bind_int(c->list, 2, max);
+  int n = 0, rc;
+  while ((rc = sqlite3_step(c->list)) == SQLITE_ROW) {
+    if (n >= max) continue;
+    read_meta(c->list, &out[n]);
+    const unsigned char *id = sqlite3_column_text(c->list, 9);
+    snprintf(out[n].id, sizeof out[n].id, "%s", id ? (const char *)id : "");
+    out[n].meta = out[n].state = NULL;
+    n++;
+  }
+  sqlite3_reset(c->list);
+  if (rc != SQLITE_DONE) return fail(err, cap, c->db, "listing sessions");
+  return n;
+}
+
+static long sq_count(store_conn *c) {
+  settle(c);
+  long n = -1;
+  if (sqlite3_step(c->count) == SQLITE_ROW) n = (long)sqlite3_column_int64(c->count, 0);
+  sqlite3_reset(c->count);
+  return n;
+}
+
+static void sq_destroy(void *cfgp) {
+  sqlite_cfg *cfg = cfgp;
+  if (!cfg) return;
+  if (cfg->lock_fd >= 0) close(cfg->lock_fd);
+  free(cfg->path);
+  free(cfg);
+}
+
+static const store_backend_ops SQLITE_OPS = {
+    "sqlite", sq_connect, sq_disconnect, sq_begin, sq_commit, sq_rollback, sq_get,
+    settle,   sq_put,     sq_del,        sq_expire, sq_list,  sq_count,    sq_destroy,
+};
+
+store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t cap) {
+  if (mkdirs(dir)) {
+    snprintf(err, cap, "cannot create %s: %s", dir, strerror(errno));
+    return NULL;
+  }
+  sqlite_cfg *cfg = xcalloc(1, sizeof *cfg);
+  cfg->fsync = fsync;
+  cfg->lock_fd = -1;
+  buf p;
+  buf_init(&p);
+  buf_printf(&p, "%s/xlserve.lock", dir);
+  cfg->lock_fd = open(p.p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (cfg->lock_fd < 0) {
+    snprintf(err, cap, "cannot open %s: %s", p.p, strerror(errno));
+    buf_free(&p);
+    sq_destroy(cfg);
+    return NULL;
+  }
+  if (flock(cfg->lock_fd, LOCK_EX | LOCK_NB)) {
+    snprintf(err, cap, "%s is in use by another xlserve daemon (%s is locked)", dir, p.p);
+    buf_free(&p);
+    sq_destroy(cfg);
+    return NULL;
+  }
+  buf_clear(&p);
+  buf_printf(&p, "%s/sessions.db", dir);
+  cfg->path = buf_steal(&p);
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(cfg->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+      SQLITE_OK) {
+    fail(err, cap, db, cfg->path);
+    sqlite3_close(db);
+    sq_destroy(cfg);
+    return NULL;
+  }
+  sqlite3_busy_timeout(db, 10000);
+  int version = -1;
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_step(st) == SQLITE_ROW) version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+  }
+  int rc = 0;
+  if (version < 0) {
+    rc = fail(err, cap, db, cfg->path);
+  } else if (version > SCHEMA_VERSION) {
+    snprintf(err, cap, "%s: store schema version %d is newer than this build's (%d)", cfg->path,
+             version, SCHEMA_VERSION);
+    rc = -1;
+  } else {
+    char e2[512];
+    rc = exec(db, "PRAGMA journal_mode=WAL", e2, sizeof e2) ||
+         exec(db,
+              "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY NOT NULL, owner BLOB "
+              "NOT NULL, fingerprint INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT "
+              "NULL, tokens INTEGER NOT NULL, turns INTEGER NOT NULL, mode INTEGER NOT NULL, "
+              "messages INTEGER NOT NULL, positions INTEGER NOT NULL, meta BLOB NOT NULL, state "
+              "BLOB NOT NULL);"
+              "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
+              "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);"
+              "PRAGMA user_version = 1;",
+              e2, sizeof e2);
+    if (rc) snprintf(err, cap, "%s: %s", cfg->path, e2);
+  }
+  sqlite3_close(db);
+  if (rc) {
+    sq_destroy(cfg);
+    return NULL;
+  }
+  store_backend *b = xcalloc(1, sizeof *b);
+  b->ops = &SQLITE_OPS;
+  b->cfg = cfg;
+  return b;
+}

@@ -1,0 +1,475 @@
+/*
+ * test_server_store.c: the durable session store below the HTTP layer: the session envelope
+ * (round trip continues bit for bit; every kind of damage is refused with the right class),
+ * the SQLite backend's row operations and directory lock, the store thread's FIFO order and
+ * async delay, and the session table in front of it (eviction saves what the store lacks,
+ * a miss restores, ownership holds). Test thread = the "loop thread" + the store thread.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "buf.h"
+#include "metrics.h"
+#include "session.h"
+#include "session_codec.h"
+#include "session_store.h"
+#include "session_table.h"
+#include "testlib.h"
+#include "util.h"
+
+static xl_model *M, *M2;
+static xl_workspace *WS;
+
+/* ---- helpers ---- */
+
+static void feed(session *s, int n, int seed, float *lp_out) {
+  int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+  for (int i = 0; i < n; i++) t[i] = (int32_t)((seed * 31 + i * 7) % 256);
+  xl_feed f;
+  memset(&f, 0, sizeof f);
+  f.state = s->state;
+  f.tokens = t;
+  f.n_tokens = n;
+  f.last_logprobs = lp_out;
+  xl_error err;
+  CHECK(xl_forward(M, WS, &f, 1, &err) == XL_OK);
+  session_digest_tokens(s, t, n);
+  free(t);
+}
+
+static session *busy_session(int seed) {
+  xl_error err;
+  session *s = session_new(M, &err);
+  feed(s, 37 + seed % 5, seed, NULL);
+  s->pending = 65 + seed % 20;
+  s->turns = 3;
+  s->chat = CHAT_MESSAGES;
+  session_push_msg(s, ROLE_SYSTEM, 0x1111 + (uint64_t)seed);
+  session_push_msg(s, ROLE_USER, 0x2222);
+  session_push_msg(s, ROLE_ASSISTANT, 0x3333);
+  session_set_tail(s, "\nUser:", 6);
+  xl_rng_seed(&s->rng, 1000 + (uint64_t)seed);
+  return s;
+}
+
+/* Both sessions continue with the same tokens: bit-identical log-probs. */
+static int continues_identically(session *a, session *b) {
+  int V = xl_model_config(M)->vocab_size;
+  float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+  feed(a, 9, 77, la);
+  feed(b, 9, 77, lb);
+  int same = !memcmp(la, lb, sizeof(float) * (size_t)V) && a->digest == b->digest;
+  free(la);
+  free(lb);
+  return same;
+}
+
+static int same_msgs(const session *a, const session *b) {
+  if (a->n_msgs != b->n_msgs) return 0;
+  for (int i = 0; i < a->n_msgs; i++) /* field by field: the struct has padding */
+    if (a->msgs[i].role != b->msgs[i].role || a->msgs[i].hash != b->msgs[i].hash) return 0;
+  return 1;
+}
+
+static int same_record(const session *a, const session *b) {
+  return same_msgs(a, b) && a->pending == b->pending && a->digest == b->digest && a->turns == b->turns &&
+         a->chat == b->chat && a->n_msgs == b->n_msgs &&
+         a->tail_len == b->tail_len && !memcmp(a->tail, b->tail, a->tail_len) &&
+         !memcmp(&a->rng, &b->rng, sizeof a->rng) &&
+         xl_state_tokens_fed(a->state) == xl_state_tokens_fed(b->state) &&
+         xl_state_mem_length(a->state) == xl_state_mem_length(b->state);
+}
+
+static uint8_t *envelope(const session *s, const xl_model *m, size_t *n, size_t *meta_len) {
+  uint8_t *meta, *core;
+  size_t ml, cl;
+  char err[256];
+  CHECK(sess_encode(s, m, &meta, &ml, &core, &cl, err, sizeof err) == 0);
+  uint8_t *b = malloc(ml + cl);
+  memcpy(b, meta, ml);
+  memcpy(b + ml, core, cl);
+  free(meta);
+  free(core);
+  *n = ml + cl;
+  *meta_len = ml;
+  return b;
+}
+
+static codec_status decode_env(const uint8_t *b, size_t n, session **out, char *err, size_t cap) {
+  size_t ml;
+  codec_status c = sess_split(b, n, &ml, err, cap);
+  if (c) return c;
+  return sess_decode(M, b, ml, b + ml, n - ml, out, err, cap);
+}
+
+/* ---- envelope ---- */
+
+static void test_codec_round_trip(void) {
+  session *s = busy_session(1);
+  size_t n, ml;
+  uint8_t *b = envelope(s, M, &n, &ml);
+  session *r = NULL;
+  char err[400];
+  CHECK(decode_env(b, n, &r, err, sizeof err) == CODEC_OK);
+  if (r) {
+    CHECK(same_record(s, r));
+    CHECK(session_tokens(r) == session_tokens(s));
+    CHECK(continues_identically(s, r));
+    session_free(r);
+  }
+  /* an empty session too */
+  xl_error xe;
+  session *e = session_new(M, &xe);
+  free(b);
+  b = envelope(e, M, &n, &ml);
+  CHECK(decode_env(b, n, &r, err, sizeof err) == CODEC_OK);
+  if (r) CHECK(same_record(e, r));
+  session_free(r);
+  session_free(e);
+  free(b);
+  session_free(s);
+}
+
+static void put64le(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void test_codec_refuses_damage(void) {
+  session *s = busy_session(2), *r = NULL;
+  size_t n, ml;
+  uint8_t *b = envelope(s, M, &n, &ml);
+  char err[400];
+  uint8_t *c = malloc(n);
+  /* a flipped byte in the record (a message hash) */
+  memcpy(c, b, n);
+  c[SESS_META_HEADER + 3] ^= 0x40;
+  CHECK(decode_env(c, n, &r, err, sizeof err) == CODEC_INVALID && strstr(err, "checksum"));
+  /* a flipped byte in the state payload */
+  memcpy(c, b, n);
+  c[ml + 200] ^= 0x01;
+  CHECK(decode_env(c, n, &r, err, sizeof err) == CODEC_INVALID && strstr(err, "checksum"));
+  /* truncated */
+  CHECK(decode_env(b, n - 1, &r, err, sizeof err) == CODEC_INVALID && strstr(err, "truncated"));
+  CHECK(decode_env(b, ml - 3, &r, err, sizeof err) == CODEC_INVALID);
+  CHECK(decode_env(b, 10, &r, err, sizeof err) == CODEC_INVALID);
+  CHECK(decode_env((const uint8_t *)"hello world, not a session at all, not at all!!!", 48, &r,
+                   err, sizeof err) == CODEC_INVALID);
+  /* a record with another save's state */
+  session *s2 = busy_session(3);
+  size_t n2, ml2;
+  uint8_t *b2 = envelope(s2, M, &n2, &ml2);
+  CHECK(sess_decode(M, b, ml, b2 + ml2, n2 - ml2, &r, err, sizeof err) == CODEC_INVALID);
+  /* a newer envelope version (checksum made right): a mismatch, not corruption */
+  memcpy(c, b, n);
+  c[8] = 2;
+  put64le(c + ml - 8, fnv1a64(FNV64_INIT, c, ml - 8));
+  CHECK(decode_env(c, n, &r, err, sizeof err) == CODEC_MISMATCH && strstr(err, "version"));
+  /* another model's session */
+  size_t n3, ml3;
+  xl_error xe;
+  session *o = session_new(M2, &xe);
+  uint8_t *b3 = envelope(o, M2, &n3, &ml3);
+  CHECK(decode_env(b3, n3, &r, err, sizeof err) == CODEC_MISMATCH && strstr(err, "another model"));
+  CHECK(r == NULL);
+  free(b3);
+  session_free(o);
+  free(b2);
+  session_free(s2);
+  free(c);
+  free(b);
+  session_free(s);
+}
+
+/* ---- SQLite backend ---- */
+
+static void row_of(store_row *w, const char *id, uint8_t owner_byte, double last_used,
+                   const uint8_t *meta, size_t ml, const uint8_t *st, size_t sl) {
+  memset(w, 0, sizeof *w);
+  snprintf(w->id, sizeof w->id, "%s", id);
+  memset(w->owner, owner_byte, 32);
+  w->fingerprint = 42;
+  w->created = 1.0;
+  w->last_used = last_used;
+  w->tokens = 10;
+  w->turns = 2;
+  w->mode = 1;
+  w->messages = 3;
+  w->positions = 9;
+  w->meta = meta;
+  w->meta_len = ml;
+  w->state = st;
+  w->state_len = sl;
+}
+
+static void test_sqlite_backend(void) {
+  const char *dir = tl_tmpdir("store_sqlite");
+  char sub[1100], err[512];
+  snprintf(sub, sizeof sub, "%s/a/b", dir);
+  store_backend *b = store_sqlite_open(sub, 0, err, sizeof err);
+  CHECK(b != NULL);
+  if (!b) return;
+  CHECK(store_sqlite_open(sub, 0, err, sizeof err) == NULL && strstr(err, "in use"));
+  const store_backend_ops *B = b->ops;
+  store_conn *c = B->connect(b->cfg, err, sizeof err);
+  CHECK(c != NULL);
+  uint8_t big[70000];
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (uint8_t)(i * 13);
+  store_row w;
+  int created = -1;
+  CHECK(B->begin(c, err, sizeof err) == 0);
+  row_of(&w, "s1", 1, 100, (const uint8_t *)"meta1", 5, big, sizeof big);
+  CHECK(B->put(c, &w, &created, err, sizeof err) == 0 && created == 1);
+  row_of(&w, "s2", 1, 300, (const uint8_t *)"meta2", 5, big, 10);
+  CHECK(B->put(c, &w, &created, err, sizeof err) == 0 && created == 1);
+  row_of(&w, "s3", 2, 200, (const uint8_t *)"meta3", 5, big, 10);
+  CHECK(B->put(c, &w, &created, err, sizeof err) == 0 && created == 1);
+  row_of(&w, "s1", 1, 150, (const uint8_t *)"meta1b", 6, big, sizeof big);
+  CHECK(B->put(c, &w, &created, err, sizeof err) == 0 && created == 0); /* replaced */
+  CHECK(B->commit(c, err, sizeof err) == 0);
+  CHECK(B->count(c) == 3);
+  store_row g;
+  memset(&g, 0, sizeof g);
+  CHECK(B->get(c, "s1", &g, err, sizeof err) == 0);
+  CHECK(g.meta_len == 6 && !memcmp(g.meta, "meta1b", 6) && g.state_len == sizeof big &&
+        !memcmp(g.state, big, sizeof big) && g.owner[0] == 1 && g.last_used == 150 &&
+        g.fingerprint == 42 && g.tokens == 10 && g.turns == 2 && g.mode == 1 && g.messages == 3 &&
+        g.positions == 9);
+  B->release(c);
+  CHECK(B->get(c, "nope", &g, err, sizeof err) == 1);
+  store_row rows[4];
+  uint8_t o1[32], o2[32];
+  memset(o1, 1, 32);
+  memset(o2, 2, 32);
+  CHECK(B->list(c, o1, 4, rows, err, sizeof err) == 2);
+  CHECK(!strcmp(rows[0].id, "s2") && !strcmp(rows[1].id, "s1") && !rows[0].meta);
+  CHECK(B->del(c, "s3", o1, err, sizeof err) == 1); /* another owner's */
+  CHECK(B->del(c, "s3", o2, err, sizeof err) == 0);
+  store_key keys[4];
+  CHECK(B->begin(c, err, sizeof err) == 0);
+  CHECK(B->expire(c, 200, 4, keys, err, sizeof err) == 1 && !strcmp(keys[0].id, "s1") &&
+        keys[0].owner[0] == 1);
+  CHECK(B->commit(c, err, sizeof err) == 0);
+  CHECK(B->count(c) == 1);
+  B->disconnect(c);
+  store_backend_free(b);
+  /* the lock went with the backend: the directory opens again, its rows still there */
+  b = store_sqlite_open(sub, 1, err, sizeof err);
+  CHECK(b != NULL);
+  if (!b) return;
+  c = b->ops->connect(b->cfg, err, sizeof err);
+  CHECK(b->ops->count(c) == 1);
+  b->ops->disconnect(c);
+  store_backend_free(b);
+}
+
+/* ---- the store thread and the table ---- */
+
+static pthread_mutex_t NMU = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t NCV = PTHREAD_COND_INITIALIZER;
+static int SIGNALLED;
+
+static void notify(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&NMU);
+  SIGNALLED = 1;
+  pthread_cond_signal(&NCV);
+  pthread_mutex_unlock(&NMU);
+}
+
+/* Waits for completions (up to 5 s) and runs them. */
+static int pump(session_store *st) {
+  pthread_mutex_lock(&NMU);
+  while (!SIGNALLED) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    if (pthread_cond_timedwait(&NCV, &NMU, &ts)) break;
+  }
+  SIGNALLED = 0;
+  pthread_mutex_unlock(&NMU);
+  return store_poll(st);
+}
+
+typedef struct {
+  int calls, status;
+  st_status found;
+  double t;
+} cb_state;
+
+static void on_done(void *ctx, int status, const char *msg) {
+  (void)msg;
+  cb_state *c = ctx;
+  c->calls++;
+  c->status = status;
+  c->t = now_mono();
+}
+
+static void on_found(void *ctx, const st_answer *a) {
+  cb_state *c = ctx;
+  c->calls++;
+  c->found = a->status;
+}
+
+static session_store *new_store(const char *tag, int async_ms, store_backend **bp) {
+  char err[512];
+  *bp = store_sqlite_open(tl_tmpdir(tag), 0, err, sizeof err);
+  CHECK(*bp != NULL);
+  store_opts o = {async_ms, 64};
+  session_store *st = store_new(*bp, &o, notify, NULL);
+  CHECK(store_start(st, M, err, sizeof err) == 0);
+  return st;
+}
+
+static void end_store(session_store *st, store_backend *b, session_table *t) {
+  store_shutdown(st, now_mono() + 5);
+  while (store_poll(st) > 0) {
+  }
+  st_free(t);
+  store_free(st);
+  store_backend_free(b);
+}
+
+static void test_table_evicts_saves_and_restores(void) {
+  store_backend *b;
+  session_store *st = new_store("store_table", 1000, &b);
+  uint8_t owner[32], other[32];
+  memset(owner, 7, 32);
+  memset(other, 8, 32);
+  session *probe = busy_session(0);
+  size_t per = session_ram(probe);
+  session_table *t = st_new(M, per * 5 / 2, 0, 100, st, DUR_TURN);
+  CHECK(st_persistent(t));
+  xl_error xe;
+  xl_state *ref[6];
+  char id[32];
+  cb_state saved = {0};
+  for (int i = 0; i < 6; i++) {
+    snprintf(id, sizeof id, "t%d", i);
+    session *s = st_create(t, id, owner, &xe);
+    st_acquire(t, s);
+    feed(s, 20 + i, i, NULL);
+    s->pending = 100 + i;
+    st_release(t, s);
+    xl_error e2;
+    CHECK(xl_state_clone(s->state, &ref[i] , &e2) == XL_OK);
+    if (i < 4) { /* a turn's end: the worker's snapshot goes to the store, the caller waits */
+      uint8_t *core;
+      size_t cl;
+      CHECK(xl_state_serialize(s->state, &core, &cl, &e2) == XL_OK);
+      CHECK(st_turn_end(t, s, core, cl, on_done, &saved) == 1);
+    } /* t4, t5: never given to the store (unsaved): eviction must hand them over */
+  }
+  while (saved.calls < 4) CHECK(pump(st) > 0);
+  CHECK(saved.status == 0);
+  CHECK(st_count(t) <= 3); /* the budget holds about 2.5 sessions */
+  /* every session comes back, equal to what it was */
+  for (int i = 0; i < 6; i++) {
+    snprintf(id, sizeof id, "t%d", i);
+    session *s = NULL;
+    cb_state f = {0};
+    st_status r = st_find(t, id, owner, &s, on_found, &f);
+    if (r == ST_PENDING) {
+      while (!f.calls) pump(st);
+      CHECK(f.found == ST_FOUND);
+      r = st_lookup(t, id, owner, &s);
+    }
+    CHECK(r == ST_FOUND);
+    if (r != ST_FOUND) continue;
+    CHECK(s->pending == 100 + i && xl_state_tokens_fed(s->state) == (uint64_t)(20 + i));
+    session tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.state = ref[i];
+    tmp.digest = s->digest;
+    st_acquire(t, s);
+    CHECK(continues_identically(s, &tmp));
+    st_release(t, s);
+    xl_state_free(ref[i]);
+  }
+  /* another key sees nothing; a session that never existed is missing */
+  session *s = NULL;
+  cb_state f = {0};
+  st_status r = st_find(t, "t0", other, &s, on_found, &f);
+  if (r == ST_PENDING) {
+    while (!f.calls) pump(st);
+    r = f.found == ST_FOUND ? st_lookup(t, "t0", other, &s) : f.found;
+  }
+  CHECK(r == ST_FORBIDDEN);
+  memset(&f, 0, sizeof f);
+  CHECK(st_find(t, "never", owner, &s, on_found, &f) == ST_PENDING);
+  while (!f.calls) pump(st);
+  CHECK(f.found == ST_MISSING);
+  /* delete: gone from RAM and store */
+  CHECK(st_lookup(t, "t5", owner, &s) == ST_FOUND);
+  cb_state d = {0};
+  CHECK(st_delete(t, s, on_done, &d) == 1);
+  while (!d.calls) pump(st);
+  memset(&f, 0, sizeof f);
+  CHECK(st_find(t, "t5", owner, &s, on_found, &f) == ST_PENDING);
+  while (!f.calls) pump(st);
+  CHECK(f.found == ST_MISSING);
+  CHECK(store_count(st) == 5);
+  session_free(probe);
+  end_store(st, b, t);
+}
+
+static void test_async_saves_wait_bounded(void) {
+  store_backend *b;
+  session_store *st = new_store("store_async", 300, &b);
+  uint8_t owner[32];
+  memset(owner, 3, 32);
+  session_table *t = st_new(M, 1 << 30, 0, 100, st, DUR_ASYNC);
+  xl_error xe;
+  session *s = st_create(t, "a1", owner, &xe);
+  feed(s, 10, 5, NULL);
+  uint8_t *core;
+  size_t cl;
+  CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
+  double t0 = now_mono();
+  CHECK(st_turn_end(t, s, core, cl, on_done, NULL) == 0); /* async: nothing to wait for */
+  CHECK(store_count(st) == 0);
+  while (store_count(st) == 0 && now_mono() - t0 < 5) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  double dt = now_mono() - t0;
+  CHECK(store_count(st) == 1);
+  CHECK(dt >= 0.25 && dt < 2.0); /* waited for company, within async_commit_ms (+ slack) */
+  /* a sync op flushes a waiting async save at once (FIFO: the delete sees it) */
+  CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
+  st_turn_end(t, s, core, cl, NULL, NULL);
+  cb_state d = {0};
+  t0 = now_mono();
+  CHECK(st_delete(t, s, on_done, &d) == 0); /* async: the caller does not wait */
+  while (store_count(st) != 0 && now_mono() - t0 < 5) pump(st);
+  CHECK(now_mono() - t0 < 0.25 && store_count(st) == 0);
+  end_store(st, b, t);
+}
+
+int main(void) {
+  metrics_init();
+  const char *dir = tl_tmpdir("server_store");
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  spec.mem_len = 24;
+  if (tl_write_model(dir, &spec)) return 1;
+  const char *dir2 = tl_tmpdir("server_store2");
+  spec.seed = 9;
+  if (tl_write_model(dir2, &spec)) return 1;
+  xl_error err;
+  xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+  if (xl_model_load(dir, &lo, &M, &err) != XL_OK || xl_model_load(dir2, &lo, &M2, &err) != XL_OK ||
+      xl_workspace_new(M, &WS, &err) != XL_OK) {
+    fprintf(stderr, "%s\n", err.message);
+    return 1;
+  }
+  RUN(test_codec_round_trip);
+  RUN(test_codec_refuses_damage);
+  RUN(test_sqlite_backend);
+  RUN(test_table_evicts_saves_and_restores);
+  RUN(test_async_saves_wait_bounded);
+  xl_workspace_free(WS);
+  xl_model_free(M);
+  xl_model_free(M2);
+  return tl_summary();
+}
