@@ -35,7 +35,6 @@ typedef struct jq {
 struct sched {
   const xl_model *model;
   int vocab;
-  int same_length;
   sched_opts o;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -73,7 +72,6 @@ sched *sched_new(const xl_model *model, const sched_opts *o, void (*notify)(void
   sched *s = xcalloc(1, sizeof *s);
   s->model = model;
   s->vocab = xl_model_config(model)->vocab_size;
-  s->same_length = xl_model_config(model)->same_length;
   s->o = *o;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
@@ -191,36 +189,48 @@ static void take(sched *s, worker *w, int n, job *j, int tokens) {
   w->take[n] = tokens;
 }
 
-/* mu held. Picks this iteration's batch out of the run queue. */
+/* mu held. Picks this iteration's batch out of the run queue:
+ *  - rows: at most max_batch sessions; with several workers at most this worker's share of the
+ *    running jobs (ceil(running / workers)), so the workers' forwards run side by side instead
+ *    of one worker taking every ready session while the others wait;
+ *  - pass 1: cancelled jobs (no tokens, no row) and decode steps, oldest first; when a prompt
+ *    is waiting, one row is kept for it (otherwise, with at least `rows` sessions decoding,
+ *    a new request would wait until enough of them finished: its time to first token would
+ *    grow with the others' max_tokens);
+ *  - pass 2: prefill chunks with the rest of the token budget, at least one per iteration.
+ * A prompt is always cut at multiples of its job's chunk from its start, whatever the load,
+ * so a request computes exactly the same numbers alone or batched. */
 static int select_batch(sched *s, worker *w) {
-  int n = 0, budget = s->o.batch_tokens, prefills = 0;
-  /* pass 1: cancelled jobs (no tokens) and decode steps, oldest first */
-  for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
-    next = j->q_next;
-    int ntok;
-    if (atomic_load(&j->cancel)) ntok = 0;
-    else if (j->decoding && budget > 0) ntok = 1;
-    else continue;
-    budget -= ntok;
-    take(s, w, n++, j, ntok);
+  int n = 0, rows = 0, budget = s->o.batch_tokens, prefills = 0, cap = s->o.max_batch;
+  if (s->o.workers > 1) {
+    long share = (s->n_active + s->o.workers - 1) / s->o.workers;
+    if (share < cap) cap = share > 0 ? (int)share : 1;
   }
-  /* pass 2: prefill chunks with the rest of the budget; at least one per iteration */
+  int prompt_waiting = 0;
+  for (job *j = s->run.head; j && !prompt_waiting; j = j->q_next)
+    prompt_waiting = !j->decoding && !atomic_load(&j->cancel);
+  int decode_cap = prompt_waiting && cap > 1 ? cap - 1 : cap;
   for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
     next = j->q_next;
-    if (j->decoding) continue;
+    if (atomic_load(&j->cancel)) {
+      take(s, w, n++, j, 0);
+    } else if (j->decoding && rows < decode_cap && budget > 0) {
+      budget--;
+      rows++;
+      take(s, w, n++, j, 1);
+    }
+  }
+  for (job *j = s->run.head, *next; j && n < s->o.max_batch && (rows < cap || !prefills);
+       j = next) {
+    next = j->q_next;
+    if (j->decoding || atomic_load(&j->cancel)) continue;
     int want = j->n_input - j->pos;
     if (want > j->chunk) want = j->chunk;
-    if (want > budget) {
-      if (prefills == 0) {
-        /* progress guarantee: one chunk per iteration even when decoding used the budget */
-      } else if (s->same_length && budget > 0) {
-        want = budget; /* same_length: any cut gives the same result */
-      } else {
-        continue;
-      }
-    }
+    /* progress guarantee: one chunk per iteration even when decoding used the budget */
+    if (want > budget && prefills) continue;
     budget -= want;
     prefills++;
+    rows++;
     take(s, w, n++, j, want);
     if (budget <= 0) break;
   }

@@ -13,6 +13,7 @@
 
 #include "buf.h"
 #include "job.h"
+#include "metrics.h"
 #include "scheduler.h"
 #include "session.h"
 #include "testlib.h"
@@ -163,6 +164,132 @@ static void test_batched_equals_alone(void) {
   }
 }
 
+/* Prompt chunks are cut at multiples of the job's chunk whatever the load, so a request gives
+ * bit-identical log-probs alone or batched with others under a tight token budget (a cut at
+ * the budget's edge would change the attention's blocking and the last bits). */
+static void test_bit_identical_under_load(void) {
+  xl_error err;
+  session *sa[NP], *sb[NP];
+  job *alone[NP], *busy[NP];
+  sched *s1 = new_sched(1, 1, 1 << 20);
+  for (int i = 0; i < NP; i++) {
+    sa[i] = session_new(M, &err);
+    sb[i] = session_new(M, &err);
+    alone[i] = make_job(sa[i], PROMPTS[i], 20, 300 + i, 9, 0);
+    run_all(s1, &alone[i], 1);
+  }
+  sched_stop(s1);
+  sched_free(s1);
+  sched *s = new_sched(1, 8, 13); /* budget 13: chunks of 9 never fit twice */
+  for (int i = 0; i < NP; i++) busy[i] = make_job(sb[i], PROMPTS[i], 20, 300 + i, 9, i % 2);
+  run_all(s, busy, NP);
+  sched_stop(s);
+  sched_free(s);
+  for (int i = 0; i < NP; i++) {
+    CHECK(alone[i]->n_gen == busy[i]->n_gen && alone[i]->n_recs == busy[i]->n_recs);
+    CHECK(!memcmp(alone[i]->hist, busy[i]->hist, sizeof(int32_t) * (size_t)alone[i]->n_gen));
+    for (int k = 0; k < alone[i]->n_recs && k < busy[i]->n_recs; k++)
+      CHECK(!memcmp(&alone[i]->recs[k].lp, &busy[i]->recs[k].lp, sizeof(float)));
+    job_free(alone[i]);
+    job_free(busy[i]);
+    session_free(sa[i]);
+    session_free(sb[i]);
+  }
+}
+
+typedef struct {
+  job *newcomer;
+  int newcomer_done, long_done;
+} fair_ctx;
+
+static void fair_event(sched_event *ev, void *arg) {
+  fair_ctx *c = arg;
+  if (!(ev->flags & JOB_EV_DONE)) return;
+  if (ev->j == c->newcomer) c->newcomer_done = 1;
+  else c->long_done++;
+}
+
+/* A new request gets into the next forward even when decoding sessions fill max_batch: it does
+ * not wait for them to finish. */
+static void test_prompt_not_starved_by_full_batches(void) {
+  xl_error err;
+  enum { NL = 4 };
+  session *ls[NL], *ns = session_new(M, &err);
+  job *lj[NL];
+  sched *s = new_sched(1, NL, 64); /* max_batch = the number of decoding sessions */
+  for (int i = 0; i < NL; i++) {
+    ls[i] = session_new(M, &err);
+    lj[i] = make_job(ls[i], PROMPTS[i], 3000, 40 + i, 16, 1);
+    CHECK(sched_submit(s, lj[i]) == 0);
+  }
+  /* wait until every long job is decoding (each has streamed output) */
+  int seen[NL] = {0}, all = 0;
+  for (int guard = 0; !all && guard < 100000; guard++) {
+    pump(s, NULL, NULL);
+    all = 1;
+    for (int i = 0; i < NL; i++) {
+      pthread_mutex_lock(&lj[i]->mu);
+      if (lj[i]->out.len) seen[i] = 1;
+      buf_clear(&lj[i]->out);
+      pthread_mutex_unlock(&lj[i]->mu);
+      all &= seen[i];
+    }
+  }
+  CHECK(all);
+  fair_ctx c = {make_job(ns, "Are you there?", 2, 9, 16, 0), 0, 0};
+  CHECK(sched_submit(s, c.newcomer) == 0);
+  for (int guard = 0; !c.newcomer_done && guard < 100000; guard++) {
+    pump(s, fair_event, &c);
+    for (int i = 0; i < NL; i++) {
+      pthread_mutex_lock(&lj[i]->mu);
+      buf_clear(&lj[i]->out);
+      pthread_mutex_unlock(&lj[i]->mu);
+    }
+  }
+  CHECK(c.newcomer_done && c.long_done == 0);
+  CHECK(c.newcomer->finish == FINISH_LENGTH && c.newcomer->n_gen == 2);
+  for (int i = 0; i < NL; i++) sched_cancel(s, lj[i]);
+  for (int guard = 0; c.long_done < NL && guard < 100000; guard++) pump(s, fair_event, &c);
+  sched_stop(s);
+  sched_free(s);
+  job_free(c.newcomer);
+  session_free(ns);
+  for (int i = 0; i < NL; i++) {
+    job_free(lj[i]);
+    session_free(ls[i]);
+  }
+}
+
+/* With two workers each forward takes at most half of the running sessions, so the workers'
+ * forwards run side by side (one worker taking every ready session would leave the other idle). */
+static void test_two_workers_share_the_sessions(void) {
+  xl_error err;
+  enum { NJ = 8 };
+  session *ss[NJ];
+  job *jj[NJ];
+  metrics_init();
+  sched *s = new_sched(2, 64, 1 << 20);
+  for (int i = 0; i < NJ; i++) {
+    ss[i] = session_new(M, &err);
+    jj[i] = make_job(ss[i], PROMPTS[i % NP], 60, 70 + i, 16, 0);
+  }
+  run_all(s, jj, NJ);
+  sched_stop(s);
+  sched_free(s);
+  uint64_t small = 0, big = 0;
+  for (int b = 0; b <= HIST_MAX_BUCKETS; b++) {
+    uint64_t n = atomic_load(&g_metrics.batch_size.counts[b]);
+    if (b < g_metrics.batch_size.n_bounds && g_metrics.batch_size.bounds[b] <= NJ / 2) small += n;
+    else big += n;
+  }
+  CHECK(small > 0 && big == 0);
+  for (int i = 0; i < NJ; i++) {
+    CHECK(jj[i]->finish == FINISH_LENGTH && jj[i]->n_gen == 60);
+    job_free(jj[i]);
+    session_free(ss[i]);
+  }
+}
+
 typedef struct {
   sched *s;
   job *victim;
@@ -295,6 +422,9 @@ int main(void) {
   }
   RUN(test_batched_equals_alone);
   RUN(test_cancel_mid_batch);
+  RUN(test_bit_identical_under_load);
+  RUN(test_prompt_not_starved_by_full_batches);
+  RUN(test_two_workers_share_the_sessions);
   RUN(test_stress_many_sessions_two_workers);
   free(EVS);
   xl_model_free(M);
