@@ -26,6 +26,7 @@ void api_metrics(req *r) {
   if (a->sessions) {
     g.sessions_in_ram = (long)st_count(a->sessions);
     g.session_ram_bytes = (long)st_ram(a->sessions);
+    if (st_persistent(a->sessions)) g.sessions_in_store = store_count(a->store);
   }
   g.ready = a->phase == APP_READY;
   g.draining = a->phase >= APP_DRAINING;

@@ -76,7 +76,7 @@ static int same_msgs(const session *a, const session *b) {
 static int same_record(const session *a, const session *b) {
   return same_msgs(a, b) && a->pending == b->pending && a->digest == b->digest && a->turns == b->turns &&
          a->chat == b->chat && a->n_msgs == b->n_msgs &&
-         a->tail_len == b->tail_len && !memcmp(a->tail, b->tail, a->tail_len) &&
+         a->tail_len == b->tail_len && (!a->tail_len || !memcmp(a->tail, b->tail, a->tail_len)) &&
          !memcmp(&a->rng, &b->rng, sizeof a->rng) &&
          xl_state_tokens_fed(a->state) == xl_state_tokens_fed(b->state) &&
          xl_state_mem_length(a->state) == xl_state_mem_length(b->state);

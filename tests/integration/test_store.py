@@ -1,0 +1,443 @@
+"""The durable session store (issue 6): a conversation survives SIGTERM + restart and kill -9
+under load (every acknowledged turn, nothing half-written), sessions beyond the RAM budget come
+back from the store exactly as they left (and RSS stays bounded), corrupted rows are refused
+with 409 session_incompatible and kept, sessions move between daemons (GET/PUT state), a turn
+is committed before its response completes, async commits within their delay, TTL deletes rows.
+The SQLite file is read and damaged with Python's sqlite3 module."""
+import http.client
+import json
+import os
+import random
+import signal
+import sqlite3
+import struct
+import threading
+import time
+
+import pytest
+
+import xlharness as X
+
+MASK = (1 << 64) - 1
+
+
+def fnv(data, h=0xcbf29ce484222325):
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & MASK
+    return h
+
+
+def digest(ids):
+    """The session's transcript digest: FNV-1a 64 over the fed token ids (int32 LE)."""
+    return "%016x" % fnv(struct.pack("<%di" % len(ids), *ids))
+
+
+def ids_of(tokens):
+    out = []
+    for t in tokens:
+        if t.startswith("bytes:"):
+            out += [int(h, 16) for h in t[6:].split("\\x")[1:]]
+        else:
+            b = t.encode()
+            assert len(b) == 1, t
+            out.append(b[0])
+    return out
+
+
+def comp(port, sid, prompt, n, timeout=60, **kw):
+    body = dict(prompt=prompt, max_tokens=n, temperature=0, logprobs=0, **kw)
+    st, h, b = X.post_json(port, "/v1/completions", body,
+                           headers={"X-Session-Id": sid} if sid else {}, timeout=timeout)
+    return st, b
+
+
+def ok(port, sid, prompt, n, **kw):
+    st, b = comp(port, sid, prompt, n, **kw)
+    assert st == 200, b
+    return b
+
+
+def gen(b):
+    return ids_of(b["choices"][0]["logprobs"]["tokens"])
+
+
+def lps(b):
+    return b["choices"][0]["logprobs"]["token_logprobs"]
+
+
+def get_session(port, sid, headers=None):
+    st, _, b = X.request(port, "GET", "/v1/sessions/" + sid, headers=headers)
+    return st, json.loads(b)
+
+
+def rows(state_dir):
+    db = sqlite3.connect(os.path.join(str(state_dir), "sessions.db"))
+    try:
+        return {r[0]: r[1:] for r in db.execute("SELECT id, tokens, meta, state FROM sessions")}
+    finally:
+        db.close()
+
+
+def envelope_valid(meta, state):
+    """The session envelope's own checks, done independently of the server."""
+    if meta[:8] != b"XLSESS\0\0" or len(meta) < 136:
+        return False
+    n_msgs, tail = struct.unpack_from("<II", meta, 104)
+    core_len, core_sum = struct.unpack_from("<QQ", meta, 112)
+    end = 128 + 9 * n_msgs + tail
+    return (len(meta) == end + 8 and struct.unpack_from("<Q", meta, end)[0] == fnv(meta[:end])
+            and core_len == len(state) and state[-8:] == struct.pack("<Q", core_sum)
+            and state[:8] == b"XLSTATE\0")
+
+
+def store_args(sd, *more):
+    return ["--state-dir", str(sd), *more]
+
+
+def continues_like_replay(port, sid, transcript, q=" next", n=8):
+    """A turn of the session equals a stateless replay of its whole transcript."""
+    b = ok(port, sid, q, n)
+    ref = ok(port, None, transcript + list(q.encode()), n)
+    assert b["choices"][0]["text"] == ref["choices"][0]["text"]
+    for x, y in zip(lps(b), lps(ref)):
+        assert abs(x - y) < 1e-4
+    return transcript + list(q.encode()) + gen(b)
+
+
+def test_restart_continues_exactly(start_daemon, tiny_model, tmp_path):
+    """A conversation (raw and chat), SIGTERM, restart: the next turn's log-probs equal those of
+    a daemon that never restarted (bit for bit: the blob restores the memory's ring slots)."""
+    sd = tmp_path / "state"
+    d = start_daemon(tiny_model, *store_args(sd))
+    ref = start_daemon(tiny_model)
+    p1 = "It is a truth universally acknowledged, that a single man in possession"
+    for port in (d.port, ref.port):
+        ok(port, "r1", p1, 40)
+        ok(port, "r1", " of a good fortune", 30)
+    sys_m = {"role": "system", "content": "Be brief."}
+    u1 = {"role": "user", "content": "Hello"}
+    msgs = {}
+    for port in (d.port, ref.port):
+        st, h, b = X.post_json(port, "/v1/chat/completions",
+                               {"messages": [sys_m, u1], "max_tokens": 12, "temperature": 0},
+                               headers={"X-Session-Id": "c1"})
+        assert st == 200
+        msgs[port] = b["choices"][0]["message"]["content"]
+    assert msgs[d.port] == msgs[ref.port]
+    st, before = get_session(d.port, "r1")
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit(30) == 0, d.tail()
+    d2 = start_daemon(tiny_model, *store_args(sd))
+    # found on first use, nothing loaded eagerly
+    assert d2.wait_log(lambda o: o.get("event") == "store")["msg"].endswith("2 sessions stored")
+    st, _, b = X.request(d2.port, "GET", "/v1/sessions")
+    listed = {s["id"]: s for s in json.loads(b)["data"]}
+    assert set(listed) == {"r1", "c1"} and not listed["r1"]["in_ram"]
+    assert listed["r1"]["tokens"] == before["tokens"]
+    a = ok(d2.port, "r1", " must be in want of a wife.", 40)
+    r = ok(ref.port, "r1", " must be in want of a wife.", 40)
+    assert a["choices"][0]["text"] == r["choices"][0]["text"] and lps(a) == lps(r)
+    assert a["xlserve"]["session_tokens"] == r["xlserve"]["session_tokens"]
+    st, s = get_session(d2.port, "r1")
+    assert s["in_ram"] and s["turns"] == 3 and s["mode"] == "raw"
+    # the chat record survived too: a full-history request is recognised, not replayed
+    full = [sys_m, u1, {"role": "assistant", "content": msgs[ref.port]},
+            {"role": "user", "content": "And you?"}]
+    outs = []
+    for port in (d2.port, ref.port):
+        st, h, b = X.post_json(port, "/v1/chat/completions",
+                               {"messages": full, "max_tokens": 12, "temperature": 0,
+                                "logprobs": True}, headers={"X-Session-Id": "c1"})
+        assert st == 200 and b["xlserve"]["history"] == "full_history", b
+        outs.append(b)
+    assert outs[0]["choices"][0]["message"] == outs[1]["choices"][0]["message"]
+    assert outs[0]["choices"][0]["logprobs"] == outs[1]["choices"][0]["logprobs"]
+    m = X.request(d2.port, "GET", "/metrics")[2].decode()
+    assert "xlserve_sessions_restored_total 2" in m and "xlserve_sessions_in_store 2" in m
+
+
+def test_kill9_under_load_loses_no_acknowledged_turn(tiny_model, tmp_path):
+    """Concurrent multi-turn sessions, kill -9 at random moments, restart: every turn whose
+    response completed is there and continues exactly; a turn cut by the kill is there whole or
+    not at all (the transcript digest tells which); every stored blob validates."""
+    sd = tmp_path / "state"
+    rnd = random.Random(6)
+    n_sessions, rounds = 10, 3
+    done = {"k%d" % i: [] for i in range(n_sessions)}  # acknowledged transcripts
+    inflight = {}
+
+    def verify(d):
+        for sid, t in done.items():
+            st, s = get_session(d.port, sid)
+            if st == 404:  # its first turn was cut before its commit
+                assert not t and s["error"]["code"] == "session_not_found"
+                inflight.pop(sid, None)
+                continue
+            assert st == 200, s
+            cands = [t] if t else []
+            if sid in inflight:
+                p, n = inflight.pop(sid)
+                g = gen(ok(d.port, None, t + p, n))
+                cands.append(t + p + g)
+            match = [c for c in cands
+                     if s["tokens"] == len(c) and s["transcript_digest"] == digest(c[:-1])]
+            assert match, (sid, s, len(t))
+            done[sid] = continues_like_replay(d.port, sid, match[-1])
+
+    for rnd_i in range(rounds + 1):
+        d = X.Daemon(tiny_model, store_args(sd, "--access-log", "false"))
+        try:
+            verify(d)
+            if rnd_i == rounds:
+                break
+            stop = threading.Event()
+
+            def worker(sid, seed):
+                r = random.Random(seed)
+                while not stop.is_set():
+                    p = list(("".join(r.choice("abcdefgh ") for _ in range(r.randint(3, 20))))
+                             .encode())
+                    n = r.randint(3, 20)
+                    inflight[sid] = (p, n)
+                    try:
+                        st, b = comp(d.port, sid, p, n, timeout=20)
+                    except (OSError, http.client.HTTPException):
+                        return
+                    assert st == 200, b
+                    done[sid] = done[sid] + p + gen(b)
+                    del inflight[sid]
+
+            ths = [threading.Thread(target=worker, args=(sid, rnd.random()))
+                   for sid in done]
+            for th in ths:
+                th.start()
+            time.sleep(rnd.uniform(0.4, 1.2))
+            d.proc.kill()
+            d.proc.wait()
+            stop.set()
+            for th in ths:
+                th.join(30)
+        finally:
+            if d.proc.poll() is None:
+                assert d.stop() == 0, d.tail()
+    assert d.stop() == 0, d.tail()
+    stored = rows(sd)
+    assert set(stored) == set(done)
+    for sid, (tokens, meta, state) in stored.items():
+        assert envelope_valid(meta, state), sid
+        assert tokens == len(done[sid])
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+
+
+def test_ram_budget_evicts_to_the_store_and_restores(start_daemon, tmp_path):
+    """40 sessions of 0.5 MiB (memory full) under a 3 MiB budget: each continues exactly like
+    on a daemon that kept them all, and the daemon's RSS stays under budget + a fixed overhead
+    (all of them in RAM would be 20 MiB)."""
+    # a state of 0.5 MiB (2 layers x 128 positions x 2 x 256 floats) on a cheap forward
+    model = X.write_tiny_model(tmp_path / "wide", d_model=64, d_embed=64, n_head=8, d_head=32,
+                               d_inner=64, n_layer=2, mem_len=128)
+    env = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+           ":quarantine_size_mb=1:thread_local_quarantine_size_kb=64"}
+    d = start_daemon(model, *store_args(tmp_path / "state", "--session-ram-mb", "3",
+                                               "--access-log", "false"), env=env)
+    ref = start_daemon(model, "--access-log", "false")
+    prompt = "the quick brown fox jumps over the lazy dog; " * 3  # 135 bytes: fills mem_len 128
+    ok(d.port, None, prompt, 4)  # warm up: workspaces
+    base = rss_kb(d.proc.pid)
+    peak = base
+    n = 40
+    for turn in range(2):
+        for i in range(n):
+            sid = "m%d" % i
+            p = prompt[i % 7:] if turn == 0 else " and %d more" % i
+            a, b = ok(d.port, sid, p, 6), ok(ref.port, sid, p, 6)
+            assert a["choices"][0]["text"] == b["choices"][0]["text"] and lps(a) == lps(b), sid
+            peak = max(peak, rss_kb(d.proc.pid))
+    st, s = get_session(d.port, "m0")
+    assert st == 200 and s["turns"] == 2
+    grown_mb = (peak - base) / 1024
+    assert grown_mb < 3 + 10, "RSS grew %.1f MiB (40 sessions would be 20 MiB)" % grown_mb
+    m = X.request(d.port, "GET", "/metrics")[2].decode()
+    vals = {l.split()[0]: float(l.split()[1]) for l in m.splitlines()
+            if l and not l.startswith("#")}
+    assert vals["xlserve_sessions_evicted_total"] >= n
+    assert vals["xlserve_sessions_restored_total"] >= n - 6
+    assert vals["xlserve_sessions_in_store"] == n and vals["xlserve_sessions_in_ram"] <= 6
+    assert vals["xlserve_store_read_seconds_count"] >= n - 6
+    assert vals["xlserve_store_write_seconds_count"] >= 2 * n
+
+
+def test_corrupted_rows_are_refused_and_kept(start_daemon, tiny_model, tmp_path):
+    sd = tmp_path / "state"
+    d = start_daemon(tiny_model, *store_args(sd, "--api-keys", "k1,k2"))
+    h1, h2 = {"Authorization": "Bearer k1"}, {"Authorization": "Bearer k2"}
+    kinds = ["flip-state", "truncate", "fingerprint", "flip-meta", "good"]
+    for sid in kinds:
+        st, _, b = X.post_json(d.port, "/v1/completions",
+                               {"prompt": "hello " + sid, "max_tokens": 5, "temperature": 0},
+                               headers={"X-Session-Id": sid, **h1})
+        assert st == 200
+    assert d.stop() == 0
+    db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
+    meta, state = db.execute("SELECT meta, state FROM sessions WHERE id='flip-state'").fetchone()
+    state = bytearray(state)
+    state[100] ^= 0x10
+    db.execute("UPDATE sessions SET state=? WHERE id='flip-state'", (bytes(state),))
+    meta, state = db.execute("SELECT meta, state FROM sessions WHERE id='truncate'").fetchone()
+    db.execute("UPDATE sessions SET state=? WHERE id='truncate'", (state[:len(state) // 2],))
+    meta, state = db.execute("SELECT meta, state FROM sessions WHERE id='fingerprint'").fetchone()
+    meta = bytearray(meta)  # another model's session: a valid envelope with another fingerprint
+    meta[16] ^= 0xff
+    meta[-8:] = struct.pack("<Q", fnv(bytes(meta[:-8])))
+    db.execute("UPDATE sessions SET meta=? WHERE id='fingerprint'", (bytes(meta),))
+    meta, state = db.execute("SELECT meta, state FROM sessions WHERE id='flip-meta'").fetchone()
+    meta = bytearray(meta)
+    meta[40] ^= 0x01  # the turn count
+    db.execute("UPDATE sessions SET meta=? WHERE id='flip-meta'", (bytes(meta),))
+    db.commit()
+    db.close()
+    d = start_daemon(tiny_model, *store_args(sd, "--api-keys", "k1,k2"))
+    why = {"flip-state": "checksum", "truncate": "truncated", "fingerprint": "another model",
+           "flip-meta": "checksum"}
+    for sid, word in why.items():
+        st, b = get_session(d.port, sid, h1)
+        assert st == 409 and b["error"]["code"] == "session_incompatible", b
+        assert word in b["error"]["message"], b
+        st, _, b = X.post_json(d.port, "/v1/completions", {"prompt": "x", "max_tokens": 2},
+                               headers={"X-Session-Id": sid, **h1})
+        assert st == 409 and b["error"]["code"] == "session_incompatible"
+        st, b = get_session(d.port, sid, h2)  # another key: never revealed
+        assert st == 404 and b["error"]["code"] == "session_not_found"
+    st, b = get_session(d.port, "good", h1)  # the others are unaffected
+    assert st == 200 and b["turns"] == 1
+    st, _, b = X.post_json(d.port, "/v1/completions", {"prompt": "x", "max_tokens": 2},
+                           headers={"X-Session-Id": "good", **h1})
+    assert st == 200
+    assert set(rows(sd)) == set(kinds)  # kept, never silently reset
+    # the owner can delete a refused session, or put a good state over it
+    st, _, b = X.request(d.port, "DELETE", "/v1/sessions/truncate", headers=h2)
+    assert st == 404
+    st, _, b = X.request(d.port, "DELETE", "/v1/sessions/truncate", headers=h1)
+    assert st == 200 and json.loads(b)["deleted"]
+    st, _, blob = X.request(d.port, "GET", "/v1/sessions/good/state", headers=h1)
+    assert st == 200
+    st, _, b = X.request(d.port, "PUT", "/v1/sessions/flip-state/state", body=blob,
+                         headers={**h1, "Content-Type": "application/octet-stream"})
+    assert st == 200, b
+    assert get_session(d.port, "flip-state", h1)[1]["turns"] == 2
+    assert "truncate" not in rows(sd)
+    d.wait_log(lambda o: o.get("event") == "session_incompatible")
+
+
+def test_export_import_between_daemons(start_daemon, tiny_model, medium_model, tmp_path):
+    a = start_daemon(tiny_model, *store_args(tmp_path / "a"))
+    b = start_daemon(tiny_model, *store_args(tmp_path / "b"), "--api-keys", "kb",
+                     "--max-tokens-limit", "1000000")
+    hb = {"Authorization": "Bearer kb"}
+    t = ok(a.port, "mv", "Mr. Darcy walked", 30)
+    ok(a.port, "mv", " into the room", 20)
+    st, h, blob = X.request(a.port, "GET", "/v1/sessions/mv/state")
+    assert st == 200 and h["content-type"] == "application/octet-stream"
+    assert blob[:8] == b"XLSESS\0\0"
+    st, _, r = X.request(b.port, "PUT", "/v1/sessions/moved/state", body=blob,
+                         headers={**hb, "Content-Type": "application/octet-stream"})
+    assert st == 201, r
+    assert json.loads(r)["tokens"] == get_session(a.port, "mv")[1]["tokens"]
+    x = ok(a.port, "mv", " and said", 30)
+    st, y = X.post_json(b.port, "/v1/completions",
+                        {"prompt": " and said", "max_tokens": 30, "temperature": 0, "logprobs": 0},
+                        headers={"X-Session-Id": "moved", **hb})[::2]
+    assert st == 200
+    assert x["choices"][0]["text"] == y["choices"][0]["text"] and lps(x) == lps(y)
+    # bad blobs: a clear code
+    st, _, r = X.request(b.port, "PUT", "/v1/sessions/bad/state", body=b"not a state",
+                         headers=hb)
+    assert st == 400 and json.loads(r)["error"]["code"] == "invalid_state"
+    st, _, r = X.request(b.port, "PUT", "/v1/sessions/bad/state", body=blob[:-100], headers=hb)
+    assert st == 400 and json.loads(r)["error"]["code"] == "invalid_state"
+    m = start_daemon(medium_model)
+    ok(m.port, "other", "hello", 3)
+    other = X.request(m.port, "GET", "/v1/sessions/other/state")[2]
+    st, _, r = X.request(b.port, "PUT", "/v1/sessions/bad/state", body=other, headers=hb)
+    assert st == 409 and json.loads(r)["error"]["code"] == "session_incompatible"
+    assert "another model" in json.loads(r)["error"]["message"]
+    assert get_session(b.port, "bad", hb)[0] == 404
+    # a busy session is not replaced
+    c = b.conn()
+    c.request("POST", "/v1/completions", body=json.dumps(
+        {"prompt": "go", "max_tokens": 500000, "stream": True}),
+        headers={"Content-Type": "application/json", "X-Session-Id": "moved", **hb})
+    resp = c.getresponse()
+    assert resp.status == 200 and resp.read1(65536)
+    st, _, r = X.request(b.port, "PUT", "/v1/sessions/moved/state", body=blob, headers=hb)
+    assert st == 409 and json.loads(r)["error"]["code"] == "session_busy"
+    st, _, r = X.request(b.port, "GET", "/v1/sessions/moved/state", headers=hb)
+    assert st == 409
+    c.close()
+    st, _, r = X.request(b.port, "GET", "/v1/sessions/none/state", headers=hb)
+    assert st == 404
+
+
+def test_turn_is_committed_before_done(start_daemon, tiny_model, tmp_path):
+    sd = tmp_path / "state"
+    d = start_daemon(tiny_model, *store_args(sd))
+    for i in range(3):
+        c = d.conn()
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": "abc" * (i + 1), "max_tokens": 20, "stream": True,
+             "stream_options": {"include_usage": True}}),
+            headers={"Content-Type": "application/json", "X-Session-Id": "st"})
+        r = c.getresponse()
+        ev = X.read_sse(r, on_event=lambda data: data != "[DONE]")
+        assert ev[-1][1] == "[DONE]"
+        held = X.sse_json(ev)[-1]["xlserve"]["session_tokens"]
+        assert rows(sd)["st"][0] == held  # in the store when [DONE] arrived
+        c.close()
+
+
+def test_async_durability_commits_within_its_delay(start_daemon, tiny_model, tmp_path):
+    sd = tmp_path / "state"
+    d = X.Daemon(tiny_model, store_args(sd, "--durability", "async", "--async-commit-ms", "300"))
+    try:
+        b = ok(d.port, "as", "asynchronous", 10)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5 and "as" not in rows(sd):
+            time.sleep(0.02)
+        assert rows(sd)["as"][0] == b["xlserve"]["session_tokens"]
+        assert time.monotonic() - t0 < 2
+    finally:
+        d.proc.kill()
+        d.proc.wait()
+    d = start_daemon(tiny_model, *store_args(sd, "--durability", "async"))
+    st, s = get_session(d.port, "as")
+    assert st == 200 and s["tokens"] == b["xlserve"]["session_tokens"]
+
+
+def test_ttl_deletes_from_ram_and_store(start_daemon, tiny_model, tmp_path):
+    sd = tmp_path / "state"
+    d = start_daemon(tiny_model, *store_args(sd, "--session-ttl", "1", "--session-ram-mb", "1"))
+    for i in range(40):  # ~33 KB each: most of them live only in the store
+        ok(d.port, "tt%d" % i, "x", 1)
+    assert len(rows(sd)) == 40
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and rows(sd):
+        time.sleep(0.2)
+    assert not rows(sd)
+    for sid in ("tt0", "tt39"):
+        st, b = get_session(d.port, sid)
+        assert st == 404 and b["error"]["code"] == "session_expired"
+
+
+def test_one_daemon_per_state_dir(start_daemon, tiny_model, tmp_path):
+    sd = tmp_path / "state"
+    start_daemon(tiny_model, *store_args(sd))
+    d2 = X.Daemon(tiny_model, store_args(sd), wait_ready=False, port=X.free_port())
+    assert d2.wait_exit(30) == 1
+    d2.reader.join(5)
+    assert any("in use by another xlserve" in json.dumps(l) for l in d2.lines)
