@@ -189,44 +189,62 @@ static void take(sched *s, worker *w, int n, job *j, int tokens) {
   w->take[n] = tokens;
 }
 
-/* mu held. Picks this iteration's batch out of the run queue:
+/* mu held. Picks this iteration's batch out of the run queue (round robin: a job goes back to
+ * its tail after each step, so the head has waited longest).
  *  - rows: at most max_batch sessions; with several workers at most this worker's share of the
  *    running jobs (ceil(running / workers)), so the workers' forwards run side by side instead
  *    of one worker taking every ready session while the others wait;
- *  - pass 1: cancelled jobs (no tokens, no row) and decode steps, oldest first; when a prompt
- *    is waiting, one row is kept for it (otherwise, with at least `rows` sessions decoding,
- *    a new request would wait until enough of them finished: its time to first token would
- *    grow with the others' max_tokens);
- *  - pass 2: prefill chunks with the rest of the token budget, at least one per iteration.
- * A prompt is always cut at multiples of its job's chunk from its start, whatever the load,
- * so a request computes exactly the same numbers alone or batched. */
+ *  - cancelled jobs are taken first (no tokens, no row);
+ *  - when every ready session fits in the rows: all decode steps, then prefill chunks in queue
+ *    order with the rest of the token budget (batch_tokens), at least one per iteration;
+ *  - when rows are scarce (more ready sessions than rows): sessions in queue order, decoding
+ *    or prefilling alike, so each gets a row every ceil(ready / rows) iterations: a new prompt
+ *    never waits for the decoding sessions to finish (decode-first would starve it), and the
+ *    budget left for prompts keeps one token for every decode row.
+ * A prompt is always cut at multiples of its job's chunk from its start, never at the budget's
+ * edge, so a request computes exactly the same bits alone or batched. */
 static int select_batch(sched *s, worker *w) {
   int n = 0, rows = 0, budget = s->o.batch_tokens, prefills = 0, cap = s->o.max_batch;
   if (s->o.workers > 1) {
     long share = (s->n_active + s->o.workers - 1) / s->o.workers;
     if (share < cap) cap = share > 0 ? (int)share : 1;
   }
-  int prompt_waiting = 0;
-  for (job *j = s->run.head; j && !prompt_waiting; j = j->q_next)
-    prompt_waiting = !j->decoding && !atomic_load(&j->cancel);
-  int decode_cap = prompt_waiting && cap > 1 ? cap - 1 : cap;
+  int ready = 0, decoders = 0;
   for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
     next = j->q_next;
-    if (atomic_load(&j->cancel)) {
-      take(s, w, n++, j, 0);
-    } else if (j->decoding && rows < decode_cap && budget > 0) {
+    if (atomic_load(&j->cancel)) take(s, w, n++, j, 0);
+    else ready++, decoders += j->decoding;
+  }
+  int scarce = ready > cap;
+  /* tokens prompts may use: what the decode rows this iteration can take leave over */
+  int dec_rows = decoders < cap ? decoders : cap;
+  int prompt_budget = budget - dec_rows;
+  for (job *j = s->run.head, *next; j && n < s->o.max_batch && rows < cap; j = next) {
+    next = j->q_next;
+    if (j->decoding) {
+      if (budget <= 0) continue;
       budget--;
       rows++;
       take(s, w, n++, j, 1);
+    } else if (scarce) {
+      int want = j->n_input - j->pos;
+      if (want > j->chunk) want = j->chunk;
+      /* progress guarantee: one chunk per iteration even when decoding used the budget */
+      if (want > prompt_budget && prefills) continue;
+      prompt_budget -= want;
+      budget -= want;
+      prefills++;
+      rows++;
+      take(s, w, n++, j, want);
     }
   }
+  if (scarce) return n;
   for (job *j = s->run.head, *next; j && n < s->o.max_batch && (rows < cap || !prefills);
        j = next) {
     next = j->q_next;
-    if (j->decoding || atomic_load(&j->cancel)) continue;
+    if (j->decoding || atomic_load(&j->cancel)) continue; /* left over: no budget or room */
     int want = j->n_input - j->pos;
     if (want > j->chunk) want = j->chunk;
-    /* progress guarantee: one chunk per iteration even when decoding used the budget */
     if (want > budget && prefills) continue;
     budget -= want;
     prefills++;

@@ -6,9 +6,11 @@
  * worker iteration gathers the running jobs that no other worker holds: decode steps first (one
  * token each, oldest first), then prefill chunks (prefill_chunk tokens each) up to batch_tokens
  * and max_batch rows, and runs them as ONE xl_forward call (one GEMM per weight for all rows).
- * Fairness: a waiting prompt always gets a row (decode steps leave one free), and at least one
- * prefill chunk runs per iteration; with several workers each takes at most its share of the
- * running jobs (ceil(running / workers)) so their forwards run side by side. Prompts are cut
+ * Fairness: when more sessions are ready than a forward has rows, sessions take rows in round
+ * robin order, decoding or prefilling alike (a new prompt never waits for the decoding sessions
+ * to finish); at least one prefill chunk runs per iteration; with several workers each takes at
+ * most its share of the running jobs (ceil(running / workers)) so their forwards run side by
+ * side. Prompts are cut
  * at multiples of the job's chunk from its start, never at the budget's edge: a request
  * computes the same bits alone or batched.
  * A job is held by at most one worker at a time, so its session is touched by one thread.

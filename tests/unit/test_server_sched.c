@@ -260,6 +260,53 @@ static void test_prompt_not_starved_by_full_batches(void) {
   }
 }
 
+typedef struct {
+  job **jobs;
+  int n, started[16], first_done_before_all_started, done;
+} rr_ctx;
+
+static void rr_event(sched_event *ev, void *arg) {
+  rr_ctx *c = arg;
+  int all = 1;
+  for (int i = 0; i < c->n; i++) {
+    if (ev->j == c->jobs[i] && (ev->flags & JOB_EV_OUTPUT)) c->started[i] = 1;
+    all &= c->started[i];
+  }
+  if (ev->flags & JOB_EV_DONE) {
+    if (!c->done && !all) c->first_done_before_all_started = 1;
+    c->done++;
+  }
+}
+
+/* More running sessions than rows: sessions take turns (round robin), so every one of them
+ * streams its first token before any finishes (decode-first would run the first max_batch to
+ * the end while the others wait). */
+static void test_round_robin_when_rows_are_scarce(void) {
+  xl_error err;
+  enum { NR = 12 };
+  session *ss[NR];
+  job *jj[NR];
+  sched *s = new_sched(1, 4, 1 << 20);
+  for (int i = 0; i < NR; i++) {
+    ss[i] = session_new(M, &err);
+    jj[i] = make_job(ss[i], PROMPTS[i % NP], 40, 90 + i, 1 << 20, 1);
+  }
+  rr_ctx c;
+  memset(&c, 0, sizeof c);
+  c.jobs = jj;
+  c.n = NR;
+  for (int i = 0; i < NR; i++) CHECK(sched_submit(s, jj[i]) == 0);
+  for (int guard = 0; c.done < NR && guard < 100000; guard++) pump(s, rr_event, &c);
+  CHECK(c.done == NR && !c.first_done_before_all_started);
+  sched_stop(s);
+  sched_free(s);
+  for (int i = 0; i < NR; i++) {
+    CHECK(jj[i]->n_gen == 40 || jj[i]->finish == FINISH_STOP);
+    job_free(jj[i]);
+    session_free(ss[i]);
+  }
+}
+
 /* With two workers each forward takes at most half of the running sessions, so the workers'
  * forwards run side by side (one worker taking every ready session would leave the other idle). */
 static void test_two_workers_share_the_sessions(void) {
@@ -424,6 +471,7 @@ int main(void) {
   RUN(test_cancel_mid_batch);
   RUN(test_bit_identical_under_load);
   RUN(test_prompt_not_starved_by_full_batches);
+  RUN(test_round_robin_when_rows_are_scarce);
   RUN(test_two_workers_share_the_sessions);
   RUN(test_stress_many_sessions_two_workers);
   free(EVS);
