@@ -60,16 +60,10 @@ def free_port():
 
 class Nginx:
     def __init__(self, tmp, upstreams, shipped=SHIPPED):
-        self.prefix = str(tmp)
-        self.port = free_port()
+        self.prefix = p = str(tmp)
         os.makedirs(self.prefix, exist_ok=True)
         for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
             os.makedirs(os.path.join(self.prefix, d), exist_ok=True)
-        with open(shipped) as f:
-            site = template(f.read(), self.port, upstreams)
-        with open(os.path.join(self.prefix, "xlserve.conf"), "w") as f:
-            f.write(site)
-        p = self.prefix
         main = [
             # as root, the workers would otherwise switch to nobody (no access to tmp)
             "user root;" if os.geteuid() == 0 else "",
@@ -89,20 +83,33 @@ class Nginx:
         self.conf = os.path.join(p, "nginx.conf")
         with open(self.conf, "w") as f:
             f.write("\n".join(main) + "\n")
+        with open(shipped) as f:
+            text = f.read()
         cmd = [nginx_bin(), "-p", p + "/", "-c", self.conf, "-e", p + "/error.log"]
-        t = subprocess.run(cmd + ["-t"], capture_output=True, text=True)
-        assert t.returncode == 0, t.stderr
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
+        for attempt in range(3):  # another process may take the free port before nginx does
+            self.port = free_port()
+            with open(os.path.join(self.prefix, "xlserve.conf"), "w") as f:
+                f.write(template(text, self.port, upstreams))
+            t = subprocess.run(cmd + ["-t"], capture_output=True, text=True)
+            assert t.returncode == 0, t.stderr
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if self._wait_listening():
+                return
+            self.stop()
+            if "Address already in use" not in self.error_log():
+                break
+        raise AssertionError("nginx did not start:\n" + self.error_log())
+
+    def _wait_listening(self):
         deadline = time.monotonic() + 10
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
+                return True
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError("nginx did not start:\n" + self.error_log())
+                    return False
                 time.sleep(0.05)
 
     def error_log(self):

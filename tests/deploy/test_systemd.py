@@ -126,7 +126,7 @@ def fifo_model(tmp_path, model):
 def test_notify_ready_after_health_watchdog_stopping(tmp_path, start_daemon, tiny_model):
     ns = NotifySocket()
     model, feed, stop_feeding = fifo_model(tmp_path, tiny_model)
-    wd_usec = 400000
+    wd_usec = 1000000
     try:
         d = start_daemon(model, env={"NOTIFY_SOCKET": ns.address, "WATCHDOG_USEC": str(wd_usec)},
                          wait_ready=False)
@@ -146,11 +146,11 @@ def test_notify_ready_after_health_watchdog_stopping(tmp_path, start_daemon, tin
         assert re.search(r"(?m)^STATUS=serving held-model on 127\.0\.0\.1 port %d$" % d.port, msg)
         assert d.wait_log(lambda o: o.get("event") == "ready")
         # WATCHDOG=1 at half the interval, each well within WATCHDOG_USEC of the previous one
-        time.sleep(2.0)
+        time.sleep(3.0)
         pings = ns.states("WATCHDOG")
-        pings = [t for t in pings if t >= t_ready - 0.5]
+        pings = [t for t in pings if t >= t_ready - 1.0]
         gaps = [b - a for a, b in zip(pings, pings[1:])]
-        assert len(gaps) >= 6, pings
+        assert len(gaps) >= 5, pings
         assert max(gaps) < wd_usec / 1e6, gaps
         assert 0.5 * wd_usec / 2e6 < sum(gaps) / len(gaps) < 1.5 * wd_usec / 2e6, gaps
         assert len(ns.states("READY")) == 1
@@ -345,8 +345,7 @@ def test_every_syscall_and_socket_family_is_allowed_by_the_unit(tmp_path, monkey
     key.write_text("k1\n")
     try:
         d = start_daemon(tiny_model, "--workers", "2", "--api-key-file", str(key),
-                         "--max-tokens-limit", "10000000",
-                         "--log-file", str(tmp_path / "log"), *extra, port=X.free_port(),
+                         "--max-tokens-limit", "10000000", *extra,
                          env={"NOTIFY_SOCKET": ns.address, "WATCHDOG_USEC": "200000"})
         auth = {"Authorization": "Bearer k1", "X-Session-Id": "strace-1"}
         st, _, body = X.post_json(d.port, "/v1/chat/completions", {
@@ -383,6 +382,10 @@ def test_every_syscall_and_socket_family_is_allowed_by_the_unit(tmp_path, monkey
             if m:
                 fams.add(m.group(1))
     used.discard("execve")  # systemd always allows the exec of the service's own binary
+    if os.geteuid() == 0:
+        # SQLite gives a new journal/WAL file its database's owner only when it runs as root
+        # (robustFchown); under the unit the daemon never does (DynamicUser)
+        used.discard("fchown")
     assert {"epoll_wait", "sendto", "mmap"} <= used, sorted(used)
     assert used - allowed == set(), "system calls the unit's SystemCallFilter denies"
     assert fams and fams <= families, fams
