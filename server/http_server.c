@@ -20,6 +20,7 @@
 
 #include "app.h"
 #include "util.h"
+#include "web_ui.h"
 #include "xlog.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -451,7 +452,8 @@ typedef struct route {
 /* Maps the path (prefix stripped) to a route; rest gets the part after a prefix route. */
 static int match(const char *p, route *rt, const char **rest) {
   *rest = "";
-  if (!strcmp(p, "/health")) *rt = (route){ROUTE_HEALTH, "GET, HEAD", 0, 0};
+  if (!strcmp(p, "/")) *rt = (route){ROUTE_UI, "GET, HEAD", 0, 0}; /* the page; its API calls need the key */
+  else if (!strcmp(p, "/health")) *rt = (route){ROUTE_HEALTH, "GET, HEAD", 0, 0};
   else if (!strcmp(p, "/metrics")) *rt = (route){ROUTE_METRICS, "GET, HEAD", 0, 0};
   else if (!strcmp(p, "/v1/models")) *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
   else if (!strncmp(p, "/v1/models/", 11) && p[11]) {
@@ -553,10 +555,12 @@ static void early_checks(req *r) {
 static void dispatch(req *r) {
   app *a = r->a;
   const char *path = r->path + strlen(a->cfg->path_prefix);
+  if (!*path) path = "/"; /* "/prefix" alone is the page, as in early_checks */
   route rt;
   const char *rest;
   match(path, &rt, &rest);
   switch (rt.id) {
+    case ROUTE_UI: queue(r, 200, web_ui_response()); break;
     case ROUTE_HEALTH: api_health(r); break;
     case ROUTE_METRICS: api_metrics(r); break;
     case ROUTE_MODELS: api_models(r, rest); break;

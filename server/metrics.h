@@ -29,6 +29,7 @@ typedef enum {
   ROUTE_COMPLETIONS,
   ROUTE_CHAT,
   ROUTE_SESSIONS,
+  ROUTE_UI, /* the chat page at / */
   ROUTE_N
 } route_id;
 

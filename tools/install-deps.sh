@@ -25,6 +25,8 @@ TEST=(
   clang libclang-rt-14-dev
   # deployment tests: nginx in front, systemd-analyze verify, the unit's syscall filter
   nginx-light systemd curl strace
+  # the web page's browser tests (tests/web: headless, driven over the DevTools pipe)
+  chromium
 )
 print=0
 if [ "${1:-}" = --print ]; then print=1; shift; fi
