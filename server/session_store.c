@@ -239,6 +239,16 @@ static void fail_writes(store_op **ops, int n, const char *why) {
     }
 }
 
+/* A save followed in the same batch by another save of the same id, with no other op on that
+ * id in between, is superseded: only the newer state is written (async saves of a busy session
+ * pile up this way). */
+static int superseded(store_op **ops, int n, int i) {
+  if (ops[i]->kind != SOP_SAVE) return 0;
+  for (int j = i + 1; j < n; j++)
+    if (!strcmp(ops[j]->id, ops[i]->id)) return ops[j]->kind == SOP_SAVE;
+  return 0;
+}
+
 static void run_batch(session_store *st, store_op **ops, int n) {
   const store_backend_ops *B = st->b ? st->b->ops : NULL;
   int writes = 0;
@@ -257,6 +267,13 @@ static void run_batch(session_store *st, store_op **ops, int n) {
   }
   for (int i = 0; i < n; i++) {
     if (is_write(ops[i]) && !in_txn && B && writes) continue; /* the batch rolled back */
+    if (B && superseded(ops, n, i)) {
+      if (ops[i]->free_sess) { /* a session handed over: the newer save has its state */
+        session_free(ops[i]->sess);
+        ops[i]->sess = NULL;
+      }
+      continue;
+    }
     if (exec_op(st, ops[i]) && in_txn) {
       snprintf(why, sizeof why, "%.340s (the batch was rolled back)", ops[i]->err);
       B->rollback(st->conn);

@@ -12,9 +12,18 @@
  *   indexes on (owner, last_used) for listing and (last_used) for TTL expiry.
  * meta + state form the session envelope (session_codec.h), which is authoritative; the other
  * columns are for queries and operators (sqlite3 sessions.db 'select id, tokens from sessions').
+ *
+ * Pages of 64 KiB (a state is MiBs). Checkpoints (copying the WAL back into the database) do
+ * not run inside a turn's commit: SQLite's automatic checkpoint is off and a checkpoint thread
+ * with its own connection runs them (PASSIVE: the writer never waits for it) when the WAL
+ * passes CKPT_SOFT bytes (the writer's WAL hook wakes it) and every 2 s; a WAL past CKPT_HARD
+ * (a checkpointer that cannot keep up) is checkpointed by the writer itself.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,14 +37,25 @@
 
 #define SCHEMA_VERSION 1
 
+#define CKPT_SOFT ((int64_t)16 << 20)
+#define CKPT_HARD ((int64_t)512 << 20)
+
 typedef struct sqlite_cfg {
   char *path;
   int fsync;
   int lock_fd;
+  /* the checkpoint thread */
+  pthread_t ckpt;
+  int ckpt_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stop, kick;
 } sqlite_cfg;
 
 struct store_conn {
   sqlite3 *db;
+  sqlite_cfg *cfg;
+  int64_t page_size;
   sqlite3_stmt *get, *update, *insert, *del, *expire, *list, *count, *begin, *commit, *rollback;
 };
 
@@ -79,6 +99,51 @@ static void sq_disconnect(store_conn *c) {
   free(c);
 }
 
+/* After each commit (store thread): wakes the checkpoint thread, or checkpoints itself. */
+static int on_wal(void *arg, sqlite3 *db, const char *name, int frames) {
+  store_conn *c = arg;
+  int64_t bytes = (int64_t)frames * c->page_size;
+  if (bytes > CKPT_HARD) {
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  } else if (bytes > CKPT_SOFT) {
+    pthread_mutex_lock(&c->cfg->mu);
+    c->cfg->kick = 1;
+    pthread_cond_signal(&c->cfg->cv);
+    pthread_mutex_unlock(&c->cfg->mu);
+  }
+  return SQLITE_OK;
+}
+
+static void *ckpt_main(void *arg) {
+  sqlite_cfg *cfg = arg;
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(cfg->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+      SQLITE_OK) {
+    sqlite3_close(db);
+    return NULL;
+  }
+  sqlite3_busy_timeout(db, 1000);
+  sqlite3_exec(db, cfg->fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", NULL,
+               NULL, NULL);
+  pthread_mutex_lock(&cfg->mu);
+  while (!cfg->stop) {
+    if (!cfg->kick) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_sec += 2;
+      pthread_cond_timedwait(&cfg->cv, &cfg->mu, &ts);
+      if (cfg->stop) break;
+    }
+    cfg->kick = 0;
+    pthread_mutex_unlock(&cfg->mu);
+    sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    pthread_mutex_lock(&cfg->mu);
+  }
+  pthread_mutex_unlock(&cfg->mu);
+  sqlite3_close(db); /* the last connection: checkpoints everything and removes the WAL */
+  return NULL;
+}
+
 static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
   sqlite_cfg *cfg = cfgp;
   store_conn *c = xcalloc(1, sizeof *c);
@@ -91,10 +156,19 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
   }
   sqlite3_busy_timeout(c->db, 10000);
   if (exec(c->db, "PRAGMA journal_mode=WAL", err, cap) ||
-      exec(c->db, cfg->fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", err, cap)) {
+      exec(c->db, cfg->fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", err, cap) ||
+      exec(c->db, "PRAGMA wal_autocheckpoint=0", err, cap)) {
     sq_disconnect(c);
     return NULL;
   }
+  c->cfg = cfg;
+  c->page_size = 4096;
+  sqlite3_stmt *ps;
+  if (sqlite3_prepare_v2(c->db, "PRAGMA page_size", -1, &ps, NULL) == SQLITE_OK) {
+    if (sqlite3_step(ps) == SQLITE_ROW) c->page_size = sqlite3_column_int64(ps, 0);
+    sqlite3_finalize(ps);
+  }
+  sqlite3_wal_hook(c->db, on_wal, c);
   char sql[1024];
   struct {
     sqlite3_stmt **st;
@@ -301,6 +375,15 @@ static long sq_count(store_conn *c) {
 static void sq_destroy(void *cfgp) {
   sqlite_cfg *cfg = cfgp;
   if (!cfg) return;
+  if (cfg->ckpt_started) {
+    pthread_mutex_lock(&cfg->mu);
+    cfg->stop = 1;
+    pthread_cond_signal(&cfg->cv);
+    pthread_mutex_unlock(&cfg->mu);
+    pthread_join(cfg->ckpt, NULL);
+  }
+  pthread_mutex_destroy(&cfg->mu);
+  pthread_cond_destroy(&cfg->cv);
   if (cfg->lock_fd >= 0) close(cfg->lock_fd);
   free(cfg->path);
   free(cfg);
@@ -319,6 +402,8 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
   sqlite_cfg *cfg = xcalloc(1, sizeof *cfg);
   cfg->fsync = fsync;
   cfg->lock_fd = -1;
+  pthread_mutex_init(&cfg->mu, NULL);
+  pthread_cond_init(&cfg->cv, NULL);
   buf p;
   buf_init(&p);
   buf_printf(&p, "%s/xlserve.lock", dir);
@@ -362,7 +447,9 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
     rc = -1;
   } else {
     char e2[512];
-    rc = exec(db, "PRAGMA journal_mode=WAL", e2, sizeof e2) ||
+    /* big pages for big blobs (a state is MiBs): fewer pages per row. Only a new file takes it. */
+    rc = exec(db, "PRAGMA page_size=65536", e2, sizeof e2) ||
+         exec(db, "PRAGMA journal_mode=WAL", e2, sizeof e2) ||
          exec(db,
               "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY NOT NULL, owner BLOB "
               "NOT NULL, fingerprint INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT "
@@ -380,6 +467,17 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
     sq_destroy(cfg);
     return NULL;
   }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int prc = pthread_create(&cfg->ckpt, NULL, ckpt_main, cfg);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (prc) {
+    snprintf(err, cap, "cannot create the checkpoint thread: %s", strerror(prc));
+    sq_destroy(cfg);
+    return NULL;
+  }
+  cfg->ckpt_started = 1;
   store_backend *b = xcalloc(1, sizeof *b);
   b->ops = &SQLITE_OPS;
   b->cfg = cfg;

@@ -1,0 +1,190 @@
+"""measure_store.py: numbers for the closing note of issue 6 (the session store; not a test, run
+by hand).
+
+  /usr/bin/python3 tests/integration/measure_store.py model DIR --preset medium|bench
+      writes a random byte model: medium (4 layers, d 128, mem_len 128: 0.5 MiB state) or bench
+      (6 layers, d 256, 8x32 heads, mem_len 256: 3 MiB state, the README's bench model).
+  /usr/bin/python3 tests/integration/measure_store.py turn MODEL [--turns N]
+      turn latency by durability: off (no store), turn (fsync), turn with --no-store-fsync,
+      async. All daemons run at once and get the same turns in rotation (the machine is
+      shared: rotation spreads the noise evenly). Client-side latency of a non-streamed turn
+      (16-byte prompt, 16 tokens), median and p90, and the store's commit time (server side).
+  /usr/bin/python3 tests/integration/measure_store.py restore MODEL [--sessions N]
+      restore latency: N sessions with full memories under a 1 MiB budget (every next turn
+      brings its session back from the store) against a daemon that keeps them all in RAM;
+      client-side turn latency (1-byte prompt, 1 token) and the server's restore histogram.
+  /usr/bin/python3 tests/integration/measure_store.py ram MODEL [--sessions N]
+      RAM per session: VmRSS growth of a daemon holding N sessions with full memories, per
+      session, against the state size (xlserve info / GET /v1/models).
+Env: XLSERVE_BIN (default build/xlserve), PYTHONPATH=tools.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xlharness as X  # noqa: E402
+
+PRESETS = {
+    "medium": dict(d_model=128, d_embed=128, n_head=4, d_head=32, d_inner=512, n_layer=4,
+                   mem_len=128),
+    "bench": dict(d_model=256, d_embed=256, n_head=8, d_head=32, d_inner=1024, n_layer=6,
+                  mem_len=256),
+}
+
+
+def metrics(port):
+    b = X.request(port, "GET", "/metrics")[2].decode()
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\S+) (\S+)$", b, re.M)}
+
+
+def turn(port, sid, prompt, n):
+    t0 = time.monotonic()
+    st, _, b = X.post_json(port, "/v1/completions",
+                           {"prompt": prompt, "max_tokens": n, "temperature": 0},
+                           headers={"X-Session-Id": sid} if sid else {})
+    dt = time.monotonic() - t0
+    assert st == 200, b
+    return dt
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def state_bytes(port):
+    st, _, b = X.request(port, "GET", "/v1/models")
+    return json.loads(b)["data"][0]["xlserve"]["state_bytes"]
+
+
+def cmd_model(a):
+    X.write_tiny_model(a.dir, **PRESETS[a.preset])
+    print("wrote", a.dir)
+
+
+def cmd_turn(a):
+    tmp = tempfile.mkdtemp(prefix="xlstore-")
+    modes = [("off", []),
+             ("turn", ["--state-dir", tmp + "/t"]),
+             ("turn, no fsync", ["--state-dir", tmp + "/n", "--no-store-fsync"]),
+             ("async", ["--state-dir", tmp + "/a", "--durability", "async"])]
+    ds = [(name, X.Daemon(a.model, args + ["--access-log", "false"])) for name, args in modes]
+    try:
+        sb = state_bytes(ds[0][1].port)
+        lat = {name: [] for name, _ in ds}
+        for name, d in ds:  # warm up, and fill the memory: saves of full states
+            turn(d.port, "m", "x" * 400, 1)
+        for i in range(a.turns):
+            for name, d in (ds if i % 2 == 0 else ds[::-1]):
+                lat[name].append(turn(d.port, "m", "%16d" % i, 16))
+        base = statistics.median(lat["off"])
+        print("state %d bytes (%.2f MiB); %d turns per mode (16-byte prompt, 16 tokens, "
+              "non-streamed)" % (sb, sb / 2**20, a.turns))
+        for name, d in ds:
+            m = metrics(d.port)
+            med = statistics.median(lat[name])
+            line = "  %-15s median %6.2f ms  p90 %6.2f ms  (%+6.2f ms vs off)" % (
+                name, med * 1e3, pct(lat[name], 0.9) * 1e3, (med - base) * 1e3)
+            n = m.get("xlserve_store_write_seconds_count", 0)
+            if n:
+                line += "; commit mean %.2f ms over %d writes" % (
+                    1e3 * m["xlserve_store_write_seconds_sum"] / n, n)
+            print(line, flush=True)
+    finally:
+        for _, d in ds:
+            d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cmd_restore(a):
+    tmp = tempfile.mkdtemp(prefix="xlstore-")
+    store = X.Daemon(a.model, ["--state-dir", tmp, "--session-ram-mb", "1", "--access-log",
+                               "false"])
+    ram = X.Daemon(a.model, ["--access-log", "false"])
+    try:
+        sb = state_bytes(ram.port)
+        for d in (store, ram):
+            for i in range(a.sessions):
+                turn(d.port, "r%d" % i, "y" * 600, 1)  # memory full
+        m0 = metrics(store.port)
+        lat = {"store": [], "ram": []}
+        for i in range(a.sessions):
+            for name, d in ((("store", store), ("ram", ram)) if i % 2 else
+                            (("ram", ram), ("store", store))):
+                lat[name].append(turn(d.port, "r%d" % i, "z", 1))
+        m = metrics(store.port)
+        n = m["xlserve_session_restore_seconds_count"] - m0["xlserve_session_restore_seconds_count"]
+        s = m["xlserve_session_restore_seconds_sum"] - m0["xlserve_session_restore_seconds_sum"]
+        rn = m["xlserve_store_read_seconds_count"] - m0["xlserve_store_read_seconds_count"]
+        rs = m["xlserve_store_read_seconds_sum"] - m0["xlserve_store_read_seconds_sum"]
+        print("state %d bytes (%.2f MiB); %d sessions, each turn (1-byte prompt, 1 token) after "
+              "the others pushed it out of RAM" % (sb, sb / 2**20, a.sessions))
+        for name in ("ram", "store"):
+            print("  %-6s turn median %6.2f ms  p90 %6.2f ms" % (
+                name, 1e3 * statistics.median(lat[name]), 1e3 * pct(lat[name], 0.9)))
+        print("  restores %d: mean %.2f ms as the request saw it (queue + read + decode), "
+              "store read+decode mean %.2f ms" % (n, 1e3 * s / max(n, 1), 1e3 * rs / max(rn, 1)))
+        print("  turn latency added by a restore (median): %.2f ms" % (
+            1e3 * (statistics.median(lat["store"]) - statistics.median(lat["ram"]))), flush=True)
+    finally:
+        store.stop()
+        ram.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+
+
+def cmd_ram(a):
+    d = X.Daemon(a.model, ["--access-log", "false", "--session-ram-mb", "100000"])
+    try:
+        sb = state_bytes(d.port)
+        turn(d.port, None, "w" * 600, 1)  # workspaces
+        time.sleep(0.2)
+        r0 = rss_kb(d.proc.pid)
+        for i in range(a.sessions):
+            turn(d.port, "q%d" % i, "v" * 600, 1)  # memory full: every page of the state used
+        time.sleep(0.2)
+        r1 = rss_kb(d.proc.pid)
+        m = metrics(d.port)
+        per = (r1 - r0) * 1024 / a.sessions
+        acc = m["xlserve_session_ram_bytes"] / m["xlserve_sessions_in_ram"]
+        print("state %d bytes; %d sessions with full memories: RSS +%.1f MiB, %.0f bytes per "
+              "session = %.3f x the state size; the table accounts %.0f bytes per session "
+              "(%.4f x)" % (sb, a.sessions, (r1 - r0) / 1024, per, per / sb, acc, acc / sb))
+    finally:
+        d.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("model")
+    s.add_argument("dir")
+    s.add_argument("--preset", choices=sorted(PRESETS), default="medium")
+    s = sub.add_parser("turn")
+    s.add_argument("model")
+    s.add_argument("--turns", type=int, default=200)
+    s = sub.add_parser("restore")
+    s.add_argument("model")
+    s.add_argument("--sessions", type=int, default=100)
+    s = sub.add_parser("ram")
+    s.add_argument("model")
+    s.add_argument("--sessions", type=int, default=200)
+    a = ap.parse_args()
+    {"model": cmd_model, "turn": cmd_turn, "restore": cmd_restore, "ram": cmd_ram}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
