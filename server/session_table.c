@@ -409,26 +409,19 @@ static void on_saved(store_op *op) {
 
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, st_done_fn fn,
                 void *ctx) {
-  if (!t->persist || (!core && !s->unsaved)) {
+  /* No snapshot: the job fed nothing (a reset whose job never ran, max_tokens 0 with nothing
+   * to feed) or the snapshot failed. A state is never copied on the loop thread: the session
+   * stays unsaved and reaches the store when it leaves RAM, at exit, or with its next turn. */
+  if (!t->persist || !core) {
     free(core);
     return 0;
   }
   store_op *op = store_op_new(SOP_SAVE, on_saved, NULL);
   snprintf(op->id, sizeof op->id, "%s", s->id);
   memcpy(op->owner, s->owner, 32);
-  if (!core) { /* changed without a worker's snapshot (rare): encode here */
-    char err[256];
-    if (sess_encode(s, t->model, &op->meta, &op->row.meta_len, &op->state, &op->row.state_len,
-                    err, sizeof err)) {
-      xlog_msg("error", "store_error", "encoding session %s: %s", s->id, err);
-      store_op_free(op);
-      return 0; /* stays unsaved */
-    }
-  } else {
-    op->state = core;
-    op->row.state_len = core_len;
-    op->meta = sess_meta_encode(s, t->fingerprint, core, core_len, &op->row.meta_len);
-  }
+  op->state = core;
+  op->row.state_len = core_len;
+  op->meta = sess_meta_encode(s, t->fingerprint, core, core_len, &op->row.meta_len);
   store_row_fill(&op->row, s, s->id, s->owner, t->fingerprint);
   op->row.meta = op->meta;
   op->row.state = op->state;

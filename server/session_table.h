@@ -79,8 +79,9 @@ void st_acquire(session_table *t, session *s);  /* busy = 1 */
 void st_release(session_table *t, session *s);  /* busy = 0, touch, enforce the budget */
 
 /* The end of a turn on s (idle again, after st_release): core is the state blob the worker
- * serialised (taken; NULL when the state did not change). Returns 1 when fn will be called
- * with the commit's outcome (durability turn), 0 when there is nothing to wait for. */
+ * serialised (taken; NULL when the job fed nothing: then s, if it changed, stays unsaved and
+ * reaches the store when it leaves RAM). Returns 1 when fn will be called with the commit's
+ * outcome (durability turn), 0 when there is nothing to wait for. */
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, st_done_fn fn,
                 void *ctx);
 /* Saves s (idle; held busy meanwhile) now. 1: fn will be called; 0: no store. */
