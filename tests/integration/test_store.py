@@ -414,9 +414,16 @@ def test_async_durability_commits_within_its_delay(start_daemon, tiny_model, tmp
     finally:
         d.proc.kill()
         d.proc.wait()
-    d = start_daemon(tiny_model, *store_args(sd, "--durability", "async"))
+    d = start_daemon(tiny_model, *store_args(sd, "--durability", "async",
+                                             "--async-commit-ms", "60000"))
     st, s = get_session(d.port, "as")
     assert st == 200 and s["tokens"] == b["xlserve"]["session_tokens"]
+    # SIGTERM: saves still waiting for their commit are committed before the exit
+    b = ok(d.port, "as", " and more", 10)
+    assert rows(sd)["as"][0] < b["xlserve"]["session_tokens"]  # waiting (60 s)
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit(30) == 0
+    assert rows(sd)["as"][0] == b["xlserve"]["session_tokens"]
 
 
 def test_ttl_deletes_from_ram_and_store(start_daemon, tiny_model, tmp_path):

@@ -447,6 +447,152 @@ static void test_async_saves_wait_bounded(void) {
   end_store(st, b, t);
 }
 
+/* ---- a second backend: rows in memory (the seam takes another backend as it is) ---- */
+
+typedef struct mem_row {
+  store_row r;
+  uint8_t *meta, *state;
+  int used;
+} mem_row;
+
+static mem_row MEM[64];
+static int MEM_FAIL_PUT;
+struct store_conn {
+  int dummy;
+};
+static store_conn MEM_CONN;
+
+static store_conn *mem_connect(void *cfg, char *err, size_t cap) {
+  (void)cfg, (void)err, (void)cap;
+  return &MEM_CONN;
+}
+static void mem_disconnect(store_conn *c) { (void)c; }
+static int mem_ok(store_conn *c, char *err, size_t cap) {
+  (void)c, (void)err, (void)cap;
+  return 0;
+}
+static void mem_void(store_conn *c) { (void)c; }
+static mem_row *mem_find(const char *id) {
+  for (int i = 0; i < 64; i++)
+    if (MEM[i].used && !strcmp(MEM[i].r.id, id)) return &MEM[i];
+  return NULL;
+}
+static int mem_get(store_conn *c, const char *id, store_row *row, char *err, size_t cap) {
+  (void)c, (void)err, (void)cap;
+  mem_row *m = mem_find(id);
+  if (!m) return 1;
+  *row = m->r;
+  return 0;
+}
+static int mem_put(store_conn *c, const store_row *row, int *created, char *err, size_t cap) {
+  (void)c;
+  if (MEM_FAIL_PUT) {
+    snprintf(err, cap, "injected failure");
+    return -1;
+  }
+  mem_row *m = mem_find(row->id);
+  *created = !m;
+  for (int i = 0; !m && i < 64; i++)
+    if (!MEM[i].used) m = &MEM[i];
+  free(m->meta);
+  free(m->state);
+  m->used = 1;
+  m->r = *row;
+  m->meta = malloc(row->meta_len);
+  memcpy(m->meta, row->meta, row->meta_len);
+  m->state = malloc(row->state_len);
+  memcpy(m->state, row->state, row->state_len);
+  m->r.meta = m->meta;
+  m->r.state = m->state;
+  return 0;
+}
+static int mem_del(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap) {
+  (void)c, (void)err, (void)cap;
+  mem_row *m = mem_find(id);
+  if (!m || memcmp(m->r.owner, owner, 32)) return 1;
+  free(m->meta);
+  free(m->state);
+  memset(m, 0, sizeof *m);
+  return 0;
+}
+static int mem_expire(store_conn *c, double before, int max, store_key *out, char *err,
+                      size_t cap) {
+  (void)c, (void)before, (void)max, (void)out, (void)err, (void)cap;
+  return 0;
+}
+static int mem_list(store_conn *c, const uint8_t owner[32], int max, store_row *out, char *err,
+                    size_t cap) {
+  (void)c, (void)owner, (void)max, (void)out, (void)err, (void)cap;
+  return 0;
+}
+static long mem_count(store_conn *c) {
+  (void)c;
+  long n = 0;
+  for (int i = 0; i < 64; i++) n += MEM[i].used;
+  return n;
+}
+static void mem_destroy(void *cfg) {
+  (void)cfg;
+  for (int i = 0; i < 64; i++) {
+    free(MEM[i].meta);
+    free(MEM[i].state);
+  }
+  memset(MEM, 0, sizeof MEM);
+}
+static const store_backend_ops MEM_OPS = {"memory", mem_connect, mem_disconnect, mem_ok, mem_ok,
+                                          mem_void, mem_get,     mem_void,       mem_put, mem_del,
+                                          mem_expire, mem_list,  mem_count,      mem_destroy};
+
+/* A failed turn commit is reported and the session stays unsaved: when it leaves RAM it is
+ * handed to the store, and comes back equal. */
+static void test_second_backend_and_failed_saves(void) {
+  store_backend *b = calloc(1, sizeof *b);
+  b->ops = &MEM_OPS;
+  store_opts o = {1000, 64};
+  session_store *st = store_new(b, &o, notify, NULL);
+  char err[256];
+  CHECK(store_start(st, M, err, sizeof err) == 0);
+  session *probe = busy_session(0);
+  session_table *t = st_new(M, session_ram(probe) * 3 / 2, 0, 100, st, DUR_TURN);
+  session_free(probe);
+  uint8_t owner[32];
+  memset(owner, 5, 32);
+  xl_error xe;
+  session *s = st_create(t, "f1", owner, &xe);
+  st_acquire(t, s);
+  feed(s, 30, 1, NULL);
+  st_release(t, s);
+  xl_state *ref;
+  CHECK(xl_state_clone(s->state, &ref, &xe) == XL_OK);
+  uint64_t dig = s->digest;
+  uint8_t *core;
+  size_t cl;
+  CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
+  cb_state saved = {0};
+  MEM_FAIL_PUT = 1;
+  CHECK(st_turn_end(t, s, core, cl, on_done, &saved) == 1);
+  while (!saved.calls) pump(st);
+  CHECK(saved.status == -1 && s->unsaved == 1 && store_count(st) == 0);
+  MEM_FAIL_PUT = 0;
+  session *s2 = st_create(t, "f2", owner, &xe); /* pushes f1 out: handed over, not lost */
+  feed(s2, 5, 2, NULL);
+  st_release(t, s2);
+  CHECK(st_lookup(t, "f1", owner, &s) == ST_MISSING);
+  for (int i = 0; i < 100 && store_count(st) == 0; i++) pump(st);
+  CHECK(store_count(st) == 1);
+  cb_state f = {0};
+  CHECK(st_find(t, "f1", owner, &s, on_found, &f) == ST_PENDING);
+  while (!f.calls) pump(st);
+  CHECK(f.found == ST_FOUND && st_lookup(t, "f1", owner, &s) == ST_FOUND);
+  session tmp;
+  memset(&tmp, 0, sizeof tmp);
+  tmp.state = ref;
+  tmp.digest = dig;
+  CHECK(s->digest == dig && continues_identically(s, &tmp));
+  xl_state_free(ref);
+  end_store(st, b, t);
+}
+
 int main(void) {
   metrics_init();
   const char *dir = tl_tmpdir("server_store");
@@ -468,6 +614,7 @@ int main(void) {
   RUN(test_sqlite_backend);
   RUN(test_table_evicts_saves_and_restores);
   RUN(test_async_saves_wait_bounded);
+  RUN(test_second_backend_and_failed_saves);
   xl_workspace_free(WS);
   xl_model_free(M);
   xl_model_free(M2);
