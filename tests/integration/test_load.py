@@ -222,3 +222,20 @@ def test_many_streams_random_disconnects_two_workers(start_daemon, tiny_model):
     # a client's last turn may have been dropped: its generation stops within a decode step
     wait_until(lambda: metric(d, "xlserve_running") == 0, what="every generation to end")
     assert metric(d, "xlserve_generations_cancelled_total") >= 1
+
+
+def test_load_bench_runs(tiny_model):
+    """bench/load.py (the issue-5 load benchmark) runs end to end on a tiny model: one table,
+    no errors, exit 0 (a smoke test: the numbers are measured by hand)."""
+    import subprocess
+    import sys
+    root = os.environ.get("XL_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+    p = subprocess.run([sys.executable, os.path.join(root, "bench", "load.py"), "--model",
+                        tiny_model, "--xlserve", X.xlserve_bin(), "--streams", "1,3", "--turns",
+                        "2", "--max-tokens", "8", "--seconds", "1.5", "--warmup", "0.5",
+                        "--long-frac", "0.3", "--long-bytes", "300", "--", "--workers", "2"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [l.split() for l in p.stdout.splitlines() if l.split()[:1] in (["1"], ["3"])]
+    assert [r[0] for r in rows] == ["1", "3"], p.stdout
+    assert all(float(r[1]) > 0 and r[7] == "0" for r in rows), p.stdout
