@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import struct
@@ -271,6 +272,52 @@ def test_ram_budget_evicts_to_the_store_and_restores(start_daemon, tmp_path):
     assert vals["xlserve_sessions_in_store"] == n and vals["xlserve_sessions_in_ram"] <= 6
     assert vals["xlserve_store_read_seconds_count"] >= n - 6
     assert vals["xlserve_store_write_seconds_count"] >= 2 * n
+
+
+def test_budget_under_concurrency(start_daemon, tiny_model, tmp_path):
+    """40 sessions under a 1 MiB budget (about 30 fit), 6 clients taking turns on random
+    sessions while others read them: evictions, restores and shared loads interleave; every
+    session ends holding exactly its client-side transcript."""
+    d = start_daemon(tiny_model, *store_args(tmp_path / "state", "--session-ram-mb", "1",
+                                             "--access-log", "false"))
+    n = 40
+    t = {"b%d" % i: [] for i in range(n)}
+    locks = {sid: threading.Lock() for sid in t}
+    errors = []
+
+    def client(seed):
+        r = random.Random(seed)
+        try:
+            for _ in range(40):
+                sid = "b%d" % r.randrange(n)
+                if r.random() < 0.3:  # a reader: restores too, may share a load with a turn
+                    st, s = get_session(d.port, sid)
+                    assert st in (200, 404), s
+                    continue
+                with locks[sid]:
+                    p = list(("%s:%d " % (sid, r.randrange(1000))).encode())
+                    b = ok(d.port, sid, p, r.randint(1, 6))
+                    t[sid] += p + gen(b)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    ths = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join(120)
+    assert not errors, errors[0]
+    for sid, tr in t.items():
+        st, s = get_session(d.port, sid)
+        if not tr:
+            assert st == 404
+            continue
+        assert st == 200 and s["tokens"] == len(tr) and s["transcript_digest"] == digest(tr[:-1])
+    for sid in list(t)[:5]:
+        if t[sid]:
+            continues_like_replay(d.port, sid, t[sid])
+    m = X.request(d.port, "GET", "/metrics")[2].decode()
+    assert float(re.search(r"^xlserve_sessions_restored_total (\S+)$", m, re.M).group(1)) > 0
 
 
 def test_corrupted_rows_are_refused_and_kept(start_daemon, tiny_model, tmp_path):
