@@ -12,12 +12,13 @@
  *  40  u64      positions fed since reset
  *  48  u64      payload bytes = n_layer * 2 * len * H*Dh * 4
  *  56  u32      ring head (slot of the oldest position)    60 u32 reserved (0)
- *  64  payload: per layer, keys then values of the held positions, oldest first, f32 rows
+ *  64  payload: per layer, the keys as [H*Dh][len] (component-major, positions oldest first,
+ *      the engine's own layout, so both directions are runs of memcpy), then the values as
+ *      [len][H*Dh] rows, oldest first; f32
  * Restoring puts every position back in its ring slot, so a restored state continues bit for
  * bit like the original (same attention span splits, same summation order).
  *  end u64      checksum: xl_hash64 of every byte before it
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,14 +63,21 @@ xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, 
   put64(b + 48, payload);
   put32(b + 56, (uint32_t)s->head);
   uint8_t *p = b + BLOB_HEADER;
+  /* the ring's positions as at most two runs of slots, oldest first */
+  int run1 = s->len, M = s->mem_len;
+  if (s->head + run1 > M) run1 = M - s->head;
+  int run2 = s->len - run1;
   for (int l = 0; l < L; l++) {
     const float *K = xl_state_keys(s, l), *V = xl_state_values(s, l);
-    for (int i = 0; i < s->len; i++, p += row) { /* keys as rows, gathered from [hd][mem_len] */
-      size_t slot = (size_t)((s->head + i) % s->mem_len);
-      for (int c = 0; c < hd; c++) memcpy(p + 4 * (size_t)c, K + (size_t)c * s->mem_len + slot, 4);
+    for (int c = 0; c < hd; c++) { /* key component c of every position */
+      const float *kc = K + (size_t)c * M;
+      memcpy(p, kc + s->head, (size_t)run1 * 4);
+      memcpy(p + (size_t)run1 * 4, kc, (size_t)run2 * 4);
+      p += (size_t)s->len * 4;
     }
-    for (int i = 0; i < s->len; i++, p += row)
-      memcpy(p, V + (size_t)((s->head + i) % s->mem_len) * hd, row);
+    memcpy(p, V + (size_t)s->head * hd, (size_t)run1 * row);
+    memcpy(p + (size_t)run1 * row, V, (size_t)run2 * row);
+    p += (size_t)s->len * row;
   }
   put64(p, xl_hash64(b, BLOB_HEADER + payload, BLOB_SEED));
   *blob = b;
@@ -105,11 +113,13 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
       payload != (uint64_t)L * 2 * len * hd * sizeof(float))
     return xl_fail(err, XL_STATE, "state blob: inconsistent length %u / head %u", len, head);
   const uint8_t *p = b + BLOB_HEADER;
+  uint32_t any_inf_nan = 0; /* exponent bits all ones <=> inf or nan; branch-free, vectorises */
   for (uint64_t i = 0; i < payload / 4; i++) {
-    float f;
-    memcpy(&f, p + 4 * i, 4);
-    if (!isfinite(f)) return xl_fail(err, XL_STATE, "state blob: non-finite value");
+    uint32_t u;
+    memcpy(&u, p + 4 * i, 4);
+    any_inf_nan |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
   }
+  if (any_inf_nan) return xl_fail(err, XL_STATE, "state blob: non-finite value");
   xl_code rc = xl_state_new(m, out, err);
   if (rc) return rc;
   xl_state *s = *out;
@@ -117,13 +127,20 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   s->head = (int)head;
   s->fed = get64(b + 40);
   size_t row = (size_t)hd * sizeof(float);
+  uint32_t run1 = len, run2;
+  if (head + run1 > M) run1 = M - head;
+  run2 = len - run1;
   for (uint32_t l = 0; l < L; l++) {
     float *K = xl_state_keys(s, (int)l), *V = xl_state_values(s, (int)l);
-    for (uint32_t i = 0; i < len; i++, p += row) {
-      size_t slot = (head + i) % M;
-      for (uint32_t c = 0; c < hd; c++) memcpy(K + (size_t)c * M + slot, p + 4 * (size_t)c, 4);
+    for (uint32_t c = 0; c < hd; c++) { /* back into the same ring slots */
+      float *kc = K + (size_t)c * M;
+      memcpy(kc + head, p, (size_t)run1 * 4);
+      memcpy(kc, p + (size_t)run1 * 4, (size_t)run2 * 4);
+      p += (size_t)len * 4;
     }
-    for (uint32_t i = 0; i < len; i++, p += row) memcpy(V + (size_t)((head + i) % M) * hd, p, row);
+    memcpy(V + (size_t)head * hd, p, (size_t)run1 * row);
+    memcpy(V, p + (size_t)run1 * row, (size_t)run2 * row);
+    p += (size_t)len * row;
   }
   return XL_OK;
 }
