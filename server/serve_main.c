@@ -145,8 +145,12 @@ static void model_loaded(uv_work_t *w, int status) {
   app *a = w->data;
   if (status || a->load_rc) {
     a->load_rc = -1;
-    xlog_msg("fatal", "model_load_failed", "option model: %s: %s", a->cfg->model,
-             status ? uv_strerror(status) : a->load_err.message);
+    /* the core's message already names the file (the model directory or a file in it) */
+    if (status)
+      xlog_msg("fatal", "model_load_failed", "option model: %s: %s", a->cfg->model,
+               uv_strerror(status));
+    else
+      xlog_msg("fatal", "model_load_failed", "option model: %s", a->load_err.message);
     sdn_notifyf("STATUS=model load failed: %s", status ? uv_strerror(status) : a->load_err.message);
     a->exit_code = 1;
     a->phase = APP_DRAINING;
