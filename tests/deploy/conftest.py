@@ -10,6 +10,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import xlharness  # noqa: E402
+from xlfixtures import medium_model, start_daemon, tiny_model  # noqa: E402,F401
 from deployharness import build_cache, cmake_install  # noqa: E402
 
 
@@ -21,31 +22,3 @@ def installed(tmp_path_factory):
     return str(dest), build_cache("CMAKE_INSTALL_PREFIX")
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    """2 layers, d_model 32: fast, for functional tests."""
-    return xlharness.write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture(scope="session")
-def medium_model(tmp_path_factory):
-    """4 layers, d_model 128: a few thousand tokens/s, so a stream takes visible time."""
-    return xlharness.write_tiny_model(tmp_path_factory.mktemp("models") / "medium", d_model=128,
-                                      d_embed=128, n_head=4, d_head=32, d_inner=512, n_layer=4,
-                                      mem_len=128)
-
-
-@pytest.fixture
-def start_daemon():
-    """Starts daemons with given options; stops them (expecting exit 0: no leak under LSan)."""
-    started = []
-
-    def start(model, *args, **kw):
-        d = xlharness.Daemon(model, list(args), **kw)
-        started.append(d)
-        return d
-
-    yield start
-    codes = [(d.stop(), d) for d in started]
-    for code, d in codes:
-        assert code == 0, d.tail()

@@ -7,20 +7,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xlharness  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    """2 layers, d_model 32, mem_len 64: about 40k tokens/s, for functional tests."""
-    return xlharness.write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture(scope="session")
-def medium_model(tmp_path_factory):
-    """4 layers, d_model 128, mem_len 128: a few thousand tokens/s, for timing tests."""
-    return xlharness.write_tiny_model(tmp_path_factory.mktemp("models") / "medium", d_model=128,
-                                      d_embed=128, n_head=4, d_head=32, d_inner=512, n_layer=4,
-                                      mem_len=128)
+from xlfixtures import medium_model, start_daemon, tiny_model  # noqa: E402,F401
 
 
 @pytest.fixture(scope="module")
@@ -29,19 +16,3 @@ def daemon(tiny_model):
     d = xlharness.Daemon(tiny_model, ["--max-tokens-limit", "1000000"])
     yield d
     assert d.stop() == 0, d.tail()
-
-
-@pytest.fixture
-def start_daemon():
-    """Starts daemons with given options; stops them (expecting exit 0) at the end."""
-    started = []
-
-    def start(model, *args, **kw):
-        d = xlharness.Daemon(model, list(args), **kw)
-        started.append(d)
-        return d
-
-    yield start
-    codes = [(d.stop(), d) for d in started]
-    for code, d in codes:  # 0 also means: no leak (LeakSanitizer exits non-zero)
-        assert code == 0, d.tail()

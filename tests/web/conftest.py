@@ -13,29 +13,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import cdp  # noqa: E402
 import xlharness  # noqa: E402
+from xlfixtures import start_daemon, tiny_model  # noqa: E402,F401
 
 ROOT = os.environ.get("XL_SOURCE_DIR", os.path.join(HERE, "..", ".."))
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    return xlharness.write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture
-def start_daemon():
-    """Starts daemons with given options; stops them (expecting exit 0: no leak under LSan)."""
-    started = []
-
-    def start(model, *args, **kw):
-        d = xlharness.Daemon(model, list(args), **kw)
-        started.append(d)
-        return d
-
-    yield start
-    codes = [(d.stop(), d) for d in started]
-    for code, d in codes:
-        assert code == 0, d.tail()
 
 
 @pytest.fixture(scope="module")
