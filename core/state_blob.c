@@ -23,24 +23,13 @@
 #include <string.h>
 
 #include "internal.h"
+#include "xl_le.h"
 
 #define BLOB_MAGIC "XLSTATE"
 #define BLOB_VERSION 1u
 #define BLOB_HEADER 64u
 #define BLOB_SEED 0x626c6f6273756d31ULL
 
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
 
 xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, xl_error *err) {
   const xl_model *m = s->model;
@@ -52,16 +41,16 @@ xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, 
   if (!b) return xl_fail(err, XL_NOMEM, "out of memory serialising a state (%zu bytes)", total);
   memset(b, 0, BLOB_HEADER);
   memcpy(b, BLOB_MAGIC, 8);
-  put32(b + 8, BLOB_VERSION);
-  put32(b + 12, BLOB_HEADER);
-  put64(b + 16, m->fingerprint);
-  put32(b + 24, (uint32_t)L);
-  put32(b + 28, (uint32_t)s->mem_len);
-  put32(b + 32, (uint32_t)hd);
-  put32(b + 36, (uint32_t)s->len);
-  put64(b + 40, s->fed);
-  put64(b + 48, payload);
-  put32(b + 56, (uint32_t)s->head);
+  xl_put_le32(b + 8, BLOB_VERSION);
+  xl_put_le32(b + 12, BLOB_HEADER);
+  xl_put_le64(b + 16, m->fingerprint);
+  xl_put_le32(b + 24, (uint32_t)L);
+  xl_put_le32(b + 28, (uint32_t)s->mem_len);
+  xl_put_le32(b + 32, (uint32_t)hd);
+  xl_put_le32(b + 36, (uint32_t)s->len);
+  xl_put_le64(b + 40, s->fed);
+  xl_put_le64(b + 48, payload);
+  xl_put_le32(b + 56, (uint32_t)s->head);
   uint8_t *p = b + BLOB_HEADER;
   /* the ring's positions as at most two runs of slots, oldest first */
   int run1 = s->len, M = s->mem_len;
@@ -79,7 +68,7 @@ xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, 
     memcpy(p + (size_t)run1 * row, V, (size_t)run2 * row);
     p += (size_t)s->len * row;
   }
-  put64(p, xl_hash64(b, BLOB_HEADER + payload, BLOB_SEED));
+  xl_put_le64(p, xl_hash64(b, BLOB_HEADER + payload, BLOB_SEED));
   *blob = b;
   *blob_len = total;
   return XL_OK;
@@ -90,25 +79,25 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   *out = NULL;
   if (!b || n < BLOB_HEADER + 8 || memcmp(b, BLOB_MAGIC, 8))
     return xl_fail(err, XL_STATE, "state blob: not an xlserve state (bad magic or too short)");
-  if (get32(b + 8) != BLOB_VERSION)
+  if (xl_get_le32(b + 8) != BLOB_VERSION)
     return xl_fail(err, XL_MISMATCH, "state blob: format version %u, this build reads %u",
-                   get32(b + 8), BLOB_VERSION);
-  if (get32(b + 12) != BLOB_HEADER)
+                   xl_get_le32(b + 8), BLOB_VERSION);
+  if (xl_get_le32(b + 12) != BLOB_HEADER)
     return xl_fail(err, XL_STATE, "state blob: bad header size");
-  uint64_t payload = get64(b + 48);
+  uint64_t payload = xl_get_le64(b + 48);
   if (payload != n - BLOB_HEADER - 8)
     return xl_fail(err, XL_STATE, "state blob: %zu bytes, header announces %llu of payload (truncated?)",
                    n, (unsigned long long)payload);
-  if (get64(b + n - 8) != xl_hash64(b, n - 8, BLOB_SEED))
+  if (xl_get_le64(b + n - 8) != xl_hash64(b, n - 8, BLOB_SEED))
     return xl_fail(err, XL_STATE, "state blob: checksum mismatch (corrupted)");
-  if (get64(b + 16) != m->fingerprint)
+  if (xl_get_le64(b + 16) != m->fingerprint)
     return xl_fail(err, XL_MISMATCH, "state blob: made by another model (fingerprint %016llx, "
-                   "this model %016llx)", (unsigned long long)get64(b + 16),
+                   "this model %016llx)", (unsigned long long)xl_get_le64(b + 16),
                    (unsigned long long)m->fingerprint);
-  uint32_t L = get32(b + 24), M = get32(b + 28), hd = get32(b + 32), len = get32(b + 36);
+  uint32_t L = xl_get_le32(b + 24), M = xl_get_le32(b + 28), hd = xl_get_le32(b + 32), len = xl_get_le32(b + 36);
   if (L != (uint32_t)m->cfg.n_layer || M != (uint32_t)m->cfg.mem_len || hd != (uint32_t)m->hd)
     return xl_fail(err, XL_MISMATCH, "state blob: shape %ux%ux%u does not match the model", L, M, hd);
-  uint32_t head = get32(b + 56);
+  uint32_t head = xl_get_le32(b + 56);
   if (len > M || (M > 0 && head >= M) || (M == 0 && head != 0) ||
       payload != (uint64_t)L * 2 * len * hd * sizeof(float))
     return xl_fail(err, XL_STATE, "state blob: inconsistent length %u / head %u", len, head);
@@ -125,7 +114,7 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   xl_state *s = *out;
   s->len = (int)len;
   s->head = (int)head;
-  s->fed = get64(b + 40);
+  s->fed = xl_get_le64(b + 40);
   size_t row = (size_t)hd * sizeof(float);
   uint32_t run1 = len, run2;
   if (head + run1 > M) run1 = M - head;

@@ -9,33 +9,18 @@
 #include <string.h>
 
 #include "buf.h"
+#include "xl_le.h"
 #include "util.h"
 
 static const char MAGIC[8] = {'X', 'L', 'S', 'E', 'S', 'S', 0, 0};
 
-static void put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 static void putf64(uint8_t *p, double d) {
   uint64_t v;
   memcpy(&v, &d, 8);
-  put64(p, v);
-}
-static uint32_t get32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
+  xl_put_le64(p, v);
 }
 static double getf64(const uint8_t *p) {
-  uint64_t v = get64(p);
+  uint64_t v = xl_get_le64(p);
   double d;
   memcpy(&d, &v, 8);
   return d;
@@ -46,29 +31,29 @@ uint8_t *sess_meta_encode(const session *s, uint64_t fingerprint, const uint8_t 
   size_t n = SESS_META_HEADER + 9 * (size_t)s->n_msgs + s->tail_len + 8;
   uint8_t *b = xcalloc(1, n);
   memcpy(b, MAGIC, 8);
-  put32(b + 8, SESS_ENVELOPE_VERSION);
-  put32(b + 12, SESS_META_HEADER);
-  put64(b + 16, fingerprint);
+  xl_put_le32(b + 8, SESS_ENVELOPE_VERSION);
+  xl_put_le32(b + 12, SESS_META_HEADER);
+  xl_put_le64(b + 16, fingerprint);
   putf64(b + 24, s->created);
   putf64(b + 32, s->last_used);
-  put64(b + 40, s->turns);
-  put64(b + 48, s->digest);
-  put64(b + 56, session_tokens(s));
-  put32(b + 64, (uint32_t)s->pending);
-  put32(b + 68, (uint32_t)s->chat);
-  for (int i = 0; i < 4; i++) put64(b + 72 + 8 * i, s->rng.s[i]);
-  put32(b + 104, (uint32_t)s->n_msgs);
-  put32(b + 108, (uint32_t)s->tail_len);
-  put64(b + 112, core_len);
-  put64(b + 120, core_len >= 8 ? get64(core + core_len - 8) : 0);
+  xl_put_le64(b + 40, s->turns);
+  xl_put_le64(b + 48, s->digest);
+  xl_put_le64(b + 56, session_tokens(s));
+  xl_put_le32(b + 64, (uint32_t)s->pending);
+  xl_put_le32(b + 68, (uint32_t)s->chat);
+  for (int i = 0; i < 4; i++) xl_put_le64(b + 72 + 8 * i, s->rng.s[i]);
+  xl_put_le32(b + 104, (uint32_t)s->n_msgs);
+  xl_put_le32(b + 108, (uint32_t)s->tail_len);
+  xl_put_le64(b + 112, core_len);
+  xl_put_le64(b + 120, core_len >= 8 ? xl_get_le64(core + core_len - 8) : 0);
   uint8_t *p = b + SESS_META_HEADER;
   for (int i = 0; i < s->n_msgs; i++, p += 9) {
     p[0] = s->msgs[i].role;
-    put64(p + 1, s->msgs[i].hash);
+    xl_put_le64(p + 1, s->msgs[i].hash);
   }
   if (s->tail_len) memcpy(p, s->tail, s->tail_len);
   p += s->tail_len;
-  put64(p, fnv1a64(FNV64_INIT, b, (size_t)(p - b)));
+  xl_put_le64(p, fnv1a64(FNV64_INIT, b, (size_t)(p - b)));
   *meta_len = n;
   return b;
 }
@@ -96,13 +81,13 @@ static codec_status check_header(const uint8_t *b, size_t n, size_t *total, char
                                  size_t cap) {
   if (n < SESS_META_HEADER + 8 || memcmp(b, MAGIC, 8))
     FAIL(CODEC_INVALID, "not an xlserve session envelope (bad magic or too short: %zu bytes)", n);
-  uint32_t v = get32(b + 8);
+  uint32_t v = xl_get_le32(b + 8);
   if (v != SESS_ENVELOPE_VERSION)
     FAIL(CODEC_MISMATCH, "session envelope version %u; this build reads version %u", v,
          SESS_ENVELOPE_VERSION);
-  if (get32(b + 12) != SESS_META_HEADER)
-    FAIL(CODEC_INVALID, "session envelope: bad header size %u", get32(b + 12));
-  uint64_t need = (uint64_t)SESS_META_HEADER + 9 * (uint64_t)get32(b + 104) + get32(b + 108) + 8;
+  if (xl_get_le32(b + 12) != SESS_META_HEADER)
+    FAIL(CODEC_INVALID, "session envelope: bad header size %u", xl_get_le32(b + 12));
+  uint64_t need = (uint64_t)SESS_META_HEADER + 9 * (uint64_t)xl_get_le32(b + 104) + xl_get_le32(b + 108) + 8;
   if (need > n)
     FAIL(CODEC_INVALID, "session envelope: truncated (%zu bytes, the record announces %llu)", n,
          (unsigned long long)need);
@@ -113,7 +98,7 @@ static codec_status check_header(const uint8_t *b, size_t n, size_t *total, char
 codec_status sess_split(const uint8_t *b, size_t n, size_t *meta_len, char *err, size_t cap) {
   codec_status st = check_header(b, n, meta_len, err, cap);
   if (st) return st;
-  uint64_t core = get64(b + 112);
+  uint64_t core = xl_get_le64(b + 112);
   if (core != n - *meta_len)
     FAIL(CODEC_INVALID,
          "session envelope: %zu bytes after the record, the record announces a state of %llu "
@@ -132,20 +117,20 @@ codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len
   if (total != meta_len)
     FAIL(CODEC_INVALID, "session envelope: record of %zu bytes, its header announces %zu",
          meta_len, total);
-  if (get64(meta + total - 8) != fnv1a64(FNV64_INIT, meta, total - 8))
+  if (xl_get_le64(meta + total - 8) != fnv1a64(FNV64_INIT, meta, total - 8))
     FAIL(CODEC_INVALID, "session envelope: checksum mismatch (corrupted)");
-  uint64_t fp = get64(meta + 16), mine = xl_model_fingerprint(m);
+  uint64_t fp = xl_get_le64(meta + 16), mine = xl_model_fingerprint(m);
   if (fp != mine)
     FAIL(CODEC_MISMATCH,
          "session made by another model (fingerprint %016llx; this server's model is %016llx)",
          (unsigned long long)fp, (unsigned long long)mine);
-  if (get64(meta + 112) != core_len)
+  if (xl_get_le64(meta + 112) != core_len)
     FAIL(CODEC_INVALID, "session state: %zu bytes, the record announces %llu (truncated?)",
-         core_len, (unsigned long long)get64(meta + 112));
-  if (core_len < 8 || get64(meta + 120) != get64(core + core_len - 8))
+         core_len, (unsigned long long)xl_get_le64(meta + 112));
+  if (core_len < 8 || xl_get_le64(meta + 120) != xl_get_le64(core + core_len - 8))
     FAIL(CODEC_INVALID, "session state: does not belong to this record (checksum differs)");
-  int32_t pending = (int32_t)get32(meta + 64);
-  uint32_t mode = get32(meta + 68), n_msgs = get32(meta + 104), tail_len = get32(meta + 108);
+  int32_t pending = (int32_t)xl_get_le32(meta + 64);
+  uint32_t mode = xl_get_le32(meta + 68), n_msgs = xl_get_le32(meta + 104), tail_len = xl_get_le32(meta + 108);
   int vocab = xl_model_config(m)->vocab_size;
   if (pending < -1 || pending >= vocab)
     FAIL(CODEC_INVALID, "session envelope: pending token %d out of range", pending);
@@ -163,7 +148,7 @@ codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len
     snprintf(err, cap, "session state: %s", xe.message);
     return rc == XL_MISMATCH ? CODEC_MISMATCH : CODEC_INVALID;
   }
-  uint64_t tokens = get64(meta + 56);
+  uint64_t tokens = xl_get_le64(meta + 56);
   if (tokens != xl_state_tokens_fed(state) + (pending >= 0 ? 1 : 0)) {
     xl_state_free(state);
     FAIL(CODEC_INVALID, "session envelope: %llu tokens recorded, the state holds %llu",
@@ -173,17 +158,17 @@ codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len
   s->state = state;
   s->created = getf64(meta + 24);
   s->last_used = getf64(meta + 32);
-  s->turns = get64(meta + 40);
-  s->digest = get64(meta + 48);
+  s->turns = xl_get_le64(meta + 40);
+  s->digest = xl_get_le64(meta + 48);
   s->pending = pending;
   s->chat = (chat_mode)mode;
-  for (int i = 0; i < 4; i++) s->rng.s[i] = get64(meta + 72 + 8 * i);
+  for (int i = 0; i < 4; i++) s->rng.s[i] = xl_get_le64(meta + 72 + 8 * i);
   if (n_msgs) {
     s->msgs = xmalloc(sizeof *s->msgs * n_msgs);
     s->n_msgs = s->cap_msgs = (int)n_msgs;
     for (uint32_t i = 0; i < n_msgs; i++, p += 9) {
       s->msgs[i].role = p[0];
-      s->msgs[i].hash = get64(p + 1);
+      s->msgs[i].hash = xl_get_le64(p + 1);
     }
   }
   session_set_tail(s, (const char *)p, tail_len);
