@@ -23,6 +23,8 @@ TEST=(
   python3 python3-numpy python3-torch python3-pytest
   # fuzzing (libFuzzer)
   clang libclang-rt-14-dev
+  # memcheck of the daemon (tests/integration/test_valgrind.py)
+  valgrind
   # deployment tests: nginx in front, systemd-analyze verify, the unit's syscall filter
   nginx-light systemd curl strace
   # the web page's browser tests (tests/web: headless, driven over the DevTools pipe)

@@ -66,13 +66,14 @@ class Daemon:
     collected from stderr."""
 
     def __init__(self, model, args=(), env=None, wait_ready=True, timeout=30, port=None,
-                 prefix=""):
-        """port: a fixed port (for daemons whose log does not go to stderr); default: any."""
+                 prefix="", wrapper=()):
+        """port: a fixed port (for daemons whose log does not go to stderr); default: any.
+        wrapper: a command prefix, e.g. a valgrind invocation."""
         self.lines = []
         self.cv = threading.Condition()
         e = dict(os.environ)
         e.update(env or {})
-        cmd = [xlserve_bin(), "serve", "--model", model, "--host", "127.0.0.1",
+        cmd = [*wrapper, xlserve_bin(), "serve", "--model", model, "--host", "127.0.0.1",
                "--port", str(port or 0), *args]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=e)
