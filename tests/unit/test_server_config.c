@@ -30,7 +30,7 @@ static void test_defaults(void) {
   char err[512] = "";
   char *argv[] = {"serve"};
   CHECK(load(&c, 1, argv, err, sizeof err) == CONFIG_RUN);
-  CHECK(c.port == 8080 && c.workers == 1 && c.access_log == 1);
+  CHECK(c.port == 8080 && c.workers == 2 && c.access_log == 1);
   CHECK(!strcmp(c.host, "127.0.0.1"));
   CHECK(!strcmp(c.chat_user_prefix, "User: ") && !strcmp(c.chat_system_suffix, "\n\n"));
   CHECK(!strcmp(c.origin[OPTI_port], "default"));
