@@ -216,6 +216,10 @@ static int select_batch(sched *s, worker *w) {
     else ready++, decoders += j->decoding;
   }
   int scarce = ready > cap;
+  /* several workers: at most a share of the waiting prompts, so a burst of new requests is
+   * prefilled by all workers side by side rather than lengthening one worker's forward */
+  int prompts = ready - decoders, max_prompts = prompts;
+  if (s->o.workers > 1) max_prompts = (prompts + s->o.workers - 1) / s->o.workers;
   /* tokens prompts may use: what the decode rows this iteration can take leave over */
   int dec_rows = decoders < cap ? decoders : cap;
   int prompt_budget = budget - dec_rows;
@@ -226,7 +230,7 @@ static int select_batch(sched *s, worker *w) {
       budget--;
       rows++;
       take(s, w, n++, j, 1);
-    } else if (scarce) {
+    } else if (scarce && prefills < max_prompts) {
       int want = j->n_input - j->pos;
       if (want > j->chunk) want = j->chunk;
       /* progress guarantee: one chunk per iteration even when decoding used the budget */
@@ -239,8 +243,8 @@ static int select_batch(sched *s, worker *w) {
     }
   }
   if (scarce) return n;
-  for (job *j = s->run.head, *next; j && n < s->o.max_batch && (rows < cap || !prefills);
-       j = next) {
+  for (job *j = s->run.head, *next;
+       j && n < s->o.max_batch && (rows < cap || !prefills) && prefills < max_prompts; j = next) {
     next = j->q_next;
     if (j->decoding || atomic_load(&j->cancel)) continue; /* left over: no budget or room */
     int want = j->n_input - j->pos;

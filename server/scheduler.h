@@ -9,8 +9,9 @@
  * Fairness: when more sessions are ready than a forward has rows, sessions take rows in round
  * robin order, decoding or prefilling alike (a new prompt never waits for the decoding sessions
  * to finish); at least one prefill chunk runs per iteration; with several workers each takes at
- * most its share of the running jobs (ceil(running / workers)) so their forwards run side by
- * side. Prompts are cut
+ * most its share of the running jobs (ceil(running / workers)) and of the waiting prompts, so
+ * their forwards run side by side and a burst of new requests is prefilled by all of them.
+ * Prompts are cut
  * at multiples of the job's chunk from its start, never at the budget's edge: a request
  * computes the same bits alone or batched.
  * A job is held by at most one worker at a time, so its session is touched by one thread.

@@ -307,6 +307,51 @@ static void test_round_robin_when_rows_are_scarce(void) {
   }
 }
 
+/* Two workers share a burst of prompts: while one is busy with a long prefill, the other takes
+ * at most half of the waiting prompts per forward (ceil(6 / 2) = 3 chunks of 20 tokens), so
+ * a burst of new requests does not lengthen one forward (everyone's inter-token latency and
+ * the burst's time to first token). Jobs are queued before the workers start, so the first
+ * selection sees all of them: the blocker (queue head) fills a whole forward's budget. */
+static void test_two_workers_share_a_burst_of_prompts(void) {
+  xl_error err;
+  enum { NB = 7, BIG = 8000 };
+  session *ss[NB];
+  job *jj[NB];
+  char *big = xmalloc(BIG + 1), p20[21];
+  memset(big, 'q', BIG);
+  big[BIG] = 0;
+  memset(p20, 'r', 20);
+  p20[20] = 0;
+  metrics_init();
+  sched_opts o = {2, 64, BIG, 64, 64};
+  sched *s = sched_new(M, &o, notify, &N);
+  for (int i = 0; i < NB; i++) {
+    ss[i] = session_new(M, &err);
+    jj[i] = make_job(ss[i], i ? p20 : big, 1, 5 + i, i ? 20 : BIG, 0);
+    CHECK(sched_submit(s, jj[i]) == 0);
+  }
+  CHECK(sched_start(s, &err) == 0);
+  int done = 0;
+  for (int guard = 0; done < NB && guard < 100000; guard++) done += pump(s, NULL, NULL);
+  CHECK(done == NB);
+  sched_stop(s);
+  sched_free(s);
+  /* forwards: the blocker's (BIG tokens), then short ones of at most 3 x 20 tokens */
+  uint64_t mid = 0, small = 0;
+  for (int b = 0; b < g_metrics.batch_tokens.n_bounds; b++) {
+    uint64_t n = atomic_load(&g_metrics.batch_tokens.counts[b]);
+    if (g_metrics.batch_tokens.bounds[b] <= 64) small += n;
+    else if (g_metrics.batch_tokens.bounds[b] < BIG) mid += n;
+  }
+  CHECK(small >= 2 && mid == 0);
+  for (int i = 0; i < NB; i++) {
+    CHECK(jj[i]->finish == FINISH_LENGTH && jj[i]->n_gen == 1);
+    job_free(jj[i]);
+    session_free(ss[i]);
+  }
+  free(big);
+}
+
 /* With two workers each forward takes at most half of the running sessions, so the workers'
  * forwards run side by side (one worker taking every ready session would leave the other idle). */
 static void test_two_workers_share_the_sessions(void) {
@@ -473,6 +518,7 @@ int main(void) {
   RUN(test_prompt_not_starved_by_full_batches);
   RUN(test_round_robin_when_rows_are_scarce);
   RUN(test_two_workers_share_the_sessions);
+  RUN(test_two_workers_share_a_burst_of_prompts);
   RUN(test_stress_many_sessions_two_workers);
   free(EVS);
   xl_model_free(M);
