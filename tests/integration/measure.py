@@ -1,6 +1,6 @@
 """measure.py: numbers for the closing note of issue 4 (not a test; run by hand).
 
-  /usr/bin/python3 tests/integration/measure.py stream MODEL_DIR [--tokens N]
+  /usr/bin/python3 tests/integration/measure.py stream MODEL_DIR [--tokens N] [--bench-seconds S]
       tokens/s of one HTTP SSE stream (client side, memory full) against `xlserve bench`'s
       in-process batch-1 decode on the same model, same BLAS threads (1).
   /usr/bin/python3 tests/integration/measure.py idle MODEL_DIR [--conns N] [--queued N]
@@ -21,8 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xlharness as X  # noqa: E402
 
 
-def bench_decode(model):
-    out = subprocess.run([X.xlserve_bin(), "bench", "--model", model, "--threads", "1", "--quick"],
+def bench_decode(model, seconds):
+    out = subprocess.run([X.xlserve_bin(), "bench", "--model", model, "--threads", "1",
+                          "--seconds", str(seconds), "--max-batch", "1", "--no-recurrence"],
                          capture_output=True, text=True, timeout=900).stdout
     m = re.search(r"decode, batch 1,.*?([0-9.]+) tokens/s", out)
     return float(m.group(1)), out
@@ -62,7 +63,7 @@ def cmd_stream(a):
             skip = 300  # measure with the memory full, as the bench does
             n = len(times) - skip - 1
             rates.append(n / (times[-2] - times[skip]))
-            b, _ = bench_decode(a.model)
+            b, _ = bench_decode(a.model, a.bench_seconds)
             print("rep %d: HTTP stream %.1f tokens/s, bench decode batch 1 %.1f tokens/s (%.0f%%)"
                   % (rep, rates[-1], b, 100 * rates[-1] / b), flush=True)
     finally:
@@ -141,7 +142,10 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("stream")
     s.add_argument("model")
-    s.add_argument("--tokens", type=int, default=2000)
+    s.add_argument("--tokens", type=int, default=6000)
+    s.add_argument("--bench-seconds", type=float, default=3,
+                   help="length of the in-process measurement (about the stream's length: short "
+                        "runs on a shared machine scatter by +-15%%)")
     s.add_argument("--reps", type=int, default=3)
     i = sub.add_parser("idle")
     i.add_argument("model")
