@@ -53,8 +53,8 @@ def xlserve_rates(binary, model_dir, threads, seconds, tgt_len):
     out = subprocess.run([binary, "bench", "--model", model_dir, "--threads", str(threads),
                           "--seconds", str(seconds), "--tgt-len", str(tgt_len), "--max-batch", "1",
                           "--no-recurrence"], check=True, capture_output=True, text=True).stdout
-    dec = float(re.search(r"decode, batch 1.*?([0-9.]+) tokens/s", out).group(1))
-    seg = float(re.search(r"segment evaluation.*?([0-9.]+) tokens/s", out).group(1))
+    dec = float(re.search(r"decode, batch 1,.*?aggregate\s+([0-9.]+)", out).group(1))
+    seg = float(re.search(r"segment evaluation \([^)]*\)\s+([0-9.]+)", out).group(1))
     return dec, seg
 
 

@@ -4,11 +4,15 @@
  * and the paper's Table 9 comparison of recurrence (segment evaluation with memory, each query
  * attending to L positions) against recompute (the vanilla model: every prediction re-runs
  * the last L tokens with no memory) at attention lengths 800, 1800, 2800 and 3800.
+ * Each rate also prints the useful GFLOP/s it implies and its share of a large OpenBLAS SGEMM's
+ * GFLOP/s measured in the same run with the same thread count.
  * Main thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cblas.h>
 
 #include "cli.h"
 #include "cli_common.h"
@@ -24,6 +28,53 @@ typedef struct {
 
 static void random_tokens(int32_t *t, int n, int vocab, xl_rng *rng) {
   for (int i = 0; i < n; i++) t[i] = (int32_t)(xl_rng_next(rng) % (uint64_t)vocab);
+}
+
+/* GFLOP/s of a square n x n x n OpenBLAS SGEMM (the machine's ceiling for this run). */
+static double bench_sgemm(const bench_opts *o) {
+  const int n = 1024;
+  float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b),
+        *c = malloc((size_t)n * n * sizeof *c);
+  double rate = -1;
+  if (a && b && c) {
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+      a[i] = (float)(i % 13) * 0.01f;
+      b[i] = (float)(i % 7) * 0.02f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n); /* warm */
+    int reps = 0;
+    double t0 = cli_now(), el;
+    do {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+      reps++;
+    } while ((el = cli_now() - t0) < o->min_seconds / 2 || reps < 3);
+    rate = 2.0 * n * n * n * reps / el / 1e9;
+  }
+  free(a);
+  free(b);
+  free(c);
+  return rate;
+}
+
+/* Useful floating-point operations to process one token that attends to `attended` positions:
+ * per layer the q/k/v and output projections, the three attention products (content scores,
+ * position scores, weighted values) over the attended positions, the feed-forward; plus the
+ * input projection and the whole output layer (every cluster, as when log-probs are returned;
+ * exact for plain softmax, an upper bound for adaptive softmax scoring targets only).
+ * The positional projections W_r R are cached per model and not counted. */
+static double flops_per_token(const xl_config *c, double attended) {
+  double d = c->d_model, hd = (double)c->n_head * c->d_head;
+  double layer = 2 * d * 3 * hd + 2 * hd * d + 3 * 2 * hd * attended + 2 * 2 * d * c->d_inner;
+  int n_clusters = c->n_cutoffs, lo = 0, has_proj = c->div_val > 1 || c->d_embed != c->d_model;
+  double io = has_proj ? 2 * d * c->d_embed : 0; /* input projection (cluster 0's width) */
+  double de = c->d_embed;                        /* cluster i's width: d_embed / div_val^i */
+  for (int i = 0; i <= n_clusters; i++) {
+    int hi = i < n_clusters ? c->cutoffs[i] : c->vocab_size;
+    io += (has_proj ? 2 * d * de : 0) + 2 * de * (hi - lo + (i == 0 ? n_clusters : 0));
+    lo = hi;
+    if (c->div_val > 1) de = (int)(de / c->div_val);
+  }
+  return c->n_layer * layer + io;
 }
 
 /* Feeds n tokens in chunks (prefill), no outputs. */
@@ -181,8 +232,12 @@ int cli_bench_main(int argc, char **argv) {
          "mem_len %d), BLAS threads %d\n",
          xl_model_dir(m), c->n_layer, c->d_model, c->n_head, c->d_head, c->d_inner, c->vocab_size,
          c->mem_len, o.threads);
+  double sgemm = bench_sgemm(&o);
+  printf("%-58s %12s %10s %9s %9s\n", "", "tokens/s", "x batch 1", "GFLOP/s", "of SGEMM");
+  printf("%-58s %12s %10s %9.1f %8.0f%%\n", "large SGEMM (OpenBLAS, 1024 x 1024 x 1024)", "", "",
+         sgemm, 100.0);
   static const int BATCHES[] = {1, 4, 16, 32, 64};
-  double dec1 = 0;
+  double dec1 = 0, decode_flops = flops_per_token(c, c->mem_len + 1);
   for (int i = 0; i < 5 && BATCHES[i] <= o.max_batch; i++) {
     double d = bench_decode(m, BATCHES[i], &o, &rng);
     if (d < 0) {
@@ -192,13 +247,17 @@ int cli_bench_main(int argc, char **argv) {
     if (i == 0) dec1 = d;
     char label[96];
     snprintf(label, sizeof label, "decode, batch %d, memory full (cached K/V), aggregate", BATCHES[i]);
-    printf("%-58s %12.1f tokens/s  (%.1fx batch 1)\n", label, d, d / dec1);
+    printf("%-58s %12.1f %9.1fx %9.1f %8.0f%%\n", label, d, d / dec1, d * decode_flops / 1e9,
+           100 * d * decode_flops / 1e9 / sgemm);
     fflush(stdout);
   }
   double seg = bench_segments(m, tgt_len, &o, &rng);
+  /* attended positions per query: mem_len + 1 under same_length, else mem_len + i + 1 */
+  double seg_flops = flops_per_token(c, c->mem_len + (c->same_length ? 1 : (tgt_len + 1) / 2.0));
   char label[96];
   snprintf(label, sizeof label, "segment evaluation (tgt_len %d, mem_len %d)", tgt_len, c->mem_len);
-  printf("%-58s %12.1f tokens/s\n", label, seg);
+  printf("%-58s %12.1f %10s %9.1f %8.0f%%\n", label, seg, "", seg * seg_flops / 1e9,
+         100 * seg * seg_flops / 1e9 / sgemm);
   xl_model_free(m);
   if (seg < 0) return 1;
   if (!o.recurrence) return 0;

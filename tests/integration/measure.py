@@ -25,7 +25,7 @@ def bench_decode(model, seconds):
     out = subprocess.run([X.xlserve_bin(), "bench", "--model", model, "--threads", "1",
                           "--seconds", str(seconds), "--max-batch", "1", "--no-recurrence"],
                          capture_output=True, text=True, timeout=900).stdout
-    m = re.search(r"decode, batch 1,.*?([0-9.]+) tokens/s", out)
+    m = re.search(r"decode, batch 1,.*?aggregate\s+([0-9.]+)", out)
     return float(m.group(1)), out
 
 
