@@ -84,6 +84,52 @@ __attribute__((target("avx2,fma"))) static void mm_avx2(const float *x, int M, i
 }
 
 /* ---- AVX-512: tiles of 4 rows x 4 outputs --------------------------------------------- */
+/* Each output is the sum of one 16-lane accumulator, always by the same tree: lanes i + (i+8),
+ * then + (i+4), then + (i+2), then + (i+1) (the order of _mm512_reduce_add_ps in GCC). The
+ * steps below run that tree for 16 accumulators at once (a transposed reduction: 15 adds
+ * instead of 64), or for 4, with the same pairings, so a lone row and a row in a tile of four
+ * get identical sums. */
+
+/* lanes 0-7: a[i] + a[i+8]; lanes 8-15: b[i] + b[i+8] */
+__attribute__((target("avx512f"))) static inline __m512 fold_halves(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+
+/* x, y from fold_halves: 128-bit lane k holds the 4 partial sums (i + (i+4)) of the k-th of
+ * the four vectors folded into x (k = 0, 1) and y (k = 2, 3) */
+__attribute__((target("avx512f"))) static inline __m512 fold_quarters(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+}
+
+/* within each 128-bit lane: [p0+p2, p1+p3, q0+q2, q1+q3] */
+__attribute__((target("avx512f"))) static inline __m512 fold_pairs(__m512 p, __m512 q) {
+  return _mm512_add_ps(_mm512_shuffle_ps(p, q, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(p, q, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+/* within each 128-bit lane: [r0+r1, r2+r3, s0+s1, s2+s3] */
+__attribute__((target("avx512f"))) static inline __m512 fold_last(__m512 r, __m512 s) {
+  return _mm512_add_ps(_mm512_shuffle_ps(r, s, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(r, s, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* v[4j + i] is the accumulator of (row i, output j); lane 4i + j of the result is its sum */
+__attribute__((target("avx512f"))) static inline __m512 sum_tile(const __m512 v[16]) {
+  __m512 z0 = fold_quarters(fold_halves(v[0], v[1]), fold_halves(v[2], v[3]));
+  __m512 z1 = fold_quarters(fold_halves(v[4], v[5]), fold_halves(v[6], v[7]));
+  __m512 z2 = fold_quarters(fold_halves(v[8], v[9]), fold_halves(v[10], v[11]));
+  __m512 z3 = fold_quarters(fold_halves(v[12], v[13]), fold_halves(v[14], v[15]));
+  return fold_last(fold_pairs(z0, z1), fold_pairs(z2, z3));
+}
+
+/* the sums of c0..c3 (one row, outputs 0..3) in lanes 0, 4, 8, 12 */
+__attribute__((target("avx512f"))) static inline __m512 sum_four(__m512 c0, __m512 c1, __m512 c2,
+                                                                  __m512 c3) {
+  __m512 z = fold_quarters(fold_halves(c0, c1), fold_halves(c2, c3));
+  __m512 r = fold_pairs(z, z);
+  return fold_last(r, r);
+}
+
 #define FMA4(v, c0, c1, c2, c3)                                                            \
   c0 = _mm512_fmadd_ps(v, b0, c0);                                                         \
   c1 = _mm512_fmadd_ps(v, b1, c1);                                                         \
@@ -120,9 +166,9 @@ __attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, 
             c2 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w2 + kv), c2);
             c3 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w3 + kv), c3);
           }
-          float s1[4] = {_mm512_reduce_add_ps(c0), _mm512_reduce_add_ps(c1),
-                         _mm512_reduce_add_ps(c2), _mm512_reduce_add_ps(c3)};
-          for (int j = 0; j < oc; j++) y[(size_t)r * ldy + o + j] = s1[j];
+          float s1[16];
+          _mm512_storeu_ps(s1, sum_four(c0, c1, c2, c3));
+          for (int j = 0; j < oc; j++) y[(size_t)r * ldy + o + j] = s1[4 * j];
           continue;
         }
         const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
@@ -154,13 +200,12 @@ __attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, 
           v = _mm512_maskz_loadu_ps(tm, a3 + kv);
           FMA4(v, c30, c31, c32, c33);
         }
-        float s[4][4] = {
-            {_mm512_reduce_add_ps(c00), _mm512_reduce_add_ps(c01), _mm512_reduce_add_ps(c02), _mm512_reduce_add_ps(c03)},
-            {_mm512_reduce_add_ps(c10), _mm512_reduce_add_ps(c11), _mm512_reduce_add_ps(c12), _mm512_reduce_add_ps(c13)},
-            {_mm512_reduce_add_ps(c20), _mm512_reduce_add_ps(c21), _mm512_reduce_add_ps(c22), _mm512_reduce_add_ps(c23)},
-            {_mm512_reduce_add_ps(c30), _mm512_reduce_add_ps(c31), _mm512_reduce_add_ps(c32), _mm512_reduce_add_ps(c33)}};
+        const __m512 acc[16] = {c00, c10, c20, c30, c01, c11, c21, c31,
+                                c02, c12, c22, c32, c03, c13, c23, c33};
+        float s[16];
+        _mm512_storeu_ps(s, sum_tile(acc));
         for (int i = 0; i < rc; i++)
-          for (int j = 0; j < oc; j++) y[(size_t)(r + i) * ldy + o + j] = s[i][j];
+          for (int j = 0; j < oc; j++) y[(size_t)(r + i) * ldy + o + j] = s[4 * i + j];
       }
     }
   }
