@@ -142,12 +142,6 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
 
 /* ---- a single query (decode step) ------------------------------------------------------ */
 
-/* s[0..n) = sum_k q[k] * rows[k][0..n): dh rows of a transposed matrix, stride ld */
-static void dot_rows(const float *q, int dh, const float *rows, size_t ld, int n, float *s) {
-  memset(s, 0, (size_t)n * sizeof *s);
-  for (int k = 0; k < dh; k++) xl_vec_axpy(s, q[k], rows + (size_t)k * ld, n);
-}
-
 static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
                        xl_attn_scratch *sc) {
   const xl_config *c = &m->cfg;
@@ -170,7 +164,7 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
     for (int k = 0; k < dh; k++) sc->qu[k] = qh[k] + u[k];
     for (int ri = 0; ri < n_runs; ri++)
       if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
-        dot_rows(sc->qu, dh, Kt + (size_t)h * dh * M + runs[ri].slot + (k0 - runs[ri].first),
+        xl_vec_dot_rows(sc->qu, dh, Kt + (size_t)h * dh * M + runs[ri].slot + (k0 - runs[ri].first),
                  (size_t)M, cnt, s + (k0 - lo));
     float self = 0.0f; /* the new key: itself */
     for (int k = 0; k < dh; k++) self += sc->qu[k] * k_new[(size_t)h * dh + k];
@@ -178,22 +172,20 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
     /* position term over distance indices [0, top] from the transposed table */
     const float *prow = it->pos_q ? it->pos_q + (size_t)h * it->pos_stride : sc->pos;
     if (!it->pos_q)
-      dot_rows(qh, dh, L->pos_k_t + (size_t)h * dh * n_pos_all, (size_t)n_pos_all, top + 1,
+      xl_vec_dot_rows(qh, dh, L->pos_k_t + (size_t)h * dh * n_pos_all, (size_t)n_pos_all, top + 1,
                sc->pos);
     add_position_term(m, a, lo, prow, L->pos_bias + (size_t)h * n_pos_all, scale, s, sc->rev);
     softmax_row(s, n_keys);
   }
   /* out[h] = sum_j p[h][j] v_j[h]: one pass over the value rows for all heads */
-  float *out = it->out, *pj = sc->q; /* pj[H]: key j's probability under each head */
+  float *out = it->out;
   memset(out, 0, (size_t)hd * sizeof *out);
   for (int ri = 0; ri < n_runs; ri++)
     if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
-      for (int j = k0; j < k0 + cnt; j++) {
-        for (int h = 0; h < H; h++) pj[h] = probs[(size_t)h * n_keys + (j - lo)];
-        xl_vec_axpy_heads(out, pj, V + (size_t)(runs[ri].slot + (j - runs[ri].first)) * hd, H, dh);
-      }
-  for (int h = 0; h < H; h++) pj[h] = probs[(size_t)h * n_keys + (a - lo)];
-  xl_vec_axpy_heads(out, pj, v_new, H, dh);
+      xl_vec_mix_rows(out, probs + (k0 - lo), (size_t)n_keys,
+                      V + (size_t)(runs[ri].slot + (k0 - runs[ri].first)) * hd, (size_t)hd, cnt,
+                      H, dh);
+  xl_vec_mix_rows(out, probs + (a - lo), (size_t)n_keys, v_new, (size_t)hd, 1, H, dh);
 }
 
 void xl_decode_positions(const xl_model *m, int layer, const float *const *q, int n, int n_pos,
@@ -201,13 +193,10 @@ void xl_decode_positions(const xl_model *m, int layer, const float *const *q, in
   const xl_config *c = &m->cfg;
   const int H = c->n_head, dh = c->d_head, ld = m->n_pos_cached;
   const float *pk = m->layers[layer].pos_k_t;           /* [H*Dh, n_pos_cached] */
-  memset(out, 0, (size_t)n * H * n_pos * sizeof *out);  /* [n, H, n_pos] */
-  for (int h = 0; h < H; h++)
-    for (int k = 0; k < dh; k++) { /* table row (h, k) stays in L1 while every query uses it */
-      const float *row = pk + (size_t)(h * dh + k) * ld;
-      for (int i = 0; i < n; i++)
-        xl_vec_axpy(out + ((size_t)i * H + h) * n_pos, q[i][h * dh + k], row, n_pos);
-    }
+  for (int h = 0; h < H; h++) /* head h's table rows stay in cache while every query uses them */
+    for (int i = 0; i < n; i++)  /* out: [n, H, n_pos] */
+      xl_vec_dot_rows(q[i] + h * dh, dh, pk + (size_t)h * dh * ld, (size_t)ld, n_pos,
+                      out + ((size_t)i * H + h) * n_pos);
 }
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,

@@ -177,6 +177,10 @@ void xl_log_softmax_inplace(float *x, int n);
 float xl_vec_max(const float *x, int n);
 float xl_vec_exp_sum(float *x, int n, float shift);
 void xl_vec_axpy(float *y, float a, const float *x, int n); /* y += a x */
-void xl_vec_axpy_heads(float *out, const float *p, const float *v, int H, int dh); /* per head */
+/* s[0..n) = sum_k q[k] rows[k][0..n) over dh rows of stride ld (k in order, from 0) */
+void xl_vec_dot_rows(const float *q, int dh, const float *rows, size_t ld, int n, float *s);
+/* out[h*dh + i] += sum_j p[h*p_stride + j] rows[j][h*dh + i], j = 0..n-1 in order */
+void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, const float *rows, size_t ld,
+                     int n, int H, int dh);
 
 #endif /* XL_INTERNAL_H */

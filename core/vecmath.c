@@ -1,6 +1,7 @@
 /*
  * vecmath.c: the vector loops of attention: max, exp-and-sum (a Cephes-style polynomial exp,
- * ~1 ulp, deterministic) for the softmax, and axpy for decode steps. AVX-512 when the CPU has
+ * ~1 ulp, deterministic) for the softmax, and the products of a decode step (scores over
+ * transposed key rows, probabilities times value rows) with their sums held in registers. AVX-512 when the CPU has
  * it, else portable C (the same polynomial). Any thread; pure functions.
  */
 #include <immintrin.h>
@@ -102,23 +103,60 @@ static void axpy_scalar(float *y, float a, const float *x, int n) {
   for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* out[h*dh .. h*dh+dh) += p[h] * v[h*dh ..] for every head */
-__attribute__((target("avx512f"))) static void axpy_heads_avx512(float *out, const float *p,
-                                                                 const float *v, int H, int dh) {
-  for (int h = 0; h < H; h++) {
-    __m512 ph = _mm512_set1_ps(p[h]);
-    float *o = out + (size_t)h * dh;
-    const float *x = v + (size_t)h * dh;
-    int i = 0;
-    for (; i + 16 <= dh; i += 16)
-      _mm512_storeu_ps(o + i, _mm512_fmadd_ps(ph, _mm512_loadu_ps(x + i), _mm512_loadu_ps(o + i)));
-    if (i < dh) {
-      __mmask16 k = (__mmask16)((1u << (dh - i)) - 1u);
-      _mm512_mask_storeu_ps(o + i, k, _mm512_fmadd_ps(ph, _mm512_maskz_loadu_ps(k, x + i),
-                                                      _mm512_maskz_loadu_ps(k, o + i)));
+/* s[0..n) = sum_k q[k] * rows[k * ld + 0..n), k = 0..dh-1 in order, each sum started at 0 and
+ * accumulated by FMA: the same arithmetic as n-long axpys over a zeroed s, with 64 sums held
+ * in registers while the dh rows stream past (no read-modify-write of s per row). */
+__attribute__((target("avx512f"))) static void dot_rows_avx512(const float *q, int dh,
+                                                               const float *rows, size_t ld,
+                                                               int n, float *s) {
+  int j = 0;
+  for (; j + 64 <= n; j += 64) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const float *r = rows + j;
+    for (int k = 0; k < dh; k++, r += ld) {
+      __m512 qk = _mm512_set1_ps(q[k]);
+      a0 = _mm512_fmadd_ps(qk, _mm512_loadu_ps(r), a0);
+      a1 = _mm512_fmadd_ps(qk, _mm512_loadu_ps(r + 16), a1);
+      a2 = _mm512_fmadd_ps(qk, _mm512_loadu_ps(r + 32), a2);
+      a3 = _mm512_fmadd_ps(qk, _mm512_loadu_ps(r + 48), a3);
     }
+    _mm512_storeu_ps(s + j, a0);
+    _mm512_storeu_ps(s + j + 16, a1);
+    _mm512_storeu_ps(s + j + 32, a2);
+    _mm512_storeu_ps(s + j + 48, a3);
+  }
+  for (; j < n; j += 16) {
+    __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+    __m512 a = _mm512_setzero_ps();
+    const float *r = rows + j;
+    for (int k = 0; k < dh; k++, r += ld)
+      a = _mm512_fmadd_ps(_mm512_set1_ps(q[k]), _mm512_maskz_loadu_ps(m, r), a);
+    _mm512_mask_storeu_ps(s + j, m, a);
   }
 }
+
+/* NV vectors (16 * NV floats from out + base) accumulated in registers over n rows: out[e] +=
+ * p[head(e) * p_stride + j] * rows[j * ld + e], j = 0..n-1 in order, one FMA per term. */
+#define MIX_CHUNK(NV)                                                                         \
+  __attribute__((target("avx512f"))) static void mix_chunk_##NV(                              \
+      float *out, int base, const float *p, size_t p_stride, const float *rows, size_t ld,   \
+      int n, int dh) {                                                                        \
+    __m512 acc[NV];                                                                           \
+    const float *ph[NV];                                                                      \
+    for (int v = 0; v < NV; v++) {                                                            \
+      acc[v] = _mm512_loadu_ps(out + base + 16 * v);                                          \
+      ph[v] = p + (size_t)((base + 16 * v) / dh) * p_stride;                                  \
+    }                                                                                         \
+    const float *r = rows + base;                                                             \
+    for (int j = 0; j < n; j++, r += ld)                                                      \
+      for (int v = 0; v < NV; v++)                                                            \
+        acc[v] = _mm512_fmadd_ps(_mm512_set1_ps(ph[v][j]), _mm512_loadu_ps(r + 16 * v), acc[v]); \
+    for (int v = 0; v < NV; v++) _mm512_storeu_ps(out + base + 16 * v, acc[v]);             \
+  }
+MIX_CHUNK(16)
+MIX_CHUNK(4)
+MIX_CHUNK(1)
+#undef MIX_CHUNK
 
 static int have_avx512(void) {
   static int cached = -1;
@@ -144,10 +182,26 @@ void xl_vec_axpy(float *y, float a, const float *x, int n) {
   else axpy_scalar(y, a, x, n);
 }
 
-void xl_vec_axpy_heads(float *out, const float *p, const float *v, int H, int dh) {
+void xl_vec_dot_rows(const float *q, int dh, const float *rows, size_t ld, int n, float *s) {
   if (have_avx512()) {
-    axpy_heads_avx512(out, p, v, H, dh);
+    dot_rows_avx512(q, dh, rows, ld, n, s);
     return;
   }
-  for (int h = 0; h < H; h++) axpy_scalar(out + (size_t)h * dh, p[h], v + (size_t)h * dh, dh);
+  for (int j = 0; j < n; j++) s[j] = 0.0f;
+  for (int k = 0; k < dh; k++) axpy_scalar(s, q[k], rows + (size_t)k * ld, n);
+}
+
+void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, const float *rows, size_t ld,
+                     int n, int H, int dh) {
+  int hd = H * dh, e = 0;
+  if (have_avx512() && dh % 16 == 0) {
+    for (; e + 256 <= hd; e += 256) mix_chunk_16(out, e, p, p_stride, rows, ld, n, dh);
+    for (; e + 64 <= hd; e += 64) mix_chunk_4(out, e, p, p_stride, rows, ld, n, dh);
+    for (; e < hd; e += 16) mix_chunk_1(out, e, p, p_stride, rows, ld, n, dh);
+    return;
+  }
+  for (int j = 0; j < n; j++) /* one key at a time, every head */
+    for (int h = 0; h < H; h++)
+      xl_vec_axpy(out + (size_t)h * dh, p[(size_t)h * p_stride + j],
+                  rows + (size_t)j * ld + (size_t)h * dh, dh);
 }
