@@ -8,10 +8,15 @@
  */
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "internal.h"
 
 #define ROW_BLOCK 64 /* rows of x kept hot while the weight rows stream past */
+/* Decode steps stream each weight once per forward, mostly from L3: software prefetch 8 KiB
+ * ahead in the weight rows (the next groups of rows; measured +10-25% decode tokens/s at
+ * batch 1 on the bundled model against none, 4-12 KiB alike). */
+#define PREFETCH_FLOATS 2048
 
 /* ---- portable ------------------------------------------------------------------------ */
 static void mm_scalar(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
@@ -136,6 +141,16 @@ __attribute__((target("avx512f"))) static inline __m512 sum_four(__m512 c0, __m5
   c2 = _mm512_fmadd_ps(v, b2, c2);                                                         \
   c3 = _mm512_fmadd_ps(v, b3, c3)
 
+/* addresses computed as integers: past the matrix's end they are hints, not pointers */
+#define AHEAD (PREFETCH_FLOATS * sizeof(float))
+#define PREFETCH_WEIGHTS(k)                                                               \
+  do {                                                                                    \
+    _mm_prefetch((const char *)((uintptr_t)(w0 + (k)) + AHEAD), _MM_HINT_T0);           \
+    _mm_prefetch((const char *)((uintptr_t)(w1 + (k)) + AHEAD), _MM_HINT_T0);           \
+    _mm_prefetch((const char *)((uintptr_t)(w2 + (k)) + AHEAD), _MM_HINT_T0);           \
+    _mm_prefetch((const char *)((uintptr_t)(w3 + (k)) + AHEAD), _MM_HINT_T0);           \
+  } while (0)
+
 __attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, int K, int ldx,
                                                          const float *W, int N, int ldw,
                                                          float *y, int ldy) {
@@ -153,6 +168,7 @@ __attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, 
           const float *a0 = x + (size_t)r * ldx;
           __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
           for (int k = 0; k < kv; k += 16) {
+            PREFETCH_WEIGHTS(k);
             __m512 v = _mm512_loadu_ps(a0 + k);
             c0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w0 + k), c0);
             c1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w1 + k), c1);
@@ -176,7 +192,9 @@ __attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, 
         __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
                c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00,
                c31 = c00, c32 = c00, c33 = c00;
+        const int first_tile = r == r0; /* later tiles find these weight rows in cache */
         for (int k = 0; k < kv; k += 16) {
+          if (first_tile) PREFETCH_WEIGHTS(k);
           __m512 b0 = _mm512_loadu_ps(w0 + k), b1 = _mm512_loadu_ps(w1 + k),
                  b2 = _mm512_loadu_ps(w2 + k), b3 = _mm512_loadu_ps(w3 + k);
           __m512 v = _mm512_loadu_ps(a0 + k);
@@ -211,6 +229,8 @@ __attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, 
   }
 }
 #undef FMA4
+#undef PREFETCH_WEIGHTS
+#undef AHEAD
 
 typedef void (*mm_fn)(const float *, int, int, int, const float *, int, int, float *, int);
 
