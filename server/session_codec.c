@@ -149,10 +149,11 @@ codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len
     return rc == XL_MISMATCH ? CODEC_MISMATCH : CODEC_INVALID;
   }
   uint64_t tokens = xl_get_le64(meta + 56);
-  if (tokens != xl_state_tokens_fed(state) + (pending >= 0 ? 1 : 0)) {
+  uint64_t fed = xl_state_tokens_fed(state);
+  if (tokens != fed + (pending >= 0 ? 1 : 0)) {
     xl_state_free(state);
     FAIL(CODEC_INVALID, "session envelope: %llu tokens recorded, the state holds %llu",
-         (unsigned long long)tokens, (unsigned long long)xl_state_tokens_fed(state));
+         (unsigned long long)tokens, (unsigned long long)fed);
   }
   session *s = xcalloc(1, sizeof *s);
   s->state = state;
