@@ -192,21 +192,25 @@ def test_kill9_under_load_loses_no_acknowledged_turn(tiny_model, tmp_path):
             if rnd_i == rounds:
                 break
             stop = threading.Event()
+            errors = []
 
             def worker(sid, seed):
                 r = random.Random(seed)
-                while not stop.is_set():
-                    p = list(("".join(r.choice("abcdefgh ") for _ in range(r.randint(3, 20))))
-                             .encode())
-                    n = r.randint(3, 20)
-                    inflight[sid] = (p, n)
-                    try:
-                        st, b = comp(d.port, sid, p, n, timeout=20)
-                    except (OSError, http.client.HTTPException):
-                        return
-                    assert st == 200, b
-                    done[sid] = done[sid] + p + gen(b)
-                    del inflight[sid]
+                try:
+                    while not stop.is_set():
+                        p = list(("".join(r.choice("abcdefgh ")
+                                          for _ in range(r.randint(3, 20)))).encode())
+                        n = r.randint(3, 20)
+                        inflight[sid] = (p, n)
+                        try:
+                            st, b = comp(d.port, sid, p, n, timeout=20)
+                        except (OSError, http.client.HTTPException):
+                            return  # the kill
+                        assert st == 200, b
+                        done[sid] = done[sid] + p + gen(b)
+                        del inflight[sid]
+                except BaseException as e:  # reported by the main thread
+                    errors.append(e)
 
             ths = [threading.Thread(target=worker, args=(sid, rnd.random()))
                    for sid in done]
@@ -218,10 +222,10 @@ def test_kill9_under_load_loses_no_acknowledged_turn(tiny_model, tmp_path):
             stop.set()
             for th in ths:
                 th.join(30)
+            assert not errors, errors[0]
         finally:
             if d.proc.poll() is None:
                 assert d.stop() == 0, d.tail()
-    assert d.stop() == 0, d.tail()
     stored = rows(sd)
     assert set(stored) == set(done)
     for sid, (tokens, meta, state) in stored.items():
