@@ -195,8 +195,8 @@ def test_many_streams_random_disconnects_two_workers(start_daemon, tiny_model):
                                    {"X-Session-Id": sid})
                 assert r.status == 200
                 if drop:
-                    got = b""
-                    while got.count(b"data: {") < rng.randint(1, 20):
+                    got, want = b"", rng.randint(1, 20)
+                    while got.count(b"data: {") < want:
                         more = r.read1(65536)
                         assert more, "stream ended early"
                         got += more
