@@ -366,7 +366,7 @@ def test_every_syscall_and_socket_family_is_allowed_by_the_unit(tmp_path, monkey
         children = open("/proc/%d/task/%d/children" % (d.proc.pid, d.proc.pid)).read().split()
         daemon_pid = int(children[0])
         os.kill(daemon_pid, signal.SIGHUP)  # systemctl reload
-        time.sleep(0.3)
+        d.wait_log(lambda o: o.get("event") == "sighup")  # handled before the stop
         os.kill(daemon_pid, signal.SIGTERM)  # systemctl stop
         assert d.proc.wait(30) == 0
         ns.wait_for(lambda m: "STOPPING=1" in m.split("\n"))
