@@ -150,7 +150,7 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
   const int hd = m->hd, dh = c->d_head, H = c->n_head, a = st->len, M = st->mem_len;
   const int window = c->same_length ? c->mem_len : 0;
   const int lo = window && a - window + 1 > 0 ? a - window + 1 : 0, n_keys = a - lo + 1;
-  const int top = xl_pos_index(m, a - lo), n_pos_all = m->n_pos_cached;
+  const int n_pos_all = m->n_pos_cached;
   const float scale = (float)(1.0 / sqrt((double)dh));
   const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);
   const float *q = it->qkv, *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
@@ -169,11 +169,8 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
     float self = 0.0f; /* the new key: itself */
     for (int k = 0; k < dh; k++) self += sc->qu[k] * k_new[(size_t)h * dh + k];
     s[a - lo] = self;
-    /* position term over distance indices [0, top] from the transposed table */
-    const float *prow = it->pos_q ? it->pos_q + (size_t)h * it->pos_stride : sc->pos;
-    if (!it->pos_q)
-      xl_vec_dot_rows(qh, dh, L->pos_k_t + (size_t)h * dh * n_pos_all, (size_t)n_pos_all, top + 1,
-               sc->pos);
+    /* position term: this head's products with the cached table (xl_decode_positions) */
+    const float *prow = it->pos_q + (size_t)h * it->pos_stride;
     add_position_term(m, a, lo, prow, L->pos_bias + (size_t)h * n_pos_all, scale, s, sc->rev);
     softmax_row(s, n_keys);
   }
@@ -201,7 +198,7 @@ void xl_decode_positions(const xl_model *m, int layer, const float *const *q, in
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
                xl_attn_scratch *sc) {
-  if (it->n == 1 && pt->pos_k == m->layers[layer].pos_k)
+  if (it->n == 1 && it->pos_q) /* a decode step whose products with the cached table are given */
     attend_one(m, layer, it, sc);
   else
     attend_block(m, layer, it, pt, sc);

@@ -12,8 +12,9 @@ typedef struct {
   int n;                   /* new positions (queries) */
   const float *qkv;        /* [n, 3*H*Dh] this item's rows of the qkv buffer */
   float *out;              /* [n, H*Dh] attention vectors (heads concatenated) */
-  const float *pos_q;      /* decode step (n == 1): [H, pos_stride] q_h . pos_k[d]_h from
-                              xl_decode_positions, or NULL to compute it here */
+  const float *pos_q;      /* decode step (n == 1): [H, pos_stride] q_h . pos_k[d]_h over the
+                              model's cached table, from xl_decode_positions (the single-query
+                              path); NULL: the item takes the block path */
   int pos_stride;
 } xl_attn_item;
 
