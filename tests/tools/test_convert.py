@@ -178,8 +178,16 @@ def test_untrusted_pickle_is_not_executed(tmp_path):
         assert "posix.system" in loaded.foreign_globals or "os.system" in loaded.foreign_globals
         r = convert("authors", path, tmp_path / "o")
         assert r.returncode == 2
-    r = convert("hf", tmp_path, tmp_path / "o5")
-    assert r.returncode == 2
+    # a complete HF directory whose vocab.pkl is the evil pickle: convert_hf gets as far as
+    # unpickling it (with inert stand-ins) and refuses it
+    m = hf_model(14)
+    src = tmp_path / "hf"
+    src.mkdir()
+    safetensors_io.write(str(src / "model.safetensors"), m.hf_tensors())
+    (src / "config.json").write_text(json.dumps(hf_config_json(m)))
+    (src / "vocab.pkl").write_bytes((tmp_path / "evil.pkl").read_bytes())
+    r = convert("hf", src, tmp_path / "o5")
+    assert r.returncode == 2 and "vocab.pkl" in r.stderr, r.stderr
     assert not marker.exists(), "a pickled callable was executed"
 
 
