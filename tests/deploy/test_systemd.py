@@ -351,8 +351,8 @@ def test_every_syscall_and_socket_family_is_allowed_by_the_unit(tmp_path, monkey
         st, _, body = X.post_json(d.port, "/v1/chat/completions", {
             "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}, auth)
         assert st == 200, body
-        st, _, ev, _ = X.stream(d.port, "/v1/completions", {"prompt": "x", "max_tokens": 16,
-                                                            "stream": True}, auth)
+        st, _, ev = X.stream(d.port, "/v1/completions", {"prompt": "x", "max_tokens": 16,
+                                                         "stream": True}, auth)
         assert st == 200
         c = d.conn()  # a client that leaves mid-generation
         c.request("POST", "/v1/completions", body=json.dumps(

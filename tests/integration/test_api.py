@@ -104,7 +104,7 @@ def test_chat_shape_and_logprobs(daemon):
 
 
 def test_stream_headers_framing_and_usage(daemon):
-    st, h, ev, _ = X.stream(daemon.port, "/v1/chat/completions", {
+    st, h, ev = X.stream(daemon.port, "/v1/chat/completions", {
         "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "temperature": 0,
         "stream": True, "stream_options": {"include_usage": True}})
     assert st == 200
@@ -130,7 +130,7 @@ def test_stream_headers_framing_and_usage(daemon):
 
 
 def test_completion_stream_without_usage(daemon):
-    st, h, ev, _ = X.stream(daemon.port, "/v1/completions", {
+    st, h, ev = X.stream(daemon.port, "/v1/completions", {
         "prompt": "abc", "max_tokens": 10, "temperature": 0, "stream": True, "logprobs": 1})
     chunks = X.sse_json(ev)
     assert [d for _, d in ev][-1] == "[DONE]"

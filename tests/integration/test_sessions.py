@@ -251,7 +251,7 @@ def test_concurrent_sessions_do_not_mix(daemon):
                     "temperature": 0.8, "seed": 1000 + i}
             if stream:
                 body["stream"] = True
-                st, h, ev, _ = X.stream(daemon.port, "/v1/completions", body, {"X-Session-Id": sid})
+                st, h, ev = X.stream(daemon.port, "/v1/completions", body, {"X-Session-Id": sid})
                 out.append("".join(c["choices"][0]["text"] for c in X.sse_json(ev)))
             else:
                 out.append(complete(daemon.port, sid, **body)["choices"][0]["text"])

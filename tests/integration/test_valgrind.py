@@ -32,8 +32,8 @@ def test_daemon_is_valgrind_clean(tiny_model, tmp_path):
                                     {"messages": [{"role": "user", "content": text}],
                                      "max_tokens": 8, "seed": 1}, headers=sid)
             assert r[0] == 200, r
-        status, _, events, _ = xlharness.stream(d.port, "/v1/completions",
-                                                {"prompt": "Emma", "max_tokens": 8, "stream": True})
+        status, _, events = xlharness.stream(d.port, "/v1/completions",
+                                             {"prompt": "Emma", "max_tokens": 8, "stream": True})
         assert status == 200 and events[-1][1] == "[DONE]"
         assert xlharness.request(d.port, "POST", "/v1/sessions/vg-1/fork")[0] == 201
         assert xlharness.post_json(d.port, "/v1/completions", {"prompt": 5})[0] == 400

@@ -166,9 +166,9 @@ class Daemon:
         return self.proc.returncode
 
 
-def request(port, method, path, body=None, headers=None, timeout=60, conn=None):
+def request(port, method, path, body=None, headers=None, timeout=60):
     """One request; returns (status, headers dict (lower-case), body bytes)."""
-    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = dict(headers or {})
     data = None
     if body is not None:
@@ -178,8 +178,7 @@ def request(port, method, path, body=None, headers=None, timeout=60, conn=None):
     r = c.getresponse()
     payload = r.read()
     hdrs = {k.lower(): v for k, v in r.getheaders()}
-    if conn is None:
-        c.close()
+    c.close()
     return r.status, hdrs, payload
 
 
@@ -195,7 +194,7 @@ def read_sse(resp, on_event=None, deadline_s=60):
     buf = b""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
+        chunk = resp.read1(65536)
         if not chunk:
             break
         buf += chunk
@@ -214,7 +213,8 @@ def read_sse(resp, on_event=None, deadline_s=60):
 
 
 def stream(port, path, body, headers=None, timeout=60):
-    """POSTs a streaming request; returns (status, headers, events, connection)."""
+    """POSTs a streaming request and reads it to the end; returns (status, headers, events),
+    or (status, headers, body bytes) when the status is not 200."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = {"Content-Type": "application/json", **(headers or {})}
     c.request("POST", path, body=json.dumps(body).encode(), headers=h)
@@ -223,10 +223,10 @@ def stream(port, path, body, headers=None, timeout=60):
     if r.status != 200:
         body = r.read()
         c.close()
-        return r.status, hdrs, body, None
+        return r.status, hdrs, body
     ev = read_sse(r, deadline_s=timeout)
     c.close()
-    return r.status, hdrs, ev, None
+    return r.status, hdrs, ev
 
 
 def sse_json(events):
