@@ -175,7 +175,12 @@ static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_i
     xl_positional_project(m, l, p->pos_rows, p->pos_k, p->pos_b, p->pos_r);
     pt = (xl_pos_table){p->pos_k, p->pos_b, p->pos_rows};
   }
-  int shared_pos = p->n_dec && !p->ext_pos; /* decode steps read the table once, together */
+  /* Decode steps read the model's cached table once, together, even when a long chunk in
+   * the batch needs its own (ext_pos): the cache always covers a decode step (at most
+   * mem_len + 1 keys, mem_len with same_length, clamp_len + 1 with clamping; the cache holds
+   * mem_len + XL_POS_CACHE_EXTRA, mem_len, clamp_len + 1), and a step takes the same path
+   * alone as in any batch (batch-invariance). */
+  int shared_pos = p->n_dec > 0;
   if (shared_pos) {
     size_t row = 0;
     for (int i = 0, d = 0; i < n_items; row += (size_t)items[i++].n_tokens)

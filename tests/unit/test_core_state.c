@@ -1,7 +1,8 @@
 /*
  * test_core_state.c: the session state as an object: blob round trip (continuing a restored
  * state equals continuing the original, bit for bit), every corruption refused with the right
- * code, clone independence, batched forward equal to unbatched (bit for bit), chunked equal to one-token
+ * code, clone independence, batched forward equal to unbatched (bit for bit, also for a decode
+ * step batched with a chunk longer than the cached position table), chunked equal to one-token
  * decoding under same_length, and a rejected forward leaving the state untouched.
  */
 #include <stdint.h>
@@ -198,6 +199,56 @@ static void test_batched_equals_unbatched(void) {
   xl_model_free(m);
 }
 
+/* A decode step batched with a chunk long enough that the forward projects its own position
+ * table (more distances than the model caches: same_length off, klen > mem_len + 1024) must
+ * still equal the same step alone, bit for bit. */
+static void test_decode_batched_with_long_chunk(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  spec.same_length = 0;
+  xl_model *m = load(&spec, "extpos");
+  if (!m) { CHECK(0); return; }
+  enum { B = 4, V = 256, LONG = 1100 };
+  xl_workspace *ws;
+  xl_error err;
+  xl_workspace_new(m, &ws, &err);
+  xl_state *solo[B], *multi[B];
+  static int32_t t[B][LONG];
+  for (int b = 0; b < B; b++) {
+    xl_state_new(m, &solo[b], &err);
+    xl_state_new(m, &multi[b], &err);
+    tokens(t[b], LONG, (unsigned)b + 40);
+  }
+  /* sessions 0-2 hold 3, 17 and 40 positions (the last ring wrapped, mem_len 24); session 3
+   * holds 5 and then feeds a chunk of LONG - 5 tokens (klen 1100 > 1048 cached distances) */
+  int prefill[B] = {3, 17, 40, 5};
+  for (int b = 0; b < B; b++) {
+    xl_feed f1 = {solo[b], t[b], prefill[b], NULL, NULL, NULL};
+    xl_feed f2 = {multi[b], t[b], prefill[b], NULL, NULL, NULL};
+    CHECK_CODE(xl_forward(m, ws, &f1, 1, &err), XL_OK);
+    CHECK_CODE(xl_forward(m, ws, &f2, 1, &err), XL_OK);
+  }
+  static float out_solo[B][V], out_multi[B][V];
+  xl_feed items[B];
+  for (int b = 0; b < B; b++) {
+    int n = b < 3 ? 1 : LONG - prefill[b];
+    const int32_t *in = t[b] + prefill[b];
+    xl_feed f = {solo[b], in, n, NULL, NULL, out_solo[b]};
+    CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
+    items[b] = (xl_feed){multi[b], in, n, NULL, NULL, out_multi[b]};
+  }
+  CHECK_CODE(xl_forward(m, ws, items, B, &err), XL_OK);
+  for (int b = 0; b < B; b++) {
+    CHECK(memcmp(out_solo[b], out_multi[b], sizeof out_solo[b]) == 0);
+    CHECK(xl_state_tokens_fed(solo[b]) == xl_state_tokens_fed(multi[b]));
+  }
+  for (int b = 0; b < B; b++) {
+    xl_state_free(solo[b]);
+    xl_state_free(multi[b]);
+  }
+  xl_workspace_free(ws);
+  xl_model_free(m);
+}
+
 static void test_chunking_invariance(void) {
   tl_model_spec specs[2] = {TL_MODEL_SPEC_DEFAULT, TL_MODEL_SPEC_DEFAULT};
   specs[1].pre_lnorm = 1;
@@ -233,6 +284,7 @@ int main(void) {
   RUN(test_blob_round_trip);
   RUN(test_clone_and_reset);
   RUN(test_batched_equals_unbatched);
+  RUN(test_decode_batched_with_long_chunk);
   RUN(test_chunking_invariance);
   return tl_summary();
 }
