@@ -6,12 +6,6 @@ import time
 import xlharness as X
 
 
-def complete(port, **body):
-    st, h, b = X.post_json(port, "/v1/completions", body)
-    assert st == 200, b
-    return b
-
-
 def test_health_models_metrics(daemon):
     st, h, b = X.request(daemon.port, "GET", "/health")
     assert st == 200 and json.loads(b) == {"status": "ok"}
@@ -24,7 +18,7 @@ def test_health_models_metrics(daemon):
     assert st == 200 and json.loads(b)["id"] == "tiny"
     st, _, b = X.request(daemon.port, "GET", "/v1/models/other")
     assert st == 404 and json.loads(b)["error"]["code"] == "model_not_found"
-    complete(daemon.port, prompt="warm up", max_tokens=3)
+    X.complete(daemon.port, prompt="warm up", max_tokens=3)
     st, h, b = X.request(daemon.port, "GET", "/metrics")
     text = b.decode()
     assert st == 200 and h["content-type"].startswith("text/plain")
@@ -38,7 +32,7 @@ def test_health_models_metrics(daemon):
 
 
 def test_completion_shape_and_usage(daemon):
-    b = complete(daemon.port, prompt="Hello there", max_tokens=7, temperature=0)
+    b = X.complete(daemon.port, prompt="Hello there", max_tokens=7, temperature=0)
     assert b["object"] == "text_completion" and b["id"].startswith("cmpl-")
     assert b["model"] == "tiny" and isinstance(b["created"], int)
     ch = b["choices"][0]
@@ -48,18 +42,18 @@ def test_completion_shape_and_usage(daemon):
 
 
 def test_greedy_is_deterministic_and_seed_reproduces(daemon):
-    a = complete(daemon.port, prompt="abc", max_tokens=30, temperature=0)["choices"][0]["text"]
-    b = complete(daemon.port, prompt="abc", max_tokens=30, temperature=0)["choices"][0]["text"]
+    a = X.complete(daemon.port, prompt="abc", max_tokens=30, temperature=0)["choices"][0]["text"]
+    b = X.complete(daemon.port, prompt="abc", max_tokens=30, temperature=0)["choices"][0]["text"]
     assert a == b
-    s1 = complete(daemon.port, prompt="abc", max_tokens=40, temperature=1.0, seed=42)
-    s2 = complete(daemon.port, prompt="abc", max_tokens=40, temperature=1.0, seed=42)
-    s3 = complete(daemon.port, prompt="abc", max_tokens=40, temperature=1.0, seed=43)
+    s1 = X.complete(daemon.port, prompt="abc", max_tokens=40, temperature=1.0, seed=42)
+    s2 = X.complete(daemon.port, prompt="abc", max_tokens=40, temperature=1.0, seed=42)
+    s3 = X.complete(daemon.port, prompt="abc", max_tokens=40, temperature=1.0, seed=43)
     assert s1["choices"][0]["text"] == s2["choices"][0]["text"]
     assert s1["choices"][0]["text"] != s3["choices"][0]["text"]
 
 
 def test_stop_string(daemon):
-    full = complete(daemon.port, prompt="The cat", max_tokens=40, temperature=0)["choices"][0]["text"]
+    full = X.complete(daemon.port, prompt="The cat", max_tokens=40, temperature=0)["choices"][0]["text"]
     # a stop string from the middle of the greedy text, not occurring earlier
     for i in range(3, len(full) - 2):
         stop = full[i:i + 2]
@@ -67,7 +61,7 @@ def test_stop_string(daemon):
             break
     else:
         raise AssertionError("no usable stop string in %r" % full)
-    b = complete(daemon.port, prompt="The cat", max_tokens=40, temperature=0, stop=[stop, "@@@"])
+    b = X.complete(daemon.port, prompt="The cat", max_tokens=40, temperature=0, stop=[stop, "@@@"])
     assert b["choices"][0]["text"] == full[:i]
     assert b["choices"][0]["finish_reason"] == "stop"
     # the stop string's tokens were generated and count as completion tokens
@@ -75,7 +69,7 @@ def test_stop_string(daemon):
 
 
 def test_completion_logprobs(daemon):
-    b = complete(daemon.port, prompt="abc", max_tokens=5, temperature=0, logprobs=3)
+    b = X.complete(daemon.port, prompt="abc", max_tokens=5, temperature=0, logprobs=3)
     lp = b["choices"][0]["logprobs"]
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 5
     assert lp["text_offset"] == [0, 1, 2, 3, 4]
@@ -138,7 +132,7 @@ def test_completion_stream_without_usage(daemon):
     text = "".join(c["choices"][0]["text"] for c in chunks)
     toks = sum(((c["choices"][0]["logprobs"] or {"tokens": []})["tokens"] for c in chunks), [])
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert text == complete(daemon.port, prompt="abc", max_tokens=10, temperature=0)["choices"][0]["text"]
+    assert text == X.complete(daemon.port, prompt="abc", max_tokens=10, temperature=0)["choices"][0]["text"]
     assert len(toks) == 10
 
 
@@ -173,14 +167,14 @@ def test_stream_arrives_incrementally(start_daemon, medium_model):
 def test_empty_prompt_and_max_tokens_zero(daemon):
     st, _, b = X.post_json(daemon.port, "/v1/completions", {"prompt": "", "max_tokens": 5})
     assert st == 400 and b["error"]["code"] == "empty_prompt" and b["error"]["param"] == "prompt"
-    b = complete(daemon.port, prompt="", max_tokens=0)
+    b = X.complete(daemon.port, prompt="", max_tokens=0)
     assert b["choices"][0]["text"] == "" and b["usage"]["total_tokens"] == 0
-    b = complete(daemon.port, prompt="prime", max_tokens=0)
+    b = X.complete(daemon.port, prompt="prime", max_tokens=0)
     assert b["usage"] == {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5}
 
 
 def test_token_id_prompt(daemon):
-    a = complete(daemon.port, prompt="abc", max_tokens=8, temperature=0)["choices"][0]["text"]
-    b = complete(daemon.port, prompt=[97, 98, 99], max_tokens=8, temperature=0)["choices"][0]["text"]
-    c = complete(daemon.port, prompt=[[97, 98, 99]], max_tokens=8, temperature=0)["choices"][0]["text"]
+    a = X.complete(daemon.port, prompt="abc", max_tokens=8, temperature=0)["choices"][0]["text"]
+    b = X.complete(daemon.port, prompt=[97, 98, 99], max_tokens=8, temperature=0)["choices"][0]["text"]
+    c = X.complete(daemon.port, prompt=[[97, 98, 99]], max_tokens=8, temperature=0)["choices"][0]["text"]
     assert a == b == c

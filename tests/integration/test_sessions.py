@@ -11,26 +11,6 @@ import pytest
 import xlharness as X
 
 
-def ids_of(tokens):
-    """Byte-model token ids from completions logprobs token strings."""
-    out = []
-    for t in tokens:
-        if t.startswith("bytes:"):
-            out += [int(h, 16) for h in t[6:].split("\\x")[1:]]
-        else:
-            b = t.encode()
-            assert len(b) == 1, t
-            out.append(b[0])
-    return out
-
-
-def complete(port, sid=None, **body):
-    h = {"X-Session-Id": sid} if sid else {}
-    st, hdr, b = X.post_json(port, "/v1/completions", body, headers=h)
-    assert st == 200, b
-    return b
-
-
 def chat(port, sid, messages, **body):
     h = {"X-Session-Id": sid} if sid else {}
     st, hdr, b = X.post_json(port, "/v1/chat/completions",
@@ -39,32 +19,23 @@ def chat(port, sid, messages, **body):
     return hdr, b
 
 
-def get_session(port, sid):
-    st, _, b = X.request(port, "GET", "/v1/sessions/" + sid)
-    return st, json.loads(b)
-
-
-def lps(b):
-    return b["choices"][0]["logprobs"]["token_logprobs"]
-
-
 def test_second_turn_continues_the_first(daemon, tiny_model, tmp_path):
     """Turn 2 of a session equals one uninterrupted text fed to the engine: same greedy tokens,
     log-probs to 1e-4. Prompts and replies are long enough to wrap the memory (mem_len 64)."""
     p1 = "It is a truth universally acknowledged, that a single man in possession"
     p2 = " of a good fortune, must be in want of a wife."
-    a = complete(daemon.port, "cont-1", prompt=p1, max_tokens=40, temperature=0, logprobs=0)
-    ids1 = ids_of(a["choices"][0]["logprobs"]["tokens"])
+    a = X.complete(daemon.port, "cont-1", prompt=p1, max_tokens=40, temperature=0, logprobs=0)
+    ids1 = X.ids_of(a["choices"][0]["logprobs"]["tokens"])
     assert len(ids1) == 40
-    b = complete(daemon.port, "cont-1", prompt=p2, max_tokens=40, temperature=0, logprobs=0)
-    ref = complete(daemon.port, None, prompt=list(p1.encode()) + ids1 + list(p2.encode()),
+    b = X.complete(daemon.port, "cont-1", prompt=p2, max_tokens=40, temperature=0, logprobs=0)
+    ref = X.complete(daemon.port, None, prompt=list(p1.encode()) + ids1 + list(p2.encode()),
                    max_tokens=40, temperature=0, logprobs=0)
     assert b["choices"][0]["text"] == ref["choices"][0]["text"]
-    for x, y in zip(lps(b), lps(ref)):
+    for x, y in zip(X.lps(b), X.lps(ref)):
         assert abs(x - y) < 1e-4
     assert b["usage"]["prompt_tokens"] == len(p2)
     # and to the engine's own evaluation of the whole transcript (xlserve eval, segments of 16)
-    ids2 = ids_of(b["choices"][0]["logprobs"]["tokens"])
+    ids2 = X.ids_of(b["choices"][0]["logprobs"]["tokens"])
     transcript = list(p1.encode()) + ids1 + list(p2.encode()) + ids2
     ids_file, nll_file = tmp_path / "ids.txt", tmp_path / "nll.txt"
     ids_file.write_text(" ".join(map(str, transcript)))
@@ -74,20 +45,20 @@ def test_second_turn_continues_the_first(daemon, tiny_model, tmp_path):
     nll = [float(x) for x in nll_file.read_text().split()]
     assert len(nll) == len(transcript) - 1
     start = len(transcript) - len(ids2)  # nll[i] predicts transcript[i + 1]
-    for k, lp in enumerate(lps(b)):
+    for k, lp in enumerate(X.lps(b)):
         assert abs(lp + nll[start - 1 + k]) < 1e-4, k
-    for k, lp in enumerate(lps(a)):
+    for k, lp in enumerate(X.lps(a)):
         assert abs(lp + nll[len(p1) - 1 + k]) < 1e-4, k
-    st, s = get_session(daemon.port, "cont-1")
+    st, s = X.get_session(daemon.port, "cont-1")
     assert st == 200 and s["tokens"] == len(p1) + 40 + len(p2) + 40
     assert s["memory_positions"] == 64 and s["turns"] == 2 and s["mode"] == "raw"
     assert b["xlserve"]["session_tokens"] == s["tokens"]
 
 
 def test_empty_prompt_continues_from_pending(daemon):
-    a = complete(daemon.port, "cont-2", prompt="abc", max_tokens=5, temperature=0, logprobs=0)
-    b = complete(daemon.port, "cont-2", prompt="", max_tokens=5, temperature=0, logprobs=0)
-    ref = complete(daemon.port, None, prompt="abc", max_tokens=10, temperature=0)
+    a = X.complete(daemon.port, "cont-2", prompt="abc", max_tokens=5, temperature=0, logprobs=0)
+    b = X.complete(daemon.port, "cont-2", prompt="", max_tokens=5, temperature=0, logprobs=0)
+    ref = X.complete(daemon.port, None, prompt="abc", max_tokens=10, temperature=0)
     assert a["choices"][0]["text"] + b["choices"][0]["text"] == ref["choices"][0]["text"]
     assert b["usage"]["prompt_tokens"] == 0
 
@@ -112,7 +83,7 @@ def test_chat_full_history_append_and_edit(daemon):
     assert b2["xlserve"]["history"] == "full_history"
     assert b2["usage"]["prompt_tokens"] == len("\nUser: How are you?\nAssistant: ")
     assert b2["xlserve"]["session_tokens"] == t1 + b2["usage"]["total_tokens"]
-    st, s = get_session(daemon.port, sid)
+    st, s = X.get_session(daemon.port, sid)
     assert s["tokens"] == b2["xlserve"]["session_tokens"] and s["messages"] == 5
 
     # the same conversation replayed into a fresh session gives the same reply
@@ -181,8 +152,8 @@ def test_session_endpoints(daemon):
     assert st == 201 and len(s["id"]) == 32 and s["tokens"] == 0 and s["object"] == "session"
     sid = s["id"]
     assert h["x-session-id"] == sid
-    complete(daemon.port, sid, prompt="Hello", max_tokens=5, temperature=0)
-    st, s = get_session(daemon.port, sid)
+    X.complete(daemon.port, sid, prompt="Hello", max_tokens=5, temperature=0)
+    st, s = X.get_session(daemon.port, sid)
     assert st == 200 and s["tokens"] == 10 and s["busy"] is False and s["turns"] == 1
     st, _, b = X.request(daemon.port, "GET", "/v1/sessions")
     assert st == 200 and sid in [x["id"] for x in json.loads(b)["data"]]
@@ -192,12 +163,12 @@ def test_session_endpoints(daemon):
     st, _, b = X.request(daemon.port, "POST", "/v1/sessions/%s/fork" % sid)
     f = json.loads(b)
     assert st == 201 and f["forked_from"] == sid and f["tokens"] == 10 and f["id"] != sid
-    x = complete(daemon.port, sid, prompt=" more", max_tokens=12, temperature=0)
-    y = complete(daemon.port, f["id"], prompt=" more", max_tokens=12, temperature=0)
+    x = X.complete(daemon.port, sid, prompt=" more", max_tokens=12, temperature=0)
+    y = X.complete(daemon.port, f["id"], prompt=" more", max_tokens=12, temperature=0)
     assert x["choices"][0]["text"] == y["choices"][0]["text"]
     st, _, b = X.request(daemon.port, "DELETE", "/v1/sessions/" + sid)
     assert st == 200 and json.loads(b) == {"id": sid, "object": "session.deleted", "deleted": True}
-    st, s = get_session(daemon.port, sid)
+    st, s = X.get_session(daemon.port, sid)
     assert st == 404 and s["error"]["code"] == "session_not_found"
     st, _, b = X.request(daemon.port, "DELETE", "/v1/sessions/" + sid)
     assert st == 404
@@ -222,19 +193,19 @@ def test_one_request_at_a_time_per_session(daemon):
     assert st == 409
     st, _, b = X.request(daemon.port, "POST", "/v1/sessions/%s/fork" % sid)
     assert st == 409
-    st, s = get_session(daemon.port, sid)
+    st, s = X.get_session(daemon.port, sid)
     assert st == 200 and s["busy"] is True
     c.close()  # disconnect: the generation is cancelled and the session released
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        st, s = get_session(daemon.port, sid)
+        st, s = X.get_session(daemon.port, sid)
         if not s["busy"]:
             break
         time.sleep(0.02)
     assert s["busy"] is False
     # the session is consistent: a new turn works and counts every token fed
     before = s["tokens"]
-    b = complete(daemon.port, sid, prompt="!", max_tokens=3)
+    b = X.complete(daemon.port, sid, prompt="!", max_tokens=3)
     assert b["xlserve"]["session_tokens"] == before + 1 + 3
 
 
@@ -254,7 +225,7 @@ def test_concurrent_sessions_do_not_mix(daemon):
                 st, h, ev = X.stream(daemon.port, "/v1/completions", body, {"X-Session-Id": sid})
                 out.append("".join(c["choices"][0]["text"] for c in X.sse_json(ev)))
             else:
-                out.append(complete(daemon.port, sid, **body)["choices"][0]["text"])
+                out.append(X.complete(daemon.port, sid, **body)["choices"][0]["text"])
         results[(tag, i)] = out
 
     threads = [threading.Thread(target=run, args=(i, "par", i % 2 == 0)) for i in range(n)]
@@ -271,24 +242,24 @@ def test_concurrent_sessions_do_not_mix(daemon):
 def test_eviction_says_session_expired(start_daemon, tiny_model):
     d = start_daemon(tiny_model, "--session-ram-mb", "1")
     for i in range(40):  # a tiny session holds ~33 KB: 1 MiB keeps about 30
-        complete(d.port, "ev-%d" % i, prompt="x", max_tokens=0)
-    st, b = get_session(d.port, "ev-0")
+        X.complete(d.port, "ev-%d" % i, prompt="x", max_tokens=0)
+    st, b = X.get_session(d.port, "ev-0")
     assert st == 404 and b["error"]["code"] == "session_expired"
     st, _, b = X.post_json(d.port, "/v1/completions", {"prompt": "x"}, {"X-Session-Id": "ev-0"})
     assert st == 404 and b["error"]["code"] == "session_expired"
-    assert get_session(d.port, "ev-39")[0] == 200
+    assert X.get_session(d.port, "ev-39")[0] == 200
     st, _, _ = X.request(d.port, "DELETE", "/v1/sessions/ev-0")  # acknowledge the loss
     assert st == 200
-    complete(d.port, "ev-0", prompt="x", max_tokens=1)
+    X.complete(d.port, "ev-0", prompt="x", max_tokens=1)
     d.wait_log(lambda o: o.get("event") == "session_evicted")
 
 
 def test_ttl_expiry(start_daemon, tiny_model):
     d = start_daemon(tiny_model, "--session-ttl", "1")
-    complete(d.port, "ttl-1", prompt="x", max_tokens=1)
+    X.complete(d.port, "ttl-1", prompt="x", max_tokens=1)
     deadline = time.monotonic() + 10
     st = 200
     while time.monotonic() < deadline and st == 200:
-        st, b = get_session(d.port, "ttl-1")
+        st, b = X.get_session(d.port, "ttl-1")
         time.sleep(0.1)
     assert st == 404 and b["error"]["code"] == "session_expired"

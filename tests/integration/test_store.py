@@ -33,18 +33,6 @@ def digest(ids):
     return "%016x" % fnv(struct.pack("<%di" % len(ids), *ids))
 
 
-def ids_of(tokens):
-    out = []
-    for t in tokens:
-        if t.startswith("bytes:"):
-            out += [int(h, 16) for h in t[6:].split("\\x")[1:]]
-        else:
-            b = t.encode()
-            assert len(b) == 1, t
-            out.append(b[0])
-    return out
-
-
 def comp(port, sid, prompt, n, timeout=60, **kw):
     body = dict(prompt=prompt, max_tokens=n, temperature=0, logprobs=0, **kw)
     st, h, b = X.post_json(port, "/v1/completions", body,
@@ -53,22 +41,11 @@ def comp(port, sid, prompt, n, timeout=60, **kw):
 
 
 def ok(port, sid, prompt, n, **kw):
-    st, b = comp(port, sid, prompt, n, **kw)
-    assert st == 200, b
-    return b
+    return X.complete(port, sid, prompt=prompt, max_tokens=n, temperature=0, logprobs=0, **kw)
 
 
 def gen(b):
-    return ids_of(b["choices"][0]["logprobs"]["tokens"])
-
-
-def lps(b):
-    return b["choices"][0]["logprobs"]["token_logprobs"]
-
-
-def get_session(port, sid, headers=None):
-    st, _, b = X.request(port, "GET", "/v1/sessions/" + sid, headers=headers)
-    return st, json.loads(b)
+    return X.ids_of(b["choices"][0]["logprobs"]["tokens"])
 
 
 def rows(state_dir):
@@ -100,7 +77,7 @@ def continues_like_replay(port, sid, transcript, q=" next", n=8):
     b = ok(port, sid, q, n)
     ref = ok(port, None, transcript + list(q.encode()), n)
     assert b["choices"][0]["text"] == ref["choices"][0]["text"]
-    for x, y in zip(lps(b), lps(ref)):
+    for x, y in zip(X.lps(b), X.lps(ref)):
         assert abs(x - y) < 1e-4
     return transcript + list(q.encode()) + gen(b)
 
@@ -125,7 +102,7 @@ def test_restart_continues_exactly(start_daemon, tiny_model, tmp_path):
         assert st == 200
         msgs[port] = b["choices"][0]["message"]["content"]
     assert msgs[d.port] == msgs[ref.port]
-    st, before = get_session(d.port, "r1")
+    st, before = X.get_session(d.port, "r1")
     d.signal(signal.SIGTERM)
     assert d.wait_exit(30) == 0, d.tail()
     d2 = start_daemon(tiny_model, *store_args(sd))
@@ -137,9 +114,9 @@ def test_restart_continues_exactly(start_daemon, tiny_model, tmp_path):
     assert listed["r1"]["tokens"] == before["tokens"]
     a = ok(d2.port, "r1", " must be in want of a wife.", 40)
     r = ok(ref.port, "r1", " must be in want of a wife.", 40)
-    assert a["choices"][0]["text"] == r["choices"][0]["text"] and lps(a) == lps(r)
+    assert a["choices"][0]["text"] == r["choices"][0]["text"] and X.lps(a) == X.lps(r)
     assert a["xlserve"]["session_tokens"] == r["xlserve"]["session_tokens"]
-    st, s = get_session(d2.port, "r1")
+    st, s = X.get_session(d2.port, "r1")
     assert s["in_ram"] and s["turns"] == 3 and s["mode"] == "raw"
     # the chat record survived too: a full-history request is recognised, not replayed
     full = [sys_m, u1, {"role": "assistant", "content": msgs[ref.port]},
@@ -169,7 +146,7 @@ def test_kill9_under_load_loses_no_acknowledged_turn(tiny_model, tmp_path):
 
     def verify(d):
         for sid, t in done.items():
-            st, s = get_session(d.port, sid)
+            st, s = X.get_session(d.port, sid)
             if st == 404:  # its first turn was cut before its commit
                 assert not t and s["error"]["code"] == "session_not_found"
                 inflight.pop(sid, None)
@@ -262,9 +239,9 @@ def test_ram_budget_evicts_to_the_store_and_restores(start_daemon, tmp_path):
             sid = "m%d" % i
             p = prompt[i % 7:] if turn == 0 else " and %d more" % i
             a, b = ok(d.port, sid, p, 6), ok(ref.port, sid, p, 6)
-            assert a["choices"][0]["text"] == b["choices"][0]["text"] and lps(a) == lps(b), sid
+            assert a["choices"][0]["text"] == b["choices"][0]["text"] and X.lps(a) == X.lps(b), sid
             peak = max(peak, rss_kb(d.proc.pid))
-    st, s = get_session(d.port, "m0")
+    st, s = X.get_session(d.port, "m0")
     assert st == 200 and s["turns"] == 2
     grown_mb = (peak - base) / 1024
     assert grown_mb < 3 + 10, "RSS grew %.1f MiB (40 sessions would be 20 MiB)" % grown_mb
@@ -295,7 +272,7 @@ def test_budget_under_concurrency(start_daemon, tiny_model, tmp_path):
             for _ in range(40):
                 sid = "b%d" % r.randrange(n)
                 if r.random() < 0.3:  # a reader: restores too, may share a load with a turn
-                    st, s = get_session(d.port, sid)
+                    st, s = X.get_session(d.port, sid)
                     assert st in (200, 404), s
                     continue
                 with locks[sid]:
@@ -312,7 +289,7 @@ def test_budget_under_concurrency(start_daemon, tiny_model, tmp_path):
         th.join(120)
     assert not errors, errors[0]
     for sid, tr in t.items():
-        st, s = get_session(d.port, sid)
+        st, s = X.get_session(d.port, sid)
         if not tr:
             assert st == 404
             continue
@@ -357,15 +334,15 @@ def test_corrupted_rows_are_refused_and_kept(start_daemon, tiny_model, tmp_path)
     why = {"flip-state": "checksum", "truncate": "truncated", "fingerprint": "another model",
            "flip-meta": "checksum"}
     for sid, word in why.items():
-        st, b = get_session(d.port, sid, h1)
+        st, b = X.get_session(d.port, sid, h1)
         assert st == 409 and b["error"]["code"] == "session_incompatible", b
         assert word in b["error"]["message"], b
         st, _, b = X.post_json(d.port, "/v1/completions", {"prompt": "x", "max_tokens": 2},
                                headers={"X-Session-Id": sid, **h1})
         assert st == 409 and b["error"]["code"] == "session_incompatible"
-        st, b = get_session(d.port, sid, h2)  # another key: never revealed
+        st, b = X.get_session(d.port, sid, h2)  # another key: never revealed
         assert st == 404 and b["error"]["code"] == "session_not_found"
-    st, b = get_session(d.port, "good", h1)  # the others are unaffected
+    st, b = X.get_session(d.port, "good", h1)  # the others are unaffected
     assert st == 200 and b["turns"] == 1
     st, _, b = X.post_json(d.port, "/v1/completions", {"prompt": "x", "max_tokens": 2},
                            headers={"X-Session-Id": "good", **h1})
@@ -381,7 +358,7 @@ def test_corrupted_rows_are_refused_and_kept(start_daemon, tiny_model, tmp_path)
     st, _, b = X.request(d.port, "PUT", "/v1/sessions/flip-state/state", body=blob,
                          headers={**h1, "Content-Type": "application/octet-stream"})
     assert st == 200, b
-    assert get_session(d.port, "flip-state", h1)[1]["turns"] == 2
+    assert X.get_session(d.port, "flip-state", h1)[1]["turns"] == 2
     assert "truncate" not in rows(sd)
     d.wait_log(lambda o: o.get("event") == "session_incompatible")
 
@@ -399,13 +376,13 @@ def test_export_import_between_daemons(start_daemon, tiny_model, medium_model, t
     st, _, r = X.request(b.port, "PUT", "/v1/sessions/moved/state", body=blob,
                          headers={**hb, "Content-Type": "application/octet-stream"})
     assert st == 201, r
-    assert json.loads(r)["tokens"] == get_session(a.port, "mv")[1]["tokens"]
+    assert json.loads(r)["tokens"] == X.get_session(a.port, "mv")[1]["tokens"]
     x = ok(a.port, "mv", " and said", 30)
     st, y = X.post_json(b.port, "/v1/completions",
                         {"prompt": " and said", "max_tokens": 30, "temperature": 0, "logprobs": 0},
                         headers={"X-Session-Id": "moved", **hb})[::2]
     assert st == 200
-    assert x["choices"][0]["text"] == y["choices"][0]["text"] and lps(x) == lps(y)
+    assert x["choices"][0]["text"] == y["choices"][0]["text"] and X.lps(x) == X.lps(y)
     # bad blobs: a clear code
     st, _, r = X.request(b.port, "PUT", "/v1/sessions/bad/state", body=b"not a state",
                          headers=hb)
@@ -418,7 +395,7 @@ def test_export_import_between_daemons(start_daemon, tiny_model, medium_model, t
     st, _, r = X.request(b.port, "PUT", "/v1/sessions/bad/state", body=other, headers=hb)
     assert st == 409 and json.loads(r)["error"]["code"] == "session_incompatible"
     assert "another model" in json.loads(r)["error"]["message"]
-    assert get_session(b.port, "bad", hb)[0] == 404
+    assert X.get_session(b.port, "bad", hb)[0] == 404
     # a busy session is not replaced
     c = b.conn()
     c.request("POST", "/v1/completions", body=json.dumps(
@@ -467,7 +444,7 @@ def test_async_durability_commits_within_its_delay(start_daemon, tiny_model, tmp
         d.proc.wait()
     d = start_daemon(tiny_model, *store_args(sd, "--durability", "async",
                                              "--async-commit-ms", "60000"))
-    st, s = get_session(d.port, "as")
+    st, s = X.get_session(d.port, "as")
     assert st == 200 and s["tokens"] == b["xlserve"]["session_tokens"]
     # SIGTERM: saves still waiting for their commit are committed before the exit
     b = ok(d.port, "as", " and more", 10)
@@ -488,7 +465,7 @@ def test_ttl_deletes_from_ram_and_store(start_daemon, tiny_model, tmp_path):
         time.sleep(0.2)
     assert not rows(sd)
     for sid in ("tt0", "tt39"):
-        st, b = get_session(d.port, sid)
+        st, b = X.get_session(d.port, sid)
         assert st == 404 and b["error"]["code"] == "session_expired"
 
 

@@ -187,6 +187,77 @@ def post_json(port, path, body, headers=None, timeout=60):
     return st, h, (json.loads(b) if b else None)
 
 
+def complete(port, sid=None, headers=None, timeout=60, **body):
+    """A /v1/completions request (in session SID when given) that must answer 200; its JSON."""
+    h = dict(headers or {})
+    if sid:
+        h["X-Session-Id"] = sid
+    st, _, b = post_json(port, "/v1/completions", body, headers=h, timeout=timeout)
+    assert st == 200, b
+    return b
+
+
+def get_session(port, sid, headers=None, prefix=""):
+    """GET /v1/sessions/SID: (status, JSON body)."""
+    st, _, b = request(port, "GET", prefix + "/v1/sessions/" + sid, headers=headers)
+    return st, json.loads(b)
+
+
+def ids_of(tokens):
+    """Byte-model token ids from completions logprobs token strings."""
+    out = []
+    for t in tokens:
+        if t.startswith("bytes:"):
+            out += [int(h, 16) for h in t[6:].split("\\x")[1:]]
+        else:
+            b = t.encode()
+            assert len(b) == 1, t
+            out.append(b[0])
+    return out
+
+
+def lps(b):
+    """The token log-probs of a completion (requested with logprobs)."""
+    return b["choices"][0]["logprobs"]["token_logprobs"]
+
+
+def metrics(port, prefix=""):
+    """GET /metrics: {sample name with its labels: value}, e.g.
+    {'xlserve_requests_total{route="ui",status="200"}': 2.0, ...}."""
+    st, _, b = request(port, "GET", prefix + "/metrics")
+    assert st == 200, b[:500]
+    out = {}
+    for line in b.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def metric(port, name):
+    """One sample of /metrics (name with its labels, if any)."""
+    m = metrics(port)
+    assert name in m, "%s not in /metrics" % name
+    return m[name]
+
+
+def rss_kb(pid):
+    """The resident set size of process PID (kB, /proc/PID/status VmRSS)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+def cpu_seconds(pid, tid=None):
+    """CPU seconds (user + system) of process PID, or of its thread TID."""
+    path = "/proc/%d/task/%d/stat" % (pid, tid) if tid else "/proc/%d/stat" % pid
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def read_sse(resp, on_event=None, deadline_s=60):
     """Reads an SSE response to the end; returns [(arrival_time, data_str)] (comments as
     (t, ':ping')). on_event(data) may return False to stop reading early."""

@@ -15,11 +15,6 @@ def selftest(page, port, path="/"):
     return json.loads(page.wait_for(RESULT, timeout=60))
 
 
-def session_info(d, sid, headers=None):
-    st, _, b = X.request(d.port, "GET", d.prefix + "/v1/sessions/" + sid, headers=headers)
-    return st, (json.loads(b) if st == 200 else b)
-
-
 def idle(page):
     """Waits until the page's turn is over (Send enabled again)."""
     page.wait_for("!document.getElementById('send').disabled", timeout=60)
@@ -49,7 +44,7 @@ def test_two_turns_stream_into_one_session(start_daemon, tiny_model, page, shots
     assert 0 < t1["session_tokens"] < t2["session_tokens"]
     s = r["session"]                                            # as the page saw it
     assert s["id"] == sid and s["turns"] == 2 and s["tokens"] == t2["session_tokens"]
-    st, s = session_info(d, sid)                                # and as the server has it
+    st, s = X.get_session(d.port, sid, prefix=d.prefix)     # and as the server has it
     assert st == 200 and s["turns"] == 2 and s["messages"] == 4 and s["mode"] == "chat"
     assert s["tokens"] == t2["session_tokens"] and not s["busy"]
     assert r["bubbles"] == 2
@@ -67,7 +62,7 @@ def test_two_turns_stream_into_one_session(start_daemon, tiny_model, page, shots
     assert page.eval("document.querySelectorAll('#log .msg').length") == 4
     send_with_enter(page, "Pray, go on.")
     idle(page)
-    st, s3 = session_info(d, sid)
+    st, s3 = X.get_session(d.port, sid, prefix=d.prefix)
     assert st == 200 and s3["turns"] == 3 and s3["tokens"] > s["tokens"]
     assert page.eval("document.querySelectorAll('#log .msg.assistant').length") == 3
     assert page.problems() == []
@@ -106,7 +101,7 @@ def test_api_key_prompt(start_daemon, tiny_model, page):
     idle(page)
     sid = page.eval("localStorage.getItem('xlserve:/:session')")
     assert sid
-    st, s = session_info(d, sid, {"Authorization": "Bearer k1"})
+    st, s = X.get_session(d.port, sid, {"Authorization": "Bearer k1"}, prefix=d.prefix)
     assert st == 200 and s["turns"] == 1
     assert page.eval("document.querySelectorAll('#log .msg.assistant').length") == 1
     # the session belongs to the key: the page sent it with every call
@@ -137,7 +132,7 @@ def test_stop_then_new_conversation(start_daemon, tiny_model, page, shots):
         == "stopped"
     sid = page.eval("localStorage.getItem('xlserve:/:session')")
     d.wait_log(lambda o: o.get("path") == "/v1/chat/completions" and o.get("client_gone"))
-    st, s = session_info(d, sid)
+    st, s = X.get_session(d.port, sid, prefix=d.prefix)
     assert st == 200 and s["tokens"] < 900000 and not s["busy"]
     # the header catches up with what the server kept of the cut turn
     page.wait_for("document.getElementById('sub').textContent.includes('remembers %d')"
@@ -149,8 +144,8 @@ def test_stop_then_new_conversation(start_daemon, tiny_model, page, shots):
                   % (json.dumps(sid), json.dumps(sid)))
     new = page.eval("localStorage.getItem('xlserve:/:session')")
     assert new and new != sid
-    assert session_info(d, sid)[0] == 404
-    assert session_info(d, new)[0] == 200
+    assert X.get_session(d.port, sid, prefix=d.prefix)[0] == 404
+    assert X.get_session(d.port, new, prefix=d.prefix)[0] == 200
     assert page.eval("document.querySelectorAll('#log .msg').length") == 0
     assert page.problems() == []
 
@@ -161,7 +156,7 @@ def test_path_prefix_and_phone_width(start_daemon, tiny_model, browser, shots):
     try:
         r = selftest(p, d.port, "/xl/")
         assert r["ok"], r
-        assert session_info(d, r["session_id"])[1]["turns"] == 2
+        assert X.get_session(d.port, r["session_id"], prefix=d.prefix)[1]["turns"] == 2
         # nothing wider than the phone; the composer is on screen
         assert p.eval("document.documentElement.scrollWidth") <= 390
         box = p.eval("JSON.stringify(document.getElementById('send').getBoundingClientRect())")
@@ -253,7 +248,7 @@ def test_retries_while_the_session_is_busy(start_daemon, tiny_model, page):
     assert page.eval("document.querySelectorAll('#log .msg.error').length") == 0
     chats = [l["status"] for l in d.requests_logged() if l["path"] == "/v1/chat/completions"]
     assert chats[0] == 409 and chats[-1] == 200
-    st, s = session_info(d, sid)
+    st, s = X.get_session(d.port, sid, prefix=d.prefix)
     assert st == 200 and s["turns"] == 2   # the other client's completion, then the page's turn
 
 
