@@ -185,15 +185,15 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
   xl_vec_mix_rows(out, probs + (a - lo), (size_t)n_keys, v_new, (size_t)hd, 1, H, dh);
 }
 
-void xl_decode_positions(const xl_model *m, int layer, const float *const *q, int n, int n_pos,
-                         float *out) {
+void xl_decode_positions(const xl_model *m, int layer, const float *const *q, const int *n_pos,
+                         int n, int stride, float *out) {
   const xl_config *c = &m->cfg;
   const int H = c->n_head, dh = c->d_head, ld = m->n_pos_cached;
   const float *pk = m->layers[layer].pos_k_t;           /* [H*Dh, n_pos_cached] */
   for (int h = 0; h < H; h++) /* head h's table rows stay in cache while every query uses them */
-    for (int i = 0; i < n; i++)  /* out: [n, H, n_pos] */
-      xl_vec_dot_rows(q[i] + h * dh, dh, pk + (size_t)h * dh * ld, (size_t)ld, n_pos,
-                      out + ((size_t)i * H + h) * n_pos);
+    for (int i = 0; i < n; i++)  /* out: [n, H, stride] */
+      xl_vec_dot_rows(q[i] + h * dh, dh, pk + (size_t)h * dh * ld, (size_t)ld, n_pos[i],
+                      out + ((size_t)i * H + h) * stride);
 }
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,

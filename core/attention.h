@@ -31,11 +31,12 @@ typedef struct {
   float *rev;              /* [max_pos]: one row's position terms, distance-reversed */
 } xl_attn_scratch;
 
-/* Position products of several decode steps at once: out[i][h][d] = q_i,h . pos_k[d]_h for
- * d < n_pos, reading the model's table once for all n queries (rows of stride ldq). The
- * arithmetic per query is the same for any n (batch-invariant). */
-void xl_decode_positions(const xl_model *m, int layer, const float *const *q, int n, int n_pos,
-                         float *out);
+/* Position products of several decode steps at once, over the model's cached table:
+ * out[(i * H + h) * stride + d] = q[i]_h . pos_k[d]_h for d < n_pos[i] (the distance rows
+ * step i reads, <= stride), reading each head's table rows once for all n queries. Each
+ * product is computed the same way whatever n and n_pos[] are (batch-invariant). */
+void xl_decode_positions(const xl_model *m, int layer, const float *const *q, const int *n_pos,
+                         int n, int stride, float *out);
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
                xl_attn_scratch *sc);

@@ -93,7 +93,7 @@ typedef struct {
   int out_rows;           /* rows that need log-probs */
   int pos_rows;           /* distance rows the widest item needs */
   int ext_pos;            /* 1: more than the model caches (long chunk, no same_length) */
-  int n_dec, dec_pos;     /* decode steps (one token) and the distance rows they need */
+  int n_dec, dec_pos;     /* decode steps (one token) and the most distance rows one needs */
   float *x;               /* [N, d_model] hidden states */
   float *xn;              /* [N, d_model] LayerNorm output / sublayer output */
   float *qkv;             /* [N, 3*H*Dh] */
@@ -105,6 +105,7 @@ typedef struct {
   float **full;           /* [out_rows] where each output row's distribution goes (or NULL) */
   const float **dec_q;    /* [n_dec] the decode steps' query rows */
   int32_t *tg;            /* [out_rows] target ids (-1: none) */
+  int *dec_rows;          /* [n_dec] the distance rows each decode step reads (<= dec_pos) */
   xl_attn_scratch sc;
 } fwd_plan;
 
@@ -142,11 +143,12 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
     p->pos_r = xl_ws_get(ws, WS_POSR, (size_t)p->pos_rows * dm);
   }
   /* WS_ROWS, 8-byte aligned from the start: full[out_rows] and dec_q[n_dec] pointers, then
-   * tg[out_rows] (sized in floats: 2 per pointer, 1 per id). */
-  p->full = (float **)(void *)xl_ws_get(ws, WS_ROWS, 3 * (size_t)p->out_rows + 2 * (size_t)p->n_dec + 1);
+   * tg[out_rows] and dec_rows[n_dec] (sized in floats: 2 per pointer, 1 per int). */
+  p->full = (float **)(void *)xl_ws_get(ws, WS_ROWS, 3 * (size_t)p->out_rows + 3 * (size_t)p->n_dec + 1);
   if (p->full) {
     p->dec_q = (const float **)(p->full + p->out_rows);
     p->tg = (int32_t *)(void *)(p->dec_q + p->n_dec);
+    p->dec_rows = (int *)(p->tg + p->out_rows);
   }
   if (p->n_dec) p->dec_p = xl_ws_get(ws, WS_DECPOS, (size_t)p->n_dec * c->n_head * p->dec_pos);
   if (!p->x || !p->xn || !p->qkv || !p->av || !p->ff || !attn || !p->out_scratch || !p->full ||
@@ -184,8 +186,11 @@ static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_i
   if (shared_pos) {
     size_t row = 0;
     for (int i = 0, d = 0; i < n_items; row += (size_t)items[i++].n_tokens)
-      if (items[i].n_tokens == 1) p->dec_q[d++] = p->qkv + row * 3 * hd;
-    xl_decode_positions(m, l, p->dec_q, p->n_dec, p->dec_pos, p->dec_p);
+      if (items[i].n_tokens == 1) {
+        p->dec_q[d] = p->qkv + row * 3 * hd;
+        p->dec_rows[d++] = xl_pos_rows_needed(m, items[i].state->len + 1);
+      }
+    xl_decode_positions(m, l, p->dec_q, p->dec_rows, p->n_dec, p->dec_pos, p->dec_p);
   }
   size_t row = 0;
   for (int i = 0, d = 0; i < n_items; row += (size_t)items[i++].n_tokens) {
