@@ -199,17 +199,18 @@ static void fmt_bytes(buf *b, const char *raw, size_t n) {
   buf_addc(b, ']');
 }
 
-void job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t off) {
+size_t job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t off) {
   char raw[4096];
   if (j->n_top < 0) {
     buf_adds(b, "null");
-    return;
+    return off;
   }
   if (j->kind == JOB_CHAT) {
     buf_adds(b, "{\"content\":[");
     for (int i = from; i < to; i++) {
       const tok_rec *r = &j->recs[i];
       size_t n = token_text(j->model, r->id, raw, sizeof raw);
+      off += n;
       buf_adds(b, i > from ? ",{\"token\":" : "{\"token\":");
       fmt_token_str(b, raw, n);
       buf_adds(b, ",\"logprob\":");
@@ -230,7 +231,7 @@ void job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t off) {
       buf_adds(b, "]}");
     }
     buf_adds(b, "],\"refusal\":null}");
-    return;
+    return off;
   }
   /* legacy completions shape */
   buf_adds(b, "{\"tokens\":[");
@@ -264,6 +265,7 @@ void job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t off) {
     off += token_text(j->model, j->recs[i].id, raw, sizeof raw);
   }
   buf_adds(b, "]}");
+  return off;
 }
 
 static void chunk_head(buf *b, const job *j) {
@@ -301,10 +303,7 @@ void job_emit_stream(job *j, int final) {
       json_escape(&b, j->reply.p + j->text_sent, new_text);
       buf_adds(&b, ",\"logprobs\":");
     }
-    job_fmt_logprobs(&b, j, j->recs_sent, j->n_recs, j->lp_off);
-    char raw[4096];
-    for (int i = j->recs_sent; i < j->n_recs; i++)
-      j->lp_off += token_text(j->model, j->recs[i].id, raw, sizeof raw);
+    j->lp_off = job_fmt_logprobs(&b, j, j->recs_sent, j->n_recs, j->lp_off);
     buf_adds(&b, ",\"finish_reason\":null");
     chunk_tail(&b, j);
     j->text_sent = j->reply.len;

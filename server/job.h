@@ -117,8 +117,9 @@ void job_finish(job *j, finish_reason reason);
 /* Appends a formatted stream chunk for newly released text/logprobs (if any) to out. */
 void job_emit_stream(job *j, int final);
 
-/* Formatting shared by streaming chunks and full responses (any thread). */
-void job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t text_offset);
+/* Formatting shared by streaming chunks and full responses (any thread). job_fmt_logprobs
+ * formats records [from, to) whose text starts at text_offset; returns the offset after them. */
+size_t job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t text_offset);
 const char *finish_name(finish_reason r);
 
 #endif
