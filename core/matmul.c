@@ -13,9 +13,9 @@
 #include "internal.h"
 
 #define ROW_BLOCK 64 /* rows of x kept hot while the weight rows stream past */
-/* Decode steps stream each weight once per forward, mostly from L3: software prefetch 8 KiB
- * ahead in the weight rows (the next groups of rows; measured +10-25% decode tokens/s at
- * batch 1 on the bundled model against none, 4-12 KiB alike). */
+/* Decode steps stream each weight once per forward, mostly from L3, with few rows of x to hide
+ * the latency behind: so the kernel prefetches in software 8 KiB ahead in the weight rows (the
+ * next groups of rows), far enough ahead that the lines arrive before they are read. */
 #define PREFETCH_FLOATS 2048
 
 /* ---- portable ------------------------------------------------------------------------ */

@@ -1,11 +1,13 @@
 /*
  * cli_bench.c: `xlserve bench`: speed of the core, measured side by side in one run and
- * printed as one table: one-token decoding with a full memory (batch 1), segment evaluation,
- * and the paper's Table 9 comparison of recurrence (segment evaluation with memory, each query
- * attending to L positions) against recompute (the vanilla model: every prediction re-runs
- * the last L tokens with no memory) at attention lengths 800, 1800, 2800 and 3800.
- * Each rate also prints the useful GFLOP/s it implies and its share of a large OpenBLAS SGEMM's
- * GFLOP/s measured in the same run with the same thread count.
+ * printed as one table: a large OpenBLAS SGEMM (the run's ceiling); one-token decoding with a
+ * full memory at batches 1, 4, 16, 32 and 64 up to --max-batch (aggregate tokens/s, and the
+ * ratio to batch 1); segment evaluation; and, unless --no-recurrence, the paper's Table 9
+ * comparison of recurrence (segment evaluation with memory, each query attending to L
+ * positions) against recompute (the vanilla model: every prediction re-runs the last L tokens
+ * with no memory) at attention lengths 800, 1800, 2800 and 3800.
+ * Each decode and segment rate also prints the useful GFLOP/s it implies and its share of the
+ * SGEMM's GFLOP/s, measured in the same run with the same thread count.
  * Main thread.
  */
 #include <stdio.h>

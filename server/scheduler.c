@@ -369,7 +369,7 @@ static void run_batch(sched *s, worker *w, int n) {
   /* No wake-up here: this worker selects again at once and wakes an idle one only if work is
    * left after taking its share (worker_main). Waking one for the jobs just requeued made two
    * workers ping-pong a lone session (a futex wake-up per token, its memory moving between
-   * cores' caches: 8% slower decoding). */
+   * cores' caches: slower decoding). */
   pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < n; i++)
     if (flags[i] & JOB_EV_DONE) post(s, w->batch[i], flags[i]);
