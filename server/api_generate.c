@@ -41,8 +41,7 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
              j->kind == JOB_CHAT ? "chat.completion" : "text_completion", j->created);
   json_escape(b, j->model_name, strlen(j->model_name));
   if (j->kind == JOB_CHAT) {
-    buf_printf(b, ",\"system_fingerprint\":\"fp_%016llx\"",
-               (unsigned long long)xl_model_fingerprint(j->model));
+    buf_printf(b, ",\"system_fingerprint\":\"%s\"", j->fingerprint);
     buf_adds(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
     json_escape(b, j->reply.p ? j->reply.p : "", j->reply.len);
     buf_adds(b, ",\"refusal\":null},\"logprobs\":");
@@ -60,18 +59,14 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
 }
 
 /* The end of an SSE stream: usage chunk (if asked) and [DONE], or an in-band error. */
-static void stream_tail(buf *b, const req *r, const job *j, uint64_t session_tokens,
+static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens,
                         const char *err_code, const char *err_msg) {
   if (err_code) {
     buf_adds(b, "data: {\"error\":{\"message\":");
     json_escape(b, err_msg, strlen(err_msg));
     buf_printf(b, ",\"type\":\"server_error\",\"param\":null,\"code\":\"%s\"}}\n\n", err_code);
   } else if (j->include_usage) {
-    buf_adds(b, "data: {\"id\":");
-    json_escape(b, j->id, strlen(j->id));
-    buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
-               j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion", j->created);
-    json_escape(b, j->model_name, strlen(j->model_name));
+    job_chunk_prefix(b, j);
     buf_adds(b, ",\"choices\":[],\"usage\":");
     usage_json(b, r, j);
     buf_adds(b, ",\"xlserve\":");
@@ -237,23 +232,16 @@ void api_generate(req *r, job_kind kind) {
   make_id(j);
   j->created = (long long)time(NULL);
   j->model_name = xstrdup(a->model_name);
+  j->fingerprint = a->fingerprint;
   j->t_arrival = r->t_start;
   j->want_snapshot = !r->sess_stateless && st_persistent(a->sessions);
   j->hist = xmalloc(sizeof(int32_t) * (size_t)(j->max_tokens ? j->max_tokens : 1));
   xl_detok_init(&j->detok);
-  if (j->stream && kind == JOB_CHAT) {
-    buf b;
-    buf_init(&b);
-    buf_adds(&b, "data: {\"id\":");
-    json_escape(&b, j->id, strlen(j->id));
-    buf_printf(&b, ",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":", j->created);
-    json_escape(&b, j->model_name, strlen(j->model_name));
-    buf_printf(&b, ",\"system_fingerprint\":\"fp_%016llx\",\"choices\":[{\"index\":0,\"delta\":"
-                   "{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]%s}\n\n",
-               (unsigned long long)xl_model_fingerprint(a->model),
-               j->include_usage ? ",\"usage\":null" : "");
-    buf_add(&j->out, b.p, b.len);
-    buf_free(&b);
+  if (j->stream && kind == JOB_CHAT) { /* the role chunk (no worker has the job yet) */
+    job_chunk_head(&j->out, j);
+    buf_adds(&j->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                      "\"finish_reason\":null");
+    job_chunk_tail(&j->out, j);
   }
   r->job_running = 1;
   r->refs++; /* the job's reference, dropped in gen_on_done */

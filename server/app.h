@@ -35,6 +35,7 @@ typedef struct app {
   /* model (set once loaded; immutable afterwards) */
   xl_model *model;
   char *model_name;
+  char fingerprint[24]; /* system_fingerprint: "fp_" + the model's fingerprint in hex */
   int prefill_chunk;
   /* http */
   struct MHD_Daemon *mhd;

@@ -20,6 +20,7 @@ job *job_new(void) {
   buf_init(&j->reply);
   buf_init(&j->tail);
   buf_init(&j->out);
+  buf_init(&j->head);
   j->n_top = -1;
   j->next = -1;
   atomic_init(&j->cancel, 0);
@@ -39,6 +40,7 @@ void job_free(job *j) {
   buf_free(&j->reply);
   buf_free(&j->tail);
   buf_free(&j->out);
+  buf_free(&j->head);
   pthread_mutex_destroy(&j->mu);
   free(j);
 }
@@ -268,19 +270,31 @@ size_t job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t off) {
   return off;
 }
 
-static void chunk_head(buf *b, const job *j) {
-  buf_adds(b, "data: {\"id\":");
-  json_escape(b, j->id, strlen(j->id));
-  buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+/* The chunks' common start, formatted once per job at first use (the request fields are final
+ * by then, and unit tests fill them after job_new). */
+static void chunk_head_build(job *j) {
+  buf *h = &j->head;
+  buf_adds(h, "data: {\"id\":");
+  json_escape(h, j->id, strlen(j->id));
+  buf_printf(h, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
              j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion", j->created);
-  json_escape(b, j->model_name, strlen(j->model_name));
-  if (j->kind == JOB_CHAT)
-    buf_printf(b, ",\"system_fingerprint\":\"fp_%016llx\"",
-               (unsigned long long)xl_model_fingerprint(j->model));
-  buf_adds(b, ",\"choices\":[{\"index\":0,");
+  json_escape(h, j->model_name, strlen(j->model_name));
+  j->head_prefix_len = h->len;
+  if (j->kind == JOB_CHAT) buf_printf(h, ",\"system_fingerprint\":\"%s\"", j->fingerprint);
+  buf_adds(h, ",\"choices\":[{\"index\":0,");
 }
 
-static void chunk_tail(buf *b, const job *j) {
+void job_chunk_prefix(buf *b, job *j) {
+  if (!j->head.len) chunk_head_build(j);
+  buf_add(b, j->head.p, j->head_prefix_len);
+}
+
+void job_chunk_head(buf *b, job *j) {
+  if (!j->head.len) chunk_head_build(j);
+  buf_add(b, j->head.p, j->head.len);
+}
+
+void job_chunk_tail(buf *b, const job *j) {
   buf_adds(b, "}]");
   if (j->include_usage) buf_adds(b, ",\"usage\":null");
   buf_adds(b, "}\n\n");
@@ -293,7 +307,7 @@ void job_emit_stream(job *j, int final) {
   buf b;
   buf_init(&b);
   if (new_text || new_recs) {
-    chunk_head(&b, j);
+    job_chunk_head(&b, j);
     if (j->kind == JOB_CHAT) {
       buf_adds(&b, "\"delta\":{\"content\":");
       json_escape(&b, j->reply.p + j->text_sent, new_text);
@@ -305,15 +319,15 @@ void job_emit_stream(job *j, int final) {
     }
     j->lp_off = job_fmt_logprobs(&b, j, j->recs_sent, j->n_recs, j->lp_off);
     buf_adds(&b, ",\"finish_reason\":null");
-    chunk_tail(&b, j);
+    job_chunk_tail(&b, j);
     j->text_sent = j->reply.len;
     j->recs_sent = j->n_recs;
   }
   if (final) {
-    chunk_head(&b, j);
+    job_chunk_head(&b, j);
     buf_adds(&b, j->kind == JOB_CHAT ? "\"delta\":{},\"logprobs\":null" : "\"text\":\"\",\"logprobs\":null");
     buf_printf(&b, ",\"finish_reason\":\"%s\"", finish_name(j->finish));
-    chunk_tail(&b, j);
+    job_chunk_tail(&b, j);
   }
   pthread_mutex_lock(&j->mu);
   buf_add(&j->out, b.p, b.len);

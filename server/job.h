@@ -68,6 +68,7 @@ typedef struct job {
   char id[64];
   long long created;
   char *model_name;
+  const char *fingerprint; /* chat: the system_fingerprint ("fp_" + hex; the app's string) */
   double t_arrival; /* monotonic */
   int want_snapshot; /* durable session: serialise its state when the job ends */
   /* ---- run: the worker holding the job ---- */
@@ -85,6 +86,8 @@ typedef struct job {
   int n_recs, cap_recs, recs_sent;
   size_t text_sent; /* stream: bytes of reply already formatted into out */
   size_t lp_off;    /* stream: token bytes of the records already sent (text_offset) */
+  buf head;         /* stream: the chunks' start, built at first use by job_chunk_head/prefix */
+  size_t head_prefix_len; /* head's bytes up to the end of "model":... */
   finish_reason finish;
   xl_error error;
   uint8_t *snap; /* the session's state blob at the end (want_snapshot and it changed) */
@@ -116,6 +119,14 @@ void job_take_token(job *j, const float *logprobs, void *scratch, double now);
 void job_finish(job *j, finish_reason reason);
 /* Appends a formatted stream chunk for newly released text/logprobs (if any) to out. */
 void job_emit_stream(job *j, int final);
+
+/* Stream chunks, by whoever formats the job's output (its holder; the loop thread before
+ * submit and after DONE). job_chunk_head: `data: {"id":...,"choices":[{"index":0,`;
+ * job_chunk_tail: `}]` (`,"usage":null` when usage comes last) `}` and the blank line;
+ * job_chunk_prefix: the head up to the end of "model":... (the usage chunk's start). */
+void job_chunk_head(buf *b, job *j);
+void job_chunk_tail(buf *b, const job *j);
+void job_chunk_prefix(buf *b, job *j);
 
 /* Formatting shared by streaming chunks and full responses (any thread). job_fmt_logprobs
  * formats records [from, to) whose text starts at text_offset; returns the offset after them. */

@@ -168,6 +168,8 @@ static void model_loaded(uv_work_t *w, int status) {
     while (b > dir && b[-1] != '/') b--;
     a->model_name = xstrndup(b, (size_t)(dir + n - b));
   }
+  snprintf(a->fingerprint, sizeof a->fingerprint, "fp_%016llx",
+           (unsigned long long)xl_model_fingerprint(a->model));
   a->prefill_chunk = (int)a->cfg->prefill_chunk;
   if (!mc->same_length && mc->tgt_len > 0) a->prefill_chunk = mc->tgt_len;
   a->limits.default_max_tokens = a->cfg->default_max_tokens;
