@@ -189,5 +189,4 @@ def test_client_abort_through_nginx_cancels_upstream(start_daemon, nginx_in_fron
     st, _, body = X.post_json(n.port, "/v1/completions", {"prompt": "!", "max_tokens": 2},
                               {"X-Session-Id": "abort-1"})
     assert st == 200 and body["xlserve"]["session_tokens"] == s["tokens"] + 3
-    st, _, m = X.request(d.port, "GET", "/metrics")
-    assert re.search(rb"(?m)^xlserve_generations_cancelled_total [1-9]", m), m[:2000]
+    assert X.metric(d.port, "xlserve_generations_cancelled_total") >= 1

@@ -83,11 +83,6 @@ def window(pid, seconds):
     return cpu(pid) - p0, cpu(pid, pid) - l0, time.monotonic() - t0
 
 
-def metric(port, name):
-    b = X.request(port, "GET", "/metrics")[2].decode()
-    return float(re.search(r"^%s (\S+)$" % name, b, re.M).group(1))
-
-
 def cmd_idle(a):
     d = X.Daemon(a.model, ["--max-running", "1", "--max-queue", str(a.queued + 10),
                            "--max-connections", str(2 * (a.conns + a.queued) + 100),
@@ -111,7 +106,7 @@ def cmd_idle(a):
         blocker.request("POST", "/v1/completions", body=json.dumps(
             {"prompt": "z" * a.prefill, "max_tokens": 1, "stream": True}),
             headers={"Content-Type": "application/json"})
-        while metric(d.port, "xlserve_running") < 1:
+        while X.metric(d.port, "xlserve_running") < 1:
             time.sleep(0.05)
         queued = []
         body = json.dumps({"prompt": "q", "max_tokens": 1, "stream": True}).encode()
@@ -120,11 +115,11 @@ def cmd_idle(a):
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                       b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
             queued.append(s)
-        while metric(d.port, "xlserve_queue_depth") < a.queued:
+        while X.metric(d.port, "xlserve_queue_depth") < a.queued:
             time.sleep(0.05)
         # the loop thread alone: the worker is busy with the blocker's prefill
         r = window(pid, a.seconds)
-        depth = metric(d.port, "xlserve_queue_depth")
+        depth = X.metric(d.port, "xlserve_queue_depth")
         print("%d idle connections + %d streams waiting in the queue (depth %d at the end): "
               "loop thread %.3f s CPU in %.1f s (process %.3f s, the worker prefilling)"
               % (a.conns, a.queued, depth, r[1], r[2], r[0]), flush=True)

@@ -28,14 +28,6 @@ def wait_until(pred, timeout=10, what="condition"):
     raise AssertionError("timed out waiting for " + what)
 
 
-def metric(d, name):
-    st, _, b = X.request(d.port, "GET", "/metrics")
-    for line in b.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(name)
-
-
 def test_disconnect_frees_the_worker(start_daemon, tiny_model):
     d = start_daemon(tiny_model, "--max-running", "1", "--max-queue", "4",
                      "--max-tokens-limit", "10000000")
@@ -48,7 +40,7 @@ def test_disconnect_frees_the_worker(start_daemon, tiny_model):
     assert st == 200 and time.monotonic() - t0 < 5
     log = d.wait_log(lambda o: o.get("session") == "dc-1" and o.get("path") == "/v1/completions")
     assert log["finish"] == "cancelled" and log["client_gone"] is True
-    assert metric(d, "xlserve_generations_cancelled_total") >= 1
+    assert X.metric(d.port, "xlserve_generations_cancelled_total") >= 1
     # the session is consistent and usable: its count is every token fed (+ the pending one)
     st, _, s = X.request(d.port, "GET", "/v1/sessions/dc-1")
     s = json.loads(s)
@@ -81,7 +73,7 @@ def test_queue_full_429_and_pings(start_daemon, tiny_model):
     st, h, b = X.post_json(d.port, "/v1/completions", {"prompt": "c", "max_tokens": 5})
     assert st == 429 and b["error"]["code"] == "queue_full" and h["retry-after"] == "1"
     assert b["error"]["type"] == "rate_limit_error"
-    assert metric(d, "xlserve_queue_depth") == 1
+    assert X.metric(d.port, "xlserve_queue_depth") == 1
     # the queued stream is kept alive with comment pings
     t0 = time.monotonic()
     got = b""
@@ -138,7 +130,7 @@ def test_idle_connections_and_queued_streams_cost_no_cpu(start_daemon, tiny_mode
     blocker.request("POST", "/v1/completions", body=json.dumps(
         {"prompt": "z" * 1500000, "max_tokens": 1, "stream": True}),
         headers={"Content-Type": "application/json"})
-    wait_until(lambda: metric(d, "xlserve_running") == 1, what="the blocker to run")
+    wait_until(lambda: X.metric(d.port, "xlserve_running") == 1, what="the blocker to run")
     queued = []
     for i in range(100):
         s = socket.create_connection(("127.0.0.1", d.port))
@@ -146,11 +138,11 @@ def test_idle_connections_and_queued_streams_cost_no_cpu(start_daemon, tiny_mode
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         queued.append(s)
-    wait_until(lambda: metric(d, "xlserve_queue_depth") == 100, what="100 queued streams")
+    wait_until(lambda: X.metric(d.port, "xlserve_queue_depth") == 100, what="100 queued streams")
     t0 = thread_cpu_seconds(pid, pid)
     time.sleep(2.0)
     used = thread_cpu_seconds(pid, pid) - t0
-    still_queued = metric(d, "xlserve_queue_depth")
+    still_queued = X.metric(d.port, "xlserve_queue_depth")
     for s in queued:
         s.close()
     for c in idle:
@@ -220,8 +212,8 @@ def test_many_streams_random_disconnects_two_workers(start_daemon, tiny_model):
     assert not any(t.is_alive() for t in ts), "clients stuck"
     assert not failures, failures[:5]
     # a client's last turn may have been dropped: its generation stops within a decode step
-    wait_until(lambda: metric(d, "xlserve_running") == 0, what="every generation to end")
-    assert metric(d, "xlserve_generations_cancelled_total") >= 1
+    wait_until(lambda: X.metric(d.port, "xlserve_running") == 0, what="every generation to end")
+    assert X.metric(d.port, "xlserve_generations_cancelled_total") >= 1
 
 
 def test_load_bench_runs(tiny_model):
