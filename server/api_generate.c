@@ -388,8 +388,7 @@ static void gen_finish(req *r) {
       buf b;
       buf_init(&b);
       full_body(&b, r, j, held);
-      if (r->phase == REQ_WAITING) req_defer_reply(r, 200, &b);
-      else req_reply_json(r, 200, &b);
+      req_reply_json(r, 200, &b);
       buf_free(&b);
     }
   }

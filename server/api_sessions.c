@@ -130,8 +130,7 @@ static void reply_obj(req *r, int status, session *s, const char *forked_from) {
     json_escape(&b, forked_from, strlen(forked_from));
     buf_addc(&b, '}');
   }
-  if (r->phase == REQ_WAITING) req_defer_reply(r, status, &b);
-  else req_reply_json(r, status, &b);
+  req_reply_json(r, status, &b);
   buf_free(&b);
 }
 
@@ -179,8 +178,7 @@ static void deleted_body(req *r, const char *id) {
   buf_adds(&b, "{\"id\":");
   json_escape(&b, id, strlen(id));
   buf_adds(&b, ",\"object\":\"session.deleted\",\"deleted\":true}");
-  if (r->phase == REQ_WAITING) req_defer_reply(r, 200, &b);
-  else req_reply_json(r, 200, &b);
+  req_reply_json(r, 200, &b);
   buf_free(&b);
 }
 
@@ -280,8 +278,7 @@ static void list_reply(req *r, const store_row *rows, int n_rows) {
   buf_adds(&b, "]}");
   free(items);
   free(ram);
-  if (r->phase == REQ_WAITING) req_defer_reply(r, 200, &b);
-  else req_reply_json(r, 200, &b);
+  req_reply_json(r, 200, &b);
   buf_free(&b);
 }
 

@@ -153,7 +153,8 @@ void http_stop(app *a);          /* resume everything, stop MHD */
 void req_kick(req *r);           /* resume a suspended connection (loop thread, outside MHD) */
 void req_unref(req *r);
 void req_reply(req *r, int status, const char *content_type, const char *body, size_t len);
-void req_reply_json(req *r, int status, buf *body); /* takes body's bytes */
+/* Takes body's bytes; a request that waits (REQ_WAITING) gets it through req_defer_reply. */
+void req_reply_json(req *r, int status, buf *body);
 void req_error(req *r, int status, const char *type, const char *code, const char *param,
                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 void req_error_from(req *r, const api_error *e);

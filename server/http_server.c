@@ -242,7 +242,8 @@ static void reply_buf(req *r, int status, const char *ctype, buf *body) {
 }
 
 void req_reply_json(req *r, int status, buf *body) {
-  reply_buf(r, status, "application/json", body);
+  if (r->phase == REQ_WAITING) req_defer_reply(r, status, body); /* queued after the resume */
+  else reply_buf(r, status, "application/json", body);
 }
 
 static void error_body(buf *b, const char *type, const char *code, const char *param,
@@ -268,11 +269,7 @@ static void verror(req *r, int status, const char *type, const char *code, const
   buf_init(&b);
   error_body(&b, type, code, param, msg);
   r->err_code = code;
-  if (r->phase == REQ_WAITING) {
-    req_defer_reply(r, status, &b);
-  } else {
-    req_reply_json(r, status, &b);
-  }
+  req_reply_json(r, status, &b);
 }
 
 void req_error(req *r, int status, const char *type, const char *code, const char *param,
