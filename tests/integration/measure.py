@@ -70,17 +70,10 @@ def cmd_stream(a):
         d.stop()
 
 
-def cpu(pid, tid=None):
-    path = "/proc/%d/task/%d/stat" % (pid, tid) if tid else "/proc/%d/stat" % pid
-    with open(path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def window(pid, seconds):
-    p0, l0, t0 = cpu(pid), cpu(pid, pid), time.monotonic()
+    p0, l0, t0 = X.cpu_seconds(pid), X.cpu_seconds(pid, pid), time.monotonic()
     time.sleep(seconds)
-    return cpu(pid) - p0, cpu(pid, pid) - l0, time.monotonic() - t0
+    return X.cpu_seconds(pid) - p0, X.cpu_seconds(pid, pid) - l0, time.monotonic() - t0
 
 
 def cmd_idle(a):

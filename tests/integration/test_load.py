@@ -106,12 +106,6 @@ def test_seeded_requests_reproduce_alone_or_batched(daemon):
     assert all(text == alone for i, text in out if i % 2 == 0)
 
 
-def thread_cpu_seconds(pid, tid):
-    with open("/proc/%d/task/%d/stat" % (pid, tid)) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_idle_connections_and_queued_streams_cost_no_cpu(start_daemon, tiny_model):
     """The loop thread sleeps while 200 keep-alive connections idle and 100 streams wait in the
     queue (no busy polling): under 5% of a core over 2 s."""
@@ -139,9 +133,9 @@ def test_idle_connections_and_queued_streams_cost_no_cpu(start_daemon, tiny_mode
                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         queued.append(s)
     wait_until(lambda: X.metric(d.port, "xlserve_queue_depth") == 100, what="100 queued streams")
-    t0 = thread_cpu_seconds(pid, pid)
+    t0 = X.cpu_seconds(pid, pid)
     time.sleep(2.0)
-    used = thread_cpu_seconds(pid, pid) - t0
+    used = X.cpu_seconds(pid, pid) - t0
     still_queued = X.metric(d.port, "xlserve_queue_depth")
     for s in queued:
         s.close()

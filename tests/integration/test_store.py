@@ -209,13 +209,6 @@ def test_kill9_under_load_loses_no_acknowledged_turn(tiny_model, tmp_path):
         assert tokens == len(done[sid])
 
 
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-
-
 def test_ram_budget_evicts_to_the_store_and_restores(start_daemon, tmp_path):
     """40 sessions of 0.5 MiB (memory full) under a 3 MiB budget: each continues exactly like
     on a daemon that kept them all, and the daemon's RSS stays under budget + a fixed overhead
@@ -230,7 +223,7 @@ def test_ram_budget_evicts_to_the_store_and_restores(start_daemon, tmp_path):
     ref = start_daemon(model, "--access-log", "false")
     prompt = "the quick brown fox jumps over the lazy dog; " * 3  # 135 bytes: fills mem_len 128
     ok(d.port, None, prompt, 4)  # warm up: workspaces
-    base = rss_kb(d.proc.pid)
+    base = X.rss_kb(d.proc.pid)
     peak = base
     n = 40
     for turn in range(2):
@@ -239,7 +232,7 @@ def test_ram_budget_evicts_to_the_store_and_restores(start_daemon, tmp_path):
             p = prompt[i % 7:] if turn == 0 else " and %d more" % i
             a, b = ok(d.port, sid, p, 6), ok(ref.port, sid, p, 6)
             assert a["choices"][0]["text"] == b["choices"][0]["text"] and X.lps(a) == X.lps(b), sid
-            peak = max(peak, rss_kb(d.proc.pid))
+            peak = max(peak, X.rss_kb(d.proc.pid))
     st, s = X.get_session(d.port, "m0")
     assert st == 200 and s["turns"] == 2
     grown_mb = (peak - base) / 1024
