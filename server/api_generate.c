@@ -62,9 +62,9 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
 static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens,
                         const char *err_code, const char *err_msg) {
   if (err_code) {
-    buf_adds(b, "data: {\"error\":{\"message\":");
-    json_escape(b, err_msg, strlen(err_msg));
-    buf_printf(b, ",\"type\":\"server_error\",\"param\":null,\"code\":\"%s\"}}\n\n", err_code);
+    buf_adds(b, "data: ");
+    error_body(b, "server_error", err_code, NULL, err_msg);
+    buf_adds(b, "\n\n");
   } else if (j->include_usage) {
     job_chunk_prefix(b, j);
     buf_adds(b, ",\"choices\":[],\"usage\":");

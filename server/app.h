@@ -155,6 +155,8 @@ void req_unref(req *r);
 void req_reply(req *r, int status, const char *content_type, const char *body, size_t len);
 /* Takes body's bytes; a request that waits (REQ_WAITING) gets it through req_defer_reply. */
 void req_reply_json(req *r, int status, buf *body);
+/* The OpenAI error object {"error":{"message","type","param","code"}} (param, code: NULL -> null). */
+void error_body(buf *b, const char *type, const char *code, const char *param, const char *msg);
 void req_error(req *r, int status, const char *type, const char *code, const char *param,
                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 void req_error_from(req *r, const api_error *e);

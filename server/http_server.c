@@ -246,7 +246,7 @@ void req_reply_json(req *r, int status, buf *body) {
   else reply_buf(r, status, "application/json", body);
 }
 
-static void error_body(buf *b, const char *type, const char *code, const char *param,
+void error_body(buf *b, const char *type, const char *code, const char *param,
                        const char *msg) {
   buf_adds(b, "{\"error\":{\"message\":");
   json_escape(b, msg, strlen(msg));
