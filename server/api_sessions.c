@@ -85,6 +85,13 @@ st_status req_find_session(req *r, const char *id, session **s) {
   return st;
 }
 
+static void store_failed(req *r, const char *msg) {
+  free(r->retry_after);
+  r->retry_after = xstrdup("1");
+  req_error(r, 503, "server_error", "store_unavailable", NULL, "the session store failed: %s",
+            msg ? msg : "unknown error");
+}
+
 void req_session_error(req *r, const char *id, st_status st) {
   switch (st) {
     case ST_EXPIRED:
@@ -100,10 +107,7 @@ void req_session_error(req *r, const char *id, st_status st) {
                 id, r->lk_msg ? r->lk_msg : "refused", id);
       return;
     case ST_STORE_ERROR:
-      free(r->retry_after);
-      r->retry_after = xstrdup("1");
-      req_error(r, 503, "server_error", "store_unavailable", NULL,
-                "the session store failed: %s", r->lk_msg ? r->lk_msg : "unknown error");
+      store_failed(r, r->lk_msg);
       return;
     default:
       req_error(r, 404, "invalid_request_error", "session_not_found", "session_id",
@@ -132,13 +136,6 @@ static void reply_obj(req *r, int status, session *s, const char *forked_from) {
   }
   req_reply_json(r, status, &b);
   buf_free(&b);
-}
-
-static void store_failed(req *r, const char *msg) {
-  free(r->retry_after);
-  r->retry_after = xstrdup("1");
-  req_error(r, 503, "server_error", "store_unavailable", NULL, "the session store failed: %s",
-            msg ? msg : "unknown error");
 }
 
 /* POST /v1/sessions and fork: 201 once the new session is in the store. */
