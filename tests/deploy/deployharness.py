@@ -11,6 +11,8 @@ import socket
 import subprocess
 import time
 
+from xlharness import free_port
+
 ROOT = os.environ.get("XL_SOURCE_DIR",
                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BUILD = os.environ.get("XL_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -48,14 +50,6 @@ def template(text, listen_port, upstreams):
     text, n = re.subn(r"(?m)^\s*server 127\.0\.0\.1:8080;\n", lambda m: servers, text)
     assert n == 1, "the shipped config's `server 127.0.0.1:8080;` upstream line changed"
     return text
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Nginx:
