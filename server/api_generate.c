@@ -170,8 +170,7 @@ void api_generate(req *r, job_kind kind) {
   if (!sched_has_room(a->sched)) {
     free(toks);
     ctr_add(&g_metrics.rejected_queue_full, 1);
-    free(r->retry_after);
-    r->retry_after = xstrdup("1");
+    r->retry_after = "1";
     req_error(r, 429, "rate_limit_error", "queue_full",
               NULL, "the server is at capacity (max_running + max_queue); retry shortly");
     return;

@@ -86,8 +86,7 @@ st_status req_find_session(req *r, const char *id, session **s) {
 }
 
 static void store_failed(req *r, const char *msg) {
-  free(r->retry_after);
-  r->retry_after = xstrdup("1");
+  r->retry_after = "1";
   req_error(r, 503, "server_error", "store_unavailable", NULL, "the session store failed: %s",
             msg ? msg : "unknown error");
 }

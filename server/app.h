@@ -106,7 +106,7 @@ struct req {
   int reply_status;
   buf reply_body;
   const char *reply_ctype; /* NULL: application/json */
-  char *retry_after;
+  const char *retry_after; /* a literal, e.g. "1" */
   size_t body_limit;
   /* session store */
   int lk_have;       /* the store answered this request's lookup (REQ_RESTORING) */

@@ -105,7 +105,6 @@ static void req_free(req *r) {
   buf_free(&r->reply_body);
   free(r->lk_msg);
   free(r->store_err);
-  free(r->retry_after);
   free(r->path);
   free(r);
   app_check_drained(a);
@@ -520,14 +519,12 @@ static void early_checks(req *r) {
     return;
   }
   if (rt.id != ROUTE_METRICS && rt.id != ROUTE_HEALTH && a->phase >= APP_DRAINING) {
-    free(r->retry_after);
-    r->retry_after = xstrdup("5");
+    r->retry_after = "5";
     req_error(r, 503, "server_error", "draining", NULL, "the server is shutting down");
     return;
   }
   if (rt.needs_model && a->phase == APP_LOADING) {
-    free(r->retry_after);
-    r->retry_after = xstrdup("2");
+    r->retry_after = "2";
     req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
     return;
   }
