@@ -4,7 +4,6 @@ import json
 import os
 
 import numpy as np
-import pytest
 import torch
 
 from conftest import SOURCE_DIR, engine_nll, report
@@ -18,8 +17,6 @@ TEXT = ("Mr. Darcy had walked away to another part of the room, and Elizabeth wa
         "how very much she is esteemed by all the family.\"\n")
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(MODEL, "model.safetensors")),
-                    reason="models/austen-byte not present")
 def test_bundled_model(tmp_path, engine):
     cfg = json.load(open(os.path.join(MODEL, "config.json")))
     assert cfg["xlserve_tokenizer"] == "bytes" and cfg["same_length"] is True
