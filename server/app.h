@@ -73,7 +73,6 @@ typedef struct app {
   long n_new; /* requests still arriving (phase REQ_NEW): they do not hold up a drain */
   uv_timer_t sweep_timer; /* request_timeout for bodies; runs only while n_new > 0 */
   int sweep_on;
-  int drain_deadline_hit;
 } app;
 
 typedef enum {
@@ -122,7 +121,7 @@ struct req {
   /* generation */
   job *job;
   int job_running;  /* submitted, DONE not yet processed */
-  int stream_complete, stream_error;
+  int stream_complete;
   int client_gone, cancelled_by_drain;
   gen_request g;
   int have_g;
@@ -155,7 +154,7 @@ void req_unref(req *r);
 void req_reply(req *r, int status, const char *content_type, const char *body, size_t len);
 /* Takes body's bytes; a request that waits (REQ_WAITING) gets it through req_defer_reply. */
 void req_reply_json(req *r, int status, buf *body);
-/* The OpenAI error object {"error":{"message","type","param","code"}} (param, code: NULL -> null). */
+/* The OpenAI error object {"error":{"message","type","param","code"}}; NULL param, code: null. */
 void error_body(buf *b, const char *type, const char *code, const char *param, const char *msg);
 void req_error(req *r, int status, const char *type, const char *code, const char *param,
                const char *fmt, ...) __attribute__((format(printf, 6, 7)));

@@ -17,7 +17,6 @@ typedef struct auth_keys {
 /* Builds the key set from a comma-separated list and/or a key file. 0, or -1 with a message. */
 int auth_load(auth_keys *a, const char *list, const char *file, char *err, size_t errcap);
 void auth_free(auth_keys *a);
-static inline int auth_enabled(const auth_keys *a) { return a->n > 0; }
 /* 1 when header (the Authorization value, may be NULL) carries a configured key; sets owner.
  * With auth off every request passes with the all-zero owner. */
 int auth_check(const auth_keys *a, const char *header, uint8_t owner[32]);

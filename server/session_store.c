@@ -84,8 +84,8 @@ long store_count(const session_store *st) {
 /* ------------------------------------------------------------------------------------------ */
 /* store thread */
 
-static void row_fill(store_row *row, const session *s, const char *id, const uint8_t owner[32],
-                     uint64_t fp) {
+void store_row_fill(store_row *row, const session *s, const char *id, const uint8_t owner[32],
+                    uint64_t fp) {
   snprintf(row->id, sizeof row->id, "%s", id);
   memcpy(row->owner, owner, 32);
   row->fingerprint = fp;
@@ -96,11 +96,6 @@ static void row_fill(store_row *row, const session *s, const char *id, const uin
   row->mode = (int)s->chat;
   row->messages = s->n_msgs;
   row->positions = xl_state_mem_length(s->state);
-}
-
-void store_row_fill(store_row *row, const session *s, const char *id, const uint8_t owner[32],
-                    uint64_t fp) {
-  row_fill(row, s, id, owner, fp);
 }
 
 static int is_write(const store_op *op) {
@@ -153,7 +148,7 @@ static int exec_op(session_store *st, store_op *op) {
           }
           return 0; /* nothing was written: the batch is intact */
         }
-        row_fill(&op->row, op->sess, op->id, op->owner, xl_model_fingerprint(st->model));
+        store_row_fill(&op->row, op->sess, op->id, op->owner, xl_model_fingerprint(st->model));
         op->row.meta = op->meta;
         op->row.state = op->state;
         if (op->free_sess) {

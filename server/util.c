@@ -86,17 +86,6 @@ int utf8_valid(const char *s, size_t n) {
   return 1;
 }
 
-size_t utf8_complete_prefix(const char *s, size_t n) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < n) {
-    int l = utf8_seq(p + i, n - i);
-    if (l < 0) return i;
-    i += l == 0 ? 1 : (size_t)l;
-  }
-  return n;
-}
-
 void json_escape(buf *b, const char *s, size_t n) {
   const unsigned char *p = (const unsigned char *)s;
   buf_reserve(b, n + 2);

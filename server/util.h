@@ -20,8 +20,6 @@ uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
 
 /* 1 when s[0..n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
 int utf8_valid(const char *s, size_t n);
-/* Length of the longest prefix of s[0..n) that does not end inside a UTF-8 sequence. */
-size_t utf8_complete_prefix(const char *s, size_t n);
 
 /* Appends s[0..n) as a JSON string literal (with quotes). Invalid UTF-8 becomes U+FFFD,
  * control characters are \u-escaped. */
