@@ -18,9 +18,9 @@ static const char *prompt_param(const req *r) {
   return r->g.kind == JOB_CHAT ? "messages" : "prompt";
 }
 
-static void usage_json(buf *b, const req *r, const job *j) {
-  buf_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", r->tokens_in,
-             j->n_gen, r->tokens_in + j->n_gen);
+static void usage_json(buf *b, const job *j) {
+  buf_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", j->n_prompt,
+             j->n_gen, j->n_prompt + j->n_gen);
 }
 
 /* xlserve's extension block: what the session holds after this turn */
@@ -52,7 +52,7 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
   }
   job_fmt_logprobs(b, j, 0, j->n_recs, 0);
   buf_printf(b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_name(j->finish));
-  usage_json(b, r, j);
+  usage_json(b, j);
   buf_adds(b, ",\"xlserve\":");
   xlserve_json(b, r, session_tokens);
   buf_addc(b, '}');
@@ -68,7 +68,7 @@ static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens,
   } else if (j->include_usage) {
     job_chunk_prefix(b, j);
     buf_adds(b, ",\"choices\":[],\"usage\":");
-    usage_json(b, r, j);
+    usage_json(b, j);
     buf_adds(b, ",\"xlserve\":");
     xlserve_json(b, r, session_tokens);
     buf_adds(b, "}\n\n");
@@ -213,7 +213,6 @@ void api_generate(req *r, job_kind kind) {
   free(toks);
   j->input_has_pending = has_pending;
   j->n_prompt = (int)ntok;
-  r->tokens_in = (int)ntok;
   j->max_tokens = (int)g->max_tokens;
   j->sampling = g->sampling;
   j->seeded = g->seeded;
@@ -321,8 +320,6 @@ void gen_on_done(req *r) {
   job *j = r->job;
   r->job_running = 0;
   a->n_jobs--;
-  r->finish = finish_name(j->finish);
-  r->tokens_out = j->n_gen;
   update_session(r);
   r->held_tokens = r->sess_stateless ? 0 : session_tokens(r->sess);
   if (r->sess_stateless) {

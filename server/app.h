@@ -140,8 +140,6 @@ struct req {
   int status;
   int counted; /* in xlserve_requests_total */
   const char *err_code;
-  int tokens_in, tokens_out;
-  const char *finish;
 };
 
 /* http_server.c */

@@ -77,15 +77,15 @@ static void req_free(req *r) {
     buf_printf(&l, ",\"status\":%d,\"session\":", status);
     if (r->session_id[0]) json_escape(&l, r->session_id, strlen(r->session_id));
     else buf_adds(&l, "null");
-    buf_printf(&l, ",\"tokens_in\":%d,\"tokens_out\":%d", r->tokens_in, r->tokens_out);
-    job *j = r->job;
+    job *j = r->job; /* a generation's: its DONE was handled (the job holds a reference) */
+    buf_printf(&l, ",\"tokens_in\":%d,\"tokens_out\":%d", j ? j->n_prompt : 0, j ? j->n_gen : 0);
     if (j && j->t_sched) buf_printf(&l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
     else buf_adds(&l, ",\"queue_ms\":null");
     if (j && j->t_first_token)
       buf_printf(&l, ",\"ttft_ms\":%.3f", (j->t_first_token - j->t_arrival) * 1e3);
     else buf_adds(&l, ",\"ttft_ms\":null");
     buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
-    if (r->finish) buf_printf(&l, ",\"finish\":\"%s\"", r->finish);
+    if (j) buf_printf(&l, ",\"finish\":\"%s\"", finish_name(j->finish));
     if (r->err_code) buf_printf(&l, ",\"error\":\"%s\"", r->err_code);
     if (r->client_gone) buf_adds(&l, ",\"client_gone\":true");
     if (r->sess_reset) buf_adds(&l, ",\"session_reset\":true");
