@@ -38,6 +38,12 @@ static int ring_runs(const xl_state *s, ring_run runs[2]) {
   return 2;
 }
 
+/* The first key query a may attend to: a - mem_len + 1 with same_length (the window), else 0. */
+static inline int first_key(const xl_model *m, int a) {
+  const int window = m->cfg.same_length ? m->cfg.mem_len : 0;
+  return window && a - window + 1 > 0 ? a - window + 1 : 0;
+}
+
 /* Clips a run of keys [first, first + count) to [jlo, jhi]; returns its length (<= 0: none). */
 static int clip(int first, int count, int jlo, int jhi, int *k0) {
   *k0 = first > jlo ? first : jlo;
@@ -73,7 +79,6 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
   const xl_layer *L = &m->layers[layer];
   const xl_state *st = it->state;
   const int hd = m->hd, dh = c->d_head, mlen = st->len, n = it->n, M = st->mem_len;
-  const int window = c->same_length ? c->mem_len : 0;
   const float scale = (float)(1.0 / sqrt((double)dh));
   const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);
   const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd; /* rows, stride 3*hd */
@@ -86,11 +91,9 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
     for (int i0 = 0; i0 < n; i0 += QUERY_BLOCK) {
       int b = n - i0 < QUERY_BLOCK ? n - i0 : QUERY_BLOCK;
       int a_first = mlen + i0, a_last = mlen + i0 + b - 1;
-      int jlo = window && a_first - window + 1 > 0 ? a_first - window + 1 : 0;
-      int jhi = a_last, width = jhi - jlo + 1, k0, cnt;
-      int n_pos = xl_pos_index(m, a_last - jlo) + 1; /* distances in the block's rectangle */
-      if (window && n_pos > xl_pos_index(m, window - 1) + 1)
-        n_pos = xl_pos_index(m, window - 1) + 1; /* no allowed pair is farther than the window */
+      int jlo = first_key(m, a_first), jhi = a_last, width = jhi - jlo + 1, k0, cnt;
+      /* distances in the block's rectangle (no allowed pair is farther than the window) */
+      int n_pos = xl_pos_rows_needed(m, width);
 
       for (int r = 0; r < b; r++) { /* Q and Q + u of this head: [b, dh] */
         const float *q = it->qkv + (size_t)(i0 + r) * 3 * hd + (size_t)h * dh;
@@ -113,7 +116,7 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
 
       for (int r = 0; r < b; r++) {
         int a = mlen + i0 + r;
-        int lo = window && a - window + 1 > 0 ? a - window + 1 : 0; /* allowed keys [lo, a] */
+        int lo = first_key(m, a); /* allowed keys [lo, a] */
         float *srow = sc->scores + (size_t)r * width;
         add_position_term(m, a, lo, sc->pos + (size_t)r * n_pos, pos_bias, scale,
                           srow + (lo - jlo), sc->rev);
@@ -148,8 +151,7 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
   const xl_layer *L = &m->layers[layer];
   const xl_state *st = it->state;
   const int hd = m->hd, dh = c->d_head, H = c->n_head, a = st->len, M = st->mem_len;
-  const int window = c->same_length ? c->mem_len : 0;
-  const int lo = window && a - window + 1 > 0 ? a - window + 1 : 0, n_keys = a - lo + 1;
+  const int lo = first_key(m, a), n_keys = a - lo + 1;
   const int n_pos_all = m->n_pos_cached;
   const float scale = (float)(1.0 / sqrt((double)dh));
   const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);

@@ -122,8 +122,7 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
     if (klen > max_klen) max_klen = klen;
     p->out_rows += f->target_logprobs ? f->n_tokens : (f->last_logprobs ? 1 : 0);
     if (f->n_tokens == 1) {
-      int lo = c->same_length && a - c->mem_len + 1 > 0 ? a - c->mem_len + 1 : 0;
-      int rows_i = xl_pos_index(m, a - lo) + 1;
+      int rows_i = xl_pos_rows_needed(m, a + 1);
       p->n_dec++;
       if (rows_i > p->dec_pos) p->dec_pos = rows_i;
     }
