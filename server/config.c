@@ -199,6 +199,16 @@ static void print_value(FILE *out, const config *c, const optdef *o, int redact)
   }
 }
 
+static void set_defaults(config *c) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < XLS_N_OPTIONS; i++) {
+    /* the model's default depends on where the binary is (installed or build tree) */
+    const char *def = i == OPTI_model ? xl_default_model_dir() : OPTS[i].def;
+    int rc = set_opt(c, &OPTS[i], def, 0, "default", "built-in default", stderr);
+    (void)rc; /* defaults are valid by construction (a unit test checks) */
+  }
+}
+
 static void print_help(FILE *out) {
   fprintf(out,
           "usage: xlserve serve [--config FILE] [--OPTION VALUE | --OPTION=VALUE ...]\n"
@@ -210,6 +220,8 @@ static void print_help(FILE *out) {
           "  --config FILE          read options from FILE (env XLSERVE_CONFIG)\n"
           "  --dump-config          print the effective configuration and exit\n"
           "  --config-template      print the fully commented default config file and exit\n\n");
+  config d;
+  set_defaults(&d);
   for (int i = 0; i < XLS_N_OPTIONS; i++) {
     const optdef *o = &OPTS[i];
     char flag[64], env[80];
@@ -220,32 +232,12 @@ static void print_help(FILE *out) {
     const char *meta = o->type == OPT_INT ? " N" : o->type == OPT_BOOL ? "" : " TEXT";
     fprintf(out, "  %s%s   [%s; default ", flag, meta, env);
     if (i == OPTI_model) fputs("the bundled model", out);
-    else {
-      config d;
-      memset(&d, 0, sizeof d);
-      /* print the default through the same formatter */
-      char *field = (char *)&d + o->off;
-      char *tmp = NULL;
-      if (o->type == OPT_INT) *(long long *)field = strtoll(o->def, NULL, 10);
-      else if (o->type == OPT_BOOL) parse_bool(o->def, (int *)field);
-      else *(char **)field = tmp = (o->type == OPT_ESC ? unescape_c(o->def) : xstrdup(o->def));
-      print_value(out, &d, o, 0);
-      free(tmp);
-    }
+    else print_value(out, &d, o, 0);
     if (o->type == OPT_INT) fprintf(out, "; %lld..%lld", o->min, o->max);
     fputs("]\n", out);
     wrap(out, "      ", o->help, 90);
   }
-}
-
-static void set_defaults(config *c) {
-  memset(c, 0, sizeof *c);
-  for (int i = 0; i < XLS_N_OPTIONS; i++) {
-    /* the model's default depends on where the binary is (installed or build tree) */
-    const char *def = i == OPTI_model ? xl_default_model_dir() : OPTS[i].def;
-    int rc = set_opt(c, &OPTS[i], def, 0, "default", "built-in default", stderr);
-    (void)rc; /* defaults are valid by construction (a unit test checks) */
-  }
+  config_free(&d);
 }
 
 void config_free(config *c) {
