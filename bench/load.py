@@ -77,7 +77,6 @@ class Daemon:
         self.log = tempfile.NamedTemporaryFile(prefix="xlserve-load-", suffix=".log", delete=False)
         cmd = [binary, "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
                "--access-log", "false", "--max-tokens-limit", "1000000", *extra]
-        self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log)
         self.port = None

@@ -9,7 +9,6 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-import xlharness  # noqa: E402
 from xlfixtures import medium_model, start_daemon, tiny_model  # noqa: E402,F401
 from deployharness import build_cache, cmake_install  # noqa: E402
 

@@ -4,7 +4,6 @@ hash of X-Session-Id) and continue, a client leaving nginx cancels the generatio
 X-Request-Id / X-Forwarded-For reach the daemon (which trusts them from 127.0.0.1 only)."""
 import http.client
 import json
-import os
 import re
 import time
 

@@ -6,8 +6,6 @@ import subprocess
 import threading
 import time
 
-import pytest
-
 import xlharness as X
 
 

@@ -14,8 +14,6 @@ import struct
 import threading
 import time
 
-import pytest
-
 import xlharness as X
 
 MASK = (1 << 64) - 1
@@ -357,7 +355,7 @@ def test_export_import_between_daemons(start_daemon, tiny_model, medium_model, t
     b = start_daemon(tiny_model, *store_args(tmp_path / "b"), "--api-keys", "kb",
                      "--max-tokens-limit", "1000000")
     hb = {"Authorization": "Bearer kb"}
-    t = ok(a.port, "mv", "Mr. Darcy walked", 30)
+    ok(a.port, "mv", "Mr. Darcy walked", 30)
     ok(a.port, "mv", " into the room", 20)
     st, h, blob = X.request(a.port, "GET", "/v1/sessions/mv/state")
     assert st == 200 and h["content-type"] == "application/octet-stream"

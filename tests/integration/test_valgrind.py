@@ -1,9 +1,7 @@
 """The daemon under valgrind (memcheck): a session's turns, a stream, a fork, bad input, a
 delete, then SIGTERM. No memory error and nothing definitely lost. Runs on the release build
 (an ASan build cannot run under valgrind) when valgrind is installed."""
-import os
 import shutil
-import subprocess
 
 import pytest
 

@@ -1,7 +1,6 @@
 """Shared helpers of the tools tests (trainer, converter, corpus): paths, the engine binary,
 and running `xlserve eval --dump-nll` to compare log-probs with PyTorch."""
 import os
-import shutil
 import subprocess
 import sys
 
@@ -63,7 +62,3 @@ def run_py(args, env_extra=None, timeout=300):
     env.update(env_extra or {})
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
-
-
-def have(cmd):
-    return shutil.which(cmd) is not None

@@ -3,7 +3,6 @@ hand-made lazy-load database inside a hand-made .deb, read by tools/corpus, then
 whole chapters."""
 import gzip
 import io
-import os
 import struct
 import tarfile
 import zlib

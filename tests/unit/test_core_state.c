@@ -154,7 +154,6 @@ static void test_batched_equals_unbatched(void) {
     tokens(t[b], 60, (unsigned)b + 20);
   }
   /* different memory lengths per session: prefill 5, 13, 21, 29, 37 tokens */
-  float lp[V];
   for (int b = 0; b < B; b++) {
     int n = 5 + 8 * b;
     xl_feed f1 = {solo[b], t[b], n, NULL, NULL, NULL};
@@ -180,7 +179,6 @@ static void test_batched_equals_unbatched(void) {
       if (d > worst) worst = d;
     }
   CHECK(worst == 0.0); /* matmul.c is batch-invariant: bit for bit */
-  (void)lp;
 
   /* rejected batches change nothing: a duplicated state, a bad token */
   uint64_t fed = xl_state_tokens_fed(multi[0]);

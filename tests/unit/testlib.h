@@ -24,9 +24,7 @@ extern int tl_passed, tl_failed;
 
 #define CHECK_CODE(expr, code)                                                             \
   do {                                                                                     \
-    xl_error e_;                                                                           \
     xl_code c_ = (expr);                                                                   \
-    (void)e_;                                                                              \
     if (c_ == (code)) tl_passed++;                                                         \
     else {                                                                                 \
       tl_failed++;                                                                         \

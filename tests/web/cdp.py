@@ -35,8 +35,8 @@ class CDPError(Exception):
 class Browser:
     """One headless Chromium process. Use `page()` for a tab in its own browser context."""
 
-    def __init__(self, binary=None, timeout=30):
-        self.binary = binary or chromium_binary()
+    def __init__(self):
+        self.binary = chromium_binary()
         if not self.binary:
             raise CDPError("chromium not found (apt-get install chromium)")
         self.profile = tempfile.mkdtemp(prefix="xl-chromium-")
@@ -74,7 +74,7 @@ class Browser:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         try:
-            self.version = self.call("Browser.getVersion", timeout=timeout)
+            self.version = self.call("Browser.getVersion")
         except BaseException:
             self.close()
             raise
@@ -191,7 +191,7 @@ class Page:
             raise CDPError("evaluate %r: %s" % (expr[:80], json.dumps(r["exceptionDetails"])[:2000]))
         return r["result"].get("value")
 
-    def wait_for(self, expr, timeout=30, interval=0.05):
+    def wait_for(self, expr, timeout=30):
         """Polls expr until it is truthy; returns its value."""
         deadline = time.monotonic() + timeout
         while True:
@@ -200,7 +200,7 @@ class Page:
                 return v
             if time.monotonic() > deadline:
                 raise CDPError("timed out waiting for %s; problems: %s" % (expr, self.problems()))
-            time.sleep(interval)
+            time.sleep(0.05)
 
     def problems(self):
         """Console errors, uncaught exceptions and CSP/security reports seen by this tab."""
@@ -219,11 +219,8 @@ class Page:
                                                       e.get("text"), e.get("url", "")))
         return out
 
-    def screenshot(self, path, full=False):
-        params = {"format": "png"}
-        if full:
-            params["captureBeyondViewport"] = True
-        data = self.call("Page.captureScreenshot", params)["data"]
+    def screenshot(self, path):
+        data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))
 
