@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "util.h"
 
 typedef struct {
   const char *model_dir;
@@ -45,11 +46,11 @@ static double bench_sgemm(const bench_opts *o) {
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n); /* warm */
     int reps = 0;
-    double t0 = cli_now(), el;
+    double t0 = now_mono(), el;
     do {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
       reps++;
-    } while ((el = cli_now() - t0) < o->min_seconds / 2 || reps < 3);
+    } while ((el = now_mono() - t0) < o->min_seconds / 2 || reps < 3);
     rate = 2.0 * n * n * n * reps / el / 1e9;
   }
   free(a);
@@ -109,7 +110,7 @@ static double bench_decode(xl_model *m, int batch, const bench_opts *o, xl_rng *
   for (int b = 0; b < batch; b++)
     if (xl_state_new(m, &st[b], &err) || !prefill(m, ws, st[b], t, n_warm)) goto out;
   int steps = 0;
-  double t0 = cli_now(), el;
+  double t0 = now_mono(), el;
   do {
     for (int b = 0; b < batch; b++) {
       step[b] = t[(steps + 7 * b) % n_warm];
@@ -117,7 +118,7 @@ static double bench_decode(xl_model *m, int batch, const bench_opts *o, xl_rng *
     }
     if (xl_forward(m, ws, items, batch, &err)) goto out;
     steps++;
-  } while ((el = cli_now() - t0) < o->min_seconds || steps < 4);
+  } while ((el = now_mono() - t0) < o->min_seconds || steps < 4);
   rate = (double)steps * batch / el;
 out:
   if (st)
@@ -146,14 +147,14 @@ static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_r
   if (!prefill(m, ws, st, t, n_warm)) goto out;
   long tokens = 0;
   int seg = 0;
-  double t0 = cli_now(), el;
+  double t0 = now_mono(), el;
   do {
     const int32_t *in = t + n_warm + (seg % 8) * tgt_len;
     xl_feed f = {st, in, tgt_len, in + 1, lp, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) goto out;
     tokens += tgt_len;
     seg++;
-  } while ((el = cli_now() - t0) < o->min_seconds || seg < 2);
+  } while ((el = now_mono() - t0) < o->min_seconds || seg < 2);
   rate = tokens / el;
 out:
   free(t);
@@ -175,13 +176,13 @@ static double bench_recompute(xl_model *m, int L, const bench_opts *o, xl_rng *r
   if (!t || !lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
   random_tokens(t, L + 64, c->vocab_size, rng);
   int preds = 0, min_preds = o->quick ? 1 : 2;
-  double t0 = cli_now(), el;
+  double t0 = now_mono(), el;
   do {
     xl_state_reset(st);
     xl_feed f = {st, t + preds % 64, L, NULL, NULL, lp};
     if (xl_forward(m, ws, &f, 1, &err)) goto out;
     preds++;
-  } while (((el = cli_now() - t0) < o->min_seconds && preds < 64) || preds < min_preds);
+  } while (((el = now_mono() - t0) < o->min_seconds && preds < 64) || preds < min_preds);
   rate = preds / el;
 out:
   free(t);

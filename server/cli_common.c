@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "default_model.h"
 
@@ -150,10 +149,4 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n_ou
 
 void cli_set_blas_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);
-}
-
-double cli_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }

@@ -29,6 +29,4 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
 /* Threads for OpenBLAS (0 = leave the library's default). */
 void cli_set_blas_threads(int n);
 
-double cli_now(void); /* monotonic seconds */
-
 #endif

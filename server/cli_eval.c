@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "util.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -100,7 +101,7 @@ int cli_eval_main(int argc, char **argv) {
     fprintf(stderr, "xlserve eval: out of memory\n");
     goto out;
   }
-  double t0 = cli_now();
+  double t0 = now_mono();
   for (size_t s = 0; s < n - 1; s += (size_t)tgt_len) {
     int len = (int)(n - 1 - s < (size_t)tgt_len ? n - 1 - s : (size_t)tgt_len);
     xl_feed f = {st, ids + s, len, ids + s + 1, lp + s, NULL};
@@ -109,7 +110,7 @@ int cli_eval_main(int argc, char **argv) {
       goto out;
     }
   }
-  double secs = cli_now() - t0, total = 0.0;
+  double secs = now_mono() - t0, total = 0.0;
   for (size_t i = 0; i < n - 1; i++) {
     total -= lp[i];
     if (dump) fprintf(dump, "%.9g\n", -(double)lp[i]);

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "util.h"
 
 #define PROMPT_CHUNK 512
 
@@ -89,7 +90,7 @@ int cli_generate_main(int argc, char **argv) {
   }
   memcpy(history, ids, n_ids * sizeof *ids);
   xl_rng rng;
-  xl_rng_seed(&rng, seeded ? seed : (uint64_t)(cli_now() * 1e9));
+  xl_rng_seed(&rng, seeded ? seed : (uint64_t)(now_mono() * 1e9));
   for (size_t s = 0; s < n_ids; s += PROMPT_CHUNK) {
     int chunk = (int)(n_ids - s < PROMPT_CHUNK ? n_ids - s : PROMPT_CHUNK);
     xl_feed f = {st, ids + s, chunk, NULL, NULL, s + (size_t)chunk == n_ids ? lp : NULL};

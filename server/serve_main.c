@@ -20,11 +20,10 @@
 
 #include "app.h"
 #include "cli.h"
+#include "cli_common.h"
 #include "sd_notify.h"
 #include "util.h"
 #include "xlog.h"
-
-void openblas_set_num_threads(int num_threads); /* OpenBLAS (linked through xlcore) */
 
 static uv_timer_t stop_timer;
 
@@ -281,7 +280,7 @@ int serve_main(int argc, char **argv) {
     goto out_early;
   }
   if (parse_proxies(&a, cfg.trusted_proxies)) goto out_early;
-  if (cfg.blas_threads > 0) openblas_set_num_threads((int)cfg.blas_threads);
+  cli_set_blas_threads((int)cfg.blas_threads);
   chat_template_init(&a.tpl, &cfg);
   uv_loop_t loop;
   uv_loop_init(&loop);

@@ -10,12 +10,6 @@
 #include <sys/random.h>
 #include <time.h>
 
-double now_mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 double now_wall(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

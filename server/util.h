@@ -7,10 +7,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "buf.h"
 
-double now_mono(void);     /* seconds, CLOCK_MONOTONIC */
+/* seconds, CLOCK_MONOTONIC (inline: the CLI tools, built without the daemon, use it too) */
+static inline double now_mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 double now_wall(void);     /* seconds since the epoch */
 void random_bytes(void *out, size_t n);
 void hex_encode(const uint8_t *in, size_t n, char *out); /* out: 2n+1 */
