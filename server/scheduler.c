@@ -4,7 +4,6 @@
 #include "scheduler.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,21 +410,15 @@ int sched_start(sched *s, xl_error *err) {
     w->flags = xcalloc(mb, sizeof *w->flags);
     w->scratch = xmalloc(xl_sampler_scratch_bytes(s->vocab));
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  int rc = 0;
   for (int i = 0; i < s->o.workers; i++) {
-    if (pthread_create(&s->w[i].th, NULL, worker_main, &s->w[i])) {
+    if (thread_create_nosig(&s->w[i].th, worker_main, &s->w[i])) {
       snprintf(err->message, sizeof err->message, "cannot create worker thread %d", i);
       err->code = XL_NOMEM;
-      rc = -1;
-      break;
+      return -1;
     }
     s->w[i].started = 1;
   }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  return rc;
+  return 0;
 }
 
 void sched_stop(sched *s) {

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -391,11 +390,7 @@ int store_start(session_store *st, const xl_model *model, char *err, size_t cap)
     long c = st->b->ops->count(st->conn);
     atomic_store(&st->count, c > 0 ? c : 0);
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  int rc = pthread_create(&st->th, NULL, store_main, st);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int rc = thread_create_nosig(&st->th, store_main, st);
   if (rc) {
     snprintf(err, cap, "cannot create the store thread: %s", strerror(rc));
     return -1;

@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <time.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -34,6 +33,7 @@
 
 #include "buf.h"
 #include "session_store.h"
+#include "util.h"
 
 #define SCHEMA_VERSION 1
 
@@ -467,11 +467,7 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
     sq_destroy(cfg);
     return NULL;
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  int prc = pthread_create(&cfg->ckpt, NULL, ckpt_main, cfg);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int prc = thread_create_nosig(&cfg->ckpt, ckpt_main, cfg);
   if (prc) {
     snprintf(err, cap, "cannot create the checkpoint thread: %s", strerror(prc));
     sq_destroy(cfg);

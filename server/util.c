@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,15 @@ double now_wall(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int thread_create_nosig(pthread_t *th, void *(*fn)(void *), void *arg) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = pthread_create(th, NULL, fn, arg);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
 }
 
 void random_bytes(void *out, size_t n) {

@@ -5,6 +5,7 @@
 #ifndef XLS_UTIL_H
 #define XLS_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -19,6 +20,10 @@ static inline double now_mono(void) {
 }
 
 double now_wall(void);     /* seconds since the epoch */
+
+/* pthread_create for a daemon thread: it starts with every signal blocked, so signals reach
+ * the loop thread; returns pthread_create's code (the caller's mask is unchanged). */
+int thread_create_nosig(pthread_t *th, void *(*fn)(void *), void *arg);
 void random_bytes(void *out, size_t n);
 void hex_encode(const uint8_t *in, size_t n, char *out); /* out: 2n+1 */
 
