@@ -60,6 +60,12 @@ static uint64_t ld(atomic_uint_fast64_t *c) {
   return atomic_load_explicit(c, memory_order_relaxed);
 }
 
+static uint64_t hist_count(histogram *h) {
+  uint64_t n = 0;
+  for (int i = 0; i <= h->n_bounds; i++) n += ld(&h->counts[i]);
+  return n;
+}
+
 static void counter(buf *o, const char *name, const char *help, uint64_t v) {
   buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
              (unsigned long long)v);
@@ -96,9 +102,10 @@ void metrics_render(buf *o, const metrics_gauges *g) {
     }
   counter(o, "xlserve_prompt_tokens_total", "Tokens fed from prompts.", ld(&m->tokens_in));
   counter(o, "xlserve_completion_tokens_total", "Tokens generated.", ld(&m->tokens_out));
-  counter(o, "xlserve_forward_passes_total", "Batched forward passes.", ld(&m->forwards));
+  /* one batch_size observation per forward pass, of its rows: whole numbers, so the sum is exact */
+  counter(o, "xlserve_forward_passes_total", "Batched forward passes.", hist_count(&m->batch_size));
   counter(o, "xlserve_forward_rows_total", "Session rows over all forward passes.",
-          ld(&m->forward_rows));
+          ld(&m->batch_size.sum_micro) / 1000000);
   counter(o, "xlserve_generations_cancelled_total", "Generations cancelled (client gone, drain).",
           ld(&m->cancelled));
   counter(o, "xlserve_queue_full_total", "Requests refused with 429 (queue full).",
