@@ -103,7 +103,7 @@ static sched *new_sched(int workers, int max_batch, int batch_tokens) {
 static void run_all(sched *s, job **jobs, int n) {
   for (int i = 0; i < n; i++) CHECK(sched_submit(s, jobs[i]) == 0);
   int done = 0;
-  for (int guard = 0; done < n && guard < 100000; guard++) done += pump(s, NULL, NULL);
+  PUMP_UNTIL(done >= n, 60, done += pump(s, NULL, NULL));
   CHECK(done == n);
 }
 
@@ -224,7 +224,7 @@ static void test_prompt_not_starved_by_full_batches(void) {
   }
   /* wait until every long job is decoding (each has streamed output) */
   int seen[NL] = {0}, all = 0;
-  for (int guard = 0; !all && guard < 100000; guard++) {
+  PUMP_UNTIL(all, 60, {
     pump(s, NULL, NULL);
     all = 1;
     for (int i = 0; i < NL; i++) {
@@ -234,22 +234,22 @@ static void test_prompt_not_starved_by_full_batches(void) {
       pthread_mutex_unlock(&lj[i]->mu);
       all &= seen[i];
     }
-  }
+  });
   CHECK(all);
   fair_ctx c = {make_job(ns, "Are you there?", 2, 9, 16, 0), 0, 0};
   CHECK(sched_submit(s, c.newcomer) == 0);
-  for (int guard = 0; !c.newcomer_done && guard < 100000; guard++) {
+  PUMP_UNTIL(c.newcomer_done, 60, {
     pump(s, fair_event, &c);
     for (int i = 0; i < NL; i++) {
       pthread_mutex_lock(&lj[i]->mu);
       buf_clear(&lj[i]->out);
       pthread_mutex_unlock(&lj[i]->mu);
     }
-  }
+  });
   CHECK(c.newcomer_done && c.long_done == 0);
   CHECK(c.newcomer->finish == FINISH_LENGTH && c.newcomer->n_gen == 2);
   for (int i = 0; i < NL; i++) sched_cancel(s, lj[i]);
-  for (int guard = 0; c.long_done < NL && guard < 100000; guard++) pump(s, fair_event, &c);
+  PUMP_UNTIL(c.long_done >= NL, 60, pump(s, fair_event, &c));
   sched_stop(s);
   sched_free(s);
   job_free(c.newcomer);
@@ -296,7 +296,7 @@ static void test_round_robin_when_rows_are_scarce(void) {
   c.jobs = jj;
   c.n = NR;
   for (int i = 0; i < NR; i++) CHECK(sched_submit(s, jj[i]) == 0);
-  for (int guard = 0; c.done < NR && guard < 100000; guard++) pump(s, rr_event, &c);
+  PUMP_UNTIL(c.done >= NR, 60, pump(s, rr_event, &c));
   CHECK(c.done == NR && !c.first_done_before_all_started);
   sched_stop(s);
   sched_free(s);
@@ -332,7 +332,7 @@ static void test_two_workers_share_a_burst_of_prompts(void) {
   }
   CHECK(sched_start(s, &err) == 0);
   int done = 0;
-  for (int guard = 0; done < NB && guard < 100000; guard++) done += pump(s, NULL, NULL);
+  PUMP_UNTIL(done >= NB, 60, done += pump(s, NULL, NULL));
   CHECK(done == NB);
   sched_stop(s);
   sched_free(s);
@@ -417,7 +417,7 @@ static void test_cancel_mid_batch(void) {
   for (int i = 0; i < 4; i++) CHECK(sched_submit(s, jobs[i]) == 0);
   cancel_ctx c = {s, jobs[2], 0};
   int done = 0;
-  for (int guard = 0; done < 4 && guard < 100000; guard++) done += pump(s, cancel_on_output, &c);
+  PUMP_UNTIL(done >= 4, 60, done += pump(s, cancel_on_output, &c));
   CHECK(done == 4 && c.cancelled);
   CHECK(jobs[2]->finish == FINISH_CANCELLED && jobs[2]->n_gen > 0 && jobs[2]->n_gen < 100000);
   /* the memory holds exactly what was fed: prompt + generated (the last one may be pending) */
@@ -494,7 +494,7 @@ static void test_stress_many_sessions_two_workers(void) {
   xl_error err;
   for (int i = 0; i < NS; i++) c.ses[i] = session_new(M, &err);
   for (int i = 0; i < NS; i++) stress_submit(&c, i);
-  for (int guard = 0; c.active > 0 && guard < 1000000; guard++) pump(c.s, stress_event, &c);
+  PUMP_UNTIL(c.active <= 0, 60, pump(c.s, stress_event, &c));
   CHECK(c.active == 0 && c.checked == NS * 6);
   sched_stop(c.s);
   sched_free(c.s);

@@ -361,7 +361,7 @@ static void test_table_evicts_saves_and_restores(void) {
       CHECK(st_turn_end(t, s, core, cl, on_done, &saved) == 1);
     } /* t4, t5: never given to the store (unsaved): eviction must hand them over */
   }
-  while (saved.calls < 4) CHECK(pump(st) > 0);
+  PUMP_UNTIL(saved.calls >= 4, 60, CHECK(pump(st) > 0));
   CHECK(saved.status == 0);
   CHECK(st_count(t) <= 3); /* the budget holds about 2.5 sessions */
   /* every session comes back, equal to what it was */
@@ -371,7 +371,7 @@ static void test_table_evicts_saves_and_restores(void) {
     cb_state f = {0};
     st_status r = st_find(t, id, owner, &s, on_found, &f);
     if (r == ST_PENDING) {
-      while (!f.calls) pump(st);
+      PUMP_UNTIL(f.calls, 60, pump(st));
       CHECK(f.found == ST_FOUND);
       r = st_lookup(t, id, owner, &s);
     }
@@ -392,22 +392,22 @@ static void test_table_evicts_saves_and_restores(void) {
   cb_state f = {0};
   st_status r = st_find(t, "t0", other, &s, on_found, &f);
   if (r == ST_PENDING) {
-    while (!f.calls) pump(st);
+    PUMP_UNTIL(f.calls, 60, pump(st));
     r = f.found == ST_FOUND ? st_lookup(t, "t0", other, &s) : f.found;
   }
   CHECK(r == ST_FORBIDDEN);
   memset(&f, 0, sizeof f);
   CHECK(st_find(t, "never", owner, &s, on_found, &f) == ST_PENDING);
-  while (!f.calls) pump(st);
+  PUMP_UNTIL(f.calls, 60, pump(st));
   CHECK(f.found == ST_MISSING);
   /* delete: gone from RAM and store */
   CHECK(st_lookup(t, "t5", owner, &s) == ST_FOUND);
   cb_state d = {0};
   CHECK(st_delete(t, s, on_done, &d) == 1);
-  while (!d.calls) pump(st);
+  PUMP_UNTIL(d.calls, 60, pump(st));
   memset(&f, 0, sizeof f);
   CHECK(st_find(t, "t5", owner, &s, on_found, &f) == ST_PENDING);
-  while (!f.calls) pump(st);
+  PUMP_UNTIL(f.calls, 60, pump(st));
   CHECK(f.found == ST_MISSING);
   CHECK(store_count(st) == 5);
   session_free(probe);
@@ -571,18 +571,18 @@ static void test_second_backend_and_failed_saves(void) {
   cb_state saved = {0};
   MEM_FAIL_PUT = 1;
   CHECK(st_turn_end(t, s, core, cl, on_done, &saved) == 1);
-  while (!saved.calls) pump(st);
+  PUMP_UNTIL(saved.calls, 60, pump(st));
   CHECK(saved.status == -1 && s->unsaved == 1 && store_count(st) == 0);
   MEM_FAIL_PUT = 0;
   session *s2 = st_create(t, "f2", owner, &xe); /* pushes f1 out: handed over, not lost */
   feed(s2, 5, 2, NULL);
   st_release(t, s2);
   CHECK(st_lookup(t, "f1", owner, &s) == ST_MISSING);
-  for (int i = 0; i < 100 && store_count(st) == 0; i++) pump(st);
+  PUMP_UNTIL(store_count(st) != 0, 60, pump(st));
   CHECK(store_count(st) == 1);
   cb_state f = {0};
   CHECK(st_find(t, "f1", owner, &s, on_found, &f) == ST_PENDING);
-  while (!f.calls) pump(st);
+  PUMP_UNTIL(f.calls, 60, pump(st));
   CHECK(f.found == ST_FOUND && st_lookup(t, "f1", owner, &s) == ST_FOUND);
   session tmp;
   memset(&tmp, 0, sizeof tmp);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <ftw.h>
+#include <time.h>
 #include <unistd.h>
 
 int tl_passed, tl_failed;
@@ -16,6 +17,12 @@ int tl_passed, tl_failed;
 int tl_summary(void) {
   printf("%d passed, %d failed\n", tl_passed, tl_failed);
   return tl_failed ? 1 : 0;
+}
+
+double tl_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 #define TL_MAX_TMPDIRS 64

@@ -44,6 +44,22 @@ extern int tl_passed, tl_failed;
     }                                                                                      \
   } while (0)
 
+/* Repeats the statement(s) after `seconds` (pumping events) until `cond` holds; once `seconds`
+ * of wall-clock time have passed the test fails with a message instead of hanging. */
+#define PUMP_UNTIL(cond, seconds, ...)                                                     \
+  do {                                                                                     \
+    double until_ = tl_now() + (seconds);                                                  \
+    while (!(cond)) {                                                                      \
+      if (tl_now() > until_) {                                                             \
+        tl_failed++;                                                                       \
+        fprintf(stderr, "%s:%d: timed out after %g s waiting for %s\n", __FILE__, __LINE__, \
+                (double)(seconds), #cond);                                                 \
+        break;                                                                             \
+      }                                                                                    \
+      __VA_ARGS__;                                                                         \
+    }                                                                                      \
+  } while (0)
+
 /* Runs a test function, printing its name. */
 #define RUN(fn)                                                                            \
   do {                                                                                     \
@@ -54,6 +70,8 @@ extern int tl_passed, tl_failed;
 
 /* Prints "N passed, M failed" and returns the exit status. */
 int tl_summary(void);
+/* Seconds on the monotonic clock. */
+double tl_now(void);
 
 typedef struct {
   int d_model, n_layer, n_head, d_head, d_inner, mem_len, same_length, pre_lnorm, vocab;
