@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import mem_transformer as authors
-from conftest import engine_nll, report, run_py, TOOLS
+from conftest import engine_nll, randomize, report, run_py, TOOLS
 from xlconvert import sources, torchfile
 from xlmodel import safetensors_io
 from xltrain.model import TransfoXLLM, XLConfig, evaluate_stream, load_model_dir
@@ -59,7 +59,7 @@ AUTHORS_B = dict(n_token=260, n_layer=2, n_head=2, d_model=24, d_head=12, d_inne
 
 
 def authors_model(kw, seed):
-    return authors.MemTransformerLM(**kw).randomize(seed).eval()
+    return randomize(authors.MemTransformerLM(**kw), seed).eval()
 
 
 def test_authors_state_dict(tmp_path, engine):
@@ -201,16 +201,7 @@ HF_CFG = XLConfig(vocab_size=300, cutoffs=[40, 120, 200], d_model=32, d_embed=64
 
 
 def hf_model(seed):
-    torch.manual_seed(seed)
-    m = TransfoXLLM(HF_CFG)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "layer_norm.weight" in name:
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
-    return m.eval()
+    return randomize(TransfoXLLM(HF_CFG), seed).eval()
 
 
 def hf_config_json(m, old_keys=False):

@@ -213,16 +213,6 @@ class MemTransformerLM(nn.Module):
         self.r_w_bias = nn.Parameter(torch.randn(n_head, d_head) * 0.3)
         self.r_r_bias = nn.Parameter(torch.randn(n_head, d_head) * 0.3)
 
-    def randomize(self, seed):
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                if "layer_norm.weight" in name:
-                    p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-                else:
-                    p.copy_(0.3 * torch.randn(p.shape, generator=g))
-        return self
-
     def init_mems(self):
         return [torch.empty(0) for _ in range(self.n_layer + 1)]
 
