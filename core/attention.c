@@ -21,23 +21,6 @@
 
 #define QUERY_BLOCK 64
 
-/* The memory's ring as up to two runs of consecutive slots, in key order. */
-typedef struct {
-  int first;  /* key index of the run's first slot */
-  int slot;   /* ring slot of that key */
-  int count;
-} ring_run;
-
-static int ring_runs(const xl_state *s, ring_run runs[2]) {
-  if (s->len == 0) return 0;
-  int first = s->len;
-  if (s->head + first > s->mem_len) first = s->mem_len - s->head;
-  runs[0] = (ring_run){0, s->head, first};
-  if (first == s->len) return 1;
-  runs[1] = (ring_run){first, 0, s->len - first};
-  return 2;
-}
-
 /* The first key query a may attend to: a - mem_len + 1 with same_length (the window), else 0. */
 static inline int first_key(const xl_model *m, int a) {
   const int window = m->cfg.same_length ? m->cfg.mem_len : 0;
@@ -82,8 +65,8 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
   const float scale = (float)(1.0 / sqrt((double)dh));
   const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);
   const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd; /* rows, stride 3*hd */
-  ring_run runs[2];
-  int n_runs = ring_runs(st, runs);
+  xl_ring_run runs[2];
+  int n_runs = xl_ring_runs(st, runs);
 
   for (int h = 0; h < c->n_head; h++) {
     const float *u = L->r_w_bias + (size_t)h * dh;
@@ -156,8 +139,8 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
   const float scale = (float)(1.0 / sqrt((double)dh));
   const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);
   const float *q = it->qkv, *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
-  ring_run runs[2];
-  int n_runs = ring_runs(st, runs), k0, cnt;
+  xl_ring_run runs[2];
+  int n_runs = xl_ring_runs(st, runs), k0, cnt;
   float *probs = sc->scores; /* [H, n_keys] */
 
   for (int h = 0; h < H; h++) {

@@ -150,6 +150,24 @@ static inline float *xl_state_values(const xl_state *s, int layer) {
   return xl_state_keys(s, layer) + (size_t)s->mem_len * s->model->hd;
 }
 
+/* The ring's positions as up to two runs of consecutive slots, oldest first (key order). */
+typedef struct {
+  int first;  /* position (key index, 0 = oldest) of the run's first slot */
+  int slot;   /* ring slot of that position */
+  int count;
+} xl_ring_run;
+
+/* Fills runs[0..return) (0 when the ring is empty, else 1 or 2). */
+static inline int xl_ring_runs(const xl_state *s, xl_ring_run runs[2]) {
+  if (s->len == 0) return 0;
+  int first = s->len;
+  if (s->head + first > s->mem_len) first = s->mem_len - s->head;
+  runs[0] = (xl_ring_run){0, s->head, first};
+  if (first == s->len) return 1;
+  runs[1] = (xl_ring_run){first, 0, s->len - first};
+  return 2;
+}
+
 /* ---- workspace ----------------------------------------------------------------------- */
 struct xl_workspace {
   const xl_model *model;

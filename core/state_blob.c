@@ -53,19 +53,19 @@ xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, 
   xl_put_le32(b + 56, (uint32_t)s->head);
   uint8_t *p = b + BLOB_HEADER;
   /* the ring's positions as at most two runs of slots, oldest first */
-  int run1 = s->len, M = s->mem_len;
-  if (s->head + run1 > M) run1 = M - s->head;
-  int run2 = s->len - run1;
+  xl_ring_run runs[2];
+  int n_runs = xl_ring_runs(s, runs), M = s->mem_len;
   for (int l = 0; l < L; l++) {
     const float *K = xl_state_keys(s, l), *V = xl_state_values(s, l);
     for (int c = 0; c < hd; c++) { /* key component c of every position */
       const float *kc = K + (size_t)c * M;
-      memcpy(p, kc + s->head, (size_t)run1 * 4);
-      memcpy(p + (size_t)run1 * 4, kc, (size_t)run2 * 4);
+      for (int r = 0; r < n_runs; r++)
+        memcpy(p + (size_t)runs[r].first * 4, kc + runs[r].slot, (size_t)runs[r].count * 4);
       p += (size_t)s->len * 4;
     }
-    memcpy(p, V + (size_t)s->head * hd, (size_t)run1 * row);
-    memcpy(p + (size_t)run1 * row, V, (size_t)run2 * row);
+    for (int r = 0; r < n_runs; r++)
+      memcpy(p + (size_t)runs[r].first * row, V + (size_t)runs[r].slot * hd,
+             (size_t)runs[r].count * row);
     p += (size_t)s->len * row;
   }
   xl_put_le64(p, xl_hash64(b, BLOB_HEADER + payload, BLOB_SEED));
@@ -116,19 +116,19 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   s->head = (int)head;
   s->fed = xl_get_le64(b + 40);
   size_t row = (size_t)hd * sizeof(float);
-  uint32_t run1 = len, run2;
-  if (head + run1 > M) run1 = M - head;
-  run2 = len - run1;
+  xl_ring_run runs[2];
+  int n_runs = xl_ring_runs(s, runs);
   for (uint32_t l = 0; l < L; l++) {
     float *K = xl_state_keys(s, (int)l), *V = xl_state_values(s, (int)l);
     for (uint32_t c = 0; c < hd; c++) { /* back into the same ring slots */
       float *kc = K + (size_t)c * M;
-      memcpy(kc + head, p, (size_t)run1 * 4);
-      memcpy(kc, p + (size_t)run1 * 4, (size_t)run2 * 4);
+      for (int r = 0; r < n_runs; r++)
+        memcpy(kc + runs[r].slot, p + (size_t)runs[r].first * 4, (size_t)runs[r].count * 4);
       p += (size_t)len * 4;
     }
-    memcpy(V + (size_t)head * hd, p, (size_t)run1 * row);
-    memcpy(V, p + (size_t)run1 * row, (size_t)run2 * row);
+    for (int r = 0; r < n_runs; r++)
+      memcpy(V + (size_t)runs[r].slot * hd, p + (size_t)runs[r].first * row,
+             (size_t)runs[r].count * row);
     p += (size_t)len * row;
   }
   return XL_OK;
