@@ -71,15 +71,9 @@ def test_stream_arrives_incrementally_through_nginx(start_daemon, nginx_in_front
         t0 = time.monotonic()
         r = c.getresponse()
         assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
-        reads, buf = [], b""
-        while not buf.endswith(b"data: [DONE]\n\n"):
-            chunk = r.read1(65536)
-            if not chunk:
-                break
-            reads.append(time.monotonic() - t0)
-            buf += chunk
+        reads, buf = X.timed_reads(r, t0)
         c.close()
-        return reads, buf
+        return [t for t, _ in reads], buf
 
     direct, dbuf = timed_stream(d.port)
     proxied, pbuf = timed_stream(n.port)

@@ -30,27 +30,11 @@ def bench_decode(model, seconds):
 
 
 def http_stream(port, tokens, prompt_len=300):
-    c = X.http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    """Arrival times of the token events of one SSE stream."""
     body = {"prompt": "x" * prompt_len, "max_tokens": tokens, "temperature": 0, "stream": True}
-    c.request("POST", "/v1/completions", body=json.dumps(body),
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    times = []
-    buf = b""
-    while True:
-        chunk = r.read1(65536)
-        if not chunk:
-            break
-        now = time.monotonic()
-        buf += chunk
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            if ev.startswith(b"data: {"):
-                times.append(now)
-        if b"data: [DONE]" in ev or buf.endswith(b"[DONE]\n\n"):
-            break
-    c.close()
-    return times
+    st, _, ev = X.stream(port, "/v1/completions", body, timeout=600)
+    assert st == 200, ev
+    return [t for t, data in ev if data.startswith("{")]
 
 
 def cmd_stream(a):

@@ -1,7 +1,6 @@
 """Every endpoint answers in the OpenAI shape; streaming is SSE with the documented headers and
 framing; sampling options behave (seed reproducible, stop strings, logprobs, max_tokens)."""
 import json
-import time
 
 import xlharness as X
 
@@ -144,17 +143,7 @@ def test_stream_arrives_incrementally(start_daemon, medium_model):
         {"prompt": "Once upon a time", "max_tokens": 1500, "temperature": 0, "stream": True}),
         headers={"Content-Type": "application/json"})
     r = c.getresponse()
-    t0 = time.monotonic()
-    reads = []
-    buf = b""
-    while True:
-        chunk = r.read1(65536)
-        if not chunk:
-            break
-        reads.append((time.monotonic() - t0, len(chunk)))
-        buf += chunk
-        if buf.endswith(b"data: [DONE]\n\n"):
-            break
+    reads, buf = X.timed_reads(r)
     c.close()
     total = reads[-1][0]
     events = buf.count(b"\n\ndata: ") + 1

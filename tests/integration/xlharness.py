@@ -283,6 +283,20 @@ def read_sse(resp, on_event=None, deadline_s=60):
     return events
 
 
+def timed_reads(resp, t0=None):
+    """Reads an SSE response as it arrives, up to its `data: [DONE]` event or its end; returns
+    ([(seconds since t0, bytes in that read)], all bytes). t0: time.monotonic() (default: now)."""
+    t0 = time.monotonic() if t0 is None else t0
+    reads, buf = [], b""
+    while not buf.endswith(b"data: [DONE]\n\n"):
+        chunk = resp.read1(65536)
+        if not chunk:
+            break
+        reads.append((time.monotonic() - t0, len(chunk)))
+        buf += chunk
+    return reads, buf
+
+
 def stream(port, path, body, headers=None, timeout=60):
     """POSTs a streaming request and reads it to the end; returns (status, headers, events),
     or (status, headers, body bytes) when the status is not 200."""
