@@ -14,13 +14,7 @@ static xl_model *model;
 static xl_workspace *ws;
 
 static void setup(void) {
-  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
-  spec.mem_len = 6;
-  spec.n_layer = 1;
-  spec.d_model = 8;
-  spec.n_head = 2;
-  spec.d_head = 4;
-  spec.d_inner = 8;
+  tl_model_spec spec = TL_MODEL_SPEC_FUZZ;
   const char *dir = tl_tmpdir("fuzzblob");
   xl_error err;
   if (tl_write_model(dir, &spec) || xl_model_load(dir, NULL, &model, &err) ||
@@ -35,14 +29,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len) {
   size_t n = len - 1;
   uint8_t *blob = malloc(n + 1);
   memcpy(blob, data + 1, n);
-  if (repair && n >= 8) { /* recompute the trailing checksum like the serialiser */
-    uint64_t h = xl_hash64(blob, n - 8, 0x626c6f6273756d31ULL);
-    for (int i = 0; i < 8; i++) blob[n - 8 + i] = (uint8_t)(h >> (8 * i));
-  }
-  /* the model's fingerprint, so repaired blobs get past the model check too */
-  if (repair && n >= 24) {
-    uint64_t fp = xl_model_fingerprint(model);
-    for (int i = 0; i < 8; i++) blob[16 + i] = (uint8_t)(fp >> (8 * i));
+  if (repair && n >= 8) {
+    /* the model's fingerprint, so repaired blobs get past the model check too */
+    if (n >= 24) {
+      uint64_t fp = xl_model_fingerprint(model);
+      for (int i = 0; i < 8; i++) blob[16 + i] = (uint8_t)(fp >> (8 * i));
+    }
+    /* then the trailing checksum, recomputed like the serialiser */
     uint64_t h = xl_hash64(blob, n - 8, 0x626c6f6273756d31ULL);
     for (int i = 0; i < 8; i++) blob[n - 8 + i] = (uint8_t)(h >> (8 * i));
   }

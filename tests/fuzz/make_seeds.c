@@ -14,18 +14,30 @@ static int copy(const char *from, const char *to) {
   FILE *f = fopen(from, "rb");
   if (!f) return -1;
   char *buf = malloc(1 << 20);
+  if (!buf) {
+    fclose(f);
+    return -1;
+  }
   n = fread(buf, 1, 1 << 20, f);
+  int err = ferror(f) || !feof(f); /* a read error, or a file over 1 MiB */
   fclose(f);
+  if (err) {
+    free(buf);
+    return -1;
+  }
   int rc = tl_write_file(to, buf, n);
   free(buf);
   return rc;
 }
 
+static int fail(const char *what) {
+  fprintf(stderr, "make_seeds: %s failed\n", what);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) return 2;
-  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
-  spec.mem_len = 6; spec.n_layer = 1; spec.d_model = 8; spec.n_head = 2; spec.d_head = 4;
-  spec.d_inner = 8;
+  tl_model_spec spec = TL_MODEL_SPEC_FUZZ; /* fuzz_state_blob's model: the blobs fit it */
   const char *dir = tl_tmpdir("seeds");
   xl_model *m;
   xl_workspace *ws;
@@ -33,29 +45,30 @@ int main(int argc, char **argv) {
   xl_error err;
   if (tl_write_model(dir, &spec) || xl_model_load(dir, NULL, &m, &err) ||
       xl_workspace_new(m, &ws, &err) || xl_state_new(m, &s, &err))
-    return 1;
+    return fail("the model");
   int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   xl_feed f = {s, t, 9, NULL, NULL, NULL};
-  xl_forward(m, ws, &f, 1, &err);
+  if (xl_forward(m, ws, &f, 1, &err) != XL_OK) return fail("xl_forward");
   uint8_t *blob;
   size_t n;
-  xl_state_serialize(s, &blob, &n, &err);
+  if (xl_state_serialize(s, &blob, &n, &err) != XL_OK) return fail("xl_state_serialize");
   uint8_t *seed = malloc(n + 1);
+  if (!seed) return fail("malloc");
   seed[0] = 0;
   memcpy(seed + 1, blob, n);
   char path[2048];
   snprintf(path, sizeof path, "%s/valid", argv[1]);
-  tl_write_file(path, seed, n + 1);
+  if (tl_write_file(path, seed, n + 1)) return fail(path);
   seed[0] = 1;
   snprintf(path, sizeof path, "%s/valid_repair", argv[1]);
-  tl_write_file(path, seed, n + 1);
+  if (tl_write_file(path, seed, n + 1)) return fail(path);
   char src[2048];
   snprintf(src, sizeof src, "%s/model.safetensors", dir);
   snprintf(path, sizeof path, "%s/valid", argv[2]);
-  copy(src, path);
+  if (copy(src, path)) return fail(path);
   snprintf(src, sizeof src, "%s/config.json", dir);
   snprintf(path, sizeof path, "%s/valid", argv[3]);
-  copy(src, path);
+  if (copy(src, path)) return fail(path);
   free(seed);
   free(blob);
   xl_state_free(s);

@@ -80,6 +80,9 @@ typedef struct {
 } tl_model_spec;
 
 #define TL_MODEL_SPEC_DEFAULT {32, 2, 2, 16, 64, 24, 1, 0, 256, 1, 0}
+/* The fuzzers' model (1 layer, d_model 8, mem_len 6): fuzz/make_seeds.c's seed blobs are
+ * states of it, so they carry the fingerprint fuzz_state_blob.c's model checks. */
+#define TL_MODEL_SPEC_FUZZ {8, 1, 2, 4, 8, 6, 1, 0, 256, 1, 0}
 
 /* A fresh temporary directory under $XL_TMP (or /tmp); returns a static-lifetime path. */
 const char *tl_tmpdir(const char *tag);
