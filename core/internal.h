@@ -187,14 +187,12 @@ void xl_linear(const float *x, int rows, int in, const float *w, const float *b,
  * way whatever M is (batch-invariant). */
 void xl_matmul_nt(const float *x, int M, int K, int ldx, const float *W, int N, int ldw, float *y,
                   int ldy);
-const char *xl_matmul_path(void); /* "avx512", "avx2" or "portable" */
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                    float *y);
 void xl_log_softmax_inplace(float *x, int n);
 /* vecmath.c: max of x[0..n); x[i] = exp(x[i] - shift) returning the sum (deterministic). */
 float xl_vec_max(const float *x, int n);
 float xl_vec_exp_sum(float *x, int n, float shift);
-void xl_vec_axpy(float *y, float a, const float *x, int n); /* y += a x */
 /* s[0..n) = sum_k q[k] rows[k][0..n) over dh rows of stride ld (k in order, from 0) */
 void xl_vec_dot_rows(const float *q, int dh, const float *rows, size_t ld, int n, float *s);
 /* out[h*dh + i] += sum_j p[h*p_stride + j] rows[j][h*dh + i], j = 0..n-1 in order */

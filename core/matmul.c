@@ -251,8 +251,3 @@ void xl_matmul_nt(const float *x, int M, int K, int ldx, const float *W, int N, 
   }
   if (M > 0 && N > 0) f(x, M, K, ldx, W, N, ldw, y, ldy);
 }
-
-const char *xl_matmul_path(void) {
-  mm_fn f = pick();
-  return f == mm_avx512 ? "avx512" : f == mm_avx2 ? "avx2" : "portable";
-}

@@ -177,7 +177,7 @@ float xl_vec_exp_sum(float *x, int n, float shift) {
   return have_avx512() ? exp_sum_avx512(x, n, shift) : exp_sum_scalar(x, n, shift);
 }
 
-void xl_vec_axpy(float *y, float a, const float *x, int n) {
+static void vec_axpy(float *y, float a, const float *x, int n) { /* y += a x */
   if (have_avx512()) axpy_avx512(y, a, x, n);
   else axpy_scalar(y, a, x, n);
 }
@@ -202,6 +202,6 @@ void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, const float *r
   }
   for (int j = 0; j < n; j++) /* one key at a time, every head */
     for (int h = 0; h < H; h++)
-      xl_vec_axpy(out + (size_t)h * dh, p[(size_t)h * p_stride + j],
-                  rows + (size_t)j * ld + (size_t)h * dh, dh);
+      vec_axpy(out + (size_t)h * dh, p[(size_t)h * p_stride + j],
+               rows + (size_t)j * ld + (size_t)h * dh, dh);
 }
