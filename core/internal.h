@@ -187,6 +187,8 @@ void xl_linear(const float *x, int rows, int in, const float *w, const float *b,
  * way whatever M is (batch-invariant). */
 void xl_matmul_nt(const float *x, int M, int K, int ldx, const float *W, int N, int ldw, float *y,
                   int ldy);
+/* dst[cols, rows] = src[rows, cols]^T (row-major, dense). */
+void xl_transpose(const float *src, int rows, int cols, float *dst);
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                    float *y);
 void xl_log_softmax_inplace(float *x, int n);

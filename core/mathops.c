@@ -1,6 +1,7 @@
 /*
  * mathops.c: the dense kernels the forward pass is written in: Linear (matmul.c, batch-invariant),
- * LayerNorm and log-softmax (any thread; pure functions of their arguments).
+ * LayerNorm and log-softmax, and the transpose of the load-time tables (any thread; pure
+ * functions of their arguments).
  */
 #include <math.h>
 
@@ -14,6 +15,11 @@ void xl_linear(const float *x, int rows, int in, const float *w, const float *b,
       float *yr = y + (size_t)r * ldy;
       for (int j = 0; j < out; j++) yr[j] += b[j];
     }
+}
+
+void xl_transpose(const float *src, int rows, int cols, float *dst) {
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
 }
 
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,

@@ -89,9 +89,7 @@ static xl_code build_position_cache(xl_model *m, xl_error *err) {
       return xl_fail(err, XL_NOMEM, "out of memory for positional projections");
     }
     xl_positional_project(m, l, rows, L->pos_k, L->pos_bias, r);
-    for (int d = 0; d < rows; d++)
-      for (int k = 0; k < m->hd; k++)
-        L->pos_k_t[(size_t)k * rows + d] = L->pos_k[(size_t)d * m->hd + k];
+    xl_transpose(L->pos_k, rows, m->hd, L->pos_k_t);
   }
   free(r);
   return XL_OK;

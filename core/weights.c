@@ -98,8 +98,7 @@ static xl_code transposed(xl_model *m, const float *src, int rows, int cols, con
                           xl_error *err) {
   float *t = malloc((size_t)rows * cols * sizeof *t + 1);
   if (!t) return xl_fail(err, XL_NOMEM, "out of memory transposing a projection");
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+  xl_transpose(src, rows, cols, t);
   *out = t;
   return own(m, t, err);
 }
