@@ -25,7 +25,7 @@
   X(workers, INT, "2", 1, 256,                                                                   \
     "Worker threads running batched forward passes; each forward takes at most "                 \
     "ceil(running / workers) sessions, so the workers run side by side. One per core "           \
-    "(measured on 2 cores: 2 workers gave 1.6x the tokens/s of 1 at 32-64 streams).")            \
+    "(compare: bench/load.py --streams 32,64 -- --workers 1, then --workers 2).")                \
   X(blas_threads, INT, "1", 0, 256,                                                              \
     "OpenBLAS threads (0 = leave OpenBLAS's own default); OpenBLAS only runs the prompt "         \
     "attention. Keep workers x blas_threads <= cores.")                                          \
