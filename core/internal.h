@@ -192,6 +192,9 @@ void xl_transpose(const float *src, int rows, int cols, float *dst);
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                    float *y);
 void xl_log_softmax_inplace(float *x, int n);
+/* vecmath.c: whether the CPU has AVX-512F (detected once, cached; matmul.c and vecmath.c
+ * choose their AVX-512 paths by it). */
+int xl_cpu_has_avx512(void);
 /* vecmath.c: max of x[0..n); x[i] = exp(x[i] - shift) returning the sum (deterministic). */
 float xl_vec_max(const float *x, int n);
 float xl_vec_exp_sum(float *x, int n, float shift);

@@ -235,8 +235,8 @@ __attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, 
 typedef void (*mm_fn)(const float *, int, int, int, const float *, int, int, float *, int);
 
 static mm_fn pick(void) {
+  if (xl_cpu_has_avx512()) return mm_avx512;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return mm_avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return mm_avx2;
   return mm_scalar;
 }

@@ -158,8 +158,8 @@ MIX_CHUNK(4)
 MIX_CHUNK(1)
 #undef MIX_CHUNK
 
-static int have_avx512(void) {
-  static int cached = -1;
+int xl_cpu_has_avx512(void) {
+  static int cached = -1; /* racing first calls store the same value */
   int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
@@ -170,20 +170,20 @@ static int have_avx512(void) {
 }
 
 float xl_vec_max(const float *x, int n) {
-  return have_avx512() ? max_avx512(x, n) : max_scalar(x, n);
+  return xl_cpu_has_avx512() ? max_avx512(x, n) : max_scalar(x, n);
 }
 
 float xl_vec_exp_sum(float *x, int n, float shift) {
-  return have_avx512() ? exp_sum_avx512(x, n, shift) : exp_sum_scalar(x, n, shift);
+  return xl_cpu_has_avx512() ? exp_sum_avx512(x, n, shift) : exp_sum_scalar(x, n, shift);
 }
 
 static void vec_axpy(float *y, float a, const float *x, int n) { /* y += a x */
-  if (have_avx512()) axpy_avx512(y, a, x, n);
+  if (xl_cpu_has_avx512()) axpy_avx512(y, a, x, n);
   else axpy_scalar(y, a, x, n);
 }
 
 void xl_vec_dot_rows(const float *q, int dh, const float *rows, size_t ld, int n, float *s) {
-  if (have_avx512()) {
+  if (xl_cpu_has_avx512()) {
     dot_rows_avx512(q, dh, rows, ld, n, s);
     return;
   }
@@ -194,7 +194,7 @@ void xl_vec_dot_rows(const float *q, int dh, const float *rows, size_t ld, int n
 void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, const float *rows, size_t ld,
                      int n, int H, int dh) {
   int hd = H * dh, e = 0;
-  if (have_avx512() && dh % 16 == 0) {
+  if (xl_cpu_has_avx512() && dh % 16 == 0) {
     for (; e + 256 <= hd; e += 256) mix_chunk_16(out, e, p, p_stride, rows, ld, n, dh);
     for (; e + 64 <= hd; e += 64) mix_chunk_4(out, e, p, p_stride, rows, ld, n, dh);
     for (; e < hd; e += 16) mix_chunk_1(out, e, p, p_stride, rows, ld, n, dh);
