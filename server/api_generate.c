@@ -325,18 +325,18 @@ void gen_on_done(req *r) {
   if (r->sess_stateless) {
     session_free(r->sess);
   } else {
-    session *s = r->sess;
+    /* the session stays busy until st_turn_end releases it (after the commit, durability turn) */
     int fed = j->pos > 0 || j->decoding;
-    if (fed && !j->snap) s->unsaved = 1; /* no snapshot (store off, or it failed) */
-    st_release(a->sessions, s);
     uint8_t *core = j->snap;
     j->snap = NULL;
     r->refs++; /* the commit's, if it waits */
-    if (st_turn_end(a->sessions, s, core, j->snap_len, on_turn_committed, r)) {
+    int w = st_turn_end(a->sessions, r->sess, core, j->snap_len, fed, on_turn_committed, r);
+    if (w == 1) {
       r->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
     } else {
       r->refs--;
+      if (w < 0) r->store_err = xstrdup("the turn's state could not be serialised");
     }
   }
   r->sess = NULL;
@@ -354,6 +354,14 @@ static void gen_finish(req *r) {
   else if (r->cancelled_by_drain) err_code = "shutting_down", err_msg = "the server is shutting down";
   else if (r->store_err && j->finish != FINISH_CANCELLED)
     err_code = "store_failed", err_msg = r->store_err;
+  char kept[600];
+  if (err_code && !strcmp(err_code, "store_failed")) {
+    snprintf(kept, sizeof kept,
+             "the turn could not be committed to the session store (%.400s); it was not kept: "
+             "the session is back at its last committed turn, so retrying the request is safe",
+             err_msg);
+    err_msg = kept;
+  }
 
   if (j->stream) {
     if (!r->client_gone && (j->finish != FINISH_CANCELLED || r->cancelled_by_drain)) {
@@ -372,10 +380,7 @@ static void gen_finish(req *r) {
     if (err_code && j->finish == FINISH_ERROR) {
       req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
     } else if (err_code && !strcmp(err_code, "store_failed")) {
-      req_error(r, 500, "server_error", err_code, NULL,
-                "the turn was generated but could not be persisted (the session holds it in "
-                "RAM): %s",
-                err_msg);
+      req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
     } else if (err_code) {
       req_error(r, 503, "server_error", err_code, NULL, "%s", err_msg);
     } else if (j->finish == FINISH_CANCELLED) {

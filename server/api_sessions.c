@@ -2,9 +2,10 @@
  * api_sessions.c: /v1/sessions (POST create, GET list), /v1/sessions/{id} (GET, DELETE),
  * /v1/sessions/{id}/fork (POST), /v1/sessions/{id}/state (GET export, PUT import), and the
  * request side of the session store: a session not in RAM is looked for in the store while the
- * request waits (REQ_RESTORING), then the handler runs again. Sessions are scoped to the API
- * key: another key's session answers 404 exactly like a missing one. A busy session cannot be
- * deleted, forked, exported or replaced (409). Thread: loop thread.
+ * request waits (REQ_RESTORING), then the handler runs again. Session ids are per API key:
+ * every lookup is of (this key, id), so no answer depends on whether another key has a session
+ * of that id. A busy session cannot be deleted, forked, exported or replaced (409).
+ * Thread: loop thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,7 +231,6 @@ static void on_imported(void *ctx, st_import_result res, const char *msg) {
                 "this server cannot use the state: %s", msg);
       break;
     case IMPORT_BUSY: busy(r, r->session_id, "import when it is idle"); break;
-    case IMPORT_FORBIDDEN: req_session_error(r, r->session_id, ST_MISSING); break;
     default: store_failed(r, msg); break;
   }
   req_unref(r);
@@ -369,7 +369,7 @@ void api_sessions(req *r, const char *rest) {
       r->refs--;
       deleted_body(r, sid);
     } else if (st == ST_EXPIRED) {
-      st_forget_tombstone(a->sessions, sid);
+      st_forget_tombstone(a->sessions, sid, r->owner);
       deleted_body(r, sid);
     } else if (st == ST_MISSING && st_persistent(a->sessions)) {
       r->refs++;
@@ -388,7 +388,7 @@ void api_sessions(req *r, const char *rest) {
       busy(r, sid, "import when it is idle");
       return;
     }
-    if (st == ST_FORBIDDEN || st == ST_STORE_ERROR) {
+    if (st == ST_STORE_ERROR) {
       req_session_error(r, sid, st);
       return;
     }
@@ -398,7 +398,7 @@ void api_sessions(req *r, const char *rest) {
       return;
     }
     /* FOUND, MISSING, EXPIRED, or a refused row of this key: replaced by the import */
-    if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid);
+    if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid, r->owner);
     r->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
     size_t n = r->body.len;
     uint8_t *bytes = (uint8_t *)buf_steal(&r->body);

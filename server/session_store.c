@@ -120,7 +120,7 @@ static int exec_op(session_store *st, store_op *op) {
       double t0 = now_mono();
       store_row row;
       memset(&row, 0, sizeof row);
-      int rc = B->get(st->conn, op->id, &row, err, cap);
+      int rc = B->get(st->conn, op->id, op->owner, &row, err, cap);
       if (rc < 0) {
         op->status = STORE_ERROR;
         return 0;
@@ -129,7 +129,6 @@ static int exec_op(session_store *st, store_op *op) {
         op->status = STORE_ABSENT;
         return 0;
       }
-      memcpy(op->owner, row.owner, 32);
       op->status = from_codec(
           sess_decode(st->model, row.meta, row.meta_len, row.state, row.state_len, &op->out, err, cap));
       B->release(st->conn);
@@ -233,13 +232,17 @@ static void fail_writes(store_op **ops, int n, const char *why) {
     }
 }
 
-/* A save followed in the same batch by another save of the same id, with no other op on that
- * id in between, is superseded: only the newer state is written (async saves of a busy session
- * pile up this way). */
+static int same_session(const store_op *a, const store_op *b) {
+  return !strcmp(a->id, b->id) && !memcmp(a->owner, b->owner, 32);
+}
+
+/* A save followed in the same batch by another save of the same session, with no other op on
+ * that session in between, is superseded: only the newer state is written (async saves of a
+ * busy session pile up this way). */
 static int superseded(store_op **ops, int n, int i) {
   if (ops[i]->kind != SOP_SAVE) return 0;
   for (int j = i + 1; j < n; j++)
-    if (!strcmp(ops[j]->id, ops[i]->id)) return ops[j]->kind == SOP_SAVE;
+    if (same_session(ops[j], ops[i])) return ops[j]->kind == SOP_SAVE;
   return 0;
 }
 

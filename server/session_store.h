@@ -19,6 +19,9 @@
  *    Async saves (durability "async") may wait up to async_commit_ms for company; any other
  *    op commits the queue at once.
  *
+ * Rows are keyed by (owner, id): session ids are per API key (owner = the SHA-256 of the key),
+ * so every op that names a session names its owner too.
+ *
  * Threads: store_new/start/shutdown/free and store_submit/store_poll on the loop (main)
  * thread; everything else of the front on the store thread; store_count from any thread.
  * A session passed in an op (SAVE/EXPORT with `sess`) is held for the op (busy, or owned with
@@ -65,13 +68,15 @@ typedef struct store_backend_ops {
   int (*begin)(store_conn *c, char *err, size_t cap);
   int (*commit)(store_conn *c, char *err, size_t cap);
   void (*rollback)(store_conn *c);
-  /* 0 found (row filled, blobs borrowed), 1 absent, -1 error. */
-  int (*get)(store_conn *c, const char *id, store_row *row, char *err, size_t cap);
+  /* owner's row id: 0 found (row filled, blobs borrowed), 1 absent, -1 error. */
+  int (*get)(store_conn *c, const char *id, const uint8_t owner[32], store_row *row, char *err,
+             size_t cap);
   /* Ends the loan of a get's blobs (and any read transaction it holds). */
   void (*release)(store_conn *c);
-  /* Inserts or replaces row->id. *created = 1 when the row is new. 0 ok, -1 error. */
+  /* Inserts or replaces the row (row->owner, row->id). *created = 1 when the row is new.
+   * 0 ok, -1 error. */
   int (*put)(store_conn *c, const store_row *row, int *created, char *err, size_t cap);
-  /* Deletes id's row if owner owns it. 0 deleted, 1 absent (or another owner's), -1 error. */
+  /* Deletes owner's row id. 0 deleted, 1 absent, -1 error. */
   int (*del)(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap);
   /* Deletes up to max rows last used before `before`, least recent first; their keys go to
    * out. Returns how many, or -1. */
@@ -102,7 +107,7 @@ void store_backend_free(store_backend *b);
 typedef struct session_store session_store;
 
 typedef enum {
-  SOP_LOAD,   /* id -> out (a rebuilt session), owner_found */
+  SOP_LOAD,   /* id + owner -> out (a rebuilt session) */
   SOP_SAVE,   /* row (pre-encoded meta + state, owned by the op), or sess to encode */
   SOP_REMOVE, /* id + owner */
   SOP_EXPIRE, /* before, max -> keys[n] */

@@ -18,6 +18,16 @@
 
 #define SWEEP_BATCH 500 /* store rows expired per transaction */
 
+/* Session ids are per API key: the table's maps are keyed by the owner (64 hex characters),
+ * '/', and the id, so no lookup ever sees another key's session of the same id. */
+#define TKEY_CAP (64 + 1 + 129)
+static const char *tkey(char out[TKEY_CAP], const uint8_t owner[32], const char *id) {
+  hex_encode(owner, 32, out);
+  out[64] = '/';
+  snprintf(out + 65, TKEY_CAP - 65, "%s", id);
+  return out;
+}
+
 typedef struct tomb {
   struct tomb *prev, *next; /* FIFO: oldest at head */
   uint8_t owner[32];
@@ -28,7 +38,6 @@ typedef struct waiter {
   struct waiter *next;
   st_wait_fn fn;
   void *ctx;
-  uint8_t owner[32];
 } waiter;
 
 typedef struct pending_load {
@@ -38,9 +47,9 @@ typedef struct pending_load {
 struct session_table {
   const xl_model *model;
   uint64_t fingerprint;
-  strmap map;   /* id -> session */
-  strmap tombs; /* id -> tomb */
-  strmap loads; /* id -> pending_load (a LOAD in the store's queue) */
+  strmap map;   /* (owner, id) -> session */
+  strmap tombs; /* (owner, id) -> tomb */
+  strmap loads; /* (owner, id) -> pending_load (a LOAD in the store's queue) */
   tomb *tomb_head, *tomb_tail;
   size_t n_tombs, max_tombs;
   session *lru_head, *lru_tail; /* head = most recently used */
@@ -141,15 +150,16 @@ static void tomb_unlink(session_table *t, tomb *tb) {
 
 static void tomb_add(session_table *t, const char *id, const uint8_t owner[32]) {
   if (!t->max_tombs) return;
-  tomb *tb = strmap_get(&t->tombs, id);
+  char k[TKEY_CAP];
+  tomb *tb = strmap_get(&t->tombs, tkey(k, owner, id));
   if (tb) {
     tomb_unlink(t, tb);
   } else {
     tb = xcalloc(1, sizeof *tb);
     snprintf(tb->id, sizeof tb->id, "%s", id);
-    strmap_put(&t->tombs, tb->id, tb);
+    memcpy(tb->owner, owner, 32);
+    strmap_put(&t->tombs, k, tb);
   }
-  memcpy(tb->owner, owner, 32);
   tb->next = NULL;
   tb->prev = t->tomb_tail;
   if (t->tomb_tail) t->tomb_tail->next = tb;
@@ -159,13 +169,14 @@ static void tomb_add(session_table *t, const char *id, const uint8_t owner[32]) 
   while (t->n_tombs > t->max_tombs) {
     tomb *old = t->tomb_head;
     tomb_unlink(t, old);
-    strmap_del(&t->tombs, old->id);
+    strmap_del(&t->tombs, tkey(k, old->owner, old->id));
     free(old);
   }
 }
 
-int st_forget_tombstone(session_table *t, const char *id) {
-  tomb *tb = strmap_del(&t->tombs, id);
+int st_forget_tombstone(session_table *t, const char *id, const uint8_t owner[32]) {
+  char k[TKEY_CAP];
+  tomb *tb = strmap_del(&t->tombs, tkey(k, owner, id));
   if (!tb) return 0;
   tomb_unlink(t, tb);
   free(tb);
@@ -174,7 +185,8 @@ int st_forget_tombstone(session_table *t, const char *id) {
 
 /* Takes s out of the table (the caller frees it or hands it over). */
 static void unlink_session(session_table *t, session *s) {
-  strmap_del(&t->map, s->id);
+  char k[TKEY_CAP];
+  strmap_del(&t->map, tkey(k, s->owner, s->id));
   lru_unlink(t, s);
   t->ram -= s->ram;
   s->in_table = 0;
@@ -235,16 +247,10 @@ static void account(session_table *t, session *s) {
 }
 
 st_status st_lookup(session_table *t, const char *id, const uint8_t owner[32], session **out) {
-  *out = NULL;
-  session *s = strmap_get(&t->map, id);
-  if (s) {
-    if (memcmp(s->owner, owner, 32)) return ST_FORBIDDEN;
-    *out = s;
-    return ST_FOUND;
-  }
-  tomb *tb = strmap_get(&t->tombs, id);
-  if (tb) return memcmp(tb->owner, owner, 32) ? ST_FORBIDDEN : ST_EXPIRED;
-  return ST_MISSING;
+  char k[TKEY_CAP];
+  *out = strmap_get(&t->map, tkey(k, owner, id));
+  if (*out) return ST_FOUND;
+  return strmap_get(&t->tombs, k) ? ST_EXPIRED : ST_MISSING;
 }
 
 /* A restored session joins the table as the most recently used. */
@@ -254,7 +260,8 @@ static void insert_restored(session_table *t, session *s, const char *id, const 
   double age = now_wall() - s->last_used;
   s->last_used_mono = now_mono() - (age > 0 ? age : 0);
   s->in_table = 1;
-  strmap_put(&t->map, s->id, s);
+  char k[TKEY_CAP];
+  strmap_put(&t->map, tkey(k, owner, id), s);
   lru_push_front(t, s);
   s->ram = 0;
   account(t, s);
@@ -263,11 +270,12 @@ static void insert_restored(session_table *t, session *s, const char *id, const 
 
 static void on_loaded(store_op *op) {
   session_table *t = op->ctx;
-  pending_load *pl = strmap_del(&t->loads, op->id);
+  char k[TKEY_CAP];
+  pending_load *pl = strmap_del(&t->loads, tkey(k, op->owner, op->id));
   st_answer a = {ST_FOUND, op->err};
   switch (op->status) {
     case STORE_OK:
-      if (strmap_get(&t->map, op->id)) break; /* cannot happen: loads are only for misses */
+      if (strmap_get(&t->map, k)) break; /* cannot happen: loads are only for misses */
       insert_restored(t, op->out, op->id, op->owner);
       op->out = NULL;
       ctr_add(&g_metrics.sessions_restored, 1);
@@ -288,11 +296,9 @@ static void on_loaded(store_op *op) {
   }
   waiter *w = pl ? pl->head : NULL;
   free(pl);
-  while (w) {
+  while (w) { /* all of them asked for this owner's id */
     waiter *n = w->next;
-    st_answer mine = a;
-    if (a.status == ST_INCOMPATIBLE && memcmp(w->owner, op->owner, 32)) mine.status = ST_FORBIDDEN;
-    w->fn(w->ctx, &mine);
+    w->fn(w->ctx, &a);
     free(w);
     w = n;
   }
@@ -303,18 +309,19 @@ st_status st_find(session_table *t, const char *id, const uint8_t owner[32], ses
                   st_wait_fn fn, void *ctx) {
   st_status st = st_lookup(t, id, owner, out);
   if (st != ST_MISSING || !t->persist) return st;
-  pending_load *pl = strmap_get(&t->loads, id);
+  char k[TKEY_CAP];
+  pending_load *pl = strmap_get(&t->loads, tkey(k, owner, id));
   if (!pl) {
     pl = xcalloc(1, sizeof *pl);
-    strmap_put(&t->loads, id, pl);
+    strmap_put(&t->loads, k, pl);
     store_op *op = store_op_new(SOP_LOAD, on_loaded, t);
     snprintf(op->id, sizeof op->id, "%s", id);
+    memcpy(op->owner, owner, 32);
     store_submit(t->store, op);
   }
   waiter *w = xcalloc(1, sizeof *w);
   w->fn = fn;
   w->ctx = ctx;
-  memcpy(w->owner, owner, 32);
   if (pl->tail) pl->tail->next = w;
   else pl->head = w;
   pl->tail = w;
@@ -322,20 +329,21 @@ st_status st_find(session_table *t, const char *id, const uint8_t owner[32], ses
 }
 
 static session *insert(session_table *t, session *s, const char *id, const uint8_t owner[32]) {
+  char k[TKEY_CAP];
   if (id) {
     snprintf(s->id, sizeof s->id, "%s", id);
-  } else {
+  } else { /* unique among this owner's ids (128 random bits: a repeat is never expected) */
     do {
       uint8_t r[16];
       random_bytes(r, sizeof r);
       hex_encode(r, sizeof r, s->id);
-    } while (strmap_get(&t->map, s->id) || strmap_get(&t->loads, s->id));
+    } while (strmap_get(&t->map, tkey(k, owner, s->id)) || strmap_get(&t->loads, k));
   }
-  st_forget_tombstone(t, s->id);
+  st_forget_tombstone(t, s->id, owner);
   memcpy(s->owner, owner, 32);
   s->in_table = 1;
   s->unsaved = 1; /* the store has never seen it */
-  strmap_put(&t->map, s->id, s);
+  strmap_put(&t->map, tkey(k, owner, s->id), s);
   lru_push_front(t, s);
   s->ram = 0;
   account(t, s);
@@ -350,7 +358,15 @@ session *st_create(session_table *t, const char *id, const uint8_t owner[32], xl
   return insert(t, s, id, owner);
 }
 
-session *st_fork(session_table *t, const session *src, xl_error *err) {
+static void touch(session_table *t, session *s) {
+  s->last_used = now_wall();
+  s->last_used_mono = now_mono();
+  if (!s->in_table) return;
+  lru_unlink(t, s);
+  lru_push_front(t, s);
+}
+
+session *st_fork(session_table *t, session *src, xl_error *err) {
   session *s = xcalloc(1, sizeof *s);
   if (xl_state_clone(src->state, &s->state, err) != XL_OK) {
     free(s);
@@ -369,25 +385,26 @@ session *st_fork(session_table *t, const session *src, xl_error *err) {
   s->turns = src->turns;
   s->created = s->last_used = now_wall();
   s->last_used_mono = now_mono();
-  return insert(t, s, NULL, src->owner);
+  /* A fork is a use of its parent: the parent becomes the most recently used but one (the fork
+   * joins in front of it), and while the fork joins the parent is held like a busy session, so
+   * the budget never evicts it for its own fork, however small the budget. */
+  touch(t, src);
+  int was_busy = src->busy;
+  src->busy = 1;
+  session *f = insert(t, s, NULL, src->owner);
+  src->busy = was_busy;
+  return f;
 }
 
 void st_acquire(session_table *t, session *s) {
   s->busy = 1;
-  s->last_used = now_wall();
-  s->last_used_mono = now_mono();
-  if (!s->in_table) return;
-  lru_unlink(t, s);
-  lru_push_front(t, s);
+  touch(t, s);
 }
 
 void st_release(session_table *t, session *s) {
   s->busy = 0;
-  s->last_used = now_wall();
-  s->last_used_mono = now_mono();
+  touch(t, s);
   if (!s->in_table) return;
-  lru_unlink(t, s);
-  lru_push_front(t, s);
   account(t, s);
   enforce_budget(t);
 }
@@ -395,11 +412,13 @@ void st_release(session_table *t, session *s) {
 /* ------------------------------------------------------------------------------------------ */
 /* writes */
 
+/* An async turn save (durability async: the turn was answered already). */
 static void on_saved(store_op *op) {
   call *c = op->ctx;
   if (op->status != STORE_OK) {
     xlog_msg("error", "store_error", "saving session %s: %s", op->id, op->err);
-    session *s = strmap_get(&c->t->map, op->id);
+    char k[TKEY_CAP];
+    session *s = strmap_get(&c->t->map, tkey(k, op->owner, op->id));
     if (s) s->unsaved = 1; /* retried when it leaves RAM or at the next turn */
   }
   if (c->fn) ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : -1, op->err);
@@ -407,16 +426,50 @@ static void on_saved(store_op *op) {
   store_op_free(op);
 }
 
-int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, st_done_fn fn,
-                void *ctx) {
-  /* No snapshot: the job fed nothing (a reset whose job never ran, max_tokens 0 with nothing
-   * to feed) or the snapshot failed. A state is never copied on the loop thread: the session
-   * stays unsaved and reaches the store when it leaves RAM, at exit, or with its next turn. */
+/* The turn is not kept: s (held busy since its job) leaves RAM without a save, so its next use
+ * loads the store's row, which is the session as of its last committed turn (or nothing, for a
+ * session whose first turn this was: the id starts afresh). */
+static void roll_back_turn(session_table *t, session *s) {
+  xlog_msg("warn", "turn_rolled_back", "session %s: its turn could not be committed; the "
+           "session is back at its last committed state", s->id);
+  drop(t, s, 0);
+}
+
+/* A turn's commit (durability turn): s was held busy until now. */
+static void on_turn_committed(store_op *op) {
+  call *c = op->ctx;
+  if (op->status == STORE_OK) {
+    st_release(c->t, c->s);
+  } else {
+    xlog_msg("error", "store_error", "saving session %s: %s", op->id, op->err);
+    roll_back_turn(c->t, c->s);
+  }
+  ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : -1, op->err);
+  free(c);
+  store_op_free(op);
+}
+
+int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
+                st_done_fn fn, void *ctx) {
+  int commit = t->persist && t->durability == DUR_TURN && fn;
+  if (commit && fed && !core) { /* the worker's snapshot failed: the turn cannot be committed */
+    roll_back_turn(t, s);
+    return -1;
+  }
+  /* No snapshot otherwise: no store, or the job fed nothing (max_tokens 0 with nothing to
+   * feed, a reset whose job never ran). A state is never copied on the loop thread: a session
+   * that changed stays unsaved and reaches the store when it leaves RAM, at exit, or with its
+   * next turn. */
   if (!t->persist || !core) {
     free(core);
+    if (fed) s->unsaved = 1;
+    st_release(t, s);
     return 0;
   }
-  store_op *op = store_op_new(SOP_SAVE, on_saved, NULL);
+  s->busy = 1; /* held until the commit (durability turn) or until released below */
+  s->last_used = now_wall();
+  s->last_used_mono = now_mono();
+  store_op *op = store_op_new(SOP_SAVE, commit ? on_turn_committed : on_saved, NULL);
   snprintf(op->id, sizeof op->id, "%s", s->id);
   memcpy(op->owner, s->owner, 32);
   op->state = core;
@@ -425,12 +478,12 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, st
   store_row_fill(&op->row, s, s->id, s->owner, t->fingerprint);
   op->row.meta = op->meta;
   op->row.state = op->state;
-  int wait = t->durability == DUR_TURN && fn;
   op->async = t->durability == DUR_ASYNC;
-  op->ctx = call_new(t, NULL, wait ? (void *)fn : NULL, ctx);
+  op->ctx = call_new(t, commit ? s : NULL, commit ? (void *)fn : NULL, ctx);
   s->unsaved = 0;
   store_submit(t->store, op);
-  return wait;
+  if (!commit) st_release(t, s); /* answered now; the save follows */
+  return commit;
 }
 
 static void on_persisted(store_op *op) {
@@ -532,10 +585,9 @@ static void on_decoded(store_op *op) {
     store_op_free(op);
     return;
   }
-  session *old = strmap_get(&t->map, op->id);
-  if (old && memcmp(old->owner, op->owner, 32)) {
-    fn(c->ctx, IMPORT_FORBIDDEN, "another key's session");
-  } else if (old && old->busy) {
+  char k[TKEY_CAP];
+  session *old = strmap_get(&t->map, tkey(k, op->owner, op->id));
+  if (old && old->busy) {
     fn(c->ctx, IMPORT_BUSY, "the session is serving a request");
   } else {
     c->replaced = old != NULL || c->replaced;
@@ -546,7 +598,7 @@ static void on_decoded(store_op *op) {
     st_acquire(t, s); /* last used: now */
     st_release(t, s);
     s->unsaved = 1;
-    st_forget_tombstone(t, op->id);
+    st_forget_tombstone(t, op->id, op->owner);
     if (!st_persist(t, s, on_import_saved, c)) on_import_saved(c, 0, NULL);
     store_op_free(op);
     return;
@@ -558,7 +610,8 @@ static void on_decoded(store_op *op) {
 void st_import(session_table *t, const char *id, const uint8_t owner[32], uint8_t *bytes,
                size_t n, st_import_fn fn, void *ctx) {
   call *c = call_new(t, NULL, (void *)fn, ctx);
-  session *cur = strmap_get(&t->map, id);
+  char k[TKEY_CAP];
+  session *cur = strmap_get(&t->map, tkey(k, owner, id));
   c->replaced = cur != NULL; /* or a refused row in the store: the api says so */
   store_op *op = store_op_new(SOP_DECODE, on_decoded, c);
   snprintf(op->id, sizeof op->id, "%s", id);
@@ -602,7 +655,8 @@ static void on_swept(store_op *op) {
   double now = now_mono();
   for (int i = 0; i < op->n; i++) {
     store_key *k = &op->keys[i];
-    session *s = strmap_get(&t->map, k->id);
+    char key[TKEY_CAP];
+    session *s = strmap_get(&t->map, tkey(key, k->owner, k->id));
     if (s && (s->busy || s->last_used_mono + t->ttl > now)) {
       s->unsaved = 1; /* in use again: its row comes back with its next save */
       continue;

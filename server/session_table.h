@@ -1,13 +1,17 @@
 /*
- * session_table.h: the sessions held in RAM: id -> session, scoped to the owner (API key
- * digest), least-recently-used order, a RAM budget and TTL expiry, in front of the durable
+ * session_table.h: the sessions held in RAM: (owner, id) -> session (ids are per API key: the
+ * owner is the key's digest, and two keys' sessions of one id are two sessions that never see
+ * each other), least-recently-used order, a RAM budget and TTL expiry, in front of the durable
  * store (session_store.h) when there is one:
  *   - a session not in RAM is looked for in the store (st_find: the caller waits, then looks
  *     again) and comes back exactly as it left (its state blob restores the memory's ring);
  *   - sessions beyond the budget leave RAM least-recently-used first; one whose latest state
  *     the store has not been given is handed to the store first (never lost);
  *   - the end of a turn hands the new state to the store (durability turn: the caller waits
- *     for the commit; async: it does not); delete and TTL expiry delete the row too.
+ *     for the commit and the session stays busy until then; a failed commit rolls the session
+ *     back to its last committed state; async: it does not wait); delete and TTL expiry delete
+ *     the row too;
+ *   - a fork is a use of its parent (LRU, TTL).
  * Without a store (durability off) a session that leaves RAM is gone, and the table keeps a
  * tombstone of its id so its next use is 404 session_expired, never a silently fresh memory.
  * Owns: the sessions in it and their states.
@@ -29,7 +33,6 @@ typedef enum {
   ST_FOUND,        /* *out set */
   ST_MISSING,      /* never seen (may be created) */
   ST_EXPIRED,      /* expired (or evicted without a store): 404 session_expired */
-  ST_FORBIDDEN,    /* exists but belongs to another key: answer as if missing, never create */
   ST_PENDING,      /* st_find: the store is asked; the callback gets the answer */
   ST_INCOMPATIBLE, /* the stored session is refused (another model/format, corrupted): 409 */
   ST_STORE_ERROR   /* the store failed: 503 */
@@ -53,7 +56,6 @@ typedef enum {
   IMPORT_INVALID,   /* corrupted / not an envelope: 400 */
   IMPORT_MISMATCH,  /* another model or format version: 409 */
   IMPORT_BUSY,      /* the session is in use: 409 */
-  IMPORT_FORBIDDEN, /* another key's session: 404 */
   IMPORT_ERROR      /* the store failed: 503 */
 } st_import_result;
 typedef void (*st_import_fn)(void *ctx, st_import_result r, const char *message);
@@ -73,17 +75,23 @@ st_status st_find(session_table *t, const char *id, const uint8_t owner[32], ses
 /* Creates a session (id NULL: mint a 128-bit random one). NULL with err on a core failure.
  * A tombstone of the same id is dropped. May evict idle sessions to respect the budget. */
 session *st_create(session_table *t, const char *id, const uint8_t owner[32], xl_error *err);
-/* Forks src (not busy) into a new minted id with the same owner. */
-session *st_fork(session_table *t, const session *src, xl_error *err);
+/* Forks src (not busy) into a new minted id with the same owner. A use of src: src becomes the
+ * most recently used after the fork, and the fork's arrival never evicts it. */
+session *st_fork(session_table *t, session *src, xl_error *err);
 void st_acquire(session_table *t, session *s);  /* busy = 1 */
 void st_release(session_table *t, session *s);  /* busy = 0, touch, enforce the budget */
 
-/* The end of a turn on s (idle again, after st_release): core is the state blob the worker
- * serialised (taken; NULL when the job fed nothing: then s, if it changed, stays unsaved and
- * reaches the store when it leaves RAM). Returns 1 when fn will be called with the commit's
- * outcome (durability turn), 0 when there is nothing to wait for. */
-int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, st_done_fn fn,
-                void *ctx);
+/* The end of a turn on s (still busy: acquired for the job): core is the state blob the worker
+ * serialised (taken; NULL when there is none: the job fed nothing, or there is no store), fed
+ * says whether the turn changed s. Returns
+ *    1: durability turn: s stays busy until the commit; then fn gets its outcome. On success s
+ *       is released; on failure the turn is not kept: s leaves RAM without a save, so its next
+ *       use finds the store's row, its last committed state (a retry of the turn is safe);
+ *    0: s is released (async: its save follows; no store: nothing to save);
+ *   -1: durability turn, the turn fed s but has no snapshot: it cannot be committed, and s
+ *       left RAM as on a failed commit (fn is not called). */
+int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
+                st_done_fn fn, void *ctx);
 /* Saves s (idle; held busy meanwhile) now. 1: fn will be called; 0: no store. */
 int st_persist(session_table *t, session *s, st_done_fn fn, void *ctx);
 /* Deletes s (not busy) from RAM and the store. 1: fn will be called (durability turn). */
@@ -91,7 +99,8 @@ int st_delete(session_table *t, session *s, st_done_fn fn, void *ctx);
 /* Deletes a stored row that is not in RAM (a refused one). fn is always called. */
 void st_remove_stored(session_table *t, const char *id, const uint8_t owner[32], st_done_fn fn,
                       void *ctx);
-int st_forget_tombstone(session_table *t, const char *id); /* 1 when there was one */
+/* 1 when owner's id had one */
+int st_forget_tombstone(session_table *t, const char *id, const uint8_t owner[32]);
 /* The envelope of s (idle; held busy meanwhile), made on the store thread. */
 void st_export(session_table *t, session *s, st_bytes_fn fn, void *ctx);
 /* Imports an envelope (bytes taken) as id for owner: validated on the store thread, then

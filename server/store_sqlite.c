@@ -5,11 +5,14 @@
  * function runs on the store thread that owns the connection (one connection per thread,
  * opened with SQLITE_OPEN_NOMUTEX).
  *
- * Schema (PRAGMA user_version = 1):
- *   sessions(id TEXT PRIMARY KEY, owner BLOB(32), fingerprint INTEGER, created REAL,
- *            last_used REAL, tokens INTEGER, turns INTEGER, mode INTEGER, messages INTEGER,
- *            positions INTEGER, meta BLOB, state BLOB)
+ * Schema (PRAGMA user_version = 2):
+ *   sessions(owner BLOB(32), id TEXT, fingerprint INTEGER, created REAL, last_used REAL,
+ *            tokens INTEGER, turns INTEGER, mode INTEGER, messages INTEGER, positions INTEGER,
+ *            meta BLOB, state BLOB, PRIMARY KEY (owner, id))
  *   indexes on (owner, last_used) for listing and (last_used) for TTL expiry.
+ * Session ids are per API key: (owner, id) is the key, so two keys may each have a session of
+ * the same id. Version 1 (id alone the primary key, same columns) is migrated at open, in one
+ * transaction: its rows keep their owner and id.
  * meta + state form the session envelope (session_codec.h), which is authoritative; the other
  * columns are for queries and operators (sqlite3 sessions.db 'select id, tokens from sessions').
  *
@@ -35,7 +38,7 @@
 #include "session_store.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 
 #define CKPT_SOFT ((int64_t)16 << 20)
 #define CKPT_HARD ((int64_t)512 << 20)
@@ -70,7 +73,7 @@ static int fail(char *err, size_t cap, sqlite3 *db, const char *what) {
 static int exec(sqlite3 *db, const char *sql, char *err, size_t cap) {
   char *msg = NULL;
   if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-    snprintf(err, cap, "sqlite: %s: %s", sql, msg ? msg : sqlite3_errmsg(db));
+    snprintf(err, cap, "sqlite: %.200s: %s", sql, msg ? msg : sqlite3_errmsg(db));
     sqlite3_free(msg);
     return -1;
   }
@@ -177,9 +180,9 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
       {&c->get, NULL},
       {&c->update, NULL},
       {&c->insert, NULL},
-      {&c->del, "DELETE FROM sessions WHERE id = ?1 AND owner = ?2"},
+      {&c->del, "DELETE FROM sessions WHERE owner = ?2 AND id = ?1"},
       {&c->expire,
-       "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE last_used < ?1 "
+       "DELETE FROM sessions WHERE rowid IN (SELECT rowid FROM sessions WHERE last_used < ?1 "
        "ORDER BY last_used LIMIT ?2) RETURNING id, owner"},
       {&c->list, NULL},
       {&c->count, "SELECT count(*) FROM sessions"},
@@ -190,12 +193,13 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
   for (size_t i = 0; i < sizeof prep / sizeof *prep; i++) {
     const char *q = prep[i].sql;
     if (prep[i].st == &c->get) {
-      snprintf(sql, sizeof sql, "SELECT %s, meta, state FROM sessions WHERE id = ?1", COLS);
+      snprintf(sql, sizeof sql,
+               "SELECT %s, meta, state FROM sessions WHERE owner = ?2 AND id = ?1", COLS);
       q = sql;
     } else if (prep[i].st == &c->update) {
-      q = "UPDATE sessions SET owner = ?2, fingerprint = ?3, created = ?4, last_used = ?5, "
-          "tokens = ?6, turns = ?7, mode = ?8, messages = ?9, positions = ?10, meta = ?11, "
-          "state = ?12 WHERE id = ?1";
+      q = "UPDATE sessions SET fingerprint = ?3, created = ?4, last_used = ?5, tokens = ?6, "
+          "turns = ?7, mode = ?8, messages = ?9, positions = ?10, meta = ?11, state = ?12 "
+          "WHERE owner = ?2 AND id = ?1";
     } else if (prep[i].st == &c->insert) {
       snprintf(sql, sizeof sql,
                "INSERT INTO sessions (id, %s, meta, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
@@ -259,9 +263,11 @@ static void read_meta(sqlite3_stmt *st, store_row *row) {
   row->positions = sqlite3_column_int(st, 8);
 }
 
-static int sq_get(store_conn *c, const char *id, store_row *row, char *err, size_t cap) {
+static int sq_get(store_conn *c, const char *id, const uint8_t owner[32], store_row *row,
+                  char *err, size_t cap) {
   settle(c);
   sqlite3_bind_text(c->get, 1, id, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(c->get, 2, owner, 32, SQLITE_STATIC);
   int rc = sqlite3_step(c->get);
   if (rc == SQLITE_DONE) {
     sqlite3_reset(c->get);
@@ -394,6 +400,57 @@ static const store_backend_ops SQLITE_OPS = {
     settle,   sq_put,     sq_del,        sq_expire, sq_list,  sq_count,    sq_destroy,
 };
 
+/* The version-2 table (and its indexes) as `name`. */
+static int create_table(sqlite3 *db, const char *name, char *err, size_t cap) {
+  char sql[1024];
+  snprintf(sql, sizeof sql,
+           "CREATE TABLE IF NOT EXISTS %s (owner BLOB NOT NULL, id TEXT NOT NULL, fingerprint "
+           "INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, tokens INTEGER NOT "
+           "NULL, turns INTEGER NOT NULL, mode INTEGER NOT NULL, messages INTEGER NOT NULL, "
+           "positions INTEGER NOT NULL, meta BLOB NOT NULL, state BLOB NOT NULL, "
+           "PRIMARY KEY (owner, id))",
+           name);
+  return exec(db, sql, err, cap);
+}
+
+static int create_indexes(sqlite3 *db, char *err, size_t cap) {
+  return exec(db,
+              "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
+              "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);",
+              err, cap);
+}
+
+/* A new file (or one of version 2 already). */
+static int create_schema(sqlite3 *db, char *err, size_t cap) {
+  return create_table(db, "sessions", err, cap) || create_indexes(db, err, cap) ||
+         exec(db, "PRAGMA user_version = 2", err, cap);
+}
+
+/* Version 1 keyed rows by id alone; version 2 by (owner, id). The rows move to a table of the
+ * new shape, in one transaction (a failure leaves version 1 as it was). */
+static int migrate_v1(sqlite3 *db, char *err, size_t cap) {
+  if (exec(db, "BEGIN IMMEDIATE", err, cap)) return -1;
+  int rc = exec(db, "DROP TABLE IF EXISTS sessions_v2", err, cap) ||
+           create_table(db, "sessions_v2", err, cap) ||
+           exec(db,
+                "INSERT INTO sessions_v2 (owner, id, fingerprint, created, last_used, tokens, "
+                "turns, mode, messages, positions, meta, state) SELECT owner, id, fingerprint, "
+                "created, last_used, tokens, turns, mode, messages, positions, meta, state FROM "
+                "sessions;"
+                "DROP TABLE sessions;"
+                "ALTER TABLE sessions_v2 RENAME TO sessions;",
+                err, cap) ||
+           create_indexes(db, err, cap) || exec(db, "PRAGMA user_version = 2", err, cap) ||
+           exec(db, "COMMIT", err, cap);
+  if (rc) {
+    char ignored[64];
+    if (!sqlite3_get_autocommit(db)) exec(db, "ROLLBACK", ignored, sizeof ignored);
+    size_t n = strlen(err);
+    if (n < cap) snprintf(err + n, cap - n, " (migrating the store from schema version 1)");
+  }
+  return rc;
+}
+
 store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t cap) {
   if (mkdirs(dir)) {
     snprintf(err, cap, "cannot create %s: %s", dir, strerror(errno));
@@ -450,16 +507,7 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
     /* big pages for big blobs (a state is MiBs): fewer pages per row. Only a new file takes it. */
     rc = exec(db, "PRAGMA page_size=65536", e2, sizeof e2) ||
          exec(db, "PRAGMA journal_mode=WAL", e2, sizeof e2) ||
-         exec(db,
-              "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY NOT NULL, owner BLOB "
-              "NOT NULL, fingerprint INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT "
-              "NULL, tokens INTEGER NOT NULL, turns INTEGER NOT NULL, mode INTEGER NOT NULL, "
-              "messages INTEGER NOT NULL, positions INTEGER NOT NULL, meta BLOB NOT NULL, state "
-              "BLOB NOT NULL);"
-              "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
-              "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);"
-              "PRAGMA user_version = 1;",
-              e2, sizeof e2);
+         (version == 1 ? migrate_v1(db, e2, sizeof e2) : create_schema(db, e2, sizeof e2));
     if (rc) snprintf(err, cap, "%s: %s", cfg->path, e2);
   }
   sqlite3_close(db);

@@ -6,6 +6,7 @@
  * a miss restores, ownership holds). Test thread = the "loop thread" + the store thread.
  */
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -231,21 +232,35 @@ static void test_sqlite_backend(void) {
   CHECK(B->count(c) == 3);
   store_row g;
   memset(&g, 0, sizeof g);
-  CHECK(B->get(c, "s1", &g, err, sizeof err) == 0);
+  uint8_t o1[32], o2[32];
+  memset(o1, 1, 32);
+  memset(o2, 2, 32);
+  CHECK(B->get(c, "s1", o1, &g, err, sizeof err) == 0);
   CHECK(g.meta_len == 6 && !memcmp(g.meta, "meta1b", 6) && g.state_len == sizeof big &&
         !memcmp(g.state, big, sizeof big) && g.owner[0] == 1 && g.last_used == 150 &&
         g.fingerprint == 42 && g.tokens == 10 && g.turns == 2 && g.mode == 1 && g.messages == 3 &&
         g.positions == 9);
   B->release(c);
-  CHECK(B->get(c, "nope", &g, err, sizeof err) == 1);
+  CHECK(B->get(c, "nope", o1, &g, err, sizeof err) == 1);
+  CHECK(B->get(c, "s1", o2, &g, err, sizeof err) == 1); /* ids are per owner */
   store_row rows[4];
-  uint8_t o1[32], o2[32];
-  memset(o1, 1, 32);
-  memset(o2, 2, 32);
   CHECK(B->list(c, o1, 4, rows, err, sizeof err) == 2);
   CHECK(!strcmp(rows[0].id, "s2") && !strcmp(rows[1].id, "s1") && !rows[0].meta);
   CHECK(B->del(c, "s3", o1, err, sizeof err) == 1); /* another owner's */
   CHECK(B->del(c, "s3", o2, err, sizeof err) == 0);
+  /* owner 2's own s1: a second row, the first one untouched */
+  CHECK(B->begin(c, err, sizeof err) == 0);
+  row_of(&w, "s1", 2, 50, (const uint8_t *)"meta-o2", 7, big, 3);
+  CHECK(B->put(c, &w, &created, err, sizeof err) == 0 && created == 1);
+  CHECK(B->commit(c, err, sizeof err) == 0);
+  CHECK(B->get(c, "s1", o2, &g, err, sizeof err) == 0 && g.meta_len == 7 && g.state_len == 3 &&
+        g.owner[0] == 2);
+  CHECK(B->get(c, "s1", o1, &g, err, sizeof err) == 0 && g.meta_len == 6 &&
+        g.state_len == sizeof big && g.owner[0] == 1);
+  B->release(c);
+  CHECK(B->del(c, "s1", o2, err, sizeof err) == 0);
+  CHECK(B->get(c, "s1", o1, &g, err, sizeof err) == 0 && g.meta_len == 6);
+  B->release(c);
   store_key keys[4];
   CHECK(B->begin(c, err, sizeof err) == 0);
   CHECK(B->expire(c, 200, 4, keys, err, sizeof err) == 1 && !strcmp(keys[0].id, "s1") &&
@@ -351,15 +366,17 @@ static void test_table_evicts_saves_and_restores(void) {
     st_acquire(t, s);
     feed(s, 20 + i, i, NULL);
     s->pending = 100 + i;
-    st_release(t, s);
     xl_error e2;
     CHECK(xl_state_clone(s->state, &ref[i] , &e2) == XL_OK);
     if (i < 4) { /* a turn's end: the worker's snapshot goes to the store, the caller waits */
       uint8_t *core;
       size_t cl;
       CHECK(xl_state_serialize(s->state, &core, &cl, &e2) == XL_OK);
-      CHECK(st_turn_end(t, s, core, cl, on_done, &saved) == 1);
-    } /* t4, t5: never given to the store (unsaved): eviction must hand them over */
+      CHECK(st_turn_end(t, s, core, cl, 1, on_done, &saved) == 1);
+      CHECK(s->busy); /* held until its commit */
+    } else { /* t4, t5: never given to the store (unsaved): eviction must hand them over */
+      st_release(t, s);
+    }
   }
   PUMP_UNTIL(saved.calls >= 4, 60, CHECK(pump(st) > 0));
   CHECK(saved.status == 0);
@@ -387,7 +404,7 @@ static void test_table_evicts_saves_and_restores(void) {
     st_release(t, s);
     xl_state_free(ref[i]);
   }
-  /* another key sees nothing; a session that never existed is missing */
+  /* ids are per key: another key's t0 is missing (its own, never created) */
   session *s = NULL;
   cb_state f = {0};
   st_status r = st_find(t, "t0", other, &s, on_found, &f);
@@ -395,7 +412,7 @@ static void test_table_evicts_saves_and_restores(void) {
     PUMP_UNTIL(f.calls, 60, pump(st));
     r = f.found == ST_FOUND ? st_lookup(t, "t0", other, &s) : f.found;
   }
-  CHECK(r == ST_FORBIDDEN);
+  CHECK(r == ST_MISSING);
   memset(&f, 0, sizeof f);
   CHECK(st_find(t, "never", owner, &s, on_found, &f) == ST_PENDING);
   PUMP_UNTIL(f.calls, 60, pump(st));
@@ -427,7 +444,9 @@ static void test_async_saves_wait_bounded(void) {
   size_t cl;
   CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
   double t0 = now_mono();
-  CHECK(st_turn_end(t, s, core, cl, on_done, NULL) == 0); /* async: nothing to wait for */
+  st_acquire(t, s);
+  CHECK(st_turn_end(t, s, core, cl, 1, on_done, NULL) == 0); /* async: nothing to wait for */
+  CHECK(!s->busy);
   CHECK(store_count(st) == 0);
   while (store_count(st) == 0 && now_mono() - t0 < 5) {
     struct timespec ts = {0, 5000000};
@@ -438,7 +457,8 @@ static void test_async_saves_wait_bounded(void) {
   CHECK(dt >= 0.25 && dt < 2.0); /* waited for company, within async_commit_ms (+ slack) */
   /* a sync op flushes a waiting async save at once (FIFO: the delete sees it) */
   CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
-  st_turn_end(t, s, core, cl, NULL, NULL);
+  st_acquire(t, s);
+  st_turn_end(t, s, core, cl, 1, NULL, NULL);
   cb_state d = {0};
   t0 = now_mono();
   CHECK(st_delete(t, s, on_done, &d) == 0); /* async: the caller does not wait */
@@ -472,14 +492,16 @@ static int mem_ok(store_conn *c, char *err, size_t cap) {
   return 0;
 }
 static void mem_void(store_conn *c) { (void)c; }
-static mem_row *mem_find(const char *id) {
+static mem_row *mem_find(const char *id, const uint8_t owner[32]) {
   for (int i = 0; i < 64; i++)
-    if (MEM[i].used && !strcmp(MEM[i].r.id, id)) return &MEM[i];
+    if (MEM[i].used && !strcmp(MEM[i].r.id, id) && !memcmp(MEM[i].r.owner, owner, 32))
+      return &MEM[i];
   return NULL;
 }
-static int mem_get(store_conn *c, const char *id, store_row *row, char *err, size_t cap) {
+static int mem_get(store_conn *c, const char *id, const uint8_t owner[32], store_row *row,
+                   char *err, size_t cap) {
   (void)c, (void)err, (void)cap;
-  mem_row *m = mem_find(id);
+  mem_row *m = mem_find(id, owner);
   if (!m) return 1;
   *row = m->r;
   return 0;
@@ -490,7 +512,7 @@ static int mem_put(store_conn *c, const store_row *row, int *created, char *err,
     snprintf(err, cap, "injected failure");
     return -1;
   }
-  mem_row *m = mem_find(row->id);
+  mem_row *m = mem_find(row->id, row->owner);
   *created = !m;
   for (int i = 0; !m && i < 64; i++)
     if (!MEM[i].used) m = &MEM[i];
@@ -508,8 +530,8 @@ static int mem_put(store_conn *c, const store_row *row, int *created, char *err,
 }
 static int mem_del(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap) {
   (void)c, (void)err, (void)cap;
-  mem_row *m = mem_find(id);
-  if (!m || memcmp(m->r.owner, owner, 32)) return 1;
+  mem_row *m = mem_find(id, owner);
+  if (!m) return 1;
   free(m->meta);
   free(m->state);
   memset(m, 0, sizeof *m);
@@ -543,54 +565,310 @@ static const store_backend_ops MEM_OPS = {"memory", mem_connect, mem_disconnect,
                                           mem_void, mem_get,     mem_void,       mem_put, mem_del,
                                           mem_expire, mem_list,  mem_count,      mem_destroy};
 
-/* A failed turn commit is reported and the session stays unsaved: when it leaves RAM it is
- * handed to the store, and comes back equal. */
-static void test_second_backend_and_failed_saves(void) {
+/* Restores owner's id from the store; ST_FOUND with *out, or what the store answered. */
+static st_status restore(session_store *st, session_table *t, const char *id,
+                         const uint8_t owner[32], session **out) {
+  cb_state f = {0};
+  st_status r = st_find(t, id, owner, out, on_found, &f);
+  if (r != ST_PENDING) return r;
+  PUMP_UNTIL(f.calls, 60, pump(st));
+  if (f.found != ST_FOUND) return f.found;
+  return st_lookup(t, id, owner, out);
+}
+
+/* One turn on s ending with its commit (durability turn): the commit's status. */
+static int committed_turn(session_store *st, session_table *t, session *s, int n, int seed) {
+  xl_error xe;
+  st_acquire(t, s);
+  feed(s, n, seed, NULL);
+  s->turns++;
+  uint8_t *core;
+  size_t cl;
+  CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
+  cb_state c = {0};
+  CHECK(st_turn_end(t, s, core, cl, 1, on_done, &c) == 1);
+  PUMP_UNTIL(c.calls, 60, pump(st));
+  return c.status;
+}
+
+/* Durability turn: a turn whose commit fails is not kept. The session leaves RAM without a
+ * save and its next use restores the store's row, the state of its last committed turn (so a
+ * retry feeds the prompt once); a session whose first commit failed starts afresh; a turn
+ * without a snapshot is not kept either. Durability async: a failed save keeps the session
+ * unsaved in RAM and eviction hands it over. All through a second backend. */
+static void test_second_backend_and_failed_commits(void) {
   store_backend *b = calloc(1, sizeof *b);
   b->ops = &MEM_OPS;
   store_opts o = {1000, 64};
   session_store *st = store_new(b, &o, notify, NULL);
   char err[256];
   CHECK(store_start(st, M, err, sizeof err) == 0);
-  session *probe = busy_session(0);
-  session_table *t = st_new(M, session_ram(probe) * 3 / 2, 0, 100, st, DUR_TURN);
-  session_free(probe);
+  session_table *t = st_new(M, (size_t)1 << 30, 0, 100, st, DUR_TURN);
   uint8_t owner[32];
   memset(owner, 5, 32);
   xl_error xe;
   session *s = st_create(t, "f1", owner, &xe);
-  st_acquire(t, s);
-  feed(s, 30, 1, NULL);
-  st_release(t, s);
+  CHECK(committed_turn(st, t, s, 30, 1) == 0 && !s->busy && store_count(st) == 1);
   xl_state *ref;
   CHECK(xl_state_clone(s->state, &ref, &xe) == XL_OK);
   uint64_t dig = s->digest;
+  MEM_FAIL_PUT = 1;
+  CHECK(committed_turn(st, t, s, 12, 2) == -1);
+  MEM_FAIL_PUT = 0;
+  CHECK(st_lookup(t, "f1", owner, &s) == ST_MISSING); /* not in RAM any more */
+  CHECK(restore(st, t, "f1", owner, &s) == ST_FOUND);
+  if (s) {
+    CHECK(s->digest == dig && s->turns == 1 && xl_state_tokens_fed(s->state) == 30);
+    session tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.state = ref;
+    tmp.digest = dig;
+    CHECK(continues_identically(s, &tmp)); /* the retry starts from the committed turn */
+  }
+  xl_state_free(ref);
+  /* the first turn of a new session fails: nothing of it remains */
+  session *n = st_create(t, "f0", owner, &xe);
+  MEM_FAIL_PUT = 1;
+  CHECK(committed_turn(st, t, n, 7, 3) == -1);
+  MEM_FAIL_PUT = 0;
+  CHECK(st_lookup(t, "f0", owner, &n) == ST_MISSING);
+  CHECK(restore(st, t, "f0", owner, &n) == ST_MISSING);
+  /* a turn that fed the session but has no snapshot cannot be committed */
+  CHECK(st_lookup(t, "f1", owner, &s) == ST_FOUND);
+  st_acquire(t, s);
+  feed(s, 4, 4, NULL);
+  cb_state c = {0};
+  CHECK(st_turn_end(t, s, NULL, 0, 1, on_done, &c) == -1 && c.calls == 0);
+  CHECK(st_lookup(t, "f1", owner, &s) == ST_MISSING);
+  CHECK(restore(st, t, "f1", owner, &s) == ST_FOUND && s && s->digest == dig);
+  /* a turn that fed nothing has nothing to commit: released at once */
+  st_acquire(t, s);
+  CHECK(st_turn_end(t, s, NULL, 0, 0, on_done, &c) == 0 && !s->busy && c.calls == 0);
+
+  /* async: the failed save leaves the session unsaved; leaving RAM hands it over */
+  session *probe = busy_session(0);
+  session_table *ta = st_new(M, session_ram(probe) * 3 / 2, 0, 100, st, DUR_ASYNC);
+  session_free(probe);
+  session *a = st_create(ta, "a1", owner, &xe);
+  st_acquire(ta, a);
+  feed(a, 30, 1, NULL);
+  CHECK(xl_state_clone(a->state, &ref, &xe) == XL_OK);
+  dig = a->digest;
   uint8_t *core;
   size_t cl;
-  CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
-  cb_state saved = {0};
+  CHECK(xl_state_serialize(a->state, &core, &cl, &xe) == XL_OK);
+  long before = store_count(st);
   MEM_FAIL_PUT = 1;
-  CHECK(st_turn_end(t, s, core, cl, on_done, &saved) == 1);
-  PUMP_UNTIL(saved.calls, 60, pump(st));
-  CHECK(saved.status == -1 && s->unsaved == 1 && store_count(st) == 0);
+  CHECK(st_turn_end(ta, a, core, cl, 1, on_done, &c) == 0 && !a->busy);
+  PUMP_UNTIL(a->unsaved, 60, pump(st));
   MEM_FAIL_PUT = 0;
-  session *s2 = st_create(t, "f2", owner, &xe); /* pushes f1 out: handed over, not lost */
-  feed(s2, 5, 2, NULL);
-  st_release(t, s2);
-  CHECK(st_lookup(t, "f1", owner, &s) == ST_MISSING);
-  PUMP_UNTIL(store_count(st) != 0, 60, pump(st));
-  CHECK(store_count(st) == 1);
-  cb_state f = {0};
-  CHECK(st_find(t, "f1", owner, &s, on_found, &f) == ST_PENDING);
-  PUMP_UNTIL(f.calls, 60, pump(st));
-  CHECK(f.found == ST_FOUND && st_lookup(t, "f1", owner, &s) == ST_FOUND);
-  session tmp;
-  memset(&tmp, 0, sizeof tmp);
-  tmp.state = ref;
-  tmp.digest = dig;
-  CHECK(s->digest == dig && continues_identically(s, &tmp));
+  CHECK(store_count(st) == before);
+  session *a2 = st_create(ta, "a2", owner, &xe); /* pushes a1 out: handed over, not lost */
+  st_acquire(ta, a2);
+  feed(a2, 5, 2, NULL);
+  st_release(ta, a2);
+  CHECK(st_lookup(ta, "a1", owner, &a) == ST_MISSING);
+  PUMP_UNTIL(store_count(st) == before + 1, 60, pump(st));
+  CHECK(restore(st, ta, "a1", owner, &a) == ST_FOUND);
+  if (a) {
+    session tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.state = ref;
+    tmp.digest = dig;
+    CHECK(a->digest == dig && continues_identically(a, &tmp));
+  }
   xl_state_free(ref);
+  st_free(ta);
   end_store(st, b, t);
+}
+
+/* Ids are per key: two owners' sessions of one id are two sessions (create, lookup, delete,
+ * tombstones, list, minted ids), with and without a store. */
+static void test_ids_are_per_owner(void) {
+  uint8_t ka[32], kb[32];
+  memset(ka, 0xa1, 32);
+  memset(kb, 0xb2, 32);
+  xl_error xe;
+  /* RAM only: a budget of about one session, so the first one is evicted (tombstone) */
+  session *probe = busy_session(0);
+  session_table *t = st_new(M, session_ram(probe) * 3 / 2, 0, 100, NULL, DUR_OFF);
+  session_free(probe);
+  session *a = st_create(t, "alice-1", ka, &xe), *x = NULL;
+  st_acquire(t, a);
+  feed(a, 11, 1, NULL);
+  st_release(t, a);
+  CHECK(st_lookup(t, "alice-1", kb, &x) == ST_MISSING && !x);
+  session *b = st_create(t, "alice-1", kb, &xe); /* b's own alice-1; evicts a's */
+  CHECK(b && b != a && xl_state_tokens_fed(b->state) == 0);
+  CHECK(st_lookup(t, "alice-1", kb, &x) == ST_FOUND && x == b);
+  CHECK(st_lookup(t, "alice-1", ka, &x) == ST_EXPIRED); /* a's tombstone, a's alone */
+  session *out[4];
+  CHECK(st_list(t, kb, out, 4) == 1 && out[0] == b);
+  CHECK(st_list(t, ka, out, 4) == 0);
+  CHECK(st_forget_tombstone(t, "alice-1", kb) == 0);
+  CHECK(st_forget_tombstone(t, "alice-1", ka) == 1);
+  CHECK(st_lookup(t, "alice-1", ka, &x) == ST_MISSING);
+  CHECK(st_lookup(t, "alice-1", kb, &x) == ST_FOUND);
+  st_free(t);
+
+  /* with a store: two rows, deleted and restored independently */
+  store_backend *sb;
+  session_store *st = new_store("store_keys", 1000, &sb);
+  t = st_new(M, (size_t)1 << 30, 0, 100, st, DUR_TURN);
+  a = st_create(t, "same", ka, &xe);
+  b = st_create(t, "same", kb, &xe);
+  CHECK(a != b);
+  CHECK(committed_turn(st, t, a, 9, 1) == 0 && committed_turn(st, t, b, 17, 2) == 0);
+  CHECK(store_count(st) == 2);
+  uint64_t da = a->digest, db = b->digest;
+  cb_state d = {0};
+  CHECK(st_delete(t, a, on_done, &d) == 1);
+  PUMP_UNTIL(d.calls, 60, pump(st));
+  CHECK(d.status == 0 && store_count(st) == 1);
+  CHECK(restore(st, t, "same", ka, &x) == ST_MISSING);
+  CHECK(st_lookup(t, "same", kb, &x) == ST_FOUND && x->digest == db);
+  st_free(t); /* a new table: b's session comes back from the store */
+  t = st_new(M, (size_t)1 << 30, 0, 100, st, DUR_TURN);
+  CHECK(restore(st, t, "same", kb, &x) == ST_FOUND && x && x->digest == db &&
+        xl_state_tokens_fed(x->state) == 17);
+  CHECK(restore(st, t, "same", ka, &x) == ST_MISSING);
+  (void)da;
+  end_store(st, sb, t);
+}
+
+/* A fork is a use of its parent: forking a parent 1000 times under a budget of about two
+ * sessions, without a store, never evicts the parent (its forks go instead). */
+static void test_fork_keeps_its_parent(void) {
+  session *probe = busy_session(0);
+  session_table *t = st_new(M, session_ram(probe) * 5 / 2, 0, 100000, NULL, DUR_OFF);
+  session_free(probe);
+  uint8_t owner[32];
+  memset(owner, 9, 32);
+  xl_error xe;
+  session *p = st_create(t, "parent", owner, &xe), *x = NULL;
+  st_acquire(t, p);
+  feed(p, 13, 1, NULL);
+  st_release(t, p);
+  uint64_t dig = p->digest;
+  int kept = 1;
+  char first_fork[129] = "";
+  for (int i = 0; i < 1000 && kept; i++) {
+    session *f = st_fork(t, p, &xe);
+    CHECK(f != NULL);
+    if (!f) break;
+    if (!i) snprintf(first_fork, sizeof first_fork, "%s", f->id);
+    CHECK(f->digest == dig && strcmp(f->id, "parent"));
+    kept = st_lookup(t, "parent", owner, &x) == ST_FOUND && x == p;
+  }
+  CHECK(kept);
+  CHECK(st_lookup(t, first_fork, owner, &x) == ST_EXPIRED); /* the forks left RAM instead */
+  CHECK(st_count(t) <= 3);
+  st_free(t);
+}
+
+/* The schema of the first store format (user_version 1: rows keyed by id alone), as that
+ * version's store_sqlite.c created it. */
+static const char *V1_SCHEMA =
+    "PRAGMA page_size=65536; PRAGMA journal_mode=WAL;"
+    "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY NOT NULL, owner BLOB NOT NULL, "
+    "fingerprint INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, tokens "
+    "INTEGER NOT NULL, turns INTEGER NOT NULL, mode INTEGER NOT NULL, messages INTEGER NOT NULL, "
+    "positions INTEGER NOT NULL, meta BLOB NOT NULL, state BLOB NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
+    "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);"
+    "PRAGMA user_version = 1;";
+
+static int user_version(const char *path) {
+  sqlite3 *db = NULL;
+  int v = -1;
+  sqlite3_stmt *q;
+  if (sqlite3_open(path, &db) == SQLITE_OK &&
+      sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL) == SQLITE_OK) {
+    if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+  }
+  sqlite3_close(db);
+  return v;
+}
+
+/* A store written by the first schema opens, its sessions are served under their owner (and
+ * continue bit for bit), and the owner's id is no longer the only one of that name. */
+static void test_sqlite_migrates_v1(void) {
+  const char *dir = tl_tmpdir("store_v1");
+  char path[1100], err[512];
+  snprintf(path, sizeof path, "%s/sessions.db", dir);
+  sqlite3 *db = NULL;
+  CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+  char *msg = NULL;
+  CHECK(sqlite3_exec(db, V1_SCHEMA, NULL, NULL, &msg) == SQLITE_OK);
+  sqlite3_free(msg);
+  uint8_t ka[32], kb[32];
+  memset(ka, 0x3c, 32);
+  memset(kb, 0x4d, 32);
+  session *orig[2] = {busy_session(4), busy_session(5)};
+  const char *ids[2] = {"alice-1", "bob-7"};
+  sqlite3_stmt *ins;
+  CHECK(sqlite3_prepare_v2(db,
+                           "INSERT INTO sessions (id, owner, fingerprint, created, last_used, "
+                           "tokens, turns, mode, messages, positions, meta, state) VALUES "
+                           "(?1, ?2, ?3, 1.0, ?4, ?5, 3, 1, 3, ?6, ?7, ?8)",
+                           -1, &ins, NULL) == SQLITE_OK);
+  for (int i = 0; i < 2; i++) {
+    uint8_t *meta, *core;
+    size_t ml, cl;
+    CHECK(sess_encode(orig[i], M, &meta, &ml, &core, &cl, err, sizeof err) == 0);
+    sqlite3_bind_text(ins, 1, ids[i], -1, SQLITE_STATIC);
+    sqlite3_bind_blob(ins, 2, i ? kb : ka, 32, SQLITE_STATIC);
+    sqlite3_bind_int64(ins, 3, (sqlite3_int64)xl_model_fingerprint(M));
+    sqlite3_bind_double(ins, 4, 100.0 + i);
+    sqlite3_bind_int64(ins, 5, (sqlite3_int64)session_tokens(orig[i]));
+    sqlite3_bind_int(ins, 6, xl_state_mem_length(orig[i]->state));
+    sqlite3_bind_blob(ins, 7, meta, (int)ml, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(ins, 8, core, (int)cl, SQLITE_TRANSIENT);
+    CHECK(sqlite3_step(ins) == SQLITE_DONE);
+    sqlite3_reset(ins);
+    free(meta);
+    free(core);
+  }
+  sqlite3_finalize(ins);
+  sqlite3_close(db);
+  CHECK(user_version(path) == 1);
+
+  store_backend *b = store_sqlite_open(dir, 0, err, sizeof err);
+  CHECK(b != NULL);
+  if (!b) return;
+  CHECK(user_version(path) == 2);
+  store_opts o = {1000, 64};
+  session_store *st = store_new(b, &o, notify, NULL);
+  CHECK(store_start(st, M, err, sizeof err) == 0);
+  CHECK(store_count(st) == 2);
+  session_table *t = st_new(M, (size_t)1 << 30, 0, 100, st, DUR_TURN);
+  session *s = NULL;
+  CHECK(restore(st, t, "alice-1", ka, &s) == ST_FOUND);
+  if (s) CHECK(same_record(orig[0], s) && continues_identically(orig[0], s));
+  CHECK(restore(st, t, "bob-7", kb, &s) == ST_FOUND);
+  if (s) CHECK(same_record(orig[1], s) && continues_identically(orig[1], s));
+  CHECK(restore(st, t, "alice-1", kb, &s) == ST_MISSING); /* b's alice-1: not a's */
+  xl_error xe;
+  s = st_create(t, "alice-1", kb, &xe); /* b may have its own now */
+  CHECK(committed_turn(st, t, s, 5, 9) == 0 && store_count(st) == 3);
+  end_store(st, b, t);
+  session_free(orig[0]);
+  session_free(orig[1]);
+  /* the migrated file opens again as it is */
+  b = store_sqlite_open(dir, 0, err, sizeof err);
+  CHECK(b != NULL);
+  if (b) {
+    store_conn *c = b->ops->connect(b->cfg, err, sizeof err);
+    CHECK(c && b->ops->count(c) == 3);
+    store_row g;
+    CHECK(b->ops->get(c, "alice-1", ka, &g, err, sizeof err) == 0 && g.owner[0] == 0x3c &&
+          g.last_used == 100.0);
+    b->ops->release(c);
+    b->ops->disconnect(c);
+    store_backend_free(b);
+  }
+  CHECK(user_version(path) == 2);
 }
 
 int main(void) {
@@ -614,7 +892,10 @@ int main(void) {
   RUN(test_sqlite_backend);
   RUN(test_table_evicts_saves_and_restores);
   RUN(test_async_saves_wait_bounded);
-  RUN(test_second_backend_and_failed_saves);
+  RUN(test_second_backend_and_failed_commits);
+  RUN(test_ids_are_per_owner);
+  RUN(test_fork_keeps_its_parent);
+  RUN(test_sqlite_migrates_v1);
   xl_workspace_free(WS);
   xl_model_free(M);
   xl_model_free(M2);
