@@ -9,7 +9,7 @@
  *  12  u32      header bytes (64)
  *  16  u64      model fingerprint
  *  24  u32      n_layer      28 u32 mem_len     32 u32 H*Dh     36 u32 len (positions held)
- *  40  u64      positions fed since reset
+ *  40  u64      positions fed since reset (at most XL_STATE_MAX_FED)
  *  48  u64      payload bytes = n_layer * 2 * len * H*Dh * 4
  *  56  u32      ring head (slot of the oldest position)    60 u32 reserved (0)
  *  64  payload: per layer, the keys as [H*Dh][len] (component-major, positions oldest first,
@@ -17,6 +17,10 @@
  *      [len][H*Dh] rows, oldest first; f32
  * Restoring puts every position back in its ring slot, so a restored state continues bit for
  * bit like the original (same attention span splits, same summation order).
+ * The loader checks what the engine's states always satisfy: position p (counted from the
+ * reset) lives in slot p % mem_len, so len = min(fed, mem_len) and head = (fed - len) %
+ * mem_len; fed is at most XL_STATE_MAX_FED (the counter never wraps); every key and value is
+ * finite.
  *  end u64      checksum: xl_hash64 of every byte before it
  */
 #include <stdlib.h>
@@ -101,6 +105,15 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   if (len > M || (M > 0 && head >= M) || (M == 0 && head != 0) ||
       payload != (uint64_t)L * 2 * len * hd * sizeof(float))
     return xl_fail(err, XL_STATE, "state blob: inconsistent length %u / head %u", len, head);
+  uint64_t fed = xl_get_le64(b + 40);
+  if (fed > XL_STATE_MAX_FED)
+    return xl_fail(err, XL_STATE, "state blob: %llu tokens fed, more than a state can count (%llu)",
+                   (unsigned long long)fed, (unsigned long long)XL_STATE_MAX_FED);
+  uint64_t held = fed < M ? fed : M; /* positions the ring holds after `fed` tokens */
+  if (len != held || (M > 0 && head != (fed - len) % M))
+    return xl_fail(err, XL_STATE, "state blob: %llu tokens fed cannot leave %u positions held "
+                   "from ring slot %u (memory length %u)",
+                   (unsigned long long)fed, len, head, M);
   const uint8_t *p = b + BLOB_HEADER;
   uint32_t any_inf_nan = 0; /* exponent bits all ones <=> inf or nan; branch-free, vectorises */
   for (uint64_t i = 0; i < payload / 4; i++) {
@@ -114,7 +127,7 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   xl_state *s = *out;
   s->len = (int)len;
   s->head = (int)head;
-  s->fed = xl_get_le64(b + 40);
+  s->fed = fed;
   size_t row = (size_t)hd * sizeof(float);
   xl_ring_run runs[2];
   int n_runs = xl_ring_runs(s, runs);

@@ -122,14 +122,19 @@ void xl_state_reset(xl_state *state);                       /* empty memory */
 xl_code xl_state_clone(const xl_state *src, xl_state **out, xl_error *err); /* fork */
 int xl_state_mem_length(const xl_state *state);             /* positions held, <= mem_len */
 uint64_t xl_state_tokens_fed(const xl_state *state);        /* positions fed since reset */
+/* The token counter's ceiling (2^53: exact in a double and in JSON numbers). A state blob
+ * claiming more is refused; from there, feeding 2^64 - 2^53 more tokens (centuries) would be
+ * needed to wrap the counter. */
+#define XL_STATE_MAX_FED ((uint64_t)1 << 53)
 size_t xl_state_bytes(const xl_state *state);               /* RAM held by this state */
 
 /* Blob: magic, format version, model fingerprint, header, K/V payload, checksum.
  * xl_state_serialize allocates *blob with malloc (free it with free()). */
 xl_code xl_state_serialize(const xl_state *state, uint8_t **blob, size_t *blob_len,
                            xl_error *err);
-/* Validates everything (magic, version, checksum, fingerprint, sizes) before use; never
- * trusts the blob. XL_MISMATCH for another model/version, XL_STATE for corruption. */
+/* Validates everything (magic, version, checksum, fingerprint, sizes, the ring's length and
+ * head against the token counter, the counter's ceiling, finite keys and values) before use;
+ * never trusts the blob. XL_MISMATCH for another model/version, XL_STATE for corruption. */
 xl_code xl_state_deserialize(const xl_model *model, const uint8_t *blob, size_t blob_len,
                              xl_state **out, xl_error *err);
 

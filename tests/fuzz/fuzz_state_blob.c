@@ -1,7 +1,8 @@
 /*
  * fuzz_state_blob.c: libFuzzer target for state blobs. The first byte chooses whether the
  * checksum is repaired before loading, so the fuzzer also explores everything behind the
- * checksum; a blob that loads must then run a decode step cleanly.
+ * checksum; a blob that loads must then run a decode step cleanly, leaving a state whose
+ * token counter covers the positions it holds.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,7 +46,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len) {
     int32_t tok = 65;
     float lp[256];
     xl_feed f = {s, &tok, 1, NULL, NULL, lp};
+    uint64_t fed = xl_state_tokens_fed(s);
     if (xl_forward(model, ws, &f, 1, &err) != XL_OK) abort();
+    if (xl_state_tokens_fed(s) != fed + 1 ||
+        xl_state_tokens_fed(s) < (uint64_t)xl_state_mem_length(s))
+      abort();
     xl_state_free(s);
   }
   free(blob);

@@ -62,6 +62,23 @@ int main(int argc, char **argv) {
   seed[0] = 1;
   snprintf(path, sizeof path, "%s/valid_repair", argv[1]);
   if (tl_write_file(path, seed, n + 1)) return fail(path);
+  /* a ring not full yet (3 of mem_len 6 positions, head 0): the other side of the loader's
+   * length / head / token counter checks than `valid` (9 fed: wrapped) */
+  xl_state_reset(s);
+  f.n_tokens = 3;
+  if (xl_forward(m, ws, &f, 1, &err) != XL_OK) return fail("xl_forward (partial ring)");
+  free(blob);
+  free(seed);
+  if (xl_state_serialize(s, &blob, &n, &err) != XL_OK) return fail("xl_state_serialize (partial)");
+  seed = malloc(n + 1);
+  if (!seed) return fail("malloc");
+  seed[0] = 0;
+  memcpy(seed + 1, blob, n);
+  snprintf(path, sizeof path, "%s/partial", argv[1]);
+  if (tl_write_file(path, seed, n + 1)) return fail(path);
+  seed[0] = 1;
+  snprintf(path, sizeof path, "%s/partial_repair", argv[1]);
+  if (tl_write_file(path, seed, n + 1)) return fail(path);
   char src[2048];
   snprintf(src, sizeof src, "%s/model.safetensors", dir);
   snprintf(path, sizeof path, "%s/valid", argv[2]);

@@ -1,7 +1,8 @@
 /*
  * test_core_state.c: the session state as an object: blob round trip (continuing a restored
  * state equals continuing the original, bit for bit), every corruption refused with the right
- * code, clone independence, batched forward equal to unbatched (bit for bit, also for a decode
+ * code (a token counter that does not match the ring, or over its ceiling; a NaN or infinite
+ * key or value, even under a valid checksum), clone independence, batched forward equal to unbatched (bit for bit, also for a decode
  * step batched with a chunk longer than the cached position table), chunked equal to one-token
  * decoding under same_length, and a rejected forward leaving the state untouched.
  */
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h" /* xl_hash64: re-signing edited blobs */
 #include "testlib.h"
 
 static xl_model *load(const tl_model_spec *spec, const char *tag) {
@@ -95,6 +97,117 @@ static void test_blob_round_trip(void) {
   free(blob);
   xl_state_free(a);
   xl_state_free(b);
+  xl_workspace_free(ws);
+  xl_model_free(m);
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_le32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The blob's trailing checksum recomputed, as the serialiser makes it: an edited blob that
+ * only the semantic checks can refuse. */
+static void resign(uint8_t *b, size_t n) {
+  put_le64(b + n - 8, xl_hash64(b, n - 8, 0x626c6f6273756d31ULL));
+}
+
+/* Loads blob with a header field or a payload float replaced (re-signed): the code. */
+static xl_code load_edited(const xl_model *m, const uint8_t *blob, size_t n, size_t at,
+                           int width, uint64_t v, xl_error *err) {
+  uint8_t *b = malloc(n);
+  memcpy(b, blob, n);
+  if (width == 8) put_le64(b + at, v);
+  else put_le32(b + at, (uint32_t)v);
+  resign(b, n);
+  xl_state *s = NULL;
+  xl_code rc = xl_state_deserialize(m, b, n, &s, err);
+  xl_state_free(s);
+  free(b);
+  return rc;
+}
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+/* The header's counters must describe a state the engine can have made: len = min(fed,
+ * mem_len), head = (fed - len) % mem_len, fed at most XL_STATE_MAX_FED; and every key and value
+ * is finite. Checked under a valid checksum (the blob re-signed). */
+static void test_blob_refuses_bad_counters_and_non_finite(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT; /* mem_len 24, 2 layers, H*Dh 32 */
+  xl_model *m = load(&spec, "blobchk");
+  CHECK(m != NULL);
+  if (!m) return;
+  xl_workspace *ws;
+  xl_error err;
+  CHECK_CODE(xl_workspace_new(m, &ws, &err), XL_OK);
+  int32_t t[64];
+  float lp[256]; /* the targets' log-probs, or a decode step's whole vocabulary (256) */
+  tokens(t, 64, 3);
+  for (int n_fed = 10; n_fed <= 50; n_fed += 40) { /* a partial ring, then a wrapped one */
+    xl_state *a;
+    CHECK_CODE(xl_state_new(m, &a, &err), XL_OK);
+    CHECK(run(m, ws, a, t, n_fed + 1, 8, lp) == 0);
+    uint8_t *blob;
+    size_t n;
+    CHECK_CODE(xl_state_serialize(a, &blob, &n, &err), XL_OK);
+    uint32_t len = (uint32_t)xl_state_mem_length(a), head = n_fed < 24 ? 0 : (uint32_t)(n_fed - 24) % 24;
+    CHECK(len == (n_fed < 24 ? (uint32_t)n_fed : 24u));
+    /* re-signing alone changes nothing */
+    CHECK_CODE(load_edited(m, blob, n, 40, 8, (uint64_t)n_fed, &err), XL_OK);
+    /* fed < len: the counter below what the ring holds */
+    CHECK_CODE(load_edited(m, blob, n, 40, 8, len - 1, &err), XL_STATE);
+    CHECK(strstr(err.message, "tokens fed") != NULL);
+    CHECK_CODE(load_edited(m, blob, n, 40, 8, 0, &err), XL_STATE);
+    /* a counter about to wrap, or over the ceiling */
+    CHECK_CODE(load_edited(m, blob, n, 40, 8, UINT64_MAX, &err), XL_STATE);
+    CHECK(strstr(err.message, "more than a state can count") != NULL);
+    CHECK_CODE(load_edited(m, blob, n, 40, 8, XL_STATE_MAX_FED + 24 + head, &err), XL_STATE);
+    if (len < 24) { /* a partial ring: fed must equal len exactly */
+      CHECK_CODE(load_edited(m, blob, n, 40, 8, len + 1, &err), XL_STATE);
+      CHECK_CODE(load_edited(m, blob, n, 56, 4, 1, &err), XL_STATE); /* head must be 0 */
+    } else { /* a full ring: the head follows fed */
+      CHECK_CODE(load_edited(m, blob, n, 40, 8, (uint64_t)n_fed + 1, &err), XL_STATE);
+      CHECK_CODE(load_edited(m, blob, n, 56, 4, (head + 1) % 24, &err), XL_STATE);
+      /* the largest counter that still fits, with its head: accepted, and it decodes */
+      uint8_t *b = malloc(n);
+      memcpy(b, blob, n);
+      uint64_t fed_big = XL_STATE_MAX_FED - ((XL_STATE_MAX_FED - head) % 24); /* = head mod 24 */
+      put_le64(b + 40, fed_big);
+      resign(b, n);
+      xl_state *s = NULL;
+      CHECK_CODE(xl_state_deserialize(m, b, n, &s, &err), XL_OK);
+      if (s) {
+        CHECK(xl_state_tokens_fed(s) == fed_big);
+        int32_t one = 5;
+        xl_feed f = {s, &one, 1, NULL, NULL, lp};
+        CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
+        CHECK(xl_state_tokens_fed(s) == fed_big + 1);
+      }
+      xl_state_free(s);
+      free(b);
+    }
+    /* non-finite keys and values: NaN, +Inf, -Inf, in the first layer's keys and the last
+     * layer's values */
+    size_t payload = n - 64 - 8, key0 = 64 + 4 * 3, val_last = 64 + payload - 4 * 5;
+    uint32_t bad[3] = {0x7fc00000u, f32_bits(1.0f / 0.0f), f32_bits(-1.0f / 0.0f)};
+    for (int k = 0; k < 3; k++) {
+      CHECK_CODE(load_edited(m, blob, n, key0, 4, bad[k], &err), XL_STATE);
+      CHECK(strstr(err.message, "non-finite") != NULL);
+      CHECK_CODE(load_edited(m, blob, n, val_last, 4, bad[k], &err), XL_STATE);
+      CHECK(strstr(err.message, "non-finite") != NULL);
+    }
+    /* large and tiny finite values are fine */
+    CHECK_CODE(load_edited(m, blob, n, key0, 4, f32_bits(3.0e38f), &err), XL_OK);
+    CHECK_CODE(load_edited(m, blob, n, val_last, 4, 1u, &err), XL_OK); /* a denormal */
+    free(blob);
+    xl_state_free(a);
+  }
   xl_workspace_free(ws);
   xl_model_free(m);
 }
@@ -280,6 +393,7 @@ static void test_chunking_invariance(void) {
 
 int main(void) {
   RUN(test_blob_round_trip);
+  RUN(test_blob_refuses_bad_counters_and_non_finite);
   RUN(test_clone_and_reset);
   RUN(test_batched_equals_unbatched);
   RUN(test_decode_batched_with_long_chunk);
