@@ -26,19 +26,19 @@ def test_keys_and_session_scoping(start_daemon, tiny_model, tmp_path):
         assert hdr["www-authenticate"] == "Bearer"
     for k in ["k1", "k2", "filekey"]:
         assert X.request(p, "GET", "/v1/models", headers=auth(k))[0] == 200
-    # a session belongs to the key that created it
+    # a session belongs to the key that created it; ids are per key (test_session_keys.py)
     st, _, b = X.post_json(p, "/v1/completions", {"prompt": "mine", "max_tokens": 2},
                            {**auth("k1"), "X-Session-Id": "owned"})
     assert st == 200
     st, _, b = X.request(p, "GET", "/v1/sessions/owned", headers=auth("k2"))
     assert st == 404 and json.loads(b)["error"]["code"] == "session_not_found"
-    st, _, b = X.post_json(p, "/v1/completions", {"prompt": "steal", "max_tokens": 2},
-                           {**auth("k2"), "X-Session-Id": "owned"})
-    assert st == 404
     assert X.request(p, "DELETE", "/v1/sessions/owned", headers=auth("k2"))[0] == 404
     assert X.request(p, "POST", "/v1/sessions/owned/fork", headers=auth("k2"))[0] == 404
     st, _, b = X.request(p, "GET", "/v1/sessions", headers=auth("k2"))
     assert json.loads(b)["data"] == []
+    st, _, b = X.post_json(p, "/v1/completions", {"prompt": "other", "max_tokens": 2},
+                           {**auth("k2"), "X-Session-Id": "owned"})
+    assert st == 200 and b["xlserve"]["session_tokens"] == 7  # k2's own "owned"
     st, _, b = X.request(p, "GET", "/v1/sessions/owned", headers=auth("k1"))
     assert st == 200 and json.loads(b)["tokens"] == 6
     # SIGHUP re-reads the key file
