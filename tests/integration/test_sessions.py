@@ -1,6 +1,7 @@
 """Sessions: a turn continues the memory of the previous one exactly; chat requests are told
 apart (full history / only new messages / edited history); session endpoints; one request at a
-time per session; sessions do not mix under concurrency; eviction and TTL say session_expired."""
+time per session; sessions do not mix under concurrency; eviction and TTL say session_expired;
+a fork is a use of its parent (a small budget evicts its forks, never the parent)."""
 import json
 import subprocess
 import threading
@@ -250,6 +251,30 @@ def test_eviction_says_session_expired(start_daemon, tiny_model):
     assert st == 200
     X.complete(d.port, "ev-0", prompt="x", max_tokens=1)
     d.wait_log(lambda o: o.get("event") == "session_evicted")
+
+
+def test_fork_is_a_use_of_its_parent(start_daemon, tiny_model):
+    """Without a store, under a budget of about 30 sessions: 1,000 forks of one parent, and the
+    parent stays (its forks leave RAM instead, oldest first)."""
+    d = start_daemon(tiny_model, "--session-ram-mb", "1", "--access-log", "false")
+    X.complete(d.port, "parent", prompt="Fanny Price", max_tokens=4, temperature=0)
+    st, before = X.get_session(d.port, "parent")
+    c = d.conn()
+    forks = []
+    for i in range(1000):
+        c.request("POST", "/v1/sessions/parent/fork")
+        r = c.getresponse()
+        b = json.loads(r.read())
+        assert r.status == 201, (i, b)
+        forks.append(b["id"])
+    c.close()
+    st, s = X.get_session(d.port, "parent")
+    assert st == 200, s
+    assert (s["tokens"], s["transcript_digest"]) == (before["tokens"], before["transcript_digest"])
+    st, b = X.get_session(d.port, forks[0])
+    assert st == 404 and b["error"]["code"] == "session_expired"  # the budget was at work
+    assert X.get_session(d.port, forks[-1])[0] == 200
+    X.complete(d.port, "parent", prompt=" of Mansfield", max_tokens=4, temperature=0)
 
 
 def test_ttl_expiry(start_daemon, tiny_model):

@@ -2,7 +2,9 @@
 under load (every acknowledged turn, nothing half-written), sessions beyond the RAM budget come
 back from the store exactly as they left (and RSS stays bounded), corrupted rows are refused
 with 409 session_incompatible and kept, sessions move between daemons (GET/PUT state), a turn
-is committed before its response completes, async commits within their delay, TTL deletes rows.
+is committed before its response completes, async commits within their delay, TTL deletes rows,
+state blobs with a token counter that does not match their ring or non-finite keys/values are
+refused.
 The SQLite file is read and damaged with Python's sqlite3 module."""
 import http.client
 import json
@@ -63,6 +65,55 @@ def envelope_valid(meta, state):
     return (len(meta) == end + 8 and struct.unpack_from("<Q", meta, end)[0] == fnv(meta[:end])
             and core_len == len(state) and state[-8:] == struct.pack("<Q", core_sum)
             and state[:8] == b"XLSTATE\0")
+
+
+K1, K2 = 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F
+STATE_SEED = 0x626c6f6273756d31
+
+
+def _mix64(x):
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & MASK
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & MASK
+    return x ^ (x >> 33)
+
+
+def xl_hash64(data, seed):
+    """The core's blob checksum (core/hash.c), to re-sign edited state blobs."""
+    n = len(data)
+    h = [seed ^ K1, seed ^ K2, ~seed & MASK, (seed + n) & MASK]
+    i = 0
+    while i + 32 <= n:
+        w = struct.unpack_from("<4Q", data, i)
+        for k in range(4):
+            h[k] = ((h[k] ^ ((w[k] * K2) & MASK)) * K1) & MASK
+            h[k] ^= h[k] >> 29
+        i += 32
+    x = _mix64(h[0]) ^ _mix64((h[1] + K1) & MASK) ^ _mix64((h[2] + K2) & MASK) ^ _mix64(h[3])
+    while i + 8 <= n:
+        x = (_mix64(x ^ struct.unpack_from("<Q", data, i)[0]) * K1) & MASK
+        i += 8
+    tail = int.from_bytes(data[i:] + b"\0" * 8, "little") & MASK if i < n else 0
+    return _mix64(x ^ tail ^ n)
+
+
+def edit_envelope(env, edit):
+    """An exported envelope with its state blob edited by edit(bytearray), the record's token
+    count made to agree with the state's counter (fed + the pending token, modulo 2^64) and
+    every checksum made right again (the state's, the record's copy of it, the record's own):
+    only the state's own semantic checks can refuse it."""
+    n_msgs, tail = struct.unpack_from("<II", env, 104)
+    ml = 128 + 9 * n_msgs + tail + 8
+    meta, state = bytearray(env[:ml]), bytearray(env[ml:])
+    edit(state)
+    pending = struct.unpack_from("<i", meta, 64)[0]
+    fed = struct.unpack_from("<Q", state, 40)[0]
+    struct.pack_into("<Q", meta, 56, (fed + (pending >= 0)) & MASK)
+    struct.pack_into("<Q", state, len(state) - 8, xl_hash64(bytes(state[:-8]), STATE_SEED))
+    meta[120:128] = state[-8:]
+    struct.pack_into("<Q", meta, ml - 8, fnv(bytes(meta[:-8])))
+    return bytes(meta), bytes(state)
 
 
 def store_args(sd, *more):
@@ -397,6 +448,62 @@ def test_export_import_between_daemons(start_daemon, tiny_model, medium_model, t
     c.close()
     st, _, r = X.request(b.port, "GET", "/v1/sessions/none/state", headers=hb)
     assert st == 404
+
+
+def test_import_refuses_inconsistent_and_non_finite_states(start_daemon, tiny_model, tmp_path):
+    """A state blob whose checksums are right but whose token counter does not match its ring
+    (fed < positions held, a counter about to wrap), or that holds a NaN/Inf key or value: PUT
+    answers 400 invalid_state and keeps what was there; the same blob found in the store is
+    refused with 409 session_incompatible and kept."""
+    sd = tmp_path / "state"
+    d = start_daemon(tiny_model, *store_args(sd))
+    ok(d.port, "src", "Anne Elliot of Kellynch Hall", 12)  # 40 positions of mem_len 64
+    st, _, env = X.request(d.port, "GET", "/v1/sessions/src/state")
+    assert st == 200
+    same = b"".join(edit_envelope(env, lambda s: None))
+    assert same == env  # the re-signing alone is exact
+    ok(d.port, "dst", "kept", 3)
+    st, kept = X.get_session(d.port, "dst")
+
+    def nan_key(s):
+        struct.pack_into("<f", s, 64 + 8, float("nan"))
+
+    def inf_value(s):
+        struct.pack_into("<f", s, len(s) - 8 - 12, float("inf"))
+
+    def fed_below_len(s):
+        struct.pack_into("<Q", s, 40, struct.unpack_from("<I", s, 36)[0] - 1)
+
+    def fed_wraps(s):
+        struct.pack_into("<Q", s, 40, MASK)
+
+    cases = {nan_key: "non-finite", inf_value: "non-finite", fed_below_len: "tokens fed",
+             fed_wraps: "more than a state can count"}
+    for edit, word in cases.items():
+        body = b"".join(edit_envelope(env, edit))
+        for sid in ("dst", "fresh"):
+            st, _, r = X.request(d.port, "PUT", "/v1/sessions/%s/state" % sid, body=body,
+                                 headers={"Content-Type": "application/octet-stream"})
+            e = json.loads(r)["error"]
+            assert st == 400 and e["code"] == "invalid_state" and word in e["message"], (edit, r)
+    assert X.get_session(d.port, "dst")[1] == kept
+    assert X.get_session(d.port, "fresh")[0] == 404
+    # the same blobs in the store's rows
+    for i in range(len(cases)):
+        ok(d.port, "row%d" % i, "row", 3)
+    assert d.stop() == 0, d.tail()
+    db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
+    for i, edit in enumerate(cases):
+        meta, state = edit_envelope(env, edit)
+        db.execute("UPDATE sessions SET meta=?, state=? WHERE id=?", (meta, state, "row%d" % i))
+    db.commit()
+    db.close()
+    d = start_daemon(tiny_model, *store_args(sd))
+    for i, word in enumerate(cases.values()):
+        st, b = X.get_session(d.port, "row%d" % i)
+        assert st == 409 and b["error"]["code"] == "session_incompatible", b
+        assert word in b["error"]["message"], b
+    assert {"row%d" % i for i in range(len(cases))} <= set(rows(sd))  # kept
 
 
 def test_turn_is_committed_before_done(start_daemon, tiny_model, tmp_path):
