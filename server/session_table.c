@@ -563,6 +563,7 @@ void st_export(session_table *t, session *s, st_bytes_fn fn, void *ctx) {
   s->busy = 1;
   store_op *op = store_op_new(SOP_EXPORT, on_exported, call_new(t, s, (void *)fn, ctx));
   snprintf(op->id, sizeof op->id, "%s", s->id);
+  memcpy(op->owner, s->owner, 32);
   op->sess = s;
   store_submit(t->store, op);
 }
