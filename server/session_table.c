@@ -490,8 +490,12 @@ static void on_persisted(store_op *op) {
   call *c = op->ctx;
   session *s = c->s; /* held busy for the op: still in the table */
   s->busy = 0;
-  if (op->status == STORE_OK) s->unsaved = 0;
-  else xlog_msg("error", "store_error", "saving session %s: %s", op->id, op->err);
+  if (op->status == STORE_OK) {
+    s->unsaved = 0;
+  } else { /* not acknowledged: not kept (the store's row, if any, is what was committed) */
+    xlog_msg("error", "store_error", "saving session %s: %s (not kept)", op->id, op->err);
+    drop(c->t, s, 0);
+  }
   if (c->fn) ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : -1, op->err);
   free(c);
   store_op_free(op);

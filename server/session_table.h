@@ -92,7 +92,9 @@ void st_release(session_table *t, session *s);  /* busy = 0, touch, enforce the 
  *       left RAM as on a failed commit (fn is not called). */
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
                 st_done_fn fn, void *ctx);
-/* Saves s (idle; held busy meanwhile) now. 1: fn will be called; 0: no store. */
+/* Saves s (idle; held busy meanwhile) now: a creation, fork or import, answered after the
+ * commit. 1: fn will be called; 0: no store. A failed save is not kept: s leaves RAM (its id
+ * then holds what the store holds: the state an import replaced, or nothing). */
 int st_persist(session_table *t, session *s, st_done_fn fn, void *ctx);
 /* Deletes s (not busy) from RAM and the store. 1: fn will be called (durability turn). */
 int st_delete(session_table *t, session *s, st_done_fn fn, void *ctx);

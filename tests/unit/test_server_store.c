@@ -321,6 +321,13 @@ static void on_done(void *ctx, int status, const char *msg) {
   c->t = now_mono();
 }
 
+static void on_import_done(void *ctx, st_import_result r, const char *msg) {
+  (void)msg;
+  cb_state *c = ctx;
+  c->calls++;
+  c->status = (int)r;
+}
+
 static void on_found(void *ctx, const st_answer *a) {
   cb_state *c = ctx;
   c->calls++;
@@ -594,7 +601,7 @@ static int committed_turn(session_store *st, session_table *t, session *s, int n
 /* Durability turn: a turn whose commit fails is not kept. The session leaves RAM without a
  * save and its next use restores the store's row, the state of its last committed turn (so a
  * retry feeds the prompt once); a session whose first commit failed starts afresh; a turn
- * without a snapshot is not kept either. Durability async: a failed save keeps the session
+ * without a snapshot is not kept either; nor a creation or an import whose save failed. Durability async: a failed save keeps the session
  * unsaved in RAM and eviction hands it over. All through a second backend. */
 static void test_second_backend_and_failed_commits(void) {
   store_backend *b = calloc(1, sizeof *b);
@@ -644,6 +651,24 @@ static void test_second_backend_and_failed_commits(void) {
   /* a turn that fed nothing has nothing to commit: released at once */
   st_acquire(t, s);
   CHECK(st_turn_end(t, s, NULL, 0, 0, on_done, &c) == 0 && !s->busy && c.calls == 0);
+  /* a creation and an import whose save fails are not kept either: the import's id holds
+   * what the store holds (the committed f1) */
+  MEM_FAIL_PUT = 1;
+  session *made = st_create(t, "made", owner, &xe), *x = NULL;
+  cb_state p1 = {0};
+  CHECK(st_persist(t, made, on_done, &p1) == 1);
+  PUMP_UNTIL(p1.calls, 60, pump(st));
+  CHECK(p1.status == -1 && st_lookup(t, "made", owner, &x) == ST_MISSING);
+  session *other = busy_session(7);
+  size_t en, eml;
+  uint8_t *env = envelope(other, M, &en, &eml);
+  session_free(other);
+  cb_state imp = {0};
+  st_import(t, "f1", owner, env, en, on_import_done, &imp);
+  PUMP_UNTIL(imp.calls, 60, pump(st));
+  MEM_FAIL_PUT = 0;
+  CHECK(imp.status == IMPORT_ERROR && st_lookup(t, "f1", owner, &x) == ST_MISSING);
+  CHECK(restore(st, t, "f1", owner, &x) == ST_FOUND && x && x->digest == dig);
 
   /* async: the failed save leaves the session unsaved; leaving RAM hands it over */
   session *probe = busy_session(0);
