@@ -18,6 +18,11 @@ by hand).
   /usr/bin/python3 tests/integration/measure_store.py ram MODEL [--sessions N]
       RAM per session: VmRSS growth of a daemon holding N sessions with full memories, per
       session, against the state size (xlserve info / GET /v1/models).
+  /usr/bin/python3 tests/integration/measure_store.py migrate MODEL [--sessions N]
+      the store's schema migration (rows keyed by id alone -> by (API key, id)): N sessions
+      with full memories are stored, the file is rewritten into the first schema (the same
+      rows), and the daemon's start (process start to /health 200) is timed on that file (it
+      migrates) against the same start on the migrated file; every session is then read back.
 Env: XLSERVE_BIN (default build/xlserve), PYTHONPATH=tools.
 """
 import argparse
@@ -174,6 +179,68 @@ def cmd_ram(a):
         d.stop()
 
 
+V1_SCHEMA = (
+    "PRAGMA page_size=65536; PRAGMA journal_mode=WAL;"
+    "CREATE TABLE sessions (id TEXT PRIMARY KEY NOT NULL, owner BLOB NOT NULL, fingerprint "
+    "INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, tokens INTEGER NOT NULL, "
+    "turns INTEGER NOT NULL, mode INTEGER NOT NULL, messages INTEGER NOT NULL, positions INTEGER "
+    "NOT NULL, meta BLOB NOT NULL, state BLOB NOT NULL);"
+    "CREATE INDEX sessions_by_owner ON sessions (owner, last_used);"
+    "CREATE INDEX sessions_by_last_used ON sessions (last_used);"
+    "PRAGMA user_version = 1;")
+V1_COLS = ("id, owner, fingerprint, created, last_used, tokens, turns, mode, messages, positions, "
+           "meta, state")
+
+
+def cmd_migrate(a):
+    import sqlite3
+    tmp = tempfile.mkdtemp(prefix="xlstore-")
+    sd = os.path.join(tmp, "state")
+    args = ["--access-log", "false", "--state-dir", sd]
+    try:
+        d = X.Daemon(a.model, args)
+        try:
+            for i in range(a.sessions):
+                turn(d.port, "g%d" % i, "v" * 600, 1)  # memory full
+        finally:
+            d.stop()
+        path = os.path.join(sd, "sessions.db")
+        db = sqlite3.connect(path)
+        rows = db.execute("SELECT %s FROM sessions" % V1_COLS).fetchall()
+        db.close()
+        nbytes = sum(len(r[10]) + len(r[11]) for r in rows)
+        for f in os.listdir(sd):
+            if f.startswith("sessions.db"):
+                os.unlink(os.path.join(sd, f))
+        db = sqlite3.connect(path)
+        db.executescript(V1_SCHEMA)
+        db.executemany("INSERT INTO sessions (%s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)" % V1_COLS,
+                       rows)
+        db.commit()
+        db.close()
+        times = []
+        for _ in range(2):  # the first start migrates, the second opens the migrated file
+            t0 = time.monotonic()
+            d = X.Daemon(a.model, args, timeout=600)
+            times.append(time.monotonic() - t0)
+            try:
+                if len(times) == 2:
+                    for i in range(a.sessions):
+                        st, s = X.get_session(d.port, "g%d" % i)
+                        assert st == 200 and s["tokens"] == 601, s
+            finally:
+                d.stop()
+        db = sqlite3.connect(path)
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        db.close()
+        print("%d sessions, %.1f MiB of envelopes: start with the migration %.3f s, start of the "
+              "migrated file %.3f s (+%.3f s: %.1f MiB/s); every session read back" % (
+                  len(rows), nbytes / 2**20, times[0], times[1], times[0] - times[1],
+                  nbytes / 2**20 / max(times[0] - times[1], 1e-9)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -189,8 +256,12 @@ def main():
     s = sub.add_parser("ram")
     s.add_argument("model")
     s.add_argument("--sessions", type=int, default=200)
+    s = sub.add_parser("migrate")
+    s.add_argument("model")
+    s.add_argument("--sessions", type=int, default=100)
     a = ap.parse_args()
-    {"model": cmd_model, "turn": cmd_turn, "restore": cmd_restore, "ram": cmd_ram}[a.cmd](a)
+    {"model": cmd_model, "turn": cmd_turn, "restore": cmd_restore, "ram": cmd_ram,
+     "migrate": cmd_migrate}[a.cmd](a)
 
 
 if __name__ == "__main__":
