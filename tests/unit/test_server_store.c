@@ -894,6 +894,26 @@ static void test_sqlite_migrates_v1(void) {
     store_backend_free(b);
   }
   CHECK(user_version(path) == 2);
+
+  /* a migration that fails (here: a version-1 file that lacks a column) stops the open with a
+   * message and leaves the file as it was: version 1, its row still there */
+  const char *bad = tl_tmpdir("store_v1_bad");
+  snprintf(path, sizeof path, "%s/sessions.db", bad);
+  CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+  CHECK(sqlite3_exec(db,
+                     "CREATE TABLE sessions (id TEXT PRIMARY KEY NOT NULL, owner BLOB NOT NULL);"
+                     "INSERT INTO sessions VALUES ('x', zeroblob(32)); PRAGMA user_version = 1;",
+                     NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(db);
+  CHECK(store_sqlite_open(bad, 0, err, sizeof err) == NULL);
+  CHECK(strstr(err, "migrating the store from schema version 1") != NULL);
+  CHECK(user_version(path) == 1);
+  CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+  sqlite3_stmt *q;
+  CHECK(sqlite3_prepare_v2(db, "SELECT count(*) FROM sessions", -1, &q, NULL) == SQLITE_OK);
+  CHECK(sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) == 1);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
 }
 
 int main(void) {
