@@ -26,8 +26,9 @@ def tiny_disk(tmp_path):
         pytest.skip("cannot mount a tmpfs here: " + r.stderr.strip())
     try:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    finally:  # the test's daemons have stopped (start_daemon is set up after this fixture)
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def fill(path):
@@ -58,7 +59,7 @@ def turn(port, sid, prompt, n, stream=False):
     return X.post_json(port, "/v1/completions", body, headers=h)
 
 
-def test_failed_commit_rolls_back_and_retry_is_safe(start_daemon, tiny_disk, tmp_path):
+def test_failed_commit_rolls_back_and_retry_is_safe(tiny_disk, start_daemon, tmp_path):
     # 2 KiB of keys/values per position: 700 positions are 1.4 MiB of state
     model = X.write_tiny_model(tmp_path / "wide", d_head=32, mem_len=1024)
     d = start_daemon(model, "--state-dir", str(tiny_disk / "state"), "--durability", "turn")
