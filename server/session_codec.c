@@ -70,6 +70,10 @@ int sess_encode(const session *s, const xl_model *m, uint8_t **meta, size_t *met
   return 0;
 }
 
+/* A unix time the daemon can hold and print (as a 64-bit integer): finite, from 1970 to
+ * 2^40 s (some 34,000 years) later. */
+static int time_valid(double t) { return t >= 0 && t <= 1099511627776.0; }
+
 #define FAIL(st, ...)                   \
   do {                                  \
     snprintf(err, cap, __VA_ARGS__);    \
@@ -135,6 +139,9 @@ codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len
   if (pending < -1 || pending >= vocab)
     FAIL(CODEC_INVALID, "session envelope: pending token %d out of range", pending);
   if (mode > CHAT_DESYNC) FAIL(CODEC_INVALID, "session envelope: unknown chat mode %u", mode);
+  double created = getf64(meta + 24), last_used = getf64(meta + 32);
+  if (!time_valid(created) || !time_valid(last_used))
+    FAIL(CODEC_INVALID, "session envelope: its created / last used time is not a time");
   if (n_msgs > INT32_MAX / 2) FAIL(CODEC_INVALID, "session envelope: too many messages");
   const uint8_t *p = meta + SESS_META_HEADER;
   for (uint32_t i = 0; i < n_msgs; i++)
@@ -157,8 +164,8 @@ codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len
   }
   session *s = xcalloc(1, sizeof *s);
   s->state = state;
-  s->created = getf64(meta + 24);
-  s->last_used = getf64(meta + 32);
+  s->created = created;
+  s->last_used = last_used;
   s->turns = xl_get_le64(meta + 40);
   s->digest = xl_get_le64(meta + 48);
   s->pending = pending;

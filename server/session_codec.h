@@ -49,7 +49,7 @@ int sess_encode(const session *s, const xl_model *m, uint8_t **meta, size_t *met
                 uint8_t **core, size_t *core_len, char *err, size_t cap);
 
 /* Validates meta + core against the model (everything: magic, versions, checksums, fingerprint,
- * shapes, token ranges, consistency) and rebuilds the session (id, owner, table fields unset;
+ * shapes, token ranges, times, consistency) and rebuilds the session (id, owner, table fields unset;
  * last_used from the record). Never trusts the bytes. */
 codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len,
                          const uint8_t *core, size_t core_len, session **out, char *err,

@@ -162,6 +162,17 @@ static void test_codec_refuses_damage(void) {
   size_t n2, ml2;
   uint8_t *b2 = envelope(s2, M, &n2, &ml2);
   CHECK(sess_decode(M, b, ml, b2 + ml2, n2 - ml2, &r, err, sizeof err) == CODEC_INVALID);
+  /* times that are not times (NaN, infinite, negative, past 2^40 s), checksum made right */
+  double bad_t[4] = {0.0 / 0.0, 1.0 / 0.0, -1.0, 1e300};
+  for (int k = 0; k < 4; k++)
+    for (int at = 24; at <= 32; at += 8) {
+      memcpy(c, b, n);
+      uint64_t bits;
+      memcpy(&bits, &bad_t[k], 8);
+      put64le(c + at, bits);
+      put64le(c + ml - 8, fnv1a64(FNV64_INIT, c, ml - 8));
+      CHECK(decode_env(c, n, &r, err, sizeof err) == CODEC_INVALID && strstr(err, "not a time"));
+    }
   /* a newer envelope version (checksum made right): a mismatch, not corruption */
   memcpy(c, b, n);
   c[8] = 2;
