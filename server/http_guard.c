@@ -6,11 +6,18 @@
  * The head deadline: libmicrohttpd's own connection timeout is an idle timeout that every
  * received byte restarts, so a client dripping one byte per second holds its connection (and a
  * slot under max_connections) for ever. Each connection that waits for a request head sits in
- * one of two FIFO lists, each ordered by deadline because its deadlines are "start + a constant":
+ * one of three FIFO lists, each ordered by deadline because its deadlines are "start + a
+ * constant":
  *   first: accepted, no request yet; deadline = accept + header_timeout
  *   later: kept alive after a response; deadline = end of it + idle_timeout + header_timeout
  *          (idle_timeout 0 means a kept-alive connection may wait for ever: no deadline)
- * One one-shot timer is armed for the earlier head of the two. A connection past its deadline
+ *   ended: kept alive after a response, but the client had already half-closed (its FIN is
+ *          read, nothing follows it): no request can come any more, close it now. MHD itself
+ *          can miss that FIN when it arrived with the request (edge-triggered epoll, and MHD
+ *          stops reading after a short read), and the client, reading until the end, would
+ *          wait for idle_timeout. The deadline is "now": the timer runs after the current
+ *          MHD_run, so a pipelined request MHD already buffered starts first and is served.
+ * One one-shot timer is armed for the earliest head of the three. A connection past its deadline
  * is shut down (SHUT_RDWR): MHD sees the hang-up on its next run and closes it.
  */
 #include "http_guard.h"
@@ -46,7 +53,7 @@ struct conn_rec {
 struct http_guard {
   app *a;
   uv_timer_t timer;
-  wait_list first, later;
+  wait_list lists[3]; /* first, later, ended */
   strmap per_addr; /* numeric address -> open connections (as intptr_t) */
   /* warnings are rate-limited: an attack must not flood the log */
   double warned_at;
@@ -77,11 +84,23 @@ static void list_append(wait_list *l, conn_rec *cr) {
   l->tail = cr;
 }
 
+enum { LIST_FIRST, LIST_LATER, LIST_ENDED };
+
 static void on_deadline(uv_timer_t *t);
+static void arm(http_guard *g);
+
+/* cr waits for a request head in list i (its deadline set); re-arms when it is the new head */
+static void wait_head(http_guard *g, conn_rec *cr, int i) {
+  list_append(&g->lists[i], cr);
+  if (g->lists[i].head == cr) arm(g);
+}
 
 static void arm(http_guard *g) {
-  conn_rec *f = g->first.head, *l = g->later.head;
-  conn_rec *next = !f ? l : !l ? f : (f->deadline <= l->deadline ? f : l);
+  conn_rec *next = NULL;
+  for (int i = 0; i < 3; i++) {
+    conn_rec *h = g->lists[i].head;
+    if (h && (!next || h->deadline < next->deadline)) next = h;
+  }
   if (!next) {
     uv_timer_stop(&g->timer);
     return;
@@ -109,15 +128,16 @@ static void warn_limited(http_guard *g) {
 static void on_deadline(uv_timer_t *t) {
   http_guard *g = t->data;
   double now = now_mono() + 0.001; /* the timer has millisecond resolution */
-  wait_list *lists[2] = {&g->first, &g->later};
   int cut = 0;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     conn_rec *cr;
-    while ((cr = lists[i]->head) && cr->deadline <= now) {
+    while ((cr = g->lists[i].head) && cr->deadline <= now) {
       list_remove(cr);
-      shutdown(cr->fd, SHUT_RDWR);
-      ctr_add(&g_metrics.connections_head_timeout, 1);
-      g->cut_unlogged++;
+      shutdown(cr->fd, SHUT_RDWR); /* after what was sent: the FIN follows the response */
+      if (i != LIST_ENDED) {
+        ctr_add(&g_metrics.connections_head_timeout, 1);
+        g->cut_unlogged++;
+      }
       cut = 1;
     }
   }
@@ -194,9 +214,7 @@ void guard_conn_started(http_guard *g, struct MHD_Connection *c, void **socket_c
   }
   *socket_context = cr;
   cr->deadline = now_mono() + (double)g->a->cfg->header_timeout;
-  int was_empty = !g->first.head;
-  list_append(&g->first, cr);
-  if (was_empty) arm(g);
+  wait_head(g, cr, LIST_FIRST);
 }
 
 void guard_conn_closed(http_guard *g, void **socket_context) {
@@ -228,12 +246,16 @@ void guard_request_done(http_guard *g, struct MHD_Connection *c) {
   conn_rec *cr = rec_of(c);
   if (!cr) return;
   cr->nul_in_url = 0;
+  char ch;
+  if (recv(cr->fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0) { /* the client half-closed */
+    cr->deadline = now_mono();
+    wait_head(g, cr, LIST_ENDED);
+    return;
+  }
   long long idle = g->a->cfg->idle_timeout;
   if (idle <= 0) return; /* kept-alive connections may wait for ever: no deadline */
   cr->deadline = now_mono() + (double)(idle + g->a->cfg->header_timeout);
-  int was_empty = !g->later.head;
-  list_append(&g->later, cr);
-  if (was_empty) arm(g);
+  wait_head(g, cr, LIST_LATER);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -570,6 +570,21 @@ static void early_checks(req *r) {
   }
 }
 
+/* 400 for a head whose framing or URL cannot be trusted; the connection is closed after it
+ * (whatever follows on it could be read differently by a proxy in front: request smuggling). */
+static void reply_malformed(req *r, const char *problem) {
+  buf b;
+  buf_init(&b);
+  error_body(&b, "invalid_request_error", "malformed_request", NULL, problem);
+  r->err_code = "malformed_request";
+  size_t n = b.len;
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  if (r->a->phase < APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  queue(r, 400, resp);
+}
+
 static void dispatch(req *r) {
   app *a = r->a;
   const char *path = r->path + strlen(a->cfg->path_prefix);
@@ -599,10 +614,8 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
     r = req_new(a, c, url, method);
     *con_cls = r;
     const char *problem = guard_head_problem(c, version);
-    if (problem) /* answered now: MHD discards any body and closes the connection after it */
-      req_error(r, 400, "invalid_request_error", "malformed_request", NULL, "%s", problem);
-    else
-      early_checks(r);
+    if (problem) reply_malformed(r, problem);
+    else early_checks(r);
     return MHD_YES;
   }
   if (*upload_size) {
