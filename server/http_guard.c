@@ -158,7 +158,10 @@ static void addr_key(const struct sockaddr *sa, char *out, size_t cap) {
     inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)cap);
 }
 
-static int is_trusted_proxy(const app *a, const char *addr) {
+/* Addresses the per-client limit does not apply to: a trusted proxy speaks for many clients,
+ * and this host's own loopback address (a proxy, tool or benchmark on the same machine). */
+static int is_exempt(const app *a, const char *addr) {
+  if (!strcmp(addr, "127.0.0.1") || !strcmp(addr, "::1")) return 1;
   for (int i = 0; i < a->n_proxies; i++)
     if (!strcmp(a->proxies[i], addr)) return 1;
   return 0;
@@ -194,7 +197,7 @@ enum MHD_Result guard_accept_policy(void *cls, const struct sockaddr *addr, sock
   if (limit <= 0) return MHD_YES;
   char key[INET6_ADDRSTRLEN];
   addr_key(addr, key, sizeof key);
-  if (!key[0] || is_trusted_proxy(g->a, key) || addr_count(g, key) < limit) return MHD_YES;
+  if (!key[0] || is_exempt(g->a, key) || addr_count(g, key) < limit) return MHD_YES;
   ctr_add(&g_metrics.connections_refused_per_client, 1);
   g->refused_unlogged++;
   warn_limited(g);
@@ -208,7 +211,7 @@ void guard_conn_started(http_guard *g, struct MHD_Connection *c, void **socket_c
   const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   addr_key(ai ? ai->client_addr : NULL, cr->addr, sizeof cr->addr);
   if (g->a->cfg->max_connections_per_client > 0 && cr->addr[0] &&
-      !is_trusted_proxy(g->a, cr->addr)) {
+      !is_exempt(g->a, cr->addr)) {
     strmap_put(&g->per_addr, cr->addr, (void *)(intptr_t)(addr_count(g, cr->addr) + 1));
     cr->counted = 1;
   }

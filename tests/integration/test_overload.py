@@ -12,6 +12,8 @@ import signal
 import socket
 import time
 
+import pytest
+
 import xlharness as X
 
 HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -343,12 +345,14 @@ def test_per_client_limit_keeps_others_served(start_daemon, tiny_model):
     assert X.metric(d.port, "xlserve_connections_refused_per_client_total") >= 1
 
 
-def test_per_client_limit_exempts_trusted_proxies(start_daemon, tiny_model):
-    """Behind a proxy every client is the proxy: its address (trusted_proxies) has no limit,
-    while another address is held to max_connections_per_client."""
-    d = start_daemon(tiny_model, "--max-connections-per-client", "2",
-                     "--trusted-proxies", "127.0.0.1")
-    proxy = [connect(d.port) for _ in range(5)]
+@pytest.mark.parametrize("proxy_addr", ["127.0.0.3", "127.0.0.1"])
+def test_per_client_limit_exempts_trusted_proxies(start_daemon, tiny_model, proxy_addr):
+    """Behind a proxy every client is the proxy: its address (trusted_proxies; this host's
+    127.0.0.1 always) has no limit, while another address is held to
+    max_connections_per_client."""
+    extra = ["--trusted-proxies", proxy_addr] if proxy_addr != "127.0.0.1" else []
+    d = start_daemon(tiny_model, "--max-connections-per-client", "2", *extra)
+    proxy = [connect(d.port, proxy_addr) for _ in range(5)]
     for s in proxy:
         s.sendall(HEALTH)
     got = read_responses(proxy, time.monotonic() + 10)
