@@ -144,26 +144,40 @@ static void client_left(req *r) {
   http_pump(r->a);
 }
 
-/* After the peer's FIN a stream watches for errors only (EPOLLERR/EPOLLHUP, which epoll always
- * reports; UV_PRIORITIZED asks for nothing else that a stream would see): a peer that closed for
- * good answers the next chunk or ping with a RST, which lands here as a negative status. */
+/* An SSE comment (": ping") on a stream: keeps proxies' read timers fed while it waits, and
+ * makes a peer that closed for good answer with a reset. */
+static void stream_ping(req *r) {
+  if (!r->job || r->stream_complete || r->client_gone) return;
+  pthread_mutex_lock(&r->job->mu);
+  buf_adds(&r->job->out, ": ping\n\n");
+  pthread_mutex_unlock(&r->job->mu);
+  req_kick(r);
+  http_pump(r->a);
+}
+
+/* After a stream's FIN: epoll always reports an error (a reset), whatever was asked for, and
+ * UV_PRIORITIZED asks for nothing HTTP uses. One event stops it either way: a reset is the
+ * client gone; urgent (out-of-band) data is level-triggered and would spin the loop, so the
+ * stream then relies on its writes alone (MHD's next failed write ends it). */
 static void on_reset(uv_poll_t *h, int status, int events) {
   (void)events;
-  if (status >= 0) return;
   uv_poll_stop(h);
-  client_left(h->data);
+  if (status < 0) client_left(h->data);
 }
 
 /* The peer's FIN (UV_DISCONNECT) or an error. A FIN may be a half-close (shutdown(SHUT_WR) after
  * sending, which HTTP/1.1 allows; the peer still reads) or a full close: from this side the two
- * look the same until something is written. A stream is served on (its next write tells); a
- * request that writes nothing until its end (non-stream) takes the FIN as the client gone, so
- * an abandoned generation stops within a decode step instead of running to max_tokens. */
+ * look the same until something is written. A stream is served on: it writes a ping at once
+ * and watches for the reset with which a peer that closed for good answers it (so a stream
+ * still queued or in its prefill is cancelled at once too). A request that writes nothing
+ * until its end (non-stream) takes the FIN as the client gone, so an abandoned generation stops
+ * within a decode step instead of running to max_tokens for nobody. */
 static void on_disconnect(uv_poll_t *h, int status, int events) {
   req *r = h->data;
   if (status >= 0 && !(events & UV_DISCONNECT)) return;
   if (status >= 0 && r->phase == REQ_STREAMING) {
-    uv_poll_start(h, UV_PRIORITIZED, on_reset); /* level-triggered FIN: stop asking for it */
+    uv_poll_start(h, UV_PRIORITIZED, on_reset); /* the FIN is level-triggered: stop asking */
+    stream_ping(r);
     return;
   }
   uv_poll_stop(h);
@@ -186,15 +200,7 @@ void req_watch_disconnect(req *r) {
   uv_poll_start(&r->dc, UV_DISCONNECT, on_disconnect);
 }
 
-static void on_ping(uv_timer_t *t) {
-  req *r = t->data;
-  if (!r->job || r->stream_complete || r->client_gone) return;
-  pthread_mutex_lock(&r->job->mu);
-  buf_adds(&r->job->out, ": ping\n\n");
-  pthread_mutex_unlock(&r->job->mu);
-  req_kick(r);
-  http_pump(r->a);
-}
+static void on_ping(uv_timer_t *t) { stream_ping(t->data); }
 
 static void set_phase(req *r, req_phase p) {
   if (r->phase == REQ_NEW && p != REQ_NEW) r->a->n_new--;

@@ -66,6 +66,29 @@ def test_half_closed_stream_whose_client_then_leaves_is_cancelled(start_daemon, 
     assert time.monotonic() - t0 < 5
 
 
+def test_queued_stream_whose_client_left_is_cancelled_at_once(start_daemon, medium_model):
+    """A client that closes for good while its stream waits in the queue: its FIN makes the
+    daemon write a ping at once, the reset that answers it cancels the stream while still queued
+    (pings are off here, and the only running slot stays busy)."""
+    d = start_daemon(medium_model, "--max-running", "1", "--max-tokens-limit", "10000000",
+                     "--ping-interval", "0")
+    blocker = send_and_half_close(d.port, "POST", "/v1/completions",
+                                  {"prompt": "b", "max_tokens": 10000000, "stream": True})
+    blocker.settimeout(30)
+    assert blocker.recv(65536).startswith(b"HTTP/1.1 200")
+    s = send_and_half_close(d.port, "POST", "/v1/completions",
+                            {"prompt": "q", "max_tokens": 5, "stream": True},
+                            [("X-Session-Id", "hc-q")])
+    s.settimeout(30)
+    assert s.recv(65536).startswith(b"HTTP/1.1 200")  # queued: headers only
+    s.close()
+    log = d.wait_log(lambda o: o.get("session") == "hc-q" and o.get("event") == "request",
+                     timeout=10)
+    assert log["client_gone"] is True and log["tokens_out"] == 0
+    assert X.metric(d.port, "xlserve_running") == 1  # the blocker still holds the slot
+    blocker.close()
+
+
 def test_non_stream_generation_of_a_half_closed_client_is_cancelled(start_daemon, medium_model):
     """The documented choice: the FIN of a client waiting for a non-streamed generation cannot be
     told from its leaving, so the generation stops (within a decode step) and the connection is
