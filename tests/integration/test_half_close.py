@@ -13,14 +13,15 @@ import time
 import xlharness as X
 
 
-def send_and_half_close(port, method, path, body=None, headers=()):
+def send_and_half_close(port, method, path, body=None, headers=(), half_close=True):
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
     data = json.dumps(body).encode() if body is not None else b""
     head = "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" % (method, path)
     head += "".join("%s: %s\r\n" % h for h in headers)
     head += "Content-Length: %d\r\n\r\n" % len(data)
     s.sendall(head.encode() + data)
-    s.shutdown(socket.SHUT_WR)
+    if half_close:
+        s.shutdown(socket.SHUT_WR)
     return s
 
 
@@ -68,8 +69,9 @@ def test_half_closed_stream_whose_client_then_leaves_is_cancelled(start_daemon, 
 
 def test_queued_stream_whose_client_left_is_cancelled_at_once(start_daemon, medium_model):
     """A client that closes for good while its stream waits in the queue: its FIN makes the
-    daemon write a ping at once, the reset that answers it cancels the stream while still queued
-    (pings are off here, and the only running slot stays busy)."""
+    daemon write a ping at once, and the reset that answers it cancels the stream while still
+    queued (pings are off here, and the only running slot stays busy). (A client that first
+    half-closed and leaves later is noticed at the stream's next write: a token or a ping.)"""
     d = start_daemon(medium_model, "--max-running", "1", "--max-tokens-limit", "10000000",
                      "--ping-interval", "0")
     blocker = send_and_half_close(d.port, "POST", "/v1/completions",
@@ -78,10 +80,10 @@ def test_queued_stream_whose_client_left_is_cancelled_at_once(start_daemon, medi
     assert blocker.recv(65536).startswith(b"HTTP/1.1 200")
     s = send_and_half_close(d.port, "POST", "/v1/completions",
                             {"prompt": "q", "max_tokens": 5, "stream": True},
-                            [("X-Session-Id", "hc-q")])
+                            [("X-Session-Id", "hc-q")], half_close=False)
     s.settimeout(30)
     assert s.recv(65536).startswith(b"HTTP/1.1 200")  # queued: headers only
-    s.close()
+    s.close()  # a plain close: the FIN, then a reset for the ping that follows it
     log = d.wait_log(lambda o: o.get("session") == "hc-q" and o.get("event") == "request",
                      timeout=10)
     assert log["client_gone"] is True and log["tokens_out"] == 0
