@@ -286,6 +286,7 @@ typedef struct head_scan {
   int n_content_length, n_transfer_encoding, n_host;
   const char *transfer_encoding;
   const char *bad_name;
+  const char *folded;
 } head_scan;
 
 static int is_tchar(unsigned char ch) {
@@ -300,6 +301,16 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
   if (!*key) h->bad_name = key;
   for (const char *p = key; *p; p++)
     if (!is_tchar((unsigned char)*p)) h->bad_name = key;
+  /* MHD appends a folded line (obs-fold: a line starting with a space) to the header's NAME,
+   * so "Transfer-Encoding:\r\n chunked" arrives as a header "Transfer-Encodingchunked" while a
+   * proxy that unfolds reads Transfer-Encoding: chunked. A framing header's name followed by
+   * anything is such a fold (no real header is named like that). */
+  static const char *const framing[] = {MHD_HTTP_HEADER_CONTENT_LENGTH,
+                                        MHD_HTTP_HEADER_TRANSFER_ENCODING, MHD_HTTP_HEADER_HOST};
+  for (int i = 0; i < 3; i++) {
+    size_t n = strlen(framing[i]);
+    if (!strncasecmp(key, framing[i], n) && key[n]) h->folded = key;
+  }
   if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) h->n_content_length++;
   else if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) h->n_host++;
   else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
@@ -318,7 +329,10 @@ const char *guard_head_problem(struct MHD_Connection *c, const char *version) {
   head_scan h = {0};
   MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
   if (h.bad_name)
-    return "a header name contains a character that is not allowed (whitespace before ':'?)";
+    return "a header name contains a character that is not allowed (whitespace before ':', or "
+           "a folded line?)";
+  if (h.folded)
+    return "a Content-Length, Transfer-Encoding or Host header is folded over several lines";
   if (h.n_content_length > 1) return "the request has more than one Content-Length header";
   if (h.n_host > 1) return "the request has more than one Host header";
   if (h.n_transfer_encoding > 1) return "the request has more than one Transfer-Encoding header";

@@ -36,7 +36,8 @@ size_t guard_unescape(void *cls, struct MHD_Connection *c, char *s);
 
 /* NULL when the request's head is acceptable, else why it is not (for a 400 reply): a NUL byte
  * in the URL, repeated or conflicting framing headers, a transfer coding other than chunked,
- * Transfer-Encoding with Content-Length or in HTTP/1.0, a header name that is not a token. */
+ * Transfer-Encoding with Content-Length or in HTTP/1.0, a header name that is not a token, a
+ * framing header folded over several lines. */
 const char *guard_head_problem(struct MHD_Connection *c, const char *version);
 
 #endif

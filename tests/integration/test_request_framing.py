@@ -68,6 +68,13 @@ MALFORMED = {
         b"/v1/completions", [b"Transfer-Encoding: chunked"], CHUNKED_BODY, b"HTTP/1.0"),
     "space before the colon": post(b"/v1/completions", [b"Content-Length : %d" % len(BODY)]),
     "two Host headers": post(b"/v1/completions", [CL, b"Host: y"]),
+    # obs-fold: a proxy that unfolds reads "Transfer-Encoding: chunked" (and the body as chunks);
+    # MHD appends the folded line to the header's name and would read the body as a request
+    "Transfer-Encoding folded": post(b"/v1/completions", [b"Transfer-Encoding:", b" chunked"],
+                                     CHUNKED_BODY),
+    "Content-Length folded": post(b"/v1/completions", [b"Content-Length:", b" %d" % len(BODY)]),
+    "a folded line that carries a header": post(
+        b"/v1/completions", [b"X-A: a", b" Transfer-Encoding: chunked", CL]),
     "%00 in the path": b"GET /health%00junk HTTP/1.1\r\nHost: x\r\n\r\n",
     "%00 in a query argument": b"GET /v1/sessions?limit=1%00 HTTP/1.1\r\nHost: x\r\n\r\n",
 }
