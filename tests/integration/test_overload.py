@@ -76,9 +76,10 @@ def read_responses(socks, deadline):
     return done
 
 
-def send_health(port, source=None):
+def send_health(port, source=None, close=False):
+    """close: the request asks the daemon to close the connection after its answer."""
     s = connect(port, source)
-    s.sendall(HEALTH)
+    s.sendall(HEALTH.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") if close else HEALTH)
     return s
 
 
@@ -400,3 +401,29 @@ def test_kept_alive_connection_gets_idle_plus_header_timeout(start_daemon, tiny_
     s.close()
     print("\nkept-alive connection dripping its second head: closed after %s s" % closed_after)
     assert closed_after is not None and 3.5 < closed_after < 4 + 1.5
+
+
+def test_flood_then_accepts_at_once(start_daemon, tiny_model):
+    """200 clients arrive at once at max_connections 16 (each asks for Connection: close, else
+    the first 16 answered would keep their slots as idle keep-alive connections): every one that
+    waits is answered, the half that give up (close while still queued) cost nothing, and
+    afterwards a new client is answered at once."""
+    d = start_daemon(tiny_model, "--max-connections", "16")
+    quiet_loop(d)
+    hold = hold_the_limit(d, d.port, 16)  # the flood lands on a full daemon
+    waiting = [send_health(d.port, close=True) for _ in range(100)]
+    leaving = [send_health(d.port, close=True) for _ in range(100)]
+    for s in leaving:
+        s.close()
+    t0 = time.monotonic()
+    for s in hold:
+        s.close()
+    got = read_responses(waiting, t0 + 20)
+    answered = sorted(v[1] for v in got.values() if v[0] == 200)
+    st, t_after = first_answer_after(d.port)
+    print("\nflood of 200 on a full daemon (max_connections 16), 100 gave up: answered %d/100 "
+          "(last after %.3f s), then a new client in %.3f s" % (
+              len(answered), answered[-1] if answered else -1, t_after))
+    for s in waiting:
+        s.close()
+    assert len(answered) == 100 and st == 200 and t_after < 2.0
