@@ -760,10 +760,10 @@ int http_start(app *a, char *err, size_t errcap) {
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
       a, MHD_OPTION_NOTIFY_CONNECTION, on_connection, a, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, (int)1, MHD_OPTION_END);
   if (!a->mhd) {
-    guard_free(a->guard);
-    a->guard = NULL;
     snprintf(err, errcap, "cannot listen on %s:%lld (MHD_start_daemon failed: %s)", c->host,
              c->port, strerror(errno));
+    guard_free(a->guard); /* its timer is closed by the loop's last run */
+    a->guard = NULL;
     return -1;
   }
   const union MHD_DaemonInfo *pi = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
