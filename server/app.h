@@ -43,6 +43,7 @@ typedef struct app {
   uv_timer_t mhd_timer;
   int in_mhd, rerun;
   int listen_fd_closed;
+  struct http_guard *guard; /* connection records, head deadline, per-client limit */
   unsigned short port;
   /* loop handles */
   uv_async_t wake;

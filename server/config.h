@@ -48,6 +48,14 @@
     "never. Keep it above a proxy's upstream keepalive_timeout.")                                \
   X(request_timeout, INT, "30", 1, 86400,                                                        \
     "Seconds a client has to send a request's body once its headers arrived (slowloris).")       \
+  X(header_timeout, INT, "10", 1, 86400,                                                         \
+    "Seconds a new connection has to send a complete request head (request line and headers; "   \
+    "slowloris). A kept-alive connection gets idle_timeout + header_timeout from the end of its " \
+    "previous response. Past it the connection is closed without a reply.")                     \
+  X(max_connections_per_client, INT, "256", 0, 1000000,                                          \
+    "Open connections one client address may hold (0 = no limit); one more is closed at "        \
+    "accept. Exempt: the addresses in trusted_proxies (behind a proxy every client is the "       \
+    "proxy) and this host's 127.0.0.1 and ::1.")                                                  \
   X(max_body_bytes, INT, "1048576", 1024, 1073741824,                                            \
     "Largest request body in bytes; a larger one gets 413 before it is read.")                   \
   X(max_prompt_tokens, INT, "65536", 1, 16777216,                                                \

@@ -1,6 +1,6 @@
 /*
  * http_server.c: libmicrohttpd 0.9.75 in external epoll mode, driven by the libuv loop
- * (see ../shared/notes/mhd-libuv.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
+ * (server/README-server.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
  * MHD_get_timeout after every MHD_run, suspend/resume only on the loop thread, a per-request
  * UV_DISCONNECT watch while a generation runs, SSE via a callback response that suspends when
  * it has nothing to send (never returns 0 without suspending: that would spin).
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "http_guard.h"
 #include "util.h"
 #include "web_ui.h"
 #include "xlog.h"
@@ -136,14 +137,51 @@ void req_kick(req *r) {
   }
 }
 
-static void on_disconnect(uv_poll_t *h, int status, int events) {
-  req *r = h->data;
-  if (status >= 0 && !(events & UV_DISCONNECT)) return;
-  uv_poll_stop(h);
+static void client_left(req *r) {
   r->client_gone = 1;
   if (r->job_running) gen_cancel(r, 0);
   req_kick(r);
   http_pump(r->a);
+}
+
+/* An SSE comment (": ping") on a stream: keeps proxies' read timers fed while it waits, and
+ * makes a peer that closed for good answer with a reset. */
+static void stream_ping(req *r) {
+  if (!r->job || r->stream_complete || r->client_gone) return;
+  pthread_mutex_lock(&r->job->mu);
+  buf_adds(&r->job->out, ": ping\n\n");
+  pthread_mutex_unlock(&r->job->mu);
+  req_kick(r);
+  http_pump(r->a);
+}
+
+/* After a stream's FIN: epoll always reports an error (a reset), whatever was asked for, and
+ * UV_PRIORITIZED asks for nothing HTTP uses. One event stops it either way: a reset is the
+ * client gone; urgent (out-of-band) data is level-triggered and would spin the loop, so the
+ * stream then relies on its writes alone (MHD's next failed write ends it). */
+static void on_reset(uv_poll_t *h, int status, int events) {
+  (void)events;
+  uv_poll_stop(h);
+  if (status < 0) client_left(h->data);
+}
+
+/* The peer's FIN (UV_DISCONNECT) or an error. A FIN may be a half-close (shutdown(SHUT_WR) after
+ * sending, which HTTP/1.1 allows; the peer still reads) or a full close: from this side the two
+ * look the same until something is written. A stream is served on: it writes a ping at once
+ * and watches for the reset with which a peer that closed for good answers it (so a stream
+ * still queued or in its prefill is cancelled at once too). A request that writes nothing
+ * until its end (non-stream) takes the FIN as the client gone, so an abandoned generation stops
+ * within a decode step instead of running to max_tokens for nobody. */
+static void on_disconnect(uv_poll_t *h, int status, int events) {
+  req *r = h->data;
+  if (status >= 0 && !(events & UV_DISCONNECT)) return;
+  if (status >= 0 && r->phase == REQ_STREAMING) {
+    uv_poll_start(h, UV_PRIORITIZED, on_reset); /* the FIN is level-triggered: stop asking */
+    stream_ping(r);
+    return;
+  }
+  uv_poll_stop(h);
+  client_left(r);
 }
 
 void req_watch_disconnect(req *r) {
@@ -162,15 +200,7 @@ void req_watch_disconnect(req *r) {
   uv_poll_start(&r->dc, UV_DISCONNECT, on_disconnect);
 }
 
-static void on_ping(uv_timer_t *t) {
-  req *r = t->data;
-  if (!r->job || r->stream_complete || r->client_gone) return;
-  pthread_mutex_lock(&r->job->mu);
-  buf_adds(&r->job->out, ": ping\n\n");
-  pthread_mutex_unlock(&r->job->mu);
-  req_kick(r);
-  http_pump(r->a);
-}
+static void on_ping(uv_timer_t *t) { stream_ping(t->data); }
 
 static void set_phase(req *r, req_phase p) {
   if (r->phase == REQ_NEW && p != REQ_NEW) r->a->n_new--;
@@ -546,6 +576,21 @@ static void early_checks(req *r) {
   }
 }
 
+/* 400 for a head whose framing or URL cannot be trusted; the connection is closed after it
+ * (whatever follows on it could be read differently by a proxy in front: request smuggling). */
+static void reply_malformed(req *r, const char *problem) {
+  buf b;
+  buf_init(&b);
+  error_body(&b, "invalid_request_error", "malformed_request", NULL, problem);
+  r->err_code = "malformed_request";
+  size_t n = b.len;
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  if (r->a->phase < APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  queue(r, 400, resp);
+}
+
 static void dispatch(req *r) {
   app *a = r->a;
   const char *path = r->path + strlen(a->cfg->path_prefix);
@@ -568,13 +613,15 @@ static void dispatch(req *r) {
 static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
                            const char *method, const char *version, const char *upload_data,
                            size_t *upload_size, void **con_cls) {
-  (void)version, (void)upload_data;
   app *a = cls;
   req *r = *con_cls;
   if (!r) {
+    guard_request_started(c);
     r = req_new(a, c, url, method);
     *con_cls = r;
-    early_checks(r);
+    const char *problem = guard_head_problem(c, version);
+    if (problem) reply_malformed(r, problem);
+    else early_checks(r);
     return MHD_YES;
   }
   if (*upload_size) {
@@ -633,7 +680,8 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)cls, (void)c;
+  app *a = cls;
+  guard_request_done(a->guard, c);
   req *r = *con_cls;
   if (!r) return;
   *con_cls = NULL;
@@ -649,12 +697,23 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   req_unref(r);
 }
 
+/* A closed connection makes room under the connection limit, but MHD puts its listening socket
+ * back into its epoll set only at the start of its next run (it takes it out while at the
+ * limit, or after accept() ran out of descriptors, and counts the closed connections down at
+ * the end of a run). When that run closed the last connections, nothing would ever wake the
+ * loop again: no socket is left in MHD's epoll set and MHD_get_timeout says "no timeout", so
+ * the queued clients were never accepted. One more run after any close re-arms the listener. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
-  (void)c, (void)socket_context;
   app *a = cls;
-  if (code == MHD_CONNECTION_NOTIFY_STARTED) a->n_conns++;
-  else a->n_conns--;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    a->n_conns++;
+    guard_conn_started(a->guard, c, socket_context);
+  } else {
+    a->n_conns--;
+    guard_conn_closed(a->guard, socket_context);
+    a->rerun = 1; /* inside MHD_run (or MHD_stop_daemon, where it is moot) */
+  }
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -691,8 +750,10 @@ int http_start(app *a, char *err, size_t errcap) {
     return -1;
   }
   MHD_set_panic_func(mhd_panic, a);
+  a->guard = guard_new(a);
   a->mhd = MHD_start_daemon(
-      flags, 0, NULL, NULL, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
+      flags, 0, guard_accept_policy, a->guard, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
+      MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a,
       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
       MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)c->max_connections,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)c->idle_timeout,
@@ -701,6 +762,8 @@ int http_start(app *a, char *err, size_t errcap) {
   if (!a->mhd) {
     snprintf(err, errcap, "cannot listen on %s:%lld (MHD_start_daemon failed: %s)", c->host,
              c->port, strerror(errno));
+    guard_free(a->guard); /* its timer is closed by the loop's last run */
+    a->guard = NULL;
     return -1;
   }
   const union MHD_DaemonInfo *pi = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
@@ -736,6 +799,8 @@ void http_stop(app *a) {
   MHD_stop_daemon(a->mhd); /* runs on_completed and the response free callbacks */
   a->in_mhd = 0;
   a->mhd = NULL;
+  guard_free(a->guard); /* every connection record went with MHD_stop_daemon */
+  a->guard = NULL;
   uv_close((uv_handle_t *)&a->mhd_poll, NULL);
   uv_close((uv_handle_t *)&a->mhd_timer, NULL);
   uv_timer_stop(&a->sweep_timer);

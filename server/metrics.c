@@ -110,6 +110,12 @@ void metrics_render(buf *o, const metrics_gauges *g) {
           ld(&m->cancelled));
   counter(o, "xlserve_queue_full_total", "Requests refused with 429 (queue full).",
           ld(&m->rejected_queue_full));
+  counter(o, "xlserve_connections_head_timeout_total",
+          "Connections closed for sending no complete request head in time (header_timeout).",
+          ld(&m->connections_head_timeout));
+  counter(o, "xlserve_connections_refused_per_client_total",
+          "Connections refused at accept: their address held max_connections_per_client.",
+          ld(&m->connections_refused_per_client));
   counter(o, "xlserve_sessions_created_total", "Sessions created.", ld(&m->sessions_created));
   counter(o, "xlserve_sessions_evicted_total", "Sessions evicted from RAM (budget).",
           ld(&m->sessions_evicted));

@@ -39,6 +39,7 @@ typedef struct metrics {
   atomic_uint_fast64_t requests[ROUTE_N][600];
   atomic_uint_fast64_t tokens_in, tokens_out;
   atomic_uint_fast64_t cancelled, rejected_queue_full;
+  atomic_uint_fast64_t connections_head_timeout, connections_refused_per_client;
   atomic_uint_fast64_t sessions_created, sessions_evicted, sessions_expired, session_resets;
   atomic_uint_fast64_t sessions_restored, sessions_incompatible, store_saves, store_errors;
   histogram ttft, inter_token, queue_wait, duration, batch_size, batch_tokens, forward_seconds,

@@ -1,0 +1,348 @@
+/*
+ * http_guard.c: connection records, the request-head deadline, the per-client-address limit,
+ * the %00-aware URL unescaper and the request-framing checks (see http_guard.h).
+ * Thread: loop thread only.
+ *
+ * The head deadline: libmicrohttpd's own connection timeout is an idle timeout that every
+ * received byte restarts, so a client dripping one byte per second holds its connection (and a
+ * slot under max_connections) for ever. Each connection that waits for a request head sits in
+ * one of three FIFO lists, each ordered by deadline because its deadlines are "start + a
+ * constant":
+ *   first: accepted, no request yet; deadline = accept + header_timeout
+ *   later: kept alive after a response; deadline = end of it + idle_timeout + header_timeout
+ *          (idle_timeout 0 means a kept-alive connection may wait for ever: no deadline)
+ *   ended: kept alive after a response, but the client had already half-closed (its FIN is
+ *          read, nothing follows it): no request can come any more, close it now. MHD itself
+ *          can miss that FIN when it arrived with the request (edge-triggered epoll, and MHD
+ *          stops reading after a short read), and the client, reading until the end, would
+ *          wait for idle_timeout. The deadline is "now": the timer runs after the current
+ *          MHD_run, so a pipelined request MHD already buffered starts first and is served.
+ * One one-shot timer is armed for the earliest head of the three. A connection past its deadline
+ * is shut down (SHUT_RDWR): MHD sees the hang-up on its next run and closes it.
+ */
+#include "http_guard.h"
+
+#include <arpa/inet.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "app.h"
+#include "strmap.h"
+#include "util.h"
+#include "xlog.h"
+
+typedef struct conn_rec conn_rec;
+
+typedef struct wait_list {
+  conn_rec *head, *tail;
+} wait_list;
+
+struct conn_rec {
+  conn_rec *prev, *next; /* in the wait list `list` (NULL: none) */
+  wait_list *list;
+  double deadline; /* monotonic seconds */
+  int fd;
+  int counted;     /* holds one count in per_addr */
+  int nul_in_url;  /* the unescaper decoded a %00 in this request's URL */
+  char addr[INET6_ADDRSTRLEN];
+};
+
+struct http_guard {
+  app *a;
+  uv_timer_t timer;
+  wait_list lists[3]; /* first, later, ended */
+  strmap per_addr; /* numeric address -> open connections (as intptr_t) */
+  /* warnings are rate-limited: an attack must not flood the log */
+  double warned_at;
+  long cut_unlogged, refused_unlogged;
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* wait lists and the timer */
+
+static void list_remove(conn_rec *cr) {
+  wait_list *l = cr->list;
+  if (!l) return;
+  if (cr->prev) cr->prev->next = cr->next;
+  else l->head = cr->next;
+  if (cr->next) cr->next->prev = cr->prev;
+  else l->tail = cr->prev;
+  cr->prev = cr->next = NULL;
+  cr->list = NULL;
+}
+
+static void list_append(wait_list *l, conn_rec *cr) {
+  list_remove(cr);
+  cr->list = l;
+  cr->prev = l->tail;
+  cr->next = NULL;
+  if (l->tail) l->tail->next = cr;
+  else l->head = cr;
+  l->tail = cr;
+}
+
+enum { LIST_FIRST, LIST_LATER, LIST_ENDED };
+
+static void on_deadline(uv_timer_t *t);
+static void arm(http_guard *g);
+
+/* cr waits for a request head in list i (its deadline set); re-arms when it is the new head */
+static void wait_head(http_guard *g, conn_rec *cr, int i) {
+  list_append(&g->lists[i], cr);
+  if (g->lists[i].head == cr) arm(g);
+}
+
+static void arm(http_guard *g) {
+  conn_rec *next = NULL;
+  for (int i = 0; i < 3; i++) {
+    conn_rec *h = g->lists[i].head;
+    if (h && (!next || h->deadline < next->deadline)) next = h;
+  }
+  if (!next) {
+    uv_timer_stop(&g->timer);
+    return;
+  }
+  double ms = (next->deadline - now_mono()) * 1e3;
+  uv_timer_start(&g->timer, on_deadline, ms <= 0 ? 0 : (uint64_t)ms + 1, 0);
+}
+
+static void warn_limited(http_guard *g) {
+  double now = now_mono();
+  if (now - g->warned_at < 5.0) return;
+  g->warned_at = now;
+  if (g->cut_unlogged)
+    xlog_msg("warn", "header_timeout",
+             "closed %ld connection(s) that sent no complete request head within the deadline "
+             "(header_timeout %llds)", g->cut_unlogged, g->a->cfg->header_timeout);
+  if (g->refused_unlogged)
+    xlog_msg("warn", "client_connection_limit",
+             "refused %ld connection(s) from addresses already holding "
+             "max_connections_per_client (%lld)", g->refused_unlogged,
+             g->a->cfg->max_connections_per_client);
+  g->cut_unlogged = g->refused_unlogged = 0;
+}
+
+static void on_deadline(uv_timer_t *t) {
+  http_guard *g = t->data;
+  double now = now_mono() + 0.001; /* the timer has millisecond resolution */
+  int cut = 0;
+  for (int i = 0; i < 3; i++) {
+    conn_rec *cr;
+    while ((cr = g->lists[i].head) && cr->deadline <= now) {
+      list_remove(cr);
+      shutdown(cr->fd, SHUT_RDWR); /* after what was sent: the FIN follows the response */
+      if (i != LIST_ENDED) {
+        ctr_add(&g_metrics.connections_head_timeout, 1);
+        g->cut_unlogged++;
+      }
+      cut = 1;
+    }
+  }
+  if (cut) warn_limited(g);
+  arm(g);
+  if (cut) http_pump(g->a);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* connection records */
+
+static void addr_key(const struct sockaddr *sa, char *out, size_t cap) {
+  out[0] = 0;
+  if (!sa) return;
+  if (sa->sa_family == AF_INET)
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)cap);
+  else if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)cap);
+}
+
+/* Addresses the per-client limit does not apply to: a trusted proxy speaks for many clients,
+ * and this host's own loopback address (a proxy, tool or benchmark on the same machine). */
+static int is_exempt(const app *a, const char *addr) {
+  if (!strcmp(addr, "127.0.0.1") || !strcmp(addr, "::1")) return 1;
+  for (int i = 0; i < a->n_proxies; i++)
+    if (!strcmp(a->proxies[i], addr)) return 1;
+  return 0;
+}
+
+static long addr_count(http_guard *g, const char *addr) {
+  return (long)(intptr_t)strmap_get(&g->per_addr, addr);
+}
+
+http_guard *guard_new(app *a) {
+  http_guard *g = xcalloc(1, sizeof *g);
+  g->a = a;
+  uv_timer_init(a->loop, &g->timer);
+  g->timer.data = g;
+  strmap_init(&g->per_addr);
+  g->warned_at = -1e9;
+  return g;
+}
+
+static void on_timer_closed(uv_handle_t *h) { free(h->data); }
+
+void guard_free(http_guard *g) {
+  if (!g) return;
+  strmap_free(&g->per_addr);
+  uv_timer_stop(&g->timer);
+  uv_close((uv_handle_t *)&g->timer, on_timer_closed);
+}
+
+enum MHD_Result guard_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+  (void)addrlen;
+  http_guard *g = cls;
+  long long limit = g->a->cfg->max_connections_per_client;
+  if (limit <= 0) return MHD_YES;
+  char key[INET6_ADDRSTRLEN];
+  addr_key(addr, key, sizeof key);
+  if (!key[0] || is_exempt(g->a, key) || addr_count(g, key) < limit) return MHD_YES;
+  ctr_add(&g_metrics.connections_refused_per_client, 1);
+  g->refused_unlogged++;
+  warn_limited(g);
+  return MHD_NO; /* MHD closes the socket at once */
+}
+
+void guard_conn_started(http_guard *g, struct MHD_Connection *c, void **socket_context) {
+  conn_rec *cr = xcalloc(1, sizeof *cr);
+  const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  cr->fd = fi ? fi->connect_fd : -1;
+  const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  addr_key(ai ? ai->client_addr : NULL, cr->addr, sizeof cr->addr);
+  if (g->a->cfg->max_connections_per_client > 0 && cr->addr[0] &&
+      !is_exempt(g->a, cr->addr)) {
+    strmap_put(&g->per_addr, cr->addr, (void *)(intptr_t)(addr_count(g, cr->addr) + 1));
+    cr->counted = 1;
+  }
+  *socket_context = cr;
+  cr->deadline = now_mono() + (double)g->a->cfg->header_timeout;
+  wait_head(g, cr, LIST_FIRST);
+}
+
+void guard_conn_closed(http_guard *g, void **socket_context) {
+  conn_rec *cr = *socket_context;
+  if (!cr) return;
+  *socket_context = NULL;
+  int was_head = cr->list && cr->list->head == cr;
+  list_remove(cr);
+  if (was_head) arm(g);
+  if (cr->counted) {
+    long n = addr_count(g, cr->addr) - 1;
+    if (n > 0) strmap_put(&g->per_addr, cr->addr, (void *)(intptr_t)n);
+    else strmap_del(&g->per_addr, cr->addr);
+  }
+  free(cr);
+}
+
+static conn_rec *rec_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+void guard_request_started(struct MHD_Connection *c) {
+  conn_rec *cr = rec_of(c);
+  if (cr) list_remove(cr); /* the timer may fire once for nothing: arm() then re-arms it */
+}
+
+void guard_request_done(http_guard *g, struct MHD_Connection *c) {
+  conn_rec *cr = rec_of(c);
+  if (!cr) return;
+  cr->nul_in_url = 0;
+  char ch;
+  if (recv(cr->fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0) { /* the client half-closed */
+    cr->deadline = now_mono();
+    wait_head(g, cr, LIST_ENDED);
+    return;
+  }
+  long long idle = g->a->cfg->idle_timeout;
+  if (idle <= 0) return; /* kept-alive connections may wait for ever: no deadline */
+  cr->deadline = now_mono() + (double)(idle + g->a->cfg->header_timeout);
+  wait_head(g, cr, LIST_LATER);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* request heads */
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+size_t guard_unescape(void *cls, struct MHD_Connection *c, char *s) {
+  (void)cls;
+  for (const char *p = s; (p = strchr(p, '%')); p++)
+    if (hexval(p[1]) == 0 && hexval(p[2]) == 0) { /* "%00" */
+      conn_rec *cr = rec_of(c);
+      if (cr) cr->nul_in_url = 1;
+      break;
+    }
+  return MHD_http_unescape(s); /* MHD's own %HH decoding for everything else */
+}
+
+typedef struct head_scan {
+  int n_content_length, n_transfer_encoding, n_host;
+  const char *transfer_encoding;
+  const char *bad_name;
+  const char *folded;
+} head_scan;
+
+static int is_tchar(unsigned char ch) {
+  return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  (void)kind;
+  head_scan *h = cls;
+  if (!*key) h->bad_name = key;
+  for (const char *p = key; *p; p++)
+    if (!is_tchar((unsigned char)*p)) h->bad_name = key;
+  /* MHD appends a folded line (obs-fold: a line starting with a space) to the header's NAME,
+   * so "Transfer-Encoding:\r\n chunked" arrives as a header "Transfer-Encodingchunked" while a
+   * proxy that unfolds reads Transfer-Encoding: chunked. A framing header's name followed by
+   * anything is such a fold (no real header is named like that). */
+  static const char *const framing[] = {MHD_HTTP_HEADER_CONTENT_LENGTH,
+                                        MHD_HTTP_HEADER_TRANSFER_ENCODING, MHD_HTTP_HEADER_HOST};
+  for (int i = 0; i < 3; i++) {
+    size_t n = strlen(framing[i]);
+    if (!strncasecmp(key, framing[i], n) && key[n]) h->folded = key;
+  }
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) h->n_content_length++;
+  else if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) h->n_host++;
+  else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+    h->n_transfer_encoding++;
+    h->transfer_encoding = value ? value : "";
+  }
+  return MHD_YES;
+}
+
+const char *guard_head_problem(struct MHD_Connection *c, const char *version) {
+  conn_rec *cr = rec_of(c);
+  if (cr && cr->nul_in_url) {
+    cr->nul_in_url = 0;
+    return "the URL contains an encoded NUL byte (%00)";
+  }
+  head_scan h = {0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
+  if (h.bad_name)
+    return "a header name contains a character that is not allowed (whitespace before ':', or "
+           "a folded line?)";
+  if (h.folded)
+    return "a Content-Length, Transfer-Encoding or Host header is folded over several lines";
+  if (h.n_content_length > 1) return "the request has more than one Content-Length header";
+  if (h.n_host > 1) return "the request has more than one Host header";
+  if (h.n_transfer_encoding > 1) return "the request has more than one Transfer-Encoding header";
+  if (h.n_transfer_encoding) {
+    if (h.n_content_length)
+      return "the request has both Transfer-Encoding and Content-Length (ambiguous framing)";
+    if (version && !strcmp(version, MHD_HTTP_VERSION_1_0))
+      return "Transfer-Encoding is not allowed in an HTTP/1.0 request";
+    if (strcasecmp(h.transfer_encoding, "chunked"))
+      return "the only transfer coding accepted is 'Transfer-Encoding: chunked'";
+  }
+  return NULL;
+}

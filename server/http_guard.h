@@ -1,0 +1,43 @@
+/*
+ * http_guard.h: what a TCP connection may cost the daemon before it has sent a request, and
+ * what a request head may look like on the wire.
+ * Owns: one record per open connection (MHD's socket context), the request-head deadline
+ * (header_timeout), the per-client-address connection limit (max_connections_per_client), the
+ * URL unescaper that notices %00, and the request-framing checks (Content-Length,
+ * Transfer-Encoding, header names). Thread: loop thread only (MHD callbacks run on it).
+ */
+#ifndef XLS_HTTP_GUARD_H
+#define XLS_HTTP_GUARD_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+struct app;
+typedef struct http_guard http_guard;
+
+http_guard *guard_new(struct app *a);
+/* After MHD_stop_daemon (every connection record is gone by then). */
+void guard_free(http_guard *g);
+
+/* MHD's accept policy: refuses an address that already holds max_connections_per_client. */
+enum MHD_Result guard_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+/* NOTIFY_CONNECTION: a connection was accepted / is about to be closed. */
+void guard_conn_started(http_guard *g, struct MHD_Connection *c, void **socket_context);
+void guard_conn_closed(http_guard *g, void **socket_context);
+/* The access handler's first call for a request: its head is complete. */
+void guard_request_started(struct MHD_Connection *c);
+/* NOTIFY_COMPLETED: the connection waits for its next request head (when kept alive). */
+void guard_request_done(http_guard *g, struct MHD_Connection *c);
+
+/* MHD_OPTION_UNESCAPE_CALLBACK: %HH decoding that remembers a decoded NUL byte. */
+size_t guard_unescape(void *cls, struct MHD_Connection *c, char *s);
+
+/* NULL when the request's head is acceptable, else why it is not (for a 400 reply): a NUL byte
+ * in the URL, repeated or conflicting framing headers, a transfer coding other than chunked,
+ * Transfer-Encoding with Content-Length or in HTTP/1.0, a header name that is not a token, a
+ * framing header folded over several lines. */
+const char *guard_head_problem(struct MHD_Connection *c, const char *version);
+
+#endif
