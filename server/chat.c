@@ -64,14 +64,59 @@ static void continue_text(const chat_template *t, const session *s, const chat_m
   buf_free(&b);
 }
 
+/* Length L of the longest run of the request's messages, from m[h], that equals the end of the
+ * session's transcript (the last L messages, ending with the last reply), with at least one
+ * transcript message dropped before it (after the h kept head messages) and at least one new
+ * message after it. 0 when none. Linear: polynomial hashes over the message hashes, the winner
+ * checked message by message. */
+static int trimmed_overlap(const session *s, const chat_message *m, int n, int h) {
+  int k = s->n_msgs;
+  int max = n - h - 1;
+  if (k - h - 1 < max) max = k - h - 1;
+  if (max < 1) return 0;
+  const uint64_t B = 0x100000001b3ULL;
+  uint64_t pre = 0, suf = 0, pw = 1;
+  int best = 0;
+  for (int L = 1; L <= max; L++) {
+    const chat_message *x = &m[h + L - 1];
+    pre = pre * B + (chat_hash(x->role, x->content, x->len) ^ x->role);
+    const chat_msg_rec *y = &s->msgs[k - L];
+    suf = suf + (y->hash ^ y->role) * pw;
+    pw *= B;
+    if (pre == suf) best = L;
+  }
+  while (best > 0) { /* verify (a hash collision would only cost the shorter match) */
+    int ok = 1;
+    for (int i = 0; i < best && ok; i++) ok = same(&s->msgs[k - best + i], &m[h + i]);
+    if (ok) return best;
+    best--;
+    while (best > 0) { /* next candidate: the request's message h+best-1 is the last reply */
+      if (same(&s->msgs[k - 1], &m[h + best - 1])) break;
+      best--;
+    }
+  }
+  return 0;
+}
+
 void chat_plan_turn(const chat_template *t, const session *s, const chat_message *m, int n,
                     history_mode mode, chat_plan *p) {
   buf_init(&p->text);
   p->first = 0;
   int k = s->n_msgs;
-  int full = s->chat == CHAT_MESSAGES && n > k;
+  int msgs = s->chat == CHAT_MESSAGES;
+  int full = msgs && n > k;
   for (int i = 0; full && i < k; i++)
     if (!same(&s->msgs[i], &m[i])) full = 0;
+  /* trimmed from the front: the kept head is the system message when both start with it */
+  int trimmed = 0;
+  if (msgs && !full && mode == HISTORY_AUTO) {
+    int h = k > 0 && m[0].role == ROLE_SYSTEM && same(&s->msgs[0], &m[0]) ? 1 : 0;
+    int L = trimmed_overlap(s, m, n, h);
+    if (L) trimmed = h + L;
+  }
+  int only_users = 1;
+  for (int i = 0; i < n; i++)
+    if (m[i].role != ROLE_USER) only_users = 0;
 
   if (s->chat == CHAT_EMPTY) {
     p->kind = PLAN_NEW;
@@ -79,14 +124,15 @@ void chat_plan_turn(const chat_template *t, const session *s, const chat_message
     p->kind = PLAN_APPEND;
   } else if (full) {
     p->kind = PLAN_FULL;
+  } else if (trimmed) {
+    p->kind = PLAN_TRIMMED;
   } else if (mode == HISTORY_FULL || s->chat == CHAT_DESYNC) {
     p->kind = PLAN_RESET;
-  } else if (s->chat == CHAT_MESSAGES &&
-             (m[0].role == ROLE_SYSTEM || (k > 0 && same(&s->msgs[0], &m[0])))) {
-    /* it starts like this conversation (or sets a system prompt) but does not extend it */
+  } else if (msgs && !only_users) {
+    /* a history (it holds a reply or a system prompt) that does not continue this one */
     p->kind = PLAN_RESET;
   } else {
-    p->kind = PLAN_APPEND;
+    p->kind = PLAN_APPEND; /* only new user messages (or raw completions before) */
   }
 
   switch (p->kind) {
@@ -98,8 +144,12 @@ void chat_plan_turn(const chat_template *t, const session *s, const chat_message
       p->first = k;
       continue_text(t, s, m, k, n, &p->text);
       break;
+    case PLAN_TRIMMED:
+      p->first = trimmed;
+      continue_text(t, s, m, trimmed, n, &p->text);
+      break;
     case PLAN_APPEND:
-      if (s->chat == CHAT_MESSAGES) continue_text(t, s, m, 0, n, &p->text);
+      if (msgs) continue_text(t, s, m, 0, n, &p->text);
       else render_from(t, m, 0, n, &p->text);
       break;
   }
@@ -112,6 +162,7 @@ const char *plan_name(plan_kind k) {
     case PLAN_NEW: return "new";
     case PLAN_FULL: return "full_history";
     case PLAN_APPEND: return "append";
+    case PLAN_TRIMMED: return "trimmed_history";
     default: return "reset";
   }
 }

@@ -16,6 +16,19 @@
  * wrote the user's turn header), the tail is not fed twice. So the memory holds exactly the
  * rendering of the whole conversation, whatever way it was sent.
  *
+ * The history rule (history "auto"; transcript T = the session's recorded messages, request
+ * M = the request's messages), first match wins:
+ *   - the session is empty: everything is fed (new);
+ *   - M extends T (T is a strict prefix of M): only M's messages after T are fed (full_history);
+ *   - M is T with old messages dropped from its front (optionally keeping T's first message
+ *     when it is the same system message): the rest of M, from T's last reply on, continues T
+ *     and only the messages after that reply are fed (trimmed_history);
+ *   - the previous turn was cut (cancel, error): reset and replay M;
+ *   - M holds a system or assistant message (a history, not this one: an edited first
+ *     message, an edited reply, another system prompt, the same history again): reset;
+ *   - M holds only user messages: they are appended (even when equal in text to earlier ones).
+ * history "full": extends T, else reset. history "append": always appended.
+ *
  * Thread: loop thread (pure functions over a session it holds).
  */
 #ifndef XLS_CHAT_H
@@ -46,6 +59,7 @@ typedef enum {
   PLAN_NEW,    /* the session was empty: everything is fed */
   PLAN_FULL,   /* full history recognised: only messages [first..n) are fed */
   PLAN_APPEND, /* only new messages: all of them are appended */
+  PLAN_TRIMMED, /* the history with old messages dropped from its front: messages [first..n) fed */
   PLAN_RESET   /* edited history (or a cut turn): reset the session and replay everything */
 } plan_kind;
 

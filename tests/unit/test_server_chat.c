@@ -77,6 +77,56 @@ static void test_rules(void) {
   free(s.tail);
 }
 
+/* The history table of README-server.md, one check per row that the rule above does not cover. */
+static void test_trimmed_edited_and_repeated(void) {
+  session s;
+  memset(&s, 0, sizeof s);
+  chat_message sys = M(ROLE_SYSTEM, "Be kind."), u1 = M(ROLE_USER, "Hi"), a1 = M(ROLE_ASSISTANT, "Hello");
+  chat_message u2 = M(ROLE_USER, "More"), a2 = M(ROLE_ASSISTANT, "Sure"), u3 = M(ROLE_USER, "Bye");
+  chat_message t1[] = {sys, u1};
+  record(&s, t1, 2, "Hello", "");
+  chat_message t2[] = {u2};
+  record(&s, t2, 1, "Sure", ""); /* transcript: sys u1 a1 u2 a2 */
+  /* trimmed from the front, the system message kept */
+  chat_message tr1[] = {sys, u2, a2, u3};
+  CHECK(plan_is(&s, tr1, 4, HISTORY_AUTO, PLAN_TRIMMED, 3, "\nUser: Bye\nAssistant: "));
+  /* trimmed, the system message dropped too */
+  chat_message tr2[] = {u2, a2, u3};
+  CHECK(plan_is(&s, tr2, 3, HISTORY_AUTO, PLAN_TRIMMED, 2, "\nUser: Bye\nAssistant: "));
+  chat_message tr3[] = {a2, u3};
+  CHECK(plan_is(&s, tr3, 2, HISTORY_AUTO, PLAN_TRIMMED, 1, "\nUser: Bye\nAssistant: "));
+  /* history "full" does not take a trimmed history */
+  CHECK(plan_is(&s, tr2, 3, HISTORY_FULL, PLAN_RESET, 0,
+                "User: More\nAssistant: Sure\nUser: Bye\nAssistant: "));
+  /* an edited first message: reset, not appended */
+  chat_message ed[] = {M(ROLE_SYSTEM, "Be kinder."), u1, a1, u2, a2, u3};
+  CHECK(plan_is(&s, ed, 6, HISTORY_AUTO, PLAN_RESET, 0,
+                "Be kinder.\n\nUser: Hi\nAssistant: Hello\nUser: More\nAssistant: Sure\nUser: "
+                "Bye\nAssistant: "));
+  session s2;
+  memset(&s2, 0, sizeof s2);
+  record(&s2, &u1, 1, "Hello", ""); /* transcript: u1 a1 */
+  chat_message ed2[] = {M(ROLE_USER, "Hi there"), a1, u3};
+  CHECK(plan_is(&s2, ed2, 3, HISTORY_AUTO, PLAN_RESET, 0,
+                "User: Hi there\nAssistant: Hello\nUser: Bye\nAssistant: "));
+  /* a new message equal in text to the first one: appended */
+  CHECK(plan_is(&s2, &u1, 1, HISTORY_AUTO, PLAN_APPEND, 0, "\nUser: Hi\nAssistant: "));
+  /* the same history again (regenerate): reset */
+  chat_message again[] = {u1, a1};
+  CHECK(plan_is(&s2, again, 2, HISTORY_AUTO, PLAN_RESET, 0, "User: Hi\nAssistant: Hello\nAssistant: "));
+  /* a repeated conversation: the longest overlap wins (the fewest messages fed) */
+  chat_message rep[] = {u1, a1};
+  record(&s2, rep, 1, "Hello", ""); /* transcript: u1 a1 u1 a1 */
+  chat_message rr[] = {u1, a1, u1, a1, u3};
+  CHECK(plan_is(&s2, rr, 5, HISTORY_AUTO, PLAN_FULL, 4, "\nUser: Bye\nAssistant: "));
+  chat_message rt[] = {a1, u1, a1, u3};
+  CHECK(plan_is(&s2, rt, 4, HISTORY_AUTO, PLAN_TRIMMED, 3, "\nUser: Bye\nAssistant: "));
+  free(s.msgs);
+  free(s.tail);
+  free(s2.msgs);
+  free(s2.tail);
+}
+
 static void test_stop_text_not_fed_twice(void) {
   session s;
   memset(&s, 0, sizeof s);
@@ -99,6 +149,7 @@ int main(void) {
   fclose(devnull);
   chat_template_init(&T, &C);
   RUN(test_rules);
+  RUN(test_trimmed_edited_and_repeated);
   RUN(test_stop_text_not_fed_twice);
   chat_template_free(&T);
   config_free(&C);
