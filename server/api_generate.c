@@ -221,6 +221,13 @@ void api_generate(req *r, job_kind kind) {
   j->stream = g->stream;
   j->include_usage = g->include_usage;
   j->n_top = g->n_top;
+  if (g->n_bias) {
+    j->n_bias = g->n_bias;
+    j->bias_ids = xmalloc(sizeof *j->bias_ids * (size_t)g->n_bias);
+    j->bias_vals = xmalloc(sizeof *j->bias_vals * (size_t)g->n_bias);
+    memcpy(j->bias_ids, g->bias_ids, sizeof *j->bias_ids * (size_t)g->n_bias);
+    memcpy(j->bias_vals, g->bias_vals, sizeof *j->bias_vals * (size_t)g->n_bias);
+  }
   for (int i = 0; i < g->n_stops; i++) job_add_stop(j, g->stops[i], g->stop_lens[i]);
   if (kind == JOB_CHAT) {
     job_add_stop(j, a->tpl.auto_stop, strlen(a->tpl.auto_stop));

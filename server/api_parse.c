@@ -123,6 +123,37 @@ static int parse_prompt(json_t *root, gen_request *g, const parse_limits *lim, a
   BAD("prompt", "'prompt' must be a string, an array of token ids, or an array of one of those");
 }
 
+/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's shape; ids as decimal strings) */
+static int parse_logit_bias(json_t *root, gen_request *g, const parse_limits *lim, api_error *e) {
+  json_t *v = json_object_get(root, "logit_bias");
+  if (is_null(v)) return 0;
+  if (!json_is_object(v))
+    BAD("logit_bias", "'logit_bias' must be an object mapping token ids to numbers in [-100, 100]");
+  size_t n = json_object_size(v);
+  if (n > (size_t)lim->vocab_size)
+    BAD("logit_bias", "'logit_bias' has more entries than the vocabulary (%d)", lim->vocab_size);
+  g->bias_ids = xmalloc(sizeof *g->bias_ids * (n ? n : 1));
+  g->bias_vals = xmalloc(sizeof *g->bias_vals * (n ? n : 1));
+  const char *key;
+  json_t *val;
+  json_object_foreach(v, key, val) {
+    char *end = NULL;
+    long id = strtol(key, &end, 10);
+    if (!*key || *end || key[0] == '-' || key[0] == '+' || key[0] == ' ' || id < 0 ||
+        id >= lim->vocab_size)
+      BAD("logit_bias", "'logit_bias' keys must be token ids in [0, %d) (got \"%.40s\")",
+          lim->vocab_size, key);
+    for (int i = 0; i < g->n_bias; i++)
+      if (g->bias_ids[i] == (int32_t)id) BAD("logit_bias", "'logit_bias' names token %ld twice", id);
+    if (!json_is_number(val) || !isfinite(json_number_value(val)) ||
+        json_number_value(val) < -100 || json_number_value(val) > 100)
+      BAD("logit_bias", "'logit_bias' values must be numbers in [-100, 100] (token %ld)", id);
+    g->bias_ids[g->n_bias] = (int32_t)id;
+    g->bias_vals[g->n_bias++] = (float)json_number_value(val);
+  }
+  return 0;
+}
+
 static int parse_messages(json_t *root, gen_request *g, api_error *e) {
   json_t *ms = json_object_get(root, "messages");
   if (!ms) BAD("messages", "'messages' is required");
@@ -276,9 +307,7 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
     if (!is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
       BAD("suffix", "'suffix' is not supported");
   }
-  v = json_object_get(r, "logit_bias");
-  if (!is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
-    BAD("logit_bias", "'logit_bias' is not supported");
+  if (parse_logit_bias(r, g, lim, e)) return -1;
   v = json_object_get(r, "tools");
   if (!is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
     BAD("tools", "'tools' are not supported");
@@ -317,6 +346,8 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
 void gen_request_free(gen_request *g) {
   if (g->root) json_decref(g->root);
   free(g->prompt_ids);
+  free(g->bias_ids);
+  free(g->bias_vals);
   free(g->msgs);
   for (int i = 0; i < g->n_parts; i++) free(g->parts[i]);
   free(g->parts);

@@ -2,8 +2,8 @@
  * api_parse.h: validation of /v1/completions and /v1/chat/completions request bodies into a
  * gen_request. Every field is checked for type and range; an error names the field (OpenAI's
  * "param") and carries the HTTP status. Unknown fields are ignored; known OpenAI fields this
- * server cannot honour (n > 1, echo, best_of > 1, logit_bias, tools, non-text response_format,
- * suffix) are refused with 400 rather than silently ignored.
+ * server cannot honour (n > 1, echo, best_of > 1, tools, suffix) are refused with 400 rather
+ * than silently ignored.
  * Thread: any (pure; used on the loop thread). Fuzzable: parse_gen_request has no side effects.
  */
 #ifndef XLS_API_PARSE_H
@@ -57,6 +57,10 @@ typedef struct gen_request {
   size_t stop_lens[MAX_STOPS];
   int n_stops;
   int n_top; /* -1 = no logprobs */
+  /* logit_bias: added to the token's log-probability before sampling (malloc'd) */
+  int32_t *bias_ids;
+  float *bias_vals;
+  int n_bias;
   const char *session_id;
 } gen_request;
 

@@ -31,6 +31,9 @@ void job_free(job *j) {
   if (!j) return;
   free(j->input);
   free(j->hist);
+  free(j->bias_ids);
+  free(j->bias_vals);
+  free(j->adj);
   for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
   free(j->stops);
   free(j->model_name);
@@ -107,9 +110,16 @@ static void detok_into(job *j, int32_t t, buf *dst, int flush) {
 
 void job_take_token(job *j, const float *lp, void *scratch, double now) {
   const xl_config *c = xl_model_config(j->model);
-  float chosen = 0;
-  int32_t t = xl_sample(lp, c->vocab_size, &j->sampling, j->hist, (size_t)j->n_gen, &j->rng,
-                        scratch, &chosen);
+  const float *dist = lp;
+  if (j->n_bias) { /* logit_bias: a shift of log-probabilities is a shift of logits */
+    if (!j->adj) j->adj = xmalloc(sizeof *j->adj * (size_t)c->vocab_size);
+    memcpy(j->adj, lp, sizeof *j->adj * (size_t)c->vocab_size);
+    for (int i = 0; i < j->n_bias; i++) j->adj[j->bias_ids[i]] += j->bias_vals[i];
+    dist = j->adj;
+  }
+  int32_t t = xl_sample(dist, c->vocab_size, &j->sampling, j->hist, (size_t)j->n_gen, &j->rng,
+                        scratch, NULL);
+  float chosen = lp[t]; /* logprobs report the model's distribution, before any bias */
   j->hist[j->n_gen++] = t;
   j->sess->pending = t; /* sampled, not fed: the memory + pending is the transcript */
   j->next = t;

@@ -62,6 +62,9 @@ typedef struct job {
   int seeded;
   int stream, include_usage;
   int n_top; /* -1: no logprobs; else alternatives per token (0..JOB_MAX_TOP) */
+  int32_t *bias_ids; /* logit_bias (malloc'd): added to log-probabilities before sampling */
+  float *bias_vals;
+  int n_bias;
   char **stops;
   int n_stops;
   int chunk; /* prefill chunk */
@@ -78,6 +81,7 @@ typedef struct job {
   int32_t next;
   int n_gen;
   int32_t *hist; /* [max_tokens] generated ids (penalties) */
+  float *adj;    /* [vocab] log-probabilities after logit_bias and the output constraint */
   xl_detok detok;
   buf hold;  /* generated text not yet released (could start a stop string) */
   buf reply; /* released (visible) text */
