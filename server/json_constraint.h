@@ -1,0 +1,72 @@
+/*
+ * json_constraint.h: structured output. A JSON schema (the subset clients use) is compiled into
+ * a tree of nodes; a small pushdown automaton over bytes follows a document being generated and
+ * says which next bytes can still continue it into a valid document that validates against the
+ * schema. The generator masks every token whose bytes are not accepted, so what it writes always
+ * parses and validates; the document ends when its root value is complete.
+ *
+ * Supported schema keywords: type (a name or a list), properties, required, items, enum, const,
+ * minLength/maxLength (code points), minItems/maxItems, anyOf/oneOf whose branches start with
+ * different bytes (e.g. a type or null), $ref to "#/..." within the schema ($defs/definitions),
+ * and annotations that do not constrain (title, description, default, examples, format,
+ * $schema, $id, additionalProperties, strict). Any other keyword is refused (compile error naming
+ * it) rather than ignored. An object with properties has only those properties (as OpenAI's
+ * strict mode); an object without properties, and a schema without type, take any JSON.
+ *
+ * What is generated: compact JSON (no whitespace between tokens), valid UTF-8, escapes
+ * \" \\ \/ \b \f \n \r \t \uXXXX (no lone surrogates), numbers of at most 32 bytes with at
+ * most 15 integer digits and exponents of at most 2 digits, nesting of at most JC_MAX_DEPTH
+ * containers. A root number (or a root enum whose options extend one another) ends with one
+ * whitespace byte.
+ *
+ * Threads: a compiled schema is immutable (share it freely); a jc_state belongs to one thread
+ * (the worker holding the job). Pure: no I/O.
+ */
+#ifndef XLS_JSON_CONSTRAINT_H
+#define XLS_JSON_CONSTRAINT_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define JC_MAX_DEPTH 32
+#define JC_MAX_FRAMES (2 * JC_MAX_DEPTH + 4)
+
+typedef struct jc_node jc_node;
+typedef struct jc_schema jc_schema;
+
+typedef struct jc_frame {
+  const jc_node *node;
+  uint64_t mask; /* literal: options still possible; object: properties already written */
+  int32_t count; /* string: code points; array: items; literal: bytes matched; number: bytes */
+  int16_t prop;  /* object: the property whose key was just read (-1: a free key) */
+  uint8_t kind, sub;
+  uint8_t is_key;           /* string or literal read as an object key */
+  uint8_t left, lo, hi;     /* string: UTF-8 continuation bytes left and the next one's range */
+  uint8_t exp_digits;       /* number: exponent digits */
+} jc_frame;
+
+typedef struct jc_state {
+  const jc_schema *schema;
+  int depth; /* frames in use */
+  int nest;  /* containers open */
+  int done;  /* the root value is complete: nothing more may follow */
+  jc_frame f[JC_MAX_FRAMES];
+} jc_state;
+
+/* Compiles schema (NULL: any JSON value; object_only: the root must be an object, as
+ * response_format json_object). NULL with a message in err (the schema path and the problem). */
+jc_schema *jc_compile(json_t *schema, int object_only, char *err, size_t cap);
+void jc_schema_free(jc_schema *s);
+
+void jc_init(jc_state *st, const jc_schema *s);
+/* Consumes one byte: 0, or -1 when the byte cannot continue a valid document (st unchanged). */
+int jc_step(jc_state *st, unsigned char c);
+/* Whether the bytes could come next (st unchanged). */
+int jc_accepts(const jc_state *st, const unsigned char *bytes, size_t n);
+/* allowed[c] = 1 when byte c could come next. Returns the number allowed. */
+int jc_allowed_bytes(const jc_state *st, uint8_t allowed[256]);
+/* The document is complete. */
+static inline int jc_done(const jc_state *st) { return st->done; }
+
+#endif
