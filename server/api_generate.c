@@ -221,6 +221,8 @@ void api_generate(req *r, job_kind kind) {
   j->stream = g->stream;
   j->include_usage = g->include_usage;
   j->n_top = g->n_top;
+  j->constraint = g->constraint; /* the job owns the compiled schema from here */
+  g->constraint = NULL;
   if (g->n_bias) {
     j->n_bias = g->n_bias;
     j->bias_ids = xmalloc(sizeof *j->bias_ids * (size_t)g->n_bias);

@@ -154,6 +154,78 @@ static int parse_logit_bias(json_t *root, gen_request *g, const parse_limits *li
   return 0;
 }
 
+/* Structured output: OpenAI's response_format (json_object, json_schema), llama.cpp's
+ * json_schema field (and its response_format json_object + schema), vLLM's guided_json (an
+ * object or a JSON string). At most one of them names a schema; it is compiled here. */
+static int parse_structured_output(json_t *root, gen_request *g, const parse_limits *lim,
+                                   api_error *e) {
+  json_t *schema = NULL, *owned = NULL;
+  int object_only = 0, given = 0;
+  const char *param = NULL;
+  json_t *v = json_object_get(root, "response_format");
+  if (!is_null(v)) {
+    json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    const char *ty = json_is_string(t) ? json_string_value(t) : "";
+    if (!strcmp(ty, "json_object")) {
+      given = 1;
+      param = "response_format";
+      schema = json_object_get(v, "schema"); /* llama.cpp's form */
+      if (is_null(schema)) schema = NULL, object_only = 1;
+    } else if (!strcmp(ty, "json_schema")) {
+      given = 1;
+      param = "response_format.json_schema";
+      json_t *js = json_object_get(v, "json_schema");
+      if (!json_is_object(js))
+        BAD(param, "'response_format.json_schema' must be an object {\"name\", \"schema\", \"strict\"}");
+      json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+      if (!is_null(name) && !json_is_string(name))
+        BAD("response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+      if (!is_null(strict) && !json_is_boolean(strict))
+        BAD("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
+      schema = json_object_get(js, "schema");
+      if (!json_is_object(schema))
+        BAD("response_format.json_schema.schema",
+            "'response_format.json_schema.schema' must be a JSON schema object");
+      param = "response_format.json_schema.schema";
+    } else if (strcmp(ty, "text")) {
+      BAD("response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+  }
+  static const char *const aliases[] = {"json_schema", "guided_json"};
+  for (int i = 0; i < 2; i++) {
+    v = json_object_get(root, aliases[i]);
+    if (is_null(v)) continue;
+    if (given) BAD(aliases[i], "'%s' and '%s' both ask for structured output: give one", param, aliases[i]);
+    given = 1;
+    param = aliases[i];
+    if (json_is_string(v) && i == 1) { /* vLLM accepts the schema as a JSON string */
+      json_error_t je;
+      owned = json_loadb(json_string_value(v), json_string_length(v), JSON_REJECT_DUPLICATES, &je);
+      if (!json_is_object(owned)) {
+        json_decref(owned);
+        BAD(param, "'%s' must be a JSON schema (an object, or a string holding one)", param);
+      }
+      schema = owned;
+    } else if (json_is_object(v)) {
+      schema = v;
+    } else {
+      BAD(param, "'%s' must be a JSON schema object", param);
+    }
+  }
+  if (!given) return 0;
+  if (lim->words_tokenizer) {
+    json_decref(owned);
+    BAD(param, "structured output needs a byte-level model: this model's word vocabulary cannot "
+               "spell arbitrary JSON");
+  }
+  char err[400];
+  g->constraint = jc_compile(schema, object_only, err, sizeof err);
+  json_decref(owned);
+  if (!g->constraint) BAD(param, "unsupported JSON schema in '%s': %s", param, err);
+  g->constraint_param = param;
+  return 0;
+}
+
 static int parse_messages(json_t *root, gen_request *g, api_error *e) {
   json_t *ms = json_object_get(root, "messages");
   if (!ms) BAD("messages", "'messages' is required");
@@ -313,12 +385,7 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
     BAD("tools", "'tools' are not supported");
   v = json_object_get(r, "functions");
   if (!is_null(v)) BAD("functions", "'functions' are not supported");
-  v = json_object_get(r, "response_format");
-  if (!is_null(v)) {
-    json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-    if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
-      BAD("response_format", "only 'response_format': {\"type\": \"text\"} is supported");
-  }
+  if (parse_structured_output(r, g, lim, e)) return -1;
   /* extensions */
   v = json_object_get(r, "session_id");
   if (!is_null(v)) {
@@ -348,6 +415,7 @@ void gen_request_free(gen_request *g) {
   free(g->prompt_ids);
   free(g->bias_ids);
   free(g->bias_vals);
+  jc_schema_free(g->constraint);
   free(g->msgs);
   for (int i = 0; i < g->n_parts; i++) free(g->parts[i]);
   free(g->parts);

@@ -14,6 +14,7 @@
 
 #include "chat.h"
 #include "job.h"
+#include "json_constraint.h"
 #include "xl.h"
 
 typedef struct api_error {
@@ -27,6 +28,7 @@ typedef struct api_error {
 typedef struct parse_limits {
   long long default_max_tokens, max_tokens_limit;
   int vocab_size;
+  int words_tokenizer; /* word-level vocabulary: structured output is refused */
 } parse_limits;
 
 #define MAX_STOPS 16
@@ -61,6 +63,9 @@ typedef struct gen_request {
   int32_t *bias_ids;
   float *bias_vals;
   int n_bias;
+  /* structured output (response_format json_object/json_schema, json_schema, guided_json) */
+  jc_schema *constraint;
+  const char *constraint_param; /* the field it came from */
   const char *session_id;
 } gen_request;
 

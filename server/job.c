@@ -34,6 +34,8 @@ void job_free(job *j) {
   free(j->bias_ids);
   free(j->bias_vals);
   free(j->adj);
+  free(j->jc);
+  jc_schema_free(j->constraint);
   for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
   free(j->stops);
   free(j->model_name);
@@ -108,18 +110,41 @@ static void detok_into(job *j, int32_t t, buf *dst, int flush) {
   buf_add(dst, tmp, n);
 }
 
+/* Structured output: every token whose bytes cannot continue the document gets -inf. */
+static void mask_constraint(job *j, int vocab) {
+  if (!j->jc) {
+    j->jc = xmalloc(sizeof *j->jc);
+    jc_init(j->jc, j->constraint);
+  }
+  uint8_t allowed[256];
+  jc_allowed_bytes(j->jc, allowed);
+  unsigned char raw[256];
+  for (int t = 0; t < vocab; t++) {
+    size_t n = xl_token_bytes(j->model, t, 0, (char *)raw, sizeof raw);
+    int ok = n == 1 ? allowed[raw[0]] : n > 1 && n <= sizeof raw && jc_accepts(j->jc, raw, n);
+    if (!ok) j->adj[t] = -INFINITY;
+  }
+}
+
 void job_take_token(job *j, const float *lp, void *scratch, double now) {
   const xl_config *c = xl_model_config(j->model);
   const float *dist = lp;
-  if (j->n_bias) { /* logit_bias: a shift of log-probabilities is a shift of logits */
+  if (j->n_bias || j->constraint) {
     if (!j->adj) j->adj = xmalloc(sizeof *j->adj * (size_t)c->vocab_size);
     memcpy(j->adj, lp, sizeof *j->adj * (size_t)c->vocab_size);
-    for (int i = 0; i < j->n_bias; i++) j->adj[j->bias_ids[i]] += j->bias_vals[i];
     dist = j->adj;
   }
+  /* logit_bias: a shift of log-probabilities is a shift of logits */
+  for (int i = 0; i < j->n_bias; i++) j->adj[j->bias_ids[i]] += j->bias_vals[i];
+  if (j->constraint) mask_constraint(j, c->vocab_size);
   int32_t t = xl_sample(dist, c->vocab_size, &j->sampling, j->hist, (size_t)j->n_gen, &j->rng,
                         scratch, NULL);
   float chosen = lp[t]; /* logprobs report the model's distribution, before any bias */
+  if (j->constraint) {
+    unsigned char raw[256];
+    size_t n = xl_token_bytes(j->model, t, 0, (char *)raw, sizeof raw);
+    for (size_t i = 0; i < n && n <= sizeof raw; i++) jc_step(j->jc, raw[i]); /* allowed: masked */
+  }
   j->hist[j->n_gen++] = t;
   j->sess->pending = t; /* sampled, not fed: the memory + pending is the transcript */
   j->next = t;
@@ -144,6 +169,11 @@ void job_take_token(job *j, const float *lp, void *scratch, double now) {
   }
   detok_into(j, t, &j->hold, 0);
   if (check_stop(j)) {
+    job_finish(j, FINISH_STOP);
+    return;
+  }
+  if (j->constraint && jc_done(j->jc)) { /* the document is complete: all of it is the reply */
+    release(j, j->hold.len);
     job_finish(j, FINISH_STOP);
     return;
   }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "json_constraint.h"
 #include "session.h"
 #include "xl.h"
 
@@ -65,6 +66,7 @@ typedef struct job {
   int32_t *bias_ids; /* logit_bias (malloc'd): added to log-probabilities before sampling */
   float *bias_vals;
   int n_bias;
+  jc_schema *constraint; /* structured output (owned), else NULL */
   char **stops;
   int n_stops;
   int chunk; /* prefill chunk */
@@ -82,6 +84,7 @@ typedef struct job {
   int n_gen;
   int32_t *hist; /* [max_tokens] generated ids (penalties) */
   float *adj;    /* [vocab] log-probabilities after logit_bias and the output constraint */
+  jc_state *jc;  /* the constraint's automaton over the bytes generated so far */
   xl_detok detok;
   buf hold;  /* generated text not yet released (could start a stop string) */
   buf reply; /* released (visible) text */
