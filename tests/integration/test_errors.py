@@ -90,7 +90,7 @@ CASES = [
     (CH, {"messages": MSG, "max_completion_tokens": -2}, 400, "invalid_value",
      "max_completion_tokens"),
     (CH, {"messages": MSG, "tools": [{"type": "function"}]}, 400, "invalid_value", "tools"),
-    (CH, {"messages": MSG, "response_format": {"type": "json_object"}}, 400, "invalid_value",
+    (CH, {"messages": MSG, "response_format": {"type": "xml"}}, 400, "invalid_value",
      "response_format"),
     (CH, {"messages": MSG, "history": "sometimes"}, 400, "invalid_value", "history"),
     (CH, {"messages": MSG, "n": 0}, 400, "invalid_value", "n"),
