@@ -18,9 +18,47 @@ static const char *prompt_param(const req *r) {
   return r->g.kind == JOB_CHAT ? "messages" : "prompt";
 }
 
-static void usage_json(buf *b, const job *j) {
-  buf_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", j->n_prompt,
-             j->n_gen, j->n_prompt + j->n_gen);
+/* usage: prompts counted once each (the choices of a prompt share its prefill), every
+ * generated token counted (best_of's discarded choices too) */
+static void usage_json(buf *b, const req *r) {
+  int pt = r->job->n_prompt, ct = r->job->n_gen;
+  for (int i = 0; i < r->n_others; i++) pt += r->others[i]->n_prompt, ct += r->others[i]->n_gen;
+  buf_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", pt, ct,
+             pt + ct);
+}
+
+static job *job_at(const req *r, int i) { return i == 0 ? r->job : r->others[i - 1]; }
+
+static int by_index(const void *a, const void *b) {
+  const job *x = *(job *const *)a, *y = *(job *const *)b;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+static int by_score(const void *a, const void *b) { /* best_of: the highest sum first */
+  const job *x = *(job *const *)a, *y = *(job *const *)b;
+  if (x->sum_lp != y->sum_lp) return x->sum_lp < y->sum_lp ? 1 : -1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The choices to answer with, in order; out[k] is answered with index k. best_of > n: per
+ * prompt, the n choices whose tokens have the highest summed log-probability. */
+static int answer_jobs(const req *r, job **out) {
+  int total = 1 + r->n_others;
+  job **all = xmalloc(sizeof *all * (size_t)total);
+  for (int i = 0; i < total; i++) all[i] = job_at(r, i);
+  qsort(all, (size_t)total, sizeof *all, by_index);
+  int per = r->g.best_of > 0 ? r->g.best_of : 1, n = r->g.n > 0 ? r->g.n : 1, k = 0;
+  if (per == n) {
+    memcpy(out, all, sizeof *all * (size_t)total);
+    k = total;
+  } else {
+    for (int p = 0; p * per < total; p++) {
+      qsort(all + p * per, (size_t)per, sizeof *all, by_score);
+      for (int c = 0; c < n; c++) out[k++] = all[p * per + c];
+    }
+  }
+  free(all);
+  return k;
 }
 
 /* xlserve's extension block: what the session holds after this turn */
@@ -40,19 +78,29 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
   buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
              j->kind == JOB_CHAT ? "chat.completion" : "text_completion", j->created);
   json_escape(b, j->model_name, strlen(j->model_name));
-  if (j->kind == JOB_CHAT) {
-    buf_printf(b, ",\"system_fingerprint\":\"%s\"", j->fingerprint);
-    buf_adds(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-    json_escape(b, j->reply.p ? j->reply.p : "", j->reply.len);
-    buf_adds(b, ",\"refusal\":null},\"logprobs\":");
-  } else {
-    buf_adds(b, ",\"choices\":[{\"index\":0,\"text\":");
-    json_escape(b, j->reply.p ? j->reply.p : "", j->reply.len);
-    buf_adds(b, ",\"logprobs\":");
+  if (j->kind == JOB_CHAT) buf_printf(b, ",\"system_fingerprint\":\"%s\"", j->fingerprint);
+  buf_adds(b, ",\"choices\":[");
+  job **ans = xmalloc(sizeof *ans * (size_t)(1 + r->n_others));
+  int na = answer_jobs(r, ans);
+  for (int k = 0; k < na; k++) {
+    const job *c = ans[k];
+    if (k) buf_addc(b, ',');
+    buf_printf(b, "{\"index\":%d,", k);
+    if (c->kind == JOB_CHAT) {
+      buf_adds(b, "\"message\":{\"role\":\"assistant\",\"content\":");
+      json_escape(b, c->reply.p ? c->reply.p : "", c->reply.len);
+      buf_adds(b, ",\"refusal\":null},\"logprobs\":");
+    } else {
+      buf_adds(b, "\"text\":");
+      json_escape(b, c->reply.p ? c->reply.p : "", c->reply.len);
+      buf_adds(b, ",\"logprobs\":");
+    }
+    job_fmt_logprobs(b, c, 0, c->n_recs, 0);
+    buf_printf(b, ",\"finish_reason\":\"%s\"}", finish_name(c->finish));
   }
-  job_fmt_logprobs(b, j, 0, j->n_recs, 0);
-  buf_printf(b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_name(j->finish));
-  usage_json(b, j);
+  free(ans);
+  buf_adds(b, "],\"usage\":");
+  usage_json(b, r);
   buf_adds(b, ",\"xlserve\":");
   xlserve_json(b, r, session_tokens);
   buf_addc(b, '}');
@@ -68,7 +116,7 @@ static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens,
   } else if (j->include_usage) {
     job_chunk_prefix(b, j);
     buf_adds(b, ",\"choices\":[],\"usage\":");
-    usage_json(b, j);
+    usage_json(b, r);
     buf_adds(b, ",\"xlserve\":");
     xlserve_json(b, r, session_tokens);
     buf_adds(b, "}\n\n");
@@ -82,6 +130,86 @@ static void make_id(job *j) {
   random_bytes(rnd, sizeof rnd);
   hex_encode(rnd, sizeof rnd, hx);
   snprintf(j->id, sizeof j->id, "%s-%s", j->kind == JOB_CHAT ? "chatcmpl" : "cmpl", hx);
+}
+
+/* A job with m's request fields, for another choice (loop thread, before submit). */
+static job *job_like(const job *m, req *r) {
+  job *c = job_new();
+  c->owner = r;
+  c->kind = m->kind;
+  c->model = m->model;
+  c->max_tokens = m->max_tokens;
+  c->sampling = m->sampling;
+  c->seeded = m->seeded;
+  c->stream = m->stream;
+  c->include_usage = m->include_usage;
+  c->n_top = m->n_top;
+  if (m->n_bias) {
+    c->n_bias = m->n_bias;
+    c->bias_ids = xmalloc(sizeof *c->bias_ids * (size_t)m->n_bias);
+    c->bias_vals = xmalloc(sizeof *c->bias_vals * (size_t)m->n_bias);
+    memcpy(c->bias_ids, m->bias_ids, sizeof *c->bias_ids * (size_t)m->n_bias);
+    memcpy(c->bias_vals, m->bias_vals, sizeof *c->bias_vals * (size_t)m->n_bias);
+  }
+  c->constraint = jc_schema_ref(m->constraint);
+  for (int i = 0; i < m->n_stops; i++) job_add_stop(c, m->stops[i], strlen(m->stops[i]));
+  c->chunk = m->chunk;
+  memcpy(c->id, m->id, sizeof c->id);
+  c->created = m->created;
+  c->model_name = xstrdup(m->model_name);
+  c->fingerprint = m->fingerprint;
+  c->t_arrival = m->t_arrival;
+  c->hist = xmalloc(sizeof(int32_t) * (size_t)(c->max_tokens ? c->max_tokens : 1));
+  xl_detok_init(&c->detok);
+  c->own_session = 1;
+  c->sink = m->stream ? (job *)m : NULL;
+  return c;
+}
+
+/* The jobs of the other choices: per prompt group p, `per` choices with indexes p*per + k; the
+ * group's first job feeds the prompt (group 0: r->job), the rest are its parked siblings. */
+static void make_others(req *r, int groups, int per, int32_t **ptoks, size_t *pn) {
+  job *m = r->job;
+  const gen_request *g = &r->g;
+  r->others = xcalloc((size_t)(groups * per), sizeof *r->others);
+  for (int p = 0; p < groups; p++) {
+    job *lead = m;
+    if (p > 0) {
+      lead = job_like(m, r);
+      lead->index = p * per;
+      lead->n_input = (int)pn[p];
+      lead->n_prompt = (int)pn[p];
+      lead->input = xmalloc(sizeof(int32_t) * (pn[p] ? pn[p] : 1));
+      memcpy(lead->input, ptoks[p], sizeof(int32_t) * pn[p]);
+      r->others[r->n_others++] = lead;
+    }
+    lead->sibs = xcalloc((size_t)per, sizeof *lead->sibs);
+    for (int k = 0; k < per; k++) {
+      int idx = p * per + k;
+      if (idx == lead->index) continue;
+      job *c = job_like(m, r);
+      c->index = idx;
+      c->input = xmalloc(sizeof(int32_t));
+      c->parked = 1;
+      lead->sibs[lead->n_sibs++] = c;
+      r->others[r->n_others++] = c;
+    }
+  }
+  for (int i = 0; i < r->n_others; i++) {
+    job *c = r->others[i];
+    xl_error e;
+    memset(&e, 0, sizeof e);
+    c->sess = session_new(c->model, &e); /* the lead's: its prompt; a sibling's: replaced by the fork */
+    if (!c->sess) abort();               /* out of memory: xmalloc's policy */
+    if (g->seeded) {
+      xl_rng_seed(&c->rng, g->seed + (uint64_t)c->index);
+    } else {
+      uint64_t sd;
+      random_bytes((uint8_t *)&sd, sizeof sd);
+      xl_rng_seed(&c->rng, sd);
+    }
+  }
+  r->others_left = r->n_others;
 }
 
 void api_generate(req *r, job_kind kind) {
@@ -126,6 +254,30 @@ void api_generate(req *r, job_kind kind) {
     }
   }
 
+  /* several choices: in a session, the memory keeps one of them, named by the request */
+  int groups = kind == JOB_CHAT ? 1 : g->n_prompts, per = g->best_of;
+  if (sid && groups > 1) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", "prompt",
+              "a session continues one text: send one prompt per request in a session");
+    return;
+  }
+  if (sid && per > g->n) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", "best_of",
+              "'best_of' greater than 'n' is not supported in a session");
+    return;
+  }
+  if (sid && per > 1 && g->session_choice < 0) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", "n",
+              "in a session, n > 1 needs 'session_choice': the index of the choice whose text "
+              "the session's memory keeps (the others are forks, discarded after the request)");
+    return;
+  }
+  if (!sid && g->session_choice >= 0) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", "session_choice",
+              "'session_choice' applies to requests in a session");
+    return;
+  }
+
   /* what this turn feeds */
   const char *text = g->prompt;
   size_t text_len = g->prompt_len;
@@ -167,7 +319,49 @@ void api_generate(req *r, job_kind kind) {
               "the prompt is empty and the session holds nothing to continue from");
     return;
   }
-  if (!sched_has_room(a->sched)) {
+  /* the other prompts of a list (completions without a session) */
+  int32_t **ptoks = NULL;
+  size_t *pn = NULL;
+  if (groups > 1) {
+    ptoks = xcalloc((size_t)groups, sizeof *ptoks);
+    pn = xcalloc((size_t)groups, sizeof *pn);
+  }
+  for (int p = 1; p < groups; p++) {
+    const gen_prompt *gp = &g->prompts[p];
+    char param[32];
+    snprintf(param, sizeof param, "prompt[%d]", p);
+    const char *bad = NULL;
+    xl_error pe;
+    memset(&pe, 0, sizeof pe);
+    if (gp->ids) {
+      pn[p] = gp->n_ids;
+      ptoks[p] = xmalloc(sizeof(int32_t) * (pn[p] ? pn[p] : 1));
+      memcpy(ptoks[p], gp->ids, sizeof(int32_t) * pn[p]);
+    } else if (gp->len && xl_tokenize(a->model, gp->text, gp->len, &ptoks[p], &pn[p], &pe) != XL_OK) {
+      bad = "tokenizer_error";
+    }
+    if (!bad && pn[p] > (size_t)a->cfg->max_prompt_tokens) bad = "prompt_too_long";
+    if (!bad && pn[p] == 0 && g->max_tokens > 0) bad = "empty_prompt";
+    if (bad) {
+      for (int q = 1; q < groups; q++) free(ptoks[q]);
+      free(ptoks);
+      free(pn);
+      free(toks);
+      if (!strcmp(bad, "tokenizer_error"))
+        req_error(r, 400, "invalid_request_error", bad, param, "cannot tokenize %s: %s", param, pe.message);
+      else if (!strcmp(bad, "prompt_too_long"))
+        req_error(r, 422, "invalid_request_error", bad, param,
+                  "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, pn[p],
+                  a->cfg->max_prompt_tokens);
+      else
+        req_error(r, 400, "invalid_request_error", bad, param, "%s is empty", param);
+      return;
+    }
+  }
+  if (!sched_has_room_for(a->sched, groups * per)) {
+    for (int q = 1; q < groups; q++) free(ptoks[q]);
+    free(ptoks);
+    free(pn);
     free(toks);
     ctr_add(&g_metrics.rejected_queue_full, 1);
     r->retry_after = "1";
@@ -186,6 +380,9 @@ void api_generate(req *r, job_kind kind) {
     r->sess_stateless = 1;
   }
   if (!s) {
+    for (int q = 1; q < groups; q++) free(ptoks[q]);
+    free(ptoks);
+    free(pn);
     free(toks);
     req_error(r, 500, "server_error", "session_create_failed", NULL, "cannot create a session: %s",
               xe.message);
@@ -216,7 +413,8 @@ void api_generate(req *r, job_kind kind) {
   j->max_tokens = (int)g->max_tokens;
   j->sampling = g->sampling;
   j->seeded = g->seeded;
-  if (g->seeded) xl_rng_seed(&j->rng, g->seed);
+  j->index = sid && g->session_choice > 0 ? g->session_choice : 0;
+  if (g->seeded) xl_rng_seed(&j->rng, g->seed + (uint64_t)j->index); /* choice k: seed + k */
   else j->rng = s->rng;
   j->stream = g->stream;
   j->include_usage = g->include_usage;
@@ -244,29 +442,45 @@ void api_generate(req *r, job_kind kind) {
   j->want_snapshot = !r->sess_stateless && st_persistent(a->sessions);
   j->hist = xmalloc(sizeof(int32_t) * (size_t)(j->max_tokens ? j->max_tokens : 1));
   xl_detok_init(&j->detok);
-  if (j->stream && kind == JOB_CHAT) { /* the role chunk (no worker has the job yet) */
-    job_chunk_head(&j->out, j);
-    buf_adds(&j->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                      "\"finish_reason\":null");
-    job_chunk_tail(&j->out, j);
+  if (groups * per > 1) make_others(r, groups, per, ptoks, pn);
+  for (int q = 1; q < groups; q++) free(ptoks[q]);
+  free(ptoks);
+  free(pn);
+  if (j->stream && kind == JOB_CHAT) { /* the role chunks (no worker has the jobs yet) */
+    job **all = xmalloc(sizeof *all * (size_t)(1 + r->n_others));
+    for (int i = 0; i <= r->n_others; i++) all[i] = job_at(r, i);
+    qsort(all, (size_t)(1 + r->n_others), sizeof *all, by_index);
+    for (int i = 0; i <= r->n_others; i++) {
+      job_chunk_head(&j->out, all[i]);
+      buf_adds(&j->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                        "\"finish_reason\":null");
+      job_chunk_tail(&j->out, all[i]);
+    }
+    free(all);
   }
   r->job_running = 1;
   r->refs++; /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
-    j->finish = FINISH_LENGTH;
-    if (j->stream) {
-      req_start_stream(r);
-      job_emit_stream(j, 1);
+    if (j->stream) req_start_stream(r);
+    for (int i = r->n_others; i >= 0; i--) {
+      job *c = job_at(r, i);
+      c->finish = FINISH_LENGTH;
+      if (c->stream) job_emit_stream(c, 1);
+      gen_on_job_done(r, c);
     }
-    gen_on_done(r);
     return;
   }
-  if (sched_submit(a->sched, j)) { /* cannot happen after sched_has_room */
-    j->finish = FINISH_ERROR;
-    snprintf(j->error.message, sizeof j->error.message, "queue full");
-    gen_on_done(r);
-    return;
+  for (int i = 0; i <= r->n_others; i++) {
+    job *c = job_at(r, i);
+    if (sched_submit(a->sched, c)) { /* cannot happen after sched_has_room_for */
+      c->finish = FINISH_ERROR;
+      snprintf(c->error.message, sizeof c->error.message, "queue full");
+      for (int k = i + 1; k <= r->n_others; k++) job_at(r, k)->finish = FINISH_ERROR;
+      for (int k = r->n_others; k >= i; k--) gen_on_job_done(r, job_at(r, k));
+      if (i) gen_cancel(r, 0);
+      return;
+    }
   }
   /* events of the job reach the loop only after this handler returns */
   if (j->stream) req_start_stream(r);
@@ -276,7 +490,8 @@ void api_generate(req *r, job_kind kind) {
 void gen_cancel(req *r, int by_drain) {
   if (!r->job_running) return;
   if (by_drain) r->cancelled_by_drain = 1;
-  sched_cancel(r->a->sched, r->job);
+  if (!r->main_done) sched_cancel(r->a->sched, r->job);
+  for (int i = 0; i < r->n_others; i++) sched_cancel(r->a->sched, r->others[i]); /* a no-op once done */
 }
 
 void gen_on_output(req *r) {
@@ -315,20 +530,47 @@ static void update_session(req *r) {
 
 static void gen_finish(req *r);
 
+/* The response goes out once every job is done and the turn committed. */
+static void maybe_finish(req *r) {
+  if (!r->main_done || r->others_left || r->commit_wait) return;
+  r->job_running = 0;
+  r->a->n_jobs--;
+  gen_finish(r);
+}
+
 /* durability turn: the turn's state is committed (or the commit failed): answer now */
 static void on_turn_committed(void *ctx, int status, const char *msg) {
   req *r = ctx;
   if (status) r->store_err = xstrdup(msg && *msg ? msg : "store error");
   r->commit_wait = 0;
-  gen_finish(r);
+  maybe_finish(r);
   req_unref(r); /* the commit's reference */
 }
 
+void gen_on_job_done(req *r, job *j) {
+  if (j == r->job) {
+    gen_on_done(r);
+    return;
+  }
+  if (j->own_session) { /* a choice's fork: gone with its job */
+    session_free(j->sess);
+    j->sess = NULL;
+  }
+  if (j->finish == FINISH_ERROR)
+    xlog_msg("error", "generation_failed", "request %s (choice %d): %s", r->request_id, j->index,
+             j->error.message);
+  r->others_left--;
+  if (r->main_done && !r->others_left) {
+    if (r->job->stream) req_kick(r);
+    maybe_finish(r);
+  }
+}
+
 void gen_on_done(req *r) {
-  app *a = r->a;
   job *j = r->job;
-  r->job_running = 0;
-  a->n_jobs--;
+  app *a = r->a;
+  if (j->finish != FINISH_STOP && j->finish != FINISH_LENGTH) gen_cancel(r, 0); /* the others too */
+  r->main_done = 1;
   update_session(r);
   r->held_tokens = r->sess_stateless ? 0 : session_tokens(r->sess);
   if (r->sess_stateless) {
@@ -351,7 +593,7 @@ void gen_on_done(req *r) {
   r->sess = NULL;
   if (j->finish == FINISH_ERROR)
     xlog_msg("error", "generation_failed", "request %s: %s", r->request_id, j->error.message);
-  if (!r->commit_wait) gen_finish(r);
+  maybe_finish(r);
 }
 
 /* The end of the response: the stream's tail, or the full body; drops the job's reference. */

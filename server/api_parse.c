@@ -90,37 +90,90 @@ static int parse_stop(json_t *root, gen_request *g, api_error *e) {
   return 0;
 }
 
+/* One prompt: a string or an array of token ids. */
+static int parse_one_prompt(json_t *p, gen_prompt *out, const parse_limits *lim, const char *param,
+                            api_error *e) {
+  memset(out, 0, sizeof *out);
+  out->text = "";
+  if (json_is_string(p)) {
+    out->text = json_string_value(p);
+    out->len = json_string_length(p);
+    return 0;
+  }
+  if (!json_is_array(p))
+    BAD(param, "'%s' must be a string or an array of token ids", param);
+  size_t n = json_array_size(p);
+  out->ids = xmalloc(sizeof(int32_t) * (n ? n : 1));
+  out->n_ids = n;
+  for (size_t i = 0; i < n; i++) {
+    json_t *t = json_array_get(p, i);
+    if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= lim->vocab_size)
+      BAD(param, "token ids in '%s' must be integers in [0, %d)", param, lim->vocab_size);
+    out->ids[i] = (int32_t)json_integer_value(t);
+  }
+  return 0;
+}
+
+/* prompt: a string, token ids, or a list of those (strings or token-id arrays) */
 static int parse_prompt(json_t *root, gen_request *g, const parse_limits *lim, api_error *e) {
   json_t *p = json_object_get(root, "prompt");
-  if (is_null(p)) {
-    g->prompt = "";
-    return 0;
+  size_t np = 1;
+  int list = json_is_array(p) && json_array_size(p) > 0 &&
+             (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)));
+  if (list) {
+    np = json_array_size(p);
+    if (np > MAX_PROMPTS) BAD("prompt", "'prompt' may list at most %d prompts", MAX_PROMPTS);
+  } else if (!is_null(p) && !json_is_string(p) && !json_is_array(p)) {
+    BAD("prompt", "'prompt' must be a string, an array of token ids, or an array of those");
   }
-  if (json_is_array(p) && json_array_size(p) == 1 &&
-      (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-    p = json_array_get(p, 0); /* a batch of one prompt */
-  if (json_is_string(p)) {
-    g->prompt = json_string_value(p);
-    g->prompt_len = json_string_length(p);
-    return 0;
-  }
-  if (json_is_array(p)) {
-    size_t n = json_array_size(p);
-    g->prompt_ids = xmalloc(sizeof(int32_t) * (n ? n : 1));
-    g->n_prompt_ids = n;
-    g->prompt = "";
-    for (size_t i = 0; i < n; i++) {
-      json_t *t = json_array_get(p, i);
-      if (json_is_string(t) || json_is_array(t))
-        BAD("prompt", "several prompts in one request are not supported (send one)");
-      if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-          json_integer_value(t) >= lim->vocab_size)
-        BAD("prompt", "token ids in 'prompt' must be integers in [0, %d)", lim->vocab_size);
-      g->prompt_ids[i] = (int32_t)json_integer_value(t);
+  g->prompts = xcalloc(np, sizeof *g->prompts);
+  g->n_prompts = (int)np;
+  for (size_t i = 0; i < np; i++) {
+    char param[32] = "prompt";
+    if (list) snprintf(param, sizeof param, "prompt[%zu]", i);
+    json_t *one = list ? json_array_get(p, i) : p;
+    if (is_null(one)) {
+      g->prompts[i].text = "";
+    } else if (parse_one_prompt(one, &g->prompts[i], lim, param, e)) {
+      return -1;
     }
-    return 0;
   }
-  BAD("prompt", "'prompt' must be a string, an array of token ids, or an array of one of those");
+  g->prompt = g->prompts[0].text;
+  g->prompt_len = g->prompts[0].len;
+  if (g->prompts[0].ids) {
+    g->n_prompt_ids = g->prompts[0].n_ids;
+    g->prompt_ids = xmalloc(sizeof(int32_t) * (g->n_prompt_ids ? g->n_prompt_ids : 1));
+    memcpy(g->prompt_ids, g->prompts[0].ids, sizeof(int32_t) * g->n_prompt_ids);
+  }
+  return 0;
+}
+
+/* n, best_of (completions), session_choice (extension) */
+static int parse_choices(json_t *r, gen_request *g, job_kind kind, api_error *e) {
+  long long x;
+  int rc;
+  g->n = 1;
+  g->session_choice = -1;
+  if ((rc = get_int(r, "n", 1, MAX_CHOICES, &x, e)) < 0) return -1;
+  if (rc) g->n = (int)x;
+  g->best_of = g->n;
+  if (kind == JOB_COMPLETION) {
+    if ((rc = get_int(r, "best_of", 1, MAX_CHOICES, &x, e)) < 0) return -1;
+    if (rc) {
+      if (x < g->n) BAD("best_of", "'best_of' must be at least 'n' (%d)", g->n);
+      g->best_of = (int)x;
+    }
+    if (g->best_of > g->n && g->stream)
+      BAD("best_of", "'best_of' greater than 'n' cannot be streamed (the best are known at the end)");
+  }
+  if (g->n_prompts * g->best_of > MAX_JOBS)
+    BAD("best_of", "prompts x best_of (or n) may be at most %d", MAX_JOBS);
+  if ((rc = get_int(r, "session_choice", 0, MAX_CHOICES - 1, &x, e)) < 0) return -1;
+  if (rc) {
+    if (x >= g->n) BAD("session_choice", "'session_choice' must be an index in [0, n)");
+    g->session_choice = (int)x;
+  }
+  return 0;
 }
 
 /* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's shape; ids as decimal strings) */
@@ -362,16 +415,9 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
     if ((rc = get_int(r, "logprobs", 0, JOB_MAX_TOP, &x, e)) < 0) return -1;
     if (rc) g->n_top = (int)x;
   }
+  if (parse_choices(r, g, kind, e)) return -1;
   /* OpenAI fields we do not implement: refuse instead of ignoring */
-  if ((rc = get_int(r, "n", 1, 1, &x, e)) < 0) {
-    snprintf(e->message, sizeof e->message, "'n' must be 1 (one choice per request)");
-    return -1;
-  }
   if (kind == JOB_COMPLETION) {
-    if ((rc = get_int(r, "best_of", 1, 1, &x, e)) < 0) {
-      snprintf(e->message, sizeof e->message, "'best_of' must be 1");
-      return -1;
-    }
     int echo = 0;
     if (get_bool(r, "echo", &echo, e) < 0) return -1;
     if (echo) BAD("echo", "'echo' is not supported");
@@ -413,6 +459,8 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
 void gen_request_free(gen_request *g) {
   if (g->root) json_decref(g->root);
   free(g->prompt_ids);
+  for (int i = 0; i < g->n_prompts; i++) free(g->prompts[i].ids);
+  free(g->prompts);
   free(g->bias_ids);
   free(g->bias_vals);
   jc_schema_free(g->constraint);

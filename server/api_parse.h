@@ -34,6 +34,17 @@ typedef struct parse_limits {
 #define MAX_STOPS 16
 #define MAX_STOP_BYTES 256
 
+#define MAX_PROMPTS 64   /* prompts in one request */
+#define MAX_CHOICES 16   /* n and best_of */
+#define MAX_JOBS 128     /* prompts x best_of */
+
+typedef struct gen_prompt {
+  const char *text; /* "" for token ids */
+  size_t len;
+  int32_t *ids; /* malloc'd, else NULL */
+  size_t n_ids;
+} gen_prompt;
+
 typedef struct gen_request {
   job_kind kind;
   json_t *root; /* owns the strings below */
@@ -43,6 +54,9 @@ typedef struct gen_request {
   size_t prompt_len;
   int32_t *prompt_ids; /* token-id prompt (malloc'd), else NULL */
   size_t n_prompt_ids;
+  /* a list of prompts: prompts[0] is the one above; each is a string or token ids */
+  struct gen_prompt *prompts; /* malloc'd [n_prompts] */
+  int n_prompts;
   /* chat */
   chat_message *msgs; /* malloc'd; contents point into root or into parts */
   int n_msgs;
@@ -66,6 +80,8 @@ typedef struct gen_request {
   /* structured output (response_format json_object/json_schema, json_schema, guided_json) */
   jc_schema *constraint;
   const char *constraint_param; /* the field it came from */
+  int n, best_of;      /* choices returned per prompt; choices generated per prompt (>= n) */
+  int session_choice;  /* -1: none; else the choice whose text the session keeps */
   const char *session_id;
 } gen_request;
 

@@ -126,6 +126,9 @@ struct req {
   int client_gone, cancelled_by_drain;
   gen_request g;
   int have_g;
+  job **others;     /* several choices: every job but `job` (siblings, other prompts' jobs) */
+  int n_others, others_left; /* ... and how many are not done yet */
+  int main_done;    /* `job`'s DONE was handled */
   session *sess;        /* held (busy) while job_running */
   int sess_stateless;   /* sess is a temporary, freed at completion */
   int sess_reset;       /* X-Session-Reset: 1 */
@@ -178,6 +181,7 @@ void req_session_error(req *r, const char *id, st_status st);
 /* the loop's handling of a job's events (api_generate.c) */
 void gen_on_output(req *r);
 void gen_on_done(req *r);
+void gen_on_job_done(req *r, job *j); /* a DONE event of any of r's jobs */
 void gen_cancel(req *r, int by_drain);
 
 /* serve_main.c */

@@ -99,6 +99,8 @@ static void req_free(req *r) {
   else a->reqs = r->next;
   if (r->next) r->next->prev = r->prev;
   a->n_reqs--;
+  for (int i = 0; i < r->n_others; i++) job_free(r->others[i]);
+  free(r->others);
   job_free(r->job);
   if (r->have_g) gen_request_free(&r->g);
   if (r->have_plan) chat_plan_free(&r->plan);

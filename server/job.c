@@ -35,6 +35,7 @@ void job_free(job *j) {
   free(j->bias_vals);
   free(j->adj);
   free(j->jc);
+  free(j->sibs);
   jc_schema_free(j->constraint);
   for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
   free(j->stops);
@@ -140,6 +141,7 @@ void job_take_token(job *j, const float *lp, void *scratch, double now) {
   int32_t t = xl_sample(dist, c->vocab_size, &j->sampling, j->hist, (size_t)j->n_gen, &j->rng,
                         scratch, NULL);
   float chosen = lp[t]; /* logprobs report the model's distribution, before any bias */
+  j->sum_lp += chosen;
   if (j->constraint) {
     unsigned char raw[256];
     size_t n = xl_token_bytes(j->model, t, 0, (char *)raw, sizeof raw);
@@ -182,6 +184,28 @@ void job_take_token(job *j, const float *lp, void *scratch, double now) {
     return;
   }
   if (j->stream) job_emit_stream(j, 0);
+}
+
+void job_release_siblings(job *j, const float *lp, void *scratch, double now) {
+  j->sibs_released = 1;
+  for (int i = 0; i < j->n_sibs; i++) {
+    job *c = j->sibs[i];
+    if (c->finish != FINISH_NONE) continue;
+    xl_state *fork = NULL;
+    xl_error e;
+    memset(&e, 0, sizeof e);
+    if (xl_state_clone(j->sess->state, &fork, &e) != XL_OK) {
+      c->error = e;
+      job_finish(c, FINISH_ERROR);
+      continue;
+    }
+    xl_state_free(c->sess->state);
+    c->sess->state = fork;
+    c->sess->digest = j->sess->digest;
+    c->pos = c->n_input; /* nothing of its own to feed */
+    if (lp && c->max_tokens > 0) job_take_token(c, lp, scratch, now);
+    else job_finish(c, FINISH_LENGTH);
+  }
 }
 
 void job_finish(job *j, finish_reason reason) {
@@ -321,7 +345,7 @@ static void chunk_head_build(job *j) {
   json_escape(h, j->model_name, strlen(j->model_name));
   j->head_prefix_len = h->len;
   if (j->kind == JOB_CHAT) buf_printf(h, ",\"system_fingerprint\":\"%s\"", j->fingerprint);
-  buf_adds(h, ",\"choices\":[{\"index\":0,");
+  buf_printf(h, ",\"choices\":[{\"index\":%d,", j->index);
 }
 
 void job_chunk_prefix(buf *b, job *j) {
@@ -369,8 +393,9 @@ void job_emit_stream(job *j, int final) {
     buf_printf(&b, ",\"finish_reason\":\"%s\"", finish_name(j->finish));
     job_chunk_tail(&b, j);
   }
-  pthread_mutex_lock(&j->mu);
-  buf_add(&j->out, b.p, b.len);
-  pthread_mutex_unlock(&j->mu);
+  job *o = job_sink(j);
+  pthread_mutex_lock(&o->mu);
+  buf_add(&o->out, b.p, b.len);
+  pthread_mutex_unlock(&o->mu);
   buf_free(&b);
 }

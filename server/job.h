@@ -76,12 +76,20 @@ typedef struct job {
   const char *fingerprint; /* chat: the system_fingerprint ("fp_" + hex; the app's string) */
   double t_arrival; /* monotonic */
   int want_snapshot; /* durable session: serialise its state when the job ends */
+  /* several choices (n > 1, best_of, a list of prompts); see "Several choices" in scheduler.h */
+  int index;          /* the choice's index in the response */
+  struct job **sibs;  /* the choices that fork this job's state after its prompt (malloc'd) */
+  int n_sibs;
+  struct job *sink;   /* stream bytes go to sink->out (the request's first job); NULL: self */
+  int own_session;    /* the loop frees sess when the job is done (a choice's own fork) */
   /* ---- run: the worker holding the job ---- */
   xl_rng rng;
   int pos;      /* input tokens fed */
   int decoding; /* prefill done: next step feeds `next` */
   int32_t next;
   int n_gen;
+  int sibs_released; /* the siblings have their fork and first token */
+  double sum_lp;     /* the sampled tokens' log-probabilities summed (best_of ranks by it) */
   int32_t *hist; /* [max_tokens] generated ids (penalties) */
   float *adj;    /* [vocab] log-probabilities after logit_bias and the output constraint */
   jc_state *jc;  /* the constraint's automaton over the bytes generated so far */
@@ -107,6 +115,8 @@ typedef struct job {
   /* ---- scheduler lock ---- */
   struct job *q_prev, *q_next;
   job_queue where;
+  int parked; /* a sibling waiting for its group's prompt: never selected */
+  int sibs_unparked; /* this job's siblings were let go (released, or cancelled with it) */
   int ev_flags;
   struct job *ev_next;
   /* ---- loop thread ---- */
@@ -124,6 +134,13 @@ void job_take_token(job *j, const float *logprobs, void *scratch, double now);
  * want_snapshot, serialises the session's state if the job fed anything (the worker holds the
  * session, so the store never copies a state on the loop thread). */
 void job_finish(job *j, finish_reason reason);
+/* After the job's prompt (lp: the log-probabilities after it, NULL when max_tokens is 0):
+ * gives each sibling a copy of the job's state and samples its first token from lp (or ends it,
+ * FINISH_LENGTH, without lp). The caller holds the job; siblings are parked (no one holds
+ * them). A sibling may be finished on return. */
+void job_release_siblings(job *j, const float *lp, void *scratch, double now);
+/* The job whose `out` (and `mu`) receive this job's stream bytes. */
+static inline job *job_sink(job *j) { return j->sink ? j->sink : j; }
 /* Appends a formatted stream chunk for newly released text/logprobs (if any) to out. */
 void job_emit_stream(job *j, int final);
 

@@ -39,6 +39,7 @@ struct jc_node {
 };
 
 struct jc_schema {
+  int refs; /* jobs sharing it (loop thread only) */
   const jc_node *root;
   jc_node *nodes; /* every node allocated, for freeing */
 };
@@ -317,6 +318,7 @@ static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth)
 
 jc_schema *jc_compile(json_t *schema, int object_only, char *err, size_t cap) {
   jc_schema *s = xcalloc(1, sizeof *s);
+  s->refs = 1;
   cctx c = {s, schema, err, cap, 0};
   if (!schema) {
     jc_node *n = node_new(&c);
@@ -332,8 +334,13 @@ jc_schema *jc_compile(json_t *schema, int object_only, char *err, size_t cap) {
   return s;
 }
 
+jc_schema *jc_schema_ref(jc_schema *s) {
+  if (s) s->refs++;
+  return s;
+}
+
 void jc_schema_free(jc_schema *s) {
-  if (!s) return;
+  if (!s || --s->refs > 0) return;
   for (jc_node *n = s->nodes, *nx; n; n = nx) {
     nx = n->next_alloc;
     node_free(n);

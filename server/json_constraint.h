@@ -57,6 +57,9 @@ typedef struct jc_state {
 /* Compiles schema (NULL: any JSON value; object_only: the root must be an object, as
  * response_format json_object). NULL with a message in err (the schema path and the problem). */
 jc_schema *jc_compile(json_t *schema, int object_only, char *err, size_t cap);
+/* Shared by several jobs (the choices of one request): each holds a reference; free drops one.
+ * References are taken and dropped on one thread (the loop). */
+jc_schema *jc_schema_ref(jc_schema *s);
 void jc_schema_free(jc_schema *s);
 
 void jc_init(jc_state *st, const jc_schema *s);

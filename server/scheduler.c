@@ -144,9 +144,12 @@ int sched_submit(sched *s, job *j) {
   return 0;
 }
 
-int sched_has_room(sched *s) {
+int sched_has_room(sched *s) { return sched_has_room_for(s, 1); }
+
+int sched_has_room_for(sched *s, int n) {
   pthread_mutex_lock(&s->mu);
-  int ok = s->n_active < s->o.max_running || s->wait.n < s->o.max_queue;
+  long free_run = s->o.max_running - s->n_active, free_wait = s->o.max_queue - s->wait.n;
+  int ok = (free_run > 0 ? free_run : 0) + (free_wait > 0 ? free_wait : 0) >= n;
   pthread_mutex_unlock(&s->mu);
   return ok;
 }
@@ -154,7 +157,7 @@ int sched_has_room(sched *s) {
 void sched_cancel(sched *s, job *j) {
   atomic_store(&j->cancel, 1);
   pthread_mutex_lock(&s->mu);
-  int waiting = j->where == JQ_WAIT;
+  int waiting = j->where == JQ_WAIT && !j->parked; /* a parked one is let go by its group */
   if (waiting) {
     jq_remove(&s->wait, j);
     j->where = JQ_DONE;
@@ -211,6 +214,7 @@ static int select_batch(sched *s, worker *w) {
   int ready = 0, decoders = 0;
   for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
     next = j->q_next;
+    if (j->parked) continue; /* its group's prompt is still being fed */
     if (atomic_load(&j->cancel)) take(s, w, n++, j, 0);
     else ready++, decoders += j->decoding;
   }
@@ -224,6 +228,7 @@ static int select_batch(sched *s, worker *w) {
   int prompt_budget = budget - dec_rows;
   for (job *j = s->run.head, *next; j && n < s->o.max_batch && rows < cap; j = next) {
     next = j->q_next;
+    if (j->parked) continue;
     if (j->decoding) {
       if (budget <= 0) continue;
       budget--;
@@ -245,7 +250,7 @@ static int select_batch(sched *s, worker *w) {
   for (job *j = s->run.head, *next;
        j && n < s->o.max_batch && (rows < cap || !prefills) && prefills < max_prompts; j = next) {
     next = j->q_next;
-    if (j->decoding || atomic_load(&j->cancel)) continue; /* left over: no budget or room */
+    if (j->decoding || j->parked || atomic_load(&j->cancel)) continue; /* left over: no budget or room */
     int want = j->n_input - j->pos;
     if (want > j->chunk) want = j->chunk;
     if (want > budget && prefills) continue;
@@ -256,6 +261,31 @@ static int select_batch(sched *s, worker *w) {
     if (budget <= 0) break;
   }
   return n;
+}
+
+/* mu held. Once a job's siblings have their fork (or the job ended before its prompt was in:
+ * then they are cancelled), they become selectable; those already finished leave the queues
+ * and are reported done (nothing touches them after that). */
+static void unpark_siblings(sched *s, job *j) {
+  if (!j->n_sibs || j->sibs_unparked) return;
+  if (!j->sibs_released && j->finish == FINISH_NONE) return; /* still feeding its prompt */
+  j->sibs_unparked = 1;
+  for (int i = 0; i < j->n_sibs; i++) {
+    job *c = j->sibs[i];
+    c->parked = 0;
+    if (!j->sibs_released) atomic_store(&c->cancel, 1);
+    if (c->finish == FINISH_NONE) continue;
+    if (c->where == JQ_RUN) {
+      jq_remove(&s->run, c);
+      s->n_active--;
+    } else if (c->where == JQ_WAIT) {
+      jq_remove(&s->wait, c);
+    }
+    c->where = JQ_DONE;
+    int flags = JOB_EV_DONE;
+    if (c->stream) flags |= JOB_EV_OUTPUT;
+    post(s, c, flags);
+  }
 }
 
 static void run_batch(sched *s, worker *w, int n) {
@@ -329,6 +359,8 @@ static void run_batch(sched *s, worker *w, int n) {
     }
     if (!w->take[i]) continue; /* cannot happen: take 0 only for cancelled jobs */
     if (!j->decoding && j->pos < j->n_input) continue; /* more prompt to feed */
+    if (j->n_sibs && !j->sibs_released) /* the prompt is in: fork it for the other choices */
+      job_release_siblings(j, j->max_tokens > 0 ? lp : NULL, w->scratch, now);
     if (j->max_tokens == 0) {
       job_finish(j, FINISH_LENGTH);
       continue;
@@ -344,15 +376,17 @@ static void run_batch(sched *s, worker *w, int n) {
     job *j = w->batch[i];
     flags[i] = j->finish != FINISH_NONE ? JOB_EV_DONE : 0;
     if (j->stream) {
-      pthread_mutex_lock(&j->mu);
-      if (j->out.len) flags[i] |= JOB_EV_OUTPUT;
-      pthread_mutex_unlock(&j->mu);
+      job *o = job_sink(j);
+      pthread_mutex_lock(&o->mu);
+      if (o->out.len) flags[i] |= JOB_EV_OUTPUT;
+      pthread_mutex_unlock(&o->mu);
     }
     if (flags[i] == JOB_EV_OUTPUT) post(s, j, JOB_EV_OUTPUT);
   }
   pthread_mutex_lock(&s->mu);
   for (int i = 0; i < n; i++) {
     job *j = w->batch[i];
+    unpark_siblings(s, j);
     j->sess->on_worker = 0;
     if (!(flags[i] & JOB_EV_DONE)) {
       j->where = JQ_RUN;

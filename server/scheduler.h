@@ -16,6 +16,13 @@
  * computes the same bits alone or batched.
  * A job is held by at most one worker at a time, so its session is touched by one thread.
  *
+ * Several choices (n > 1, best_of, a list of prompts): the jobs of one prompt form a group. The
+ * first (the group's main job) feeds the prompt; the others (its siblings) are submitted with
+ * it, parked: never selected. When the main job's prompt is in, its worker gives each sibling a
+ * copy of the state and samples the sibling's first token from the same log-probabilities
+ * (job_release_siblings), then unparks them: from there they decode as ordinary jobs, batched
+ * with the main job. A main job that ends before its prompt is in cancels its siblings.
+ *
  * Results go back through a locked event list plus one coalescing notification (the daemon
  * passes uv_async_send); the loop thread drains it with sched_take_events.
  *
@@ -49,6 +56,7 @@ int sched_submit(sched *s, job *j); /* 0, or -1 when the queue is full */
 /* 1 when a submit now would be accepted. Workers only ever free room, so a yes stays true
  * until the loop thread itself submits. */
 int sched_has_room(sched *s);
+int sched_has_room_for(sched *s, int n); /* n submits now would all be accepted */
 void sched_cancel(sched *s, job *j);
 /* Moves the pending events into *ev (grown as needed); returns their count. */
 int sched_take_events(sched *s, sched_event **ev, int *cap);

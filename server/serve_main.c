@@ -36,7 +36,7 @@ static void on_wake(uv_async_t *h) {
   int n = sched_take_events(a->sched, &a->ev, &a->ev_cap);
   for (int i = 0; i < n; i++) {
     req *r = a->ev[i].j->owner;
-    if (a->ev[i].flags & JOB_EV_DONE) gen_on_done(r);
+    if (a->ev[i].flags & JOB_EV_DONE) gen_on_job_done(r, a->ev[i].j);
     else if (a->ev[i].flags & JOB_EV_OUTPUT) gen_on_output(r);
   }
   http_pump(a);
