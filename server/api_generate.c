@@ -341,8 +341,9 @@ void api_generate(req *r, job_kind kind) {
       bad = "tokenizer_error";
     }
     if (!bad && pn[p] > (size_t)a->cfg->max_prompt_tokens) bad = "prompt_too_long";
-    if (!bad && pn[p] == 0 && g->max_tokens > 0) bad = "empty_prompt";
+    if (!bad && pn[p] == 0) bad = "empty_prompt"; /* a list's prompts each feed something */
     if (bad) {
+      size_t count = pn[p];
       for (int q = 1; q < groups; q++) free(ptoks[q]);
       free(ptoks);
       free(pn);
@@ -351,7 +352,7 @@ void api_generate(req *r, job_kind kind) {
         req_error(r, 400, "invalid_request_error", bad, param, "cannot tokenize %s: %s", param, pe.message);
       else if (!strcmp(bad, "prompt_too_long"))
         req_error(r, 422, "invalid_request_error", bad, param,
-                  "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, pn[p],
+                  "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, count,
                   a->cfg->max_prompt_tokens);
       else
         req_error(r, 400, "invalid_request_error", bad, param, "%s is empty", param);
@@ -471,16 +472,18 @@ void api_generate(req *r, job_kind kind) {
     }
     return;
   }
-  for (int i = 0; i <= r->n_others; i++) {
-    job *c = job_at(r, i);
-    if (sched_submit(a->sched, c)) { /* cannot happen after sched_has_room_for */
+  job **all = xmalloc(sizeof *all * (size_t)(1 + r->n_others));
+  for (int i = 0; i <= r->n_others; i++) all[i] = job_at(r, i);
+  int failed = sched_submit_all(a->sched, all, 1 + r->n_others);
+  free(all);
+  if (failed) { /* cannot happen after sched_has_room_for */
+    for (int k = r->n_others; k >= 0; k--) {
+      job *c = job_at(r, k);
       c->finish = FINISH_ERROR;
       snprintf(c->error.message, sizeof c->error.message, "queue full");
-      for (int k = i + 1; k <= r->n_others; k++) job_at(r, k)->finish = FINISH_ERROR;
-      for (int k = r->n_others; k >= i; k--) gen_on_job_done(r, job_at(r, k));
-      if (i) gen_cancel(r, 0);
-      return;
+      gen_on_job_done(r, c);
     }
+    return;
   }
   /* events of the job reach the loop only after this handler returns */
   if (j->stream) req_start_stream(r);

@@ -81,6 +81,8 @@ sched *sched_new(const xl_model *model, const sched_opts *o, void (*notify)(void
   return s;
 }
 
+static void unpark_siblings(sched *s, job *j);
+
 /* Posts an event; after JOB_EV_DONE the caller must not touch j again. */
 static void post(sched *s, job *j, int flags) {
   pthread_mutex_lock(&s->ev_mu);
@@ -126,20 +128,27 @@ static void promote(sched *s) {
   }
 }
 
-int sched_submit(sched *s, job *j) {
+int sched_submit(sched *s, job *j) { return sched_submit_all(s, &j, 1); }
+
+int sched_submit_all(sched *s, job **jobs, int n) {
   pthread_mutex_lock(&s->mu);
-  if (s->n_active < s->o.max_running) {
-    j->where = JQ_RUN;
-    jq_push(&s->run, j);
-    s->n_active++;
-    pthread_cond_signal(&s->cv);
-  } else if (s->wait.n < s->o.max_queue) {
-    j->where = JQ_WAIT;
-    jq_push(&s->wait, j);
-  } else {
+  long free_run = s->o.max_running - s->n_active, free_wait = s->o.max_queue - s->wait.n;
+  if ((free_run > 0 ? free_run : 0) + (free_wait > 0 ? free_wait : 0) < n) {
     pthread_mutex_unlock(&s->mu);
     return -1;
   }
+  for (int i = 0; i < n; i++) {
+    job *j = jobs[i];
+    if (s->n_active < s->o.max_running) {
+      j->where = JQ_RUN;
+      jq_push(&s->run, j);
+      s->n_active++;
+    } else {
+      j->where = JQ_WAIT;
+      jq_push(&s->wait, j);
+    }
+  }
+  pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
   return 0;
 }
@@ -161,14 +170,13 @@ void sched_cancel(sched *s, job *j) {
   if (waiting) {
     jq_remove(&s->wait, j);
     j->where = JQ_DONE;
+    j->finish = FINISH_CANCELLED; /* never ran: the session is untouched */
+    unpark_siblings(s, j);        /* cancelled with it */
   } else if (j->where == JQ_RUN) {
     pthread_cond_signal(&s->cv); /* a worker finishes it on its next iteration */
   }
   pthread_mutex_unlock(&s->mu);
-  if (waiting) {
-    j->finish = FINISH_CANCELLED; /* never ran: the session is untouched */
-    post(s, j, JOB_EV_DONE);
-  }
+  if (waiting) post(s, j, JOB_EV_DONE);
 }
 
 void sched_counts(sched *s, long *waiting, long *running) {
@@ -274,6 +282,8 @@ static void unpark_siblings(sched *s, job *j) {
     job *c = j->sibs[i];
     c->parked = 0;
     if (!j->sibs_released) atomic_store(&c->cancel, 1);
+    if (c->finish == FINISH_NONE && c->where == JQ_WAIT && atomic_load(&c->cancel))
+      c->finish = FINISH_CANCELLED; /* waiting, never ran: done now */
     if (c->finish == FINISH_NONE) continue;
     if (c->where == JQ_RUN) {
       jq_remove(&s->run, c);

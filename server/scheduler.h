@@ -53,6 +53,9 @@ void sched_stop(sched *s);
 void sched_free(sched *s);
 
 int sched_submit(sched *s, job *j); /* 0, or -1 when the queue is full */
+/* All of them or none (-1): under one lock, so no worker sees a group half submitted (a main
+ * job could otherwise release siblings that are not queued yet). */
+int sched_submit_all(sched *s, job **jobs, int n);
 /* 1 when a submit now would be accepted. Workers only ever free room, so a yes stays true
  * until the loop thread itself submits. */
 int sched_has_room(sched *s);
