@@ -79,7 +79,9 @@ static void req_free(req *r) {
     if (r->session_id[0]) json_escape(&l, r->session_id, strlen(r->session_id));
     else buf_adds(&l, "null");
     job *j = r->job; /* a generation's: its DONE was handled (the job holds a reference) */
-    buf_printf(&l, ",\"tokens_in\":%d,\"tokens_out\":%d", j ? j->n_prompt : 0, j ? j->n_gen : 0);
+    int tin = j ? j->n_prompt : 0, tout = j ? j->n_gen : 0;
+    for (int i = 0; i < r->n_others; i++) tin += r->others[i]->n_prompt, tout += r->others[i]->n_gen;
+    buf_printf(&l, ",\"tokens_in\":%d,\"tokens_out\":%d", tin, tout); /* all choices */
     if (j && j->t_sched) buf_printf(&l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
     else buf_adds(&l, ",\"queue_ms\":null");
     if (j && j->t_first_token)

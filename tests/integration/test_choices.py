@@ -36,6 +36,10 @@ def test_n_choices_equal_single_requests_with_seed_plus_k(daemon):
         total += ref["usage"]["completion_tokens"]
     assert b["usage"]["prompt_tokens"] == len(P)  # the prompt once
     assert b["usage"]["completion_tokens"] == total
+    # the access log counts every choice's tokens too
+    line = daemon.wait_log(lambda l: l.get("event") == "request" and l.get("tokens_out") == total
+                           and l.get("tokens_in") == len(P))
+    assert line["status"] == 200
 
 
 def test_the_prompt_is_fed_once_for_all_choices(daemon):
