@@ -11,7 +11,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len) {
   if (len < 1) return 0;
   job_kind kind = (data[0] & 1) ? JOB_CHAT : JOB_COMPLETION;
-  parse_limits lim = {64, 4096, 256};
+  parse_limits lim = {64, 4096, 256, 0};
   gen_request g;
   api_error e;
   memset(&g, 0, sizeof g);
