@@ -58,7 +58,9 @@ typedef struct cctx {
   char *err;
   size_t cap;
   int failed;
+  int n_nodes; /* $ref expands anew at each use: bounded, so a schema cannot blow up */
 } cctx;
+#define MAX_NODES 4096
 
 static jc_node *fail(cctx *c, const char *path, const char *fmt, ...) {
   if (c->failed) return NULL;
@@ -73,6 +75,7 @@ static jc_node *fail(cctx *c, const char *path, const char *fmt, ...) {
 }
 
 static jc_node *node_new(cctx *c) {
+  c->n_nodes++;
   jc_node *n = xcalloc(1, sizeof *n);
   n->max_len = -1;
   n->max_items = -1;
@@ -137,7 +140,7 @@ static const jc_node *compile_any_of(cctx *c, json_t *arr, const char *path, con
   uint8_t seen[256] = {0}, fb[256];
   for (size_t i = 0; i < json_array_size(arr); i++) {
     snprintf(sub, sizeof sub, "%s.%s[%zu]", path, kw, i);
-    const jc_node *b = compile(c, json_array_get(arr, i), sub, depth);
+    const jc_node *b = compile(c, json_array_get(arr, i), sub, depth + 1);
     if (!b) return NULL;
     first_bytes(b, fb);
     for (int k = 0; k < 256; k++)
@@ -196,6 +199,8 @@ static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth)
   char sub[256];
   if (depth > JC_MAX_DEPTH)
     return fail(c, path, "nests deeper than %d levels (a recursive $ref?)", JC_MAX_DEPTH);
+  if (c->n_nodes >= MAX_NODES)
+    return fail(c, path, "more than %d schema nodes (after expanding $ref)", MAX_NODES);
   if (json_is_true(sch)) return &any_node;
   if (!json_is_object(sch)) return fail(c, path, "a schema must be an object");
   const char *k;
@@ -319,7 +324,7 @@ static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth)
 jc_schema *jc_compile(json_t *schema, int object_only, char *err, size_t cap) {
   jc_schema *s = xcalloc(1, sizeof *s);
   s->refs = 1;
-  cctx c = {s, schema, err, cap, 0};
+  cctx c = {s, schema, err, cap, 0, 0};
   if (!schema) {
     jc_node *n = node_new(&c);
     n->types = object_only ? TY_OBJ : TY_ANY;
