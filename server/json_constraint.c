@@ -544,9 +544,11 @@ static int step(jc_state *st, unsigned c) {
               else value_done(st);
               return 0;
             }
-            if (!f->is_key && n->max_len >= 0 && f->count >= n->max_len) return -1;
             if (c < 0x20) return -1;
+            if (!f->is_key && n->max_len >= 0 && f->units + (c >= 0xF0 ? 2 : 1) > n->max_len)
+              return -1; /* beyond U+FFFF: two UTF-16 units */
             f->count++;
+            f->units += c >= 0xF0 ? 2 : 1;
             if (c == '\\') f->sub = S_ESC;
             else if (c < 0x80) ;
             else if (c >= 0xC2 && c <= 0xDF) f->left = 1, f->lo = 0x80, f->hi = 0xBF;

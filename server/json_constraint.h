@@ -6,7 +6,9 @@
  * parses and validates; the document ends when its root value is complete.
  *
  * Supported schema keywords: type (a name or a list), properties, required, items, enum, const,
- * minLength/maxLength (code points), minItems/maxItems, anyOf/oneOf whose branches start with
+ * minLength/maxLength (minLength in code points, as JSON Schema counts; maxLength in UTF-16
+ * code units, so that JavaScript validators (Zod: string length) agree too; both agree on
+ * every string without characters beyond U+FFFF), minItems/maxItems, anyOf/oneOf whose branches start with
  * different bytes (e.g. a type or null), $ref to "#/..." within the schema ($defs/definitions),
  * and annotations that do not constrain (title, description, default, examples, format,
  * $schema, $id, additionalProperties, strict). Any other keyword is refused (compile error naming
@@ -39,6 +41,7 @@ typedef struct jc_frame {
   const jc_node *node;
   uint64_t mask; /* literal: options still possible; object: properties already written */
   int32_t count; /* string: code points; array: items; literal: bytes matched; number: bytes */
+  int32_t units; /* string: UTF-16 code units (what JavaScript's length counts) */
   int16_t prop;  /* object: the property whose key was just read (-1: a free key) */
   uint8_t kind, sub;
   uint8_t is_key;           /* string or literal read as an object key */

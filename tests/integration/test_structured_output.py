@@ -52,8 +52,11 @@ def validate(v, s, root=None):
         if not any(_type_ok(v, t) for t in ts):
             return f"{v!r} is not of type {ts}"
     if isinstance(v, str):
-        if len(v) > s.get("maxLength", 1 << 60) or len(v) < s.get("minLength", 0):
-            return f"string length {len(v)} out of range"
+        # JSON Schema counts code points (len); JavaScript validators (Zod) count UTF-16 units:
+        # the server promises both (maxLength in units, minLength in code points)
+        units = len(v.encode("utf-16-le")) // 2
+        if max(len(v), units) > s.get("maxLength", 1 << 60) or len(v) < s.get("minLength", 0):
+            return f"string length {len(v)} ({units} UTF-16 units) out of range"
     if isinstance(v, list):
         if len(v) > s.get("maxItems", 1 << 60) or len(v) < s.get("minItems", 0):
             return f"array length {len(v)} out of range"

@@ -226,6 +226,10 @@ static void test_documents(void) {
   CHECK(!doc_ok(p, "{\"name\":\"Annabelle!\",\"age\":3}")); /* maxLength 8 */
   CHECK(!doc_ok(p, "{\"name\":\"A\",\"age\":3,\"name\":\"B\"}")); /* no key twice */
   CHECK(!doc_ok(p, "{\"nick\":\"A\",\"age\":3}"));         /* only the properties */
+  /* maxLength in UTF-16 units (JavaScript's count), minLength in code points */
+  CHECK(doc_ok(p, "{\"name\":\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\",\"age\":1}"));
+  CHECK(doc_ok(p, "{\"name\":\"\xf0\x9f\x98\x80\xf0\x9f\x98\x80\xf0\x9f\x98\x80\xf0\x9f\x98\x80\",\"age\":1}"));
+  CHECK(!doc_ok(p, "{\"name\":\"a\xf0\x9f\x98\x80\xf0\x9f\x98\x80\xf0\x9f\x98\x80\xf0\x9f\x98\x80\",\"age\":1}"));
   jc_schema_free(p);
   json_decref(sch);
   sch = J(SCHEMAS[1]);
