@@ -8,7 +8,7 @@
 #   tools/install-deps.sh            the same as test (all is another name for it)
 #   tools/install-deps.sh --print SET   prints the packages of SET, installs nothing
 # On a bare Debian 12 (about 90 packages), build adds about 110 packages (130 MB of downloads);
-# test about 525 (580 MB of downloads, 2.4 GB installed: torch, chromium, clang, valgrind).
+# test about 525 (580 MB of downloads: torch, chromium, clang, valgrind, nginx, ...).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 BUILD=(

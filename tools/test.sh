@@ -43,6 +43,10 @@ while [ $# -gt 0 ]; do
   for e in "${EXTRA_STAGES[@]}"; do [ "$1" = "$(extra_name "$e")" ] && known=1; done
   if [ "$known" = 1 ] && [ ${#ctest_args[@]} -eq 0 ]; then stages+=("$1")
   elif [ "$1" = -R ] && [ $# -gt 1 ]; then RUN=$2; shift # ctest's name filter is RUN's
+  elif [ "${1#-}" = "$1" ] && [ ${#ctest_args[@]} -eq 0 ]; then
+    echo "tools/test.sh: no stage $1 (stages: ${BUILTIN_STAGES[*]}" \
+         "$(for e in "${EXTRA_STAGES[@]}"; do extra_name "$e"; done))" >&2
+    exit 2
   else ctest_args+=("$1"); fi
   shift
 done
