@@ -18,6 +18,8 @@
 #   RUN=REGEX tools/test.sh gcc     only the tests whose ctest name matches REGEX, building only
 #                                   what they need; a stage where none matches is skipped.
 #                                   e.g. RUN=unit.test_core_state, RUN=pytest.parity
+#   XL_TEST_RUN=NAME                in the C unit tests, only the test functions NAME selects
+#                                   (comma-separated names or patterns; see tests/unit/testlib.h)
 #   PYTEST_ADDOPTS='-k sigterm'     passed to every pytest suite by pytest itself
 #   XL_SKIP_FUZZ=1                  skips the fuzz stage; XL_FUZZ_SECONDS=N: each fuzzer's time
 # The last line names the stages that ran, and those skipped and why.
@@ -116,7 +118,7 @@ stage() {
     local targets
     targets=$(for t in $tests; do
       case $t in
-        unit.*) echo "${t#unit.}" ;;
+        unit.*) t=${t#unit.}; echo "${t%%.*}" ;; # unit.test_x.case runs test_x
         fuzz.*) echo "${t#fuzz.}"; echo fuzz_make_seeds ;;
         *) echo xlserve ;;
       esac
