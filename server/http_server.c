@@ -595,7 +595,7 @@ static void dispatch(req *r) {
   app *a = r->a;
   const char *path = r->path + strlen(a->cfg->path_prefix);
   if (!*path) path = "/"; /* "/prefix" alone is the page, as in early_checks */
-  route rt;
+  route rt = {.id = ROUTE_OTHER}; /* match() leaves it unset for an unknown path: 404 below */
   const char *rest;
   match(path, &rt, &rest);
   switch (rt.id) {

@@ -27,6 +27,24 @@
 
 static uv_timer_t stop_timer;
 
+/* The first log line: the bound port (--port 0 picks one), shaped like every other line. */
+static void log_listening(const char *host, unsigned port) {
+  buf line, msg;
+  buf_init(&line);
+  buf_init(&msg);
+  buf_printf(&msg, "listening on %s port %u (xlserve %s)", host, port, XL_VERSION);
+  buf_addc(&line, '{');
+  xlog_ts(&line, now_wall());
+  buf_adds(&line, ",\"level\":\"info\",\"event\":\"listening\",\"msg\":");
+  json_escape(&line, msg.p, msg.len);
+  buf_adds(&line, ",\"host\":");
+  json_escape(&line, host, strlen(host));
+  buf_printf(&line, ",\"port\":%u,\"version\":\"%s\"}", port, XL_VERSION);
+  xlog_write(line.p, line.len);
+  buf_free(&msg);
+  buf_free(&line);
+}
+
 static void wake_loop(void *arg) { uv_async_send(arg); } /* any thread: coalescing wake-up */
 static int stop_timer_armed;
 
@@ -312,11 +330,7 @@ int serve_main(int argc, char **argv) {
     a.phase = APP_DRAINING;
     schedule_stop(&a, 0);
   } else {
-    char line[256];
-    int n = snprintf(line, sizeof line,
-                     "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%u,\"version\":\"%s\"}",
-                     cfg.host, a.port, XL_VERSION);
-    xlog_write(line, (size_t)n);
+    log_listening(cfg.host, a.port);
     sdn_watchdog_start(&loop); /* WATCHDOG=1 while loading too (a no-op unless asked) */
     a.load_work.data = &a;
     uv_queue_work(&loop, &a.load_work, load_model, model_loaded);

@@ -145,6 +145,24 @@ def test_request_log_and_sighup_reopen(start_daemon, tiny_model, tmp_path):
     assert any(l.get("event") == "sighup" or l.get("path") == "/health" for l in lines(log))
 
 
+def test_every_log_line_has_ts_and_level(start_daemon, tiny_model):
+    """From the first line (`listening`, with the bound port) to `exit`, every line is JSON with
+    a timestamp; every line but the per-request ones has a level."""
+    d = start_daemon(tiny_model)
+    assert X.request(d.port, "GET", "/health")[0] == 200
+    assert d.stop() == 0
+    lines = list(d.lines)
+    assert not [l for l in lines if "raw" in l], d.tail()
+    first = lines[0]
+    assert first["event"] == "listening" and first["level"] == "info", first
+    assert first["port"] == d.port and first["host"] == "127.0.0.1" and first["version"]
+    assert str(d.port) in first["msg"]
+    for l in lines:
+        assert "ts" in l and l["ts"].endswith("Z"), l
+        assert l.get("event") == "request" or l.get("level") in ("info", "warn", "error"), l
+    assert lines[-1]["event"] == "exit"
+
+
 def test_sigterm_drains_streams_then_exits_0(start_daemon, medium_model):
     d = start_daemon(medium_model)
     keep = d.conn()

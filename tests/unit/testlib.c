@@ -8,13 +8,39 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fnmatch.h>
 #include <ftw.h>
 #include <time.h>
 #include <unistd.h>
 
 int tl_passed, tl_failed;
 
+static int tl_ran;
+
+int tl_selected(const char *name) {
+  const char *want = getenv("XL_TEST_RUN");
+  int yes = !want || !*want;
+  for (const char *p = want; !yes && p && *p;) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    char pattern[256];
+    if (n < sizeof pattern) {
+      memcpy(pattern, p, n);
+      pattern[n] = 0;
+      yes = fnmatch(pattern, name, 0) == 0;
+    }
+    p = comma ? comma + 1 : NULL;
+  }
+  tl_ran += yes;
+  return yes;
+}
+
 int tl_summary(void) {
+  const char *want = getenv("XL_TEST_RUN");
+  if (want && *want && !tl_ran) {
+    printf("no test function matches XL_TEST_RUN=%s\n", want);
+    return 1;
+  }
   printf("%d passed, %d failed\n", tl_passed, tl_failed);
   return tl_failed ? 1 : 0;
 }
