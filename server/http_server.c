@@ -485,6 +485,17 @@ static int match(const char *p, route *rt, const char **rest) {
   else if (!strncmp(p, "/v1/models/", 11) && p[11]) {
     *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
     *rest = p + 11;
+  } else if (!strcmp(p, "/tokenize") || !strcmp(p, "/v1/tokenize")) {
+    *rt = (route){ROUTE_TOKENIZER, "POST", 1, 1};
+    *rest = "tokenize";
+  } else if (!strcmp(p, "/detokenize") || !strcmp(p, "/v1/detokenize")) {
+    *rt = (route){ROUTE_TOKENIZER, "POST", 1, 1};
+    *rest = "detokenize";
+  } else if (!strcmp(p, "/tokenizer_info") || !strcmp(p, "/v1/tokenizer_info")) {
+    *rt = (route){ROUTE_TOKENIZER, "GET, HEAD", 1, 1};
+    *rest = "info";
+  } else if (!strcmp(p, "/version") || !strcmp(p, "/v1/version")) {
+    *rt = (route){ROUTE_VERSION, "GET, HEAD", 0, 0};
   } else if (!strcmp(p, "/v1/completions")) *rt = (route){ROUTE_COMPLETIONS, "POST", 1, 1};
   else if (!strcmp(p, "/v1/chat/completions")) *rt = (route){ROUTE_CHAT, "POST", 1, 1};
   else if (!strcmp(p, "/v1/sessions")) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, POST", 1, 1};
@@ -603,6 +614,8 @@ static void dispatch(req *r) {
     case ROUTE_HEALTH: api_health(r); break;
     case ROUTE_METRICS: api_metrics(r); break;
     case ROUTE_MODELS: api_models(r, rest); break;
+    case ROUTE_TOKENIZER: api_tokenizer(r, rest); break;
+    case ROUTE_VERSION: api_version(r); break;
     case ROUTE_COMPLETIONS: api_generate(r, JOB_COMPLETION); break;
     case ROUTE_CHAT: api_generate(r, JOB_CHAT); break;
     case ROUTE_SESSIONS: api_sessions(r, rest); break;
