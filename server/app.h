@@ -17,6 +17,7 @@
 #include "buf.h"
 #include "chat.h"
 #include "config.h"
+#include "http_cors.h"
 #include "job.h"
 #include "metrics.h"
 #include "scheduler.h"
@@ -68,6 +69,7 @@ typedef struct app {
   auth_keys keys;
   char **proxies;
   int n_proxies;
+  cors_cfg cors; /* cors_origins */
   /* requests in progress (any phase), for draining and gauges */
   req *reqs;
   long n_reqs, n_conns, n_jobs;

@@ -239,6 +239,7 @@ static void add_headers(req *r, struct MHD_Response *resp) {
   if (r->sess_reset) MHD_add_response_header(resp, "X-Session-Reset", "1");
   if (r->retry_after) MHD_add_response_header(resp, "Retry-After", r->retry_after);
   if (r->a->phase >= APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  cors_add_headers(&r->a->cors, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"), resp);
 }
 
 static void queue(req *r, int status, struct MHD_Response *resp) {
@@ -539,6 +540,16 @@ static void early_checks(req *r) {
     return;
   }
   r->route = rt.id;
+  if (!strcmp(r->method, "OPTIONS")) { /* a CORS preflight (never needs a key), or a plain query */
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    char allow[128];
+    snprintf(allow, sizeof allow, "%s, OPTIONS", rt.allow);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    cors_add_preflight_headers(&a->cors, hdr(r, "Origin"), rt.allow,
+                               hdr(r, "Access-Control-Request-Headers"), resp);
+    queue(r, 204, resp);
+    return;
+  }
   if (!method_allowed(rt.allow, r->method)) {
     char msg[160];
     snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, rt.allow);
