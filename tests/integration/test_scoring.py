@@ -230,6 +230,9 @@ def test_lm_eval_local_completions(daemon, tiny_model, tmp_path, legacy):
         ref = dump_nll(tiny_model, ctx + cont, tmp_path, "pair")
         c0 = len(ctx.encode())
         want = -sum(ref[c0 - 1:c0 - 1 + len(cont.encode())])
+        print(f"lm-eval {'legacy' if legacy else 'current'}: ctx {len(ctx.encode())} cont "
+              f"{len(cont.encode())} tokens: loglikelihood {ll:.7f}, eval --dump-nll "
+              f"{want:.7f}, diff {abs(ll - want):.2e}, greedy {is_greedy}")
         assert abs(ll - want) < 1e-5 * len(cont), (ctx, cont, ll, want)
     assert got[0][1] is True
     # a continuation that differs from the greedy one in its first token is not greedy
