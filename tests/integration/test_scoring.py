@@ -239,3 +239,35 @@ def test_lm_eval_local_completions(daemon, tiny_model, tmp_path, legacy):
     other = chr(ord("a") + (ord(greedy_text[0]) - ord("a") + 1) % 26) + greedy_text[1:]
     (_, g2), = harness_loglikelihood(daemon.port, "tiny", [(ctx0, other)], legacy)
     assert g2 is False
+
+
+def test_echo_in_session_after_scoring_only_turn(daemon):
+    """A turn that only fed a prompt (max_tokens 0) leaves no pending token: the next echo's
+    first token has no row to score it (null), the rest are scored given the memory."""
+    a = X.complete(daemon.port, sid="score-only", prompt="first part. ", echo=True, logprobs=0,
+                   max_tokens=0)
+    b = X.complete(daemon.port, sid="score-only", prompt="second part.", echo=True, logprobs=0,
+                   max_tokens=0)
+    whole = X.complete(daemon.port, prompt="first part. second part.", echo=True, logprobs=0,
+                       max_tokens=0)
+    n1 = len("first part. ")
+    lp_b, lp_w = b["choices"][0]["logprobs"]["token_logprobs"], \
+        whole["choices"][0]["logprobs"]["token_logprobs"]
+    assert a["xlserve"]["session_tokens"] == n1 and lp_b[0] is None
+    assert max(abs(x - y) for x, y in zip(lp_b[1:], lp_w[n1 + 1:])) < 1e-5
+
+
+def test_bench_score_runs(tiny_model):
+    """bench/score.py (scoring over HTTP next to xlserve eval) runs end to end on a tiny model."""
+    import os
+    import sys
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "score.py"), "--model",
+                        tiny_model, "--xlserve", X.xlserve_bin(), "--bytes", "3000",
+                        "--rounds", "1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    table = r.stdout.splitlines()[2:]
+    assert [l.split()[:3] for l in table] == [["xlserve", "eval", "%.3f" % float(table[0].split()[2])],
+                                            ["echo", "logprobs", "0"], ["echo", "logprobs", "5"]]
+    for line in table[1:]:
+        assert float(line.split()[-1]) < 1e-5, r.stdout  # the same numbers as eval
