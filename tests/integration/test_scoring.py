@@ -271,3 +271,54 @@ def test_bench_score_runs(tiny_model):
                                             ["echo", "logprobs", "0"], ["echo", "logprobs", "5"]]
     for line in table[1:]:
         assert float(line.split()[-1]) < 1e-5, r.stdout  # the same numbers as eval
+
+
+@pytest.fixture(scope="module")
+def word_model(tmp_path_factory):
+    """The tiny model as a word-level one: vocab.txt with <eos>, <unk>, w0..w253."""
+    d = X.write_tiny_model(tmp_path_factory.mktemp("models") / "words")
+    import json
+    import os
+    with open(os.path.join(d, "vocab.txt"), "w") as f:
+        f.write("\n".join(["<eos>", "<unk>"] + ["w%d" % i for i in range(254)]) + "\n")
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["xlserve_tokenizer"] = "words"
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return d
+
+
+def test_word_model_scoring_and_tokenizer(start_daemon, word_model, tmp_path):
+    d = start_daemon(word_model)
+    text = " ".join("w%d" % ((i * 37) % 254) for i in range(300)) + "\nw5 w6 zzz w7\nw8"
+    st, _, info = X.request(d.port, "GET", "/tokenizer_info")
+    import json
+    info = json.loads(info)
+    assert info["tokenizer"] == "words" and info["eos_token"] == "<eos>"
+    assert info["unk_token"] == "<unk>"
+    ids = tokenize(d.port, text)
+    # w_i is id i + 2; each newline <eos> (0); an unknown word <unk> (1)
+    assert ids == [(i * 37) % 254 + 2 for i in range(300)] + [0, 7, 8, 1, 9, 0, 10]
+    st, _, back = X.post_json(d.port, "/detokenize", {"tokens": ids[:3]})
+    assert st == 200 and back["prompt"] == "w0 w37 w74"
+    ref = dump_nll(word_model, text, tmp_path, "words")
+    b = X.complete(d.port, prompt=text, echo=True, logprobs=2, max_tokens=0)
+    lp = b["choices"][0]["logprobs"]
+    assert b["choices"][0]["text"] == text and len(lp["token_logprobs"]) == len(ids)
+    assert lp["token_logprobs"][0] is None and len(ref) == len(ids) - 1
+    worst = max(abs(-r - s) for r, s in zip(ref, lp["token_logprobs"][1:]))
+    assert worst < 1e-5, worst
+
+
+def test_echo_without_same_length_uses_tgt_len_segments(start_daemon, tmp_path_factory,
+                                                       tmp_path):
+    """A model without same_length depends on where the text is cut: the daemon feeds prompts in
+    segments of tgt_len, as eval does, so the numbers still match."""
+    m = X.write_tiny_model(tmp_path_factory.mktemp("models") / "nosame", same_length=False)
+    d = start_daemon(m)
+    ref = dump_nll(m, BOOK, tmp_path, "nosame")
+    lp = X.complete(d.port, prompt=BOOK, echo=True, logprobs=1,
+                    max_tokens=0)["choices"][0]["logprobs"]["token_logprobs"]
+    worst = max(abs(-r - s) for r, s in zip(ref, lp[1:]))
+    assert len(lp) == len(ref) + 1 and worst < 1e-5, worst
