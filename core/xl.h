@@ -157,9 +157,14 @@ typedef struct xl_feed {
   const int32_t *tokens;      /* [n_tokens] input ids */
   int n_tokens;               /* >= 1 */
   /* Optional outputs (NULL = not wanted): */
-  const int32_t *targets;     /* [n_tokens]: target ids to score (e.g. tokens shifted by one) */
+  const int32_t *targets;     /* [n_tokens]: target ids to score (e.g. tokens shifted by one);
+                                 -1 = no target for that row (its target_logprobs entry is left
+                                 as it was) */
   float *target_logprobs;     /* [n_tokens]: log p(targets[i] | history up to tokens[i]) */
   float *last_logprobs;       /* [vocab_size]: log-distribution after the last token */
+  float *row_logprobs;        /* [n_tokens, vocab_size]: the log-distribution after every token
+                                 (prompt scoring with alternatives); same values as
+                                 target_logprobs and last_logprobs for the same rows */
 } xl_feed;
 
 /* On error no state is modified (inputs are validated first). */

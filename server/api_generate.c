@@ -34,6 +34,16 @@ static void xlserve_json(buf *b, const req *r, uint64_t session_tokens) {
   buf_addc(b, '}');
 }
 
+/* echo: the prompt as sent (a string), or its token ids detokenised */
+static void echo_text(buf *b, const req *r, const job *j) {
+  const gen_request *g = &r->g;
+  if (!g->prompt_ids) {
+    buf_add(b, g->prompt, g->prompt_len);
+    return;
+  }
+  detok_ids(j->model, g->prompt_ids, g->n_prompt_ids, b);
+}
+
 static void full_body(buf *b, const req *r, const job *j, uint64_t session_tokens) {
   buf_adds(b, "{\"id\":");
   json_escape(b, j->id, strlen(j->id));
@@ -47,11 +57,30 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
     buf_adds(b, ",\"refusal\":null},\"logprobs\":");
   } else {
     buf_adds(b, ",\"choices\":[{\"index\":0,\"text\":");
-    json_escape(b, j->reply.p ? j->reply.p : "", j->reply.len);
+    if (r->g.echo) {
+      buf t;
+      buf_init(&t);
+      echo_text(&t, r, j);
+      buf_add(&t, j->reply.p ? j->reply.p : "", j->reply.len);
+      json_escape(b, t.p ? t.p : "", t.len);
+      buf_free(&t);
+    } else {
+      json_escape(b, j->reply.p ? j->reply.p : "", j->reply.len);
+    }
     buf_adds(b, ",\"logprobs\":");
   }
-  job_fmt_logprobs(b, j, 0, j->n_recs, 0);
-  buf_printf(b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_name(j->finish));
+  if (r->g.echo && j->n_top >= 0) job_fmt_echo_logprobs(b, j);
+  else job_fmt_logprobs(b, j, 0, j->n_recs, 0);
+  if (j->kind == JOB_COMPLETION && r->g.prompt_logprobs >= 0) {
+    buf_adds(b, ",\"prompt_logprobs\":");
+    job_fmt_prompt_logprobs(b, j, r->g.prompt_logprobs);
+  }
+  buf_printf(b, ",\"finish_reason\":\"%s\"}]", finish_name(j->finish));
+  if (j->kind == JOB_CHAT && r->g.prompt_logprobs >= 0) {
+    buf_adds(b, ",\"prompt_logprobs\":");
+    job_fmt_prompt_logprobs(b, j, r->g.prompt_logprobs);
+  }
+  buf_adds(b, ",\"usage\":");
   usage_json(b, j);
   buf_adds(b, ",\"xlserve\":");
   xlserve_json(b, r, session_tokens);
@@ -96,6 +125,11 @@ void api_generate(req *r, job_kind kind) {
     buf_free(&r->body);
   }
   gen_request *g = &r->g;
+  if (g->model && strcmp(g->model, a->model_name)) {
+    req_error(r, 404, "invalid_request_error", "model_not_found", "model",
+              "model '%s' does not exist (this server serves '%s')", g->model, a->model_name);
+    return;
+  }
 
   /* session */
   const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
@@ -221,6 +255,10 @@ void api_generate(req *r, job_kind kind) {
   j->stream = g->stream;
   j->include_usage = g->include_usage;
   j->n_top = g->n_top;
+  if ((g->echo && g->n_top >= 0) || g->prompt_logprobs >= 0) {
+    int top = g->echo && g->n_top > g->prompt_logprobs ? g->n_top : g->prompt_logprobs;
+    job_score_setup(j, top, g->prompt_logprobs >= 0);
+  }
   for (int i = 0; i < g->n_stops; i++) job_add_stop(j, g->stops[i], g->stop_lens[i]);
   if (kind == JOB_CHAT) {
     job_add_stop(j, a->tpl.auto_stop, strlen(a->tpl.auto_stop));

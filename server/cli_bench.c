@@ -84,7 +84,7 @@ static double flops_per_token(const xl_config *c, double attended) {
 static int prefill(xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t, int n) {
   xl_error err;
   for (int s = 0; s < n; s += 512) {
-    xl_feed f = {st, t + s, n - s < 512 ? n - s : 512, NULL, NULL, NULL};
+    xl_feed f = {st, t + s, n - s < 512 ? n - s : 512, NULL, NULL, NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) {
       fprintf(stderr, "xlserve bench: %s\n", err.message);
       return 0;
@@ -114,7 +114,7 @@ static double bench_decode(xl_model *m, int batch, const bench_opts *o, xl_rng *
   do {
     for (int b = 0; b < batch; b++) {
       step[b] = t[(steps + 7 * b) % n_warm];
-      items[b] = (xl_feed){st[b], &step[b], 1, NULL, NULL, lp + (size_t)b * c->vocab_size};
+      items[b] = (xl_feed){st[b], &step[b], 1, NULL, NULL, lp + (size_t)b * c->vocab_size, NULL};
     }
     if (xl_forward(m, ws, items, batch, &err)) goto out;
     steps++;
@@ -150,7 +150,7 @@ static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_r
   double t0 = now_mono(), el;
   do {
     const int32_t *in = t + n_warm + (seg % 8) * tgt_len;
-    xl_feed f = {st, in, tgt_len, in + 1, lp, NULL};
+    xl_feed f = {st, in, tgt_len, in + 1, lp, NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) goto out;
     tokens += tgt_len;
     seg++;
@@ -179,7 +179,7 @@ static double bench_recompute(xl_model *m, int L, const bench_opts *o, xl_rng *r
   double t0 = now_mono(), el;
   do {
     xl_state_reset(st);
-    xl_feed f = {st, t + preds % 64, L, NULL, NULL, lp};
+    xl_feed f = {st, t + preds % 64, L, NULL, NULL, lp, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) goto out;
     preds++;
   } while (((el = now_mono() - t0) < o->min_seconds && preds < 64) || preds < min_preds);

@@ -104,7 +104,7 @@ int cli_eval_main(int argc, char **argv) {
   double t0 = now_mono();
   for (size_t s = 0; s < n - 1; s += (size_t)tgt_len) {
     int len = (int)(n - 1 - s < (size_t)tgt_len ? n - 1 - s : (size_t)tgt_len);
-    xl_feed f = {st, ids + s, len, ids + s + 1, lp + s, NULL};
+    xl_feed f = {st, ids + s, len, ids + s + 1, lp + s, NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) {
       fprintf(stderr, "xlserve eval: %s\n", err.message);
       goto out;

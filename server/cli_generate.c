@@ -93,7 +93,7 @@ int cli_generate_main(int argc, char **argv) {
   xl_rng_seed(&rng, seeded ? seed : (uint64_t)(now_mono() * 1e9));
   for (size_t s = 0; s < n_ids; s += PROMPT_CHUNK) {
     int chunk = (int)(n_ids - s < PROMPT_CHUNK ? n_ids - s : PROMPT_CHUNK);
-    xl_feed f = {st, ids + s, chunk, NULL, NULL, s + (size_t)chunk == n_ids ? lp : NULL};
+    xl_feed f = {st, ids + s, chunk, NULL, NULL, s + (size_t)chunk == n_ids ? lp : NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) {
       fprintf(stderr, "xlserve generate: %s\n", err.message);
       goto out;
@@ -112,7 +112,7 @@ int cli_generate_main(int argc, char **argv) {
       fflush(stdout);
     }
     if (t + 1 == n_new) break; /* the last token needs no forward */
-    xl_feed f = {st, &tok, 1, NULL, NULL, lp};
+    xl_feed f = {st, &tok, 1, NULL, NULL, lp, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) {
       fprintf(stderr, "\nxlserve generate: %s\n", err.message);
       goto out;

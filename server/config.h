@@ -96,6 +96,9 @@
   X(trusted_proxies, STR, "", 0, 0,                                                              \
     "Comma-separated IP addresses of reverse proxies whose X-Forwarded-For and X-Request-Id "    \
     "headers are trusted.")                                                                      \
+  X(cors_origins, STR, "", 0, 0,                                                                 \
+    "Browser origins allowed to call the API from other pages (CORS): * for any, or a "          \
+    "comma-separated list like https://chat.example.com,http://localhost:3000; empty = off.")    \
   X(path_prefix, STR, "", 0, 0,                                                                  \
     "URL path prefix stripped before routing, e.g. /xl (requests outside it get 404).")          \
   X(log_file, STR, "-", 0, 0,                                                                    \

@@ -298,6 +298,10 @@ int serve_main(int argc, char **argv) {
     goto out_early;
   }
   if (parse_proxies(&a, cfg.trusted_proxies)) goto out_early;
+  if (cors_parse(&a.cors, cfg.cors_origins, err, sizeof err)) {
+    fprintf(stderr, "xlserve: option cors_origins: %s\n", err);
+    goto out_early;
+  }
   cli_set_blas_threads((int)cfg.blas_threads);
   chat_template_init(&a.tpl, &cfg);
   uv_loop_t loop;
@@ -350,6 +354,7 @@ out_early:
   auth_free(&a.keys);
   for (int i = 0; i < a.n_proxies; i++) free(a.proxies[i]);
   free(a.proxies);
+  cors_free(&a.cors);
   config_free(&cfg);
   xlog_close();
   return rc;

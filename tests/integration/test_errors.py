@@ -57,7 +57,7 @@ CASES = [
     (C, {"prompt": "a", "logprobs": True}, 400, "invalid_value", "logprobs"),
     (C, {"prompt": "a", "n": 2}, 400, "invalid_value", "n"),
     (C, {"prompt": "a", "best_of": 3}, 400, "invalid_value", "best_of"),
-    (C, {"prompt": "a", "echo": True}, 400, "invalid_value", "echo"),
+    (C, {"prompt": "a", "echo": True, "stream": True}, 400, "invalid_value", "echo"),
     (C, {"prompt": "a", "suffix": "z"}, 400, "invalid_value", "suffix"),
     (C, {"prompt": "a", "logit_bias": {"5": 1}}, 400, "invalid_value", "logit_bias"),
     (C, {"prompt": "a", "model": 5}, 400, "invalid_value", "model"),
