@@ -8,12 +8,13 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 
 import make_random_model as gen
-from parity_util import SEED, run_xlserve
+from parity_util import SEED, run_xlserve, xlserve_bin
 
 BASE = "words_div1_proj_mixed"  # adaptive softmax, projections, tied copies, vocab.txt
 
@@ -331,3 +332,47 @@ def test_tied_copies_dropped_still_loads(model, tmp_path, ids_file):
     assert proc.returncode == 0, proc.stderr
     with open(ref_out) as f:
         assert f.read() == twice
+
+
+# ---- the CPU path switch: a name the engine does not know, or a kernel family this CPU (or
+# this build's architecture) cannot run, stops the command before any work, in one line.
+
+FOREIGN = "avx2" if os.uname().machine in ("aarch64", "arm64") else "neon"
+
+
+def test_cpu_path_unknown(model, ids_file, tmp_path):
+    expect_error(eval_args(model, ids_file, str(tmp_path)) + ["--cpu", "sse9"],
+                 ["--cpu sse9", "'sse9'", "avx2", "portable"], ["unknown"])
+
+
+def test_cpu_path_this_cpu_cannot_run(model, ids_file, tmp_path):
+    msg = expect_error(eval_args(model, ids_file, str(tmp_path)) + ["--cpu", FOREIGN],
+                       [f"--cpu {FOREIGN}", "this CPU runs:", "portable"], ["not built", "lacks"])
+    assert not os.path.exists(os.path.join(str(tmp_path), "out.nll"))
+    assert msg.startswith("xlserve eval:")
+
+
+def test_cpu_path_from_environment(model, ids_file, tmp_path):
+    env = dict(os.environ, XLSERVE_CPU=FOREIGN)
+    for cmd in (eval_args(model, ids_file, str(tmp_path)), ["info", "--model", model],
+                ["generate", "--model", model, "--prompt", "x", "-n", "1"],
+                ["bench", "--model", model, "--quick"]):
+        proc = subprocess.run([xlserve_bin()] + [str(a) for a in cmd], capture_output=True,
+                              text=True, timeout=120, env=env)
+        assert proc.returncode == 2, (cmd, proc.returncode, proc.stderr)
+        assert f"XLSERVE_CPU={FOREIGN}" in proc.stderr and "this CPU runs:" in proc.stderr, \
+            proc.stderr
+
+
+def test_cpu_path_named_by_info():
+    """`xlserve info` names the path in use; --cpu portable always runs, and auto is the first
+    of the paths this CPU runs."""
+    env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
+    out = subprocess.run([xlserve_bin(), "info", "--cpu", "portable"], capture_output=True,
+                         text=True, timeout=120, env=env, check=True).stdout
+    line = [ln for ln in out.splitlines() if ln.startswith("cpu path")][0]
+    assert line.split()[2] == "portable", line
+    runs = line.split("this CPU runs:")[1].strip(" )").split(", ")
+    auto = subprocess.run([xlserve_bin(), "info"], capture_output=True, text=True, timeout=120,
+                          env=env, check=True).stdout
+    assert f"cpu path         {runs[0]} " in auto, (runs, auto)
