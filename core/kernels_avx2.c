@@ -116,11 +116,38 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
                   *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
       for (int r = r0; r < r1; r += 3) {
         int rc = r1 - r < 3 ? r1 - r : 3; /* rows past rc repeat row r (results discarded) */
+        if (rc == 1) { /* a last lone row: the same per-output arithmetic, a third of the work */
+          const float *a0 = x + (size_t)r * ldx;
+          __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+          for (int k = 0; k < kv; k += 8) {
+            __m256 v = _mm256_loadu_ps(a0 + k);
+            c0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w0 + k), c0);
+            c1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w1 + k), c1);
+            c2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w2 + k), c2);
+            c3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w3 + k), c3);
+          }
+          if (tail) {
+            __m256 v = _mm256_maskload_ps(a0 + kv, tmask);
+            c0 = _mm256_fmadd_ps(v, _mm256_maskload_ps(w0 + kv, tmask), c0);
+            c1 = _mm256_fmadd_ps(v, _mm256_maskload_ps(w1 + kv, tmask), c1);
+            c2 = _mm256_fmadd_ps(v, _mm256_maskload_ps(w2 + kv, tmask), c2);
+            c3 = _mm256_fmadd_ps(v, _mm256_maskload_ps(w3 + kv, tmask), c3);
+          }
+          store_outputs(y + (size_t)r * ldy + o, hsum4(c0, c1, c2, c3), oc);
+          continue;
+        }
+        const int first_tile = r == r0; /* later tiles find these weight rows in L1 */
         const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
                     *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0;
         __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
                c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
         for (int k = 0; k < kv; k += 8) {
+          if (first_tile && !(k & 15)) {
+            _mm_prefetch((const char *)((uintptr_t)(w0 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)((uintptr_t)(w1 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)((uintptr_t)(w2 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)((uintptr_t)(w3 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+          }
           __m256 b0 = _mm256_loadu_ps(w0 + k), b1 = _mm256_loadu_ps(w1 + k),
                  b2 = _mm256_loadu_ps(w2 + k), b3 = _mm256_loadu_ps(w3 + k);
           __m256 v = _mm256_loadu_ps(a0 + k);
