@@ -298,27 +298,49 @@ T static void dot_rows_avx2(const float *q, int dh, const float *rows, size_t ld
   }
 }
 
-/* NV vectors (8 * NV floats from out + base) accumulated in registers over n rows: out[e] +=
- * p[head(e) * p_stride + j] * rows[j * ld + e], j = 0..n-1 in order, one FMA per term. */
-#define MIX_CHUNK(NV)                                                                         \
-  T static void mix_chunk_##NV(float *out, int base, const float *p, size_t p_stride,        \
-                               const float *rows, size_t ld, int n, int dh) {                 \
-    __m256 acc[NV];                                                                           \
-    const float *ph[NV];                                                                      \
-    for (int v = 0; v < NV; v++) {                                                            \
-      acc[v] = _mm256_loadu_ps(out + base + 8 * v);                                           \
-      ph[v] = p + (size_t)((base + 8 * v) / dh) * p_stride;                                   \
-    }                                                                                         \
-    const float *r = rows + base;                                                             \
-    for (int j = 0; j < n; j++, r += ld)                                                      \
-      for (int v = 0; v < NV; v++)                                                            \
-        acc[v] = _mm256_fmadd_ps(_mm256_broadcast_ss(ph[v] + j), _mm256_loadu_ps(r + 8 * v), acc[v]); \
-    for (int v = 0; v < NV; v++) _mm256_storeu_ps(out + base + 8 * v, acc[v]);               \
+/* 8 vectors (64 floats from out + base; dh a multiple of 32) accumulated in registers over n
+ * rows: out[e] +=
+ * p[head(e) * p_stride + j] * rows[j * ld + e], j = 0..n-1 in order, one FMA per term. Named
+ * accumulators, not an array: GCC keeps an array's copy in memory up to date every row. */
+T static void mix_chunk_8(float *out, int base, const float *p, size_t p_stride,
+                          const float *rows, size_t ld, int n, int dh) {
+  float *o = out + base;
+  __m256 a0 = _mm256_loadu_ps(o), a1 = _mm256_loadu_ps(o + 8), a2 = _mm256_loadu_ps(o + 16),
+         a3 = _mm256_loadu_ps(o + 24), a4 = _mm256_loadu_ps(o + 32), a5 = _mm256_loadu_ps(o + 40),
+         a6 = _mm256_loadu_ps(o + 48), a7 = _mm256_loadu_ps(o + 56);
+  /* dh % 32 == 0 (the caller's condition): vectors 0-3 share one head, 4-7 one head */
+  const float *p0 = p + (size_t)(base / dh) * p_stride, *p4 = p + (size_t)((base + 32) / dh) * p_stride;
+  const float *r = rows + base;
+  for (int j = 0; j < n; j++, r += ld) {
+    const __m256 b0 = _mm256_broadcast_ss(p0 + j), b4 = _mm256_broadcast_ss(p4 + j);
+    a0 = _mm256_fmadd_ps(b0, _mm256_loadu_ps(r), a0);
+    a1 = _mm256_fmadd_ps(b0, _mm256_loadu_ps(r + 8), a1);
+    a2 = _mm256_fmadd_ps(b0, _mm256_loadu_ps(r + 16), a2);
+    a3 = _mm256_fmadd_ps(b0, _mm256_loadu_ps(r + 24), a3);
+    a4 = _mm256_fmadd_ps(b4, _mm256_loadu_ps(r + 32), a4);
+    a5 = _mm256_fmadd_ps(b4, _mm256_loadu_ps(r + 40), a5);
+    a6 = _mm256_fmadd_ps(b4, _mm256_loadu_ps(r + 48), a6);
+    a7 = _mm256_fmadd_ps(b4, _mm256_loadu_ps(r + 56), a7);
   }
-MIX_CHUNK(12)
-MIX_CHUNK(4)
-MIX_CHUNK(1)
-#undef MIX_CHUNK
+  _mm256_storeu_ps(o, a0);
+  _mm256_storeu_ps(o + 8, a1);
+  _mm256_storeu_ps(o + 16, a2);
+  _mm256_storeu_ps(o + 24, a3);
+  _mm256_storeu_ps(o + 32, a4);
+  _mm256_storeu_ps(o + 40, a5);
+  _mm256_storeu_ps(o + 48, a6);
+  _mm256_storeu_ps(o + 56, a7);
+}
+
+/* one vector (8 floats from out + base) of the same sums */
+T static void mix_chunk_1(float *out, int base, const float *p, size_t p_stride,
+                          const float *rows, size_t ld, int n, int dh) {
+  __m256 a = _mm256_loadu_ps(out + base);
+  const float *ph = p + (size_t)(base / dh) * p_stride, *r = rows + base;
+  for (int j = 0; j < n; j++, r += ld)
+    a = _mm256_fmadd_ps(_mm256_broadcast_ss(ph + j), _mm256_loadu_ps(r), a);
+  _mm256_storeu_ps(out + base, a);
+}
 
 T static void axpy_avx2(float *y, float a, const float *x, int n) {
   __m256 va = _mm256_set1_ps(a);
@@ -332,8 +354,8 @@ T static void mix_rows_avx2(float *out, const float *p, size_t p_stride, const f
                             size_t ld, int n, int H, int dh) {
   int hd = H * dh, e = 0;
   if (dh % 8 == 0) {
-    for (; e + 96 <= hd; e += 96) mix_chunk_12(out, e, p, p_stride, rows, ld, n, dh);
-    for (; e + 32 <= hd; e += 32) mix_chunk_4(out, e, p, p_stride, rows, ld, n, dh);
+    if (dh % 32 == 0)
+      for (; e + 64 <= hd; e += 64) mix_chunk_8(out, e, p, p_stride, rows, ld, n, dh);
     for (; e < hd; e += 8) mix_chunk_1(out, e, p, p_stride, rows, ld, n, dh);
     return;
   }

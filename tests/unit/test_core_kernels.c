@@ -141,7 +141,7 @@ static void check_attention_products(const xl_kernels *k) {
   CHECK(bad == 0);
   /* mix_rows: out[h*dh+i] += sum_j p[h][j] rows[j][h*dh+i], head sizes on and off the lanes */
   static const int Hs[] = {1, 2, 3, 8, 12};
-  static const int mdh[] = {4, 6, 8, 16, 32};
+  static const int mdh[] = {4, 6, 8, 16, 32, 64, 96};
   bad = 0;
   for (size_t a = 0; a < sizeof Hs / sizeof *Hs; a++)
     for (size_t b = 0; b < sizeof mdh / sizeof *mdh; b++) {
