@@ -46,26 +46,53 @@ static inline void store_outputs(float *y, float32x4_t s, int oc) {
 
 /* ---- weight GEMM ------------------------------------------------------------------------ */
 
+/* Named accumulators throughout this file, never arrays: GCC keeps an array of vectors in
+ * memory and stores it back on every step. */
 static void mm_row(const float *a, int K, const float *W, int N, int ldw, float *y) {
   const int kv = K & ~3, tail = K & 3;
   for (int o = 0; o < N; o += 8) {
     int oc = N - o < 8 ? N - o : 8;
     const float *w[8]; /* outputs past oc repeat output o (results discarded) */
     for (int j = 0; j < 8; j++) w[j] = W + (size_t)(o + (j < oc ? j : 0)) * ldw;
-    float32x4_t c[8];
-    for (int j = 0; j < 8; j++) c[j] = vdupq_n_f32(0.0f);
+    const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3], *w4 = w[4], *w5 = w[5],
+                *w6 = w[6], *w7 = w[7];
+    float32x4_t c0 = vdupq_n_f32(0.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+                c7 = c0;
     for (int k = 0; k < kv; k += 4) {
       float32x4_t v = vld1q_f32(a + k);
-      for (int j = 0; j < 8; j++) c[j] = vfmaq_f32(c[j], v, vld1q_f32(w[j] + k));
+      c0 = vfmaq_f32(c0, v, vld1q_f32(w0 + k));
+      c1 = vfmaq_f32(c1, v, vld1q_f32(w1 + k));
+      c2 = vfmaq_f32(c2, v, vld1q_f32(w2 + k));
+      c3 = vfmaq_f32(c3, v, vld1q_f32(w3 + k));
+      c4 = vfmaq_f32(c4, v, vld1q_f32(w4 + k));
+      c5 = vfmaq_f32(c5, v, vld1q_f32(w5 + k));
+      c6 = vfmaq_f32(c6, v, vld1q_f32(w6 + k));
+      c7 = vfmaq_f32(c7, v, vld1q_f32(w7 + k));
     }
     if (tail) {
       float32x4_t v = load_tail(a + kv, tail);
-      for (int j = 0; j < 8; j++) c[j] = vfmaq_f32(c[j], v, load_tail(w[j] + kv, tail));
+      c0 = vfmaq_f32(c0, v, load_tail(w0 + kv, tail));
+      c1 = vfmaq_f32(c1, v, load_tail(w1 + kv, tail));
+      c2 = vfmaq_f32(c2, v, load_tail(w2 + kv, tail));
+      c3 = vfmaq_f32(c3, v, load_tail(w3 + kv, tail));
+      c4 = vfmaq_f32(c4, v, load_tail(w4 + kv, tail));
+      c5 = vfmaq_f32(c5, v, load_tail(w5 + kv, tail));
+      c6 = vfmaq_f32(c6, v, load_tail(w6 + kv, tail));
+      c7 = vfmaq_f32(c7, v, load_tail(w7 + kv, tail));
     }
-    store_outputs(y + o, hsum4(c[0], c[1], c[2], c[3]), oc < 4 ? oc : 4);
-    if (oc > 4) store_outputs(y + o + 4, hsum4(c[4], c[5], c[6], c[7]), oc - 4);
+    store_outputs(y + o, hsum4(c0, c1, c2, c3), oc < 4 ? oc : 4);
+    if (oc > 4) store_outputs(y + o + 4, hsum4(c4, c5, c6, c7), oc - 4);
   }
 }
+
+#define FMA4(vload, c0, c1, c2, c3)                                                         \
+  do {                                                                                     \
+    float32x4_t v_ = (vload);                                                              \
+    c0 = vfmaq_f32(c0, v_, b0);                                                            \
+    c1 = vfmaq_f32(c1, v_, b1);                                                            \
+    c2 = vfmaq_f32(c2, v_, b2);                                                            \
+    c3 = vfmaq_f32(c3, v_, b3);                                                            \
+  } while (0)
 
 static void mm_neon(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
                     float *y, int ldy) {
@@ -82,39 +109,37 @@ static void mm_neon(const float *x, int M, int K, int ldx, const float *W, int N
                   *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
       for (int r = r0; r < r1; r += 4) {
         int rc = r1 - r < 4 ? r1 - r : 4; /* rows past rc repeat row r (results discarded) */
-        const float *a[4];
-        for (int i = 0; i < 4; i++) a[i] = x + (size_t)(r + (i < rc ? i : 0)) * ldx;
-        float32x4_t c[4][4];
-        for (int i = 0; i < 4; i++)
-          for (int j = 0; j < 4; j++) c[i][j] = vdupq_n_f32(0.0f);
+        const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
+                    *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0, *a3 = rc > 3 ? a0 + 3 * (size_t)ldx : a0;
+        float32x4_t c00 = vdupq_n_f32(0.0f), c01 = c00, c02 = c00, c03 = c00, c10 = c00,
+                    c11 = c00, c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00,
+                    c30 = c00, c31 = c00, c32 = c00, c33 = c00;
         for (int k = 0; k < kv; k += 4) {
           float32x4_t b0 = vld1q_f32(w0 + k), b1 = vld1q_f32(w1 + k), b2 = vld1q_f32(w2 + k),
                       b3 = vld1q_f32(w3 + k);
-          for (int i = 0; i < 4; i++) {
-            float32x4_t v = vld1q_f32(a[i] + k);
-            c[i][0] = vfmaq_f32(c[i][0], v, b0);
-            c[i][1] = vfmaq_f32(c[i][1], v, b1);
-            c[i][2] = vfmaq_f32(c[i][2], v, b2);
-            c[i][3] = vfmaq_f32(c[i][3], v, b3);
-          }
+          FMA4(vld1q_f32(a0 + k), c00, c01, c02, c03);
+          FMA4(vld1q_f32(a1 + k), c10, c11, c12, c13);
+          FMA4(vld1q_f32(a2 + k), c20, c21, c22, c23);
+          FMA4(vld1q_f32(a3 + k), c30, c31, c32, c33);
         }
         if (tail) {
           float32x4_t b0 = load_tail(w0 + kv, tail), b1 = load_tail(w1 + kv, tail),
                       b2 = load_tail(w2 + kv, tail), b3 = load_tail(w3 + kv, tail);
-          for (int i = 0; i < 4; i++) {
-            float32x4_t v = load_tail(a[i] + kv, tail);
-            c[i][0] = vfmaq_f32(c[i][0], v, b0);
-            c[i][1] = vfmaq_f32(c[i][1], v, b1);
-            c[i][2] = vfmaq_f32(c[i][2], v, b2);
-            c[i][3] = vfmaq_f32(c[i][3], v, b3);
-          }
+          FMA4(load_tail(a0 + kv, tail), c00, c01, c02, c03);
+          FMA4(load_tail(a1 + kv, tail), c10, c11, c12, c13);
+          FMA4(load_tail(a2 + kv, tail), c20, c21, c22, c23);
+          FMA4(load_tail(a3 + kv, tail), c30, c31, c32, c33);
         }
-        for (int i = 0; i < rc; i++)
-          store_outputs(y + (size_t)(r + i) * ldy + o, hsum4(c[i][0], c[i][1], c[i][2], c[i][3]), oc);
+        float *yr = y + (size_t)r * ldy + o;
+        store_outputs(yr, hsum4(c00, c01, c02, c03), oc);
+        if (rc > 1) store_outputs(yr + ldy, hsum4(c10, c11, c12, c13), oc);
+        if (rc > 2) store_outputs(yr + 2 * (size_t)ldy, hsum4(c20, c21, c22, c23), oc);
+        if (rc > 3) store_outputs(yr + 3 * (size_t)ldy, hsum4(c30, c31, c32, c33), oc);
       }
     }
   }
 }
+#undef FMA4
 
 /* ---- softmax ---------------------------------------------------------------------------- */
 
@@ -189,28 +214,32 @@ static float sum_exp_neon(const float *x, int n, float shift) {
 /* ---- decode-step attention products ----------------------------------------------------- */
 
 /* s[0..n) = sum_k q[k] * rows[k * ld + 0..n), k in order, each sum started at 0 and advanced
- * by FMA: 64 sums held in 16 registers while the dh rows stream past. */
+ * by FMA: 32 sums held in 8 registers while the dh rows stream past. */
 static void dot_rows_neon(const float *q, int dh, const float *rows, size_t ld, int n, float *s) {
   int j = 0;
-  for (; j + 64 <= n; j += 64) {
-    float32x4_t a[16];
-    for (int v = 0; v < 16; v++) a[v] = vdupq_n_f32(0.0f);
+  for (; j + 32 <= n; j += 32) {
+    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+                a7 = a0;
     const float *r = rows + j;
     for (int k = 0; k < dh; k++, r += ld) {
       float32x4_t qk = vdupq_n_f32(q[k]);
-      for (int v = 0; v < 16; v++) a[v] = vfmaq_f32(a[v], qk, vld1q_f32(r + 4 * v));
+      a0 = vfmaq_f32(a0, qk, vld1q_f32(r));
+      a1 = vfmaq_f32(a1, qk, vld1q_f32(r + 4));
+      a2 = vfmaq_f32(a2, qk, vld1q_f32(r + 8));
+      a3 = vfmaq_f32(a3, qk, vld1q_f32(r + 12));
+      a4 = vfmaq_f32(a4, qk, vld1q_f32(r + 16));
+      a5 = vfmaq_f32(a5, qk, vld1q_f32(r + 20));
+      a6 = vfmaq_f32(a6, qk, vld1q_f32(r + 24));
+      a7 = vfmaq_f32(a7, qk, vld1q_f32(r + 28));
     }
-    for (int v = 0; v < 16; v++) vst1q_f32(s + j + 4 * v, a[v]);
-  }
-  for (; j + 16 <= n; j += 16) {
-    float32x4_t a[4];
-    for (int v = 0; v < 4; v++) a[v] = vdupq_n_f32(0.0f);
-    const float *r = rows + j;
-    for (int k = 0; k < dh; k++, r += ld) {
-      float32x4_t qk = vdupq_n_f32(q[k]);
-      for (int v = 0; v < 4; v++) a[v] = vfmaq_f32(a[v], qk, vld1q_f32(r + 4 * v));
-    }
-    for (int v = 0; v < 4; v++) vst1q_f32(s + j + 4 * v, a[v]);
+    vst1q_f32(s + j, a0);
+    vst1q_f32(s + j + 4, a1);
+    vst1q_f32(s + j + 8, a2);
+    vst1q_f32(s + j + 12, a3);
+    vst1q_f32(s + j + 16, a4);
+    vst1q_f32(s + j + 20, a5);
+    vst1q_f32(s + j + 24, a6);
+    vst1q_f32(s + j + 28, a7);
   }
   for (; j + 4 <= n; j += 4) {
     float32x4_t a = vdupq_n_f32(0.0f);
@@ -226,27 +255,45 @@ static void dot_rows_neon(const float *q, int dh, const float *rows, size_t ld, 
   }
 }
 
-/* NV vectors (4 * NV floats from out + base) accumulated in registers over n rows: out[e] +=
- * p[head(e) * p_stride + j] * rows[j * ld + e], j = 0..n-1 in order, one FMA per term. */
-#define MIX_CHUNK(NV)                                                                         \
-  static void mix_chunk_##NV(float *out, int base, const float *p, size_t p_stride,          \
-                             const float *rows, size_t ld, int n, int dh) {                   \
-    float32x4_t acc[NV];                                                                      \
-    const float *ph[NV];                                                                      \
-    for (int v = 0; v < NV; v++) {                                                            \
-      acc[v] = vld1q_f32(out + base + 4 * v);                                                 \
-      ph[v] = p + (size_t)((base + 4 * v) / dh) * p_stride;                                   \
-    }                                                                                         \
-    const float *r = rows + base;                                                             \
-    for (int j = 0; j < n; j++, r += ld)                                                      \
-      for (int v = 0; v < NV; v++)                                                            \
-        acc[v] = vfmaq_f32(acc[v], vdupq_n_f32(ph[v][j]), vld1q_f32(r + 4 * v));              \
-    for (int v = 0; v < NV; v++) vst1q_f32(out + base + 4 * v, acc[v]);                      \
+/* 8 vectors (32 floats from out + base, inside one head: dh a multiple of 32) accumulated in
+ * registers over n rows: out[e] += p[head * p_stride + j] * rows[j * ld + e], j = 0..n-1 in
+ * order, one FMA per term. */
+static void mix_chunk_8(float *out, int base, const float *p, size_t p_stride, const float *rows,
+                        size_t ld, int n, int dh) {
+  float *o = out + base;
+  float32x4_t a0 = vld1q_f32(o), a1 = vld1q_f32(o + 4), a2 = vld1q_f32(o + 8),
+              a3 = vld1q_f32(o + 12), a4 = vld1q_f32(o + 16), a5 = vld1q_f32(o + 20),
+              a6 = vld1q_f32(o + 24), a7 = vld1q_f32(o + 28);
+  const float *ph = p + (size_t)(base / dh) * p_stride, *r = rows + base;
+  for (int j = 0; j < n; j++, r += ld) {
+    float32x4_t b = vdupq_n_f32(ph[j]);
+    a0 = vfmaq_f32(a0, b, vld1q_f32(r));
+    a1 = vfmaq_f32(a1, b, vld1q_f32(r + 4));
+    a2 = vfmaq_f32(a2, b, vld1q_f32(r + 8));
+    a3 = vfmaq_f32(a3, b, vld1q_f32(r + 12));
+    a4 = vfmaq_f32(a4, b, vld1q_f32(r + 16));
+    a5 = vfmaq_f32(a5, b, vld1q_f32(r + 20));
+    a6 = vfmaq_f32(a6, b, vld1q_f32(r + 24));
+    a7 = vfmaq_f32(a7, b, vld1q_f32(r + 28));
   }
-MIX_CHUNK(24)
-MIX_CHUNK(4)
-MIX_CHUNK(1)
-#undef MIX_CHUNK
+  vst1q_f32(o, a0);
+  vst1q_f32(o + 4, a1);
+  vst1q_f32(o + 8, a2);
+  vst1q_f32(o + 12, a3);
+  vst1q_f32(o + 16, a4);
+  vst1q_f32(o + 20, a5);
+  vst1q_f32(o + 24, a6);
+  vst1q_f32(o + 28, a7);
+}
+
+/* one vector (4 floats from out + base, inside one head) of the same sums */
+static void mix_chunk_1(float *out, int base, const float *p, size_t p_stride, const float *rows,
+                        size_t ld, int n, int dh) {
+  float32x4_t a = vld1q_f32(out + base);
+  const float *ph = p + (size_t)(base / dh) * p_stride, *r = rows + base;
+  for (int j = 0; j < n; j++, r += ld) a = vfmaq_f32(a, vdupq_n_f32(ph[j]), vld1q_f32(r));
+  vst1q_f32(out + base, a);
+}
 
 static void axpy_neon(float *y, float a, const float *x, int n) {
   float32x4_t va = vdupq_n_f32(a);
@@ -259,8 +306,8 @@ static void mix_rows_neon(float *out, const float *p, size_t p_stride, const flo
                           size_t ld, int n, int H, int dh) {
   int hd = H * dh, e = 0;
   if (dh % 4 == 0) {
-    for (; e + 96 <= hd; e += 96) mix_chunk_24(out, e, p, p_stride, rows, ld, n, dh);
-    for (; e + 16 <= hd; e += 16) mix_chunk_4(out, e, p, p_stride, rows, ld, n, dh);
+    if (dh % 32 == 0)
+      for (; e + 32 <= hd; e += 32) mix_chunk_8(out, e, p, p_stride, rows, ld, n, dh);
     for (; e < hd; e += 4) mix_chunk_1(out, e, p, p_stride, rows, ld, n, dh);
     return;
   }
