@@ -337,7 +337,20 @@ def test_tied_copies_dropped_still_loads(model, tmp_path, ids_file):
 # ---- the CPU path switch: a name the engine does not know, or a kernel family this CPU (or
 # this build's architecture) cannot run, stops the command before any work, in one line.
 
-FOREIGN = "avx2" if os.uname().machine in ("aarch64", "arm64") else "neon"
+def runnable_paths():
+    """The paths `xlserve info` says this CPU runs (the binary's view: under an emulator the
+    binary's architecture is not this Python's)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
+    out = subprocess.run([xlserve_bin(), "info", "--cpu", "portable"], capture_output=True,
+                         text=True, timeout=120, env=env, check=True).stdout
+    line = [ln for ln in out.splitlines() if ln.startswith("cpu path")][0]
+    return line, line.split("this CPU runs:")[1].strip(" )").split(", ")
+
+
+@pytest.fixture(scope="module")
+def foreign():
+    """A path of the other architecture: one this build can never run."""
+    return "avx2" if "neon" in runnable_paths()[1] else "neon"
 
 
 def test_cpu_path_unknown(model, ids_file, tmp_path):
@@ -345,22 +358,22 @@ def test_cpu_path_unknown(model, ids_file, tmp_path):
                  ["--cpu sse9", "'sse9'", "avx2", "portable"], ["unknown"])
 
 
-def test_cpu_path_this_cpu_cannot_run(model, ids_file, tmp_path):
-    msg = expect_error(eval_args(model, ids_file, str(tmp_path)) + ["--cpu", FOREIGN],
-                       [f"--cpu {FOREIGN}", "this CPU runs:", "portable"], ["not built", "lacks"])
+def test_cpu_path_this_cpu_cannot_run(model, ids_file, tmp_path, foreign):
+    msg = expect_error(eval_args(model, ids_file, str(tmp_path)) + ["--cpu", foreign],
+                       [f"--cpu {foreign}", "this CPU runs:", "portable"], ["not built", "lacks"])
     assert not os.path.exists(os.path.join(str(tmp_path), "out.nll"))
     assert msg.startswith("xlserve eval:")
 
 
-def test_cpu_path_from_environment(model, ids_file, tmp_path):
-    env = dict(os.environ, XLSERVE_CPU=FOREIGN)
+def test_cpu_path_from_environment(model, ids_file, tmp_path, foreign):
+    env = dict(os.environ, XLSERVE_CPU=foreign)
     for cmd in (eval_args(model, ids_file, str(tmp_path)), ["info", "--model", model],
                 ["generate", "--model", model, "--prompt", "x", "-n", "1"],
                 ["bench", "--model", model, "--quick"]):
         proc = subprocess.run([xlserve_bin()] + [str(a) for a in cmd], capture_output=True,
                               text=True, timeout=120, env=env)
         assert proc.returncode == 2, (cmd, proc.returncode, proc.stderr)
-        assert f"XLSERVE_CPU={FOREIGN}" in proc.stderr and "this CPU runs:" in proc.stderr, \
+        assert f"XLSERVE_CPU={foreign}" in proc.stderr and "this CPU runs:" in proc.stderr, \
             proc.stderr
 
 
@@ -368,11 +381,8 @@ def test_cpu_path_named_by_info():
     """`xlserve info` names the path in use; --cpu portable always runs, and auto is the first
     of the paths this CPU runs."""
     env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
-    out = subprocess.run([xlserve_bin(), "info", "--cpu", "portable"], capture_output=True,
-                         text=True, timeout=120, env=env, check=True).stdout
-    line = [ln for ln in out.splitlines() if ln.startswith("cpu path")][0]
+    line, runs = runnable_paths()
     assert line.split()[2] == "portable", line
-    runs = line.split("this CPU runs:")[1].strip(" )").split(", ")
     auto = subprocess.run([xlserve_bin(), "info"], capture_output=True, text=True, timeout=120,
                           env=env, check=True).stdout
     assert f"cpu path         {runs[0]} " in auto, (runs, auto)
