@@ -252,12 +252,20 @@ T static float sum_exp_avx2(const float *x, int n, float shift) {
 
 /* s[0..n) = sum_k q[k] * rows[k * ld + 0..n), k in order, each sum started at 0 and advanced
  * by FMA: 64 sums held in registers while the dh rows stream past. */
+#define DOT_AHEAD 4
 T static void dot_rows_avx2(const float *q, int dh, const float *rows, size_t ld, int n, float *s) {
   int j = 0;
   for (; j + 64 <= n; j += 64) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     const float *r = rows + j;
     for (int k = 0; k < dh; k++, r += ld) {
+      /* the 4 lines of the row DOT_AHEAD rows on (rows are ld apart: a late stride for the
+       * hardware prefetchers); past the last row they are only hints */
+      const char *ahead = (const char *)((uintptr_t)r + DOT_AHEAD * ld * sizeof(float));
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      _mm_prefetch(ahead + 192, _MM_HINT_T0);
       __m256 qk = _mm256_broadcast_ss(q + k);
       a0 = _mm256_fmadd_ps(qk, _mm256_loadu_ps(r), a0);
       a1 = _mm256_fmadd_ps(qk, _mm256_loadu_ps(r + 8), a1);
@@ -302,6 +310,7 @@ T static void dot_rows_avx2(const float *q, int dh, const float *rows, size_t ld
  * rows: out[e] +=
  * p[head(e) * p_stride + j] * rows[j * ld + e], j = 0..n-1 in order, one FMA per term. Named
  * accumulators, not an array: GCC keeps an array's copy in memory up to date every row. */
+#define MIX_AHEAD 8
 T static void mix_chunk_8(float *out, int base, const float *p, size_t p_stride,
                           const float *rows, size_t ld, int n, int dh) {
   float *o = out + base;
@@ -312,6 +321,13 @@ T static void mix_chunk_8(float *out, int base, const float *p, size_t p_stride,
   const float *p0 = p + (size_t)(base / dh) * p_stride, *p4 = p + (size_t)((base + 32) / dh) * p_stride;
   const float *r = rows + base;
   for (int j = 0; j < n; j++, r += ld) {
+    /* the chunk's 4 lines of a row MIX_AHEAD rows on: rows are far apart (a full H*dh row
+     * each), a stride the hardware prefetchers follow late */
+    const char *ahead = (const char *)((uintptr_t)r + MIX_AHEAD * ld * sizeof(float));
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    _mm_prefetch(ahead + 128, _MM_HINT_T0);
+    _mm_prefetch(ahead + 192, _MM_HINT_T0);
     const __m256 b0 = _mm256_broadcast_ss(p0 + j), b4 = _mm256_broadcast_ss(p4 + j);
     a0 = _mm256_fmadd_ps(b0, _mm256_loadu_ps(r), a0);
     a1 = _mm256_fmadd_ps(b0, _mm256_loadu_ps(r + 8), a1);
