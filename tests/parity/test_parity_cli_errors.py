@@ -1,4 +1,5 @@
-"""test_parity_cli_errors.py: corrupt inputs to `xlserve eval` (SPEC item 7 of issue 2).
+"""test_parity_cli_errors.py: corrupt inputs to `xlserve eval`, and the CPU path switch of every
+command (unknown and foreign paths refused at start; `bench --cpu A,B` names each row's path).
 
 Owns: one test per broken input (model dir, safetensors file, config.json, ids file). Each
 expects a non-zero exit below 128 (no signal, no abort), no sanitizer report, and exactly one
@@ -386,3 +387,26 @@ def test_cpu_path_named_by_info():
     auto = subprocess.run([xlserve_bin(), "info"], capture_output=True, text=True, timeout=120,
                           env=env, check=True).stdout
     assert f"cpu path         {runs[0]} " in auto, (runs, auto)
+
+
+def test_bench_compares_paths_in_one_run(model):
+    """`xlserve bench --cpu A,B`: one block per path, each with its own SGEMM row; every row
+    names its path and gives its share of that SGEMM. A bad name in the list fails before
+    anything is measured."""
+    paths = ["portable", runnable_paths()[1][0]]
+    env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
+    proc = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--no-recurrence",
+                           "--max-batch", "1", "--threads", "1", "--cpu", ",".join(paths)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.split()[:1] in ([p] for p in paths)]
+    for p in paths:
+        mine = [r for r in rows if r[0] == p]
+        labels = [" ".join(r[1:4]) for r in mine]
+        assert labels == ["large SGEMM (OpenBLAS,", "decode, batch 1,", "segment evaluation (tgt_len"], \
+            proc.stdout
+        assert mine[0][-1] == "100%" and all(r[-1].endswith("%") and float(r[-1][:-1]) > 0
+                                             for r in mine), proc.stdout
+    bad = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--cpu",
+                          "portable,sse9"], capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and "--cpu sse9" in bad.stderr and bad.stdout == "", bad
