@@ -405,7 +405,8 @@ def test_bench_compares_paths_in_one_run(model):
         labels = [" ".join(r[1:4]) for r in mine]
         assert labels == ["large SGEMM (OpenBLAS,", "decode, batch 1,", "segment evaluation (tgt_len"], \
             proc.stdout
-        assert mine[0][-1] == "100%" and all(r[-1].endswith("%") and float(r[-1][:-1]) > 0
+        # a tiny model's share rounds to 0%: the column's form is what is checked here
+        assert mine[0][-1] == "100%" and all(r[-1].endswith("%") and float(r[-1][:-1]) >= 0
                                              for r in mine), proc.stdout
     bad = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--cpu",
                           "portable,sse9"], capture_output=True, text=True, timeout=120, env=env)
