@@ -26,6 +26,10 @@
     "Worker threads running batched forward passes; each forward takes at most "                 \
     "ceil(running / workers) sessions, so the workers run side by side. One per core "           \
     "(compare: bench/load.py --streams 32,64 -- --workers 1, then --workers 2).")                \
+  X(cpu, STR, "auto", 0, 0,                                                                      \
+    "Kernel family of the forward pass: auto (the best this CPU runs), avx512, avx2 (AVX2 + "     \
+    "FMA), neon (aarch64) or portable (plain C). A family this CPU cannot run is an error at "   \
+    "start; the ready log line and `xlserve info` name the one in use.")                          \
   X(blas_threads, INT, "1", 0, 256,                                                              \
     "OpenBLAS threads (0 = leave OpenBLAS's own default); OpenBLAS only runs the prompt "         \
     "attention. Keep workers x blas_threads <= cores.")                                          \

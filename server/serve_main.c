@@ -219,9 +219,9 @@ static void model_loaded(uv_work_t *w, int status) {
   a->load_rc = 0;
   xlog_msg("info", "ready",
            "model %s (%s): %d layers, d_model %d, mem_len %d, vocab %d, same_length %d; %lld "
-           "workers, max_batch %lld, prefill_chunk %d",
+           "workers, max_batch %lld, prefill_chunk %d; cpu %s",
            a->model_name, a->cfg->model, mc->n_layer, mc->d_model, mc->mem_len, mc->vocab_size,
-           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk);
+           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk, xl_cpu_path());
   if (a->phase == APP_LOADING) {
     a->phase = APP_READY; /* /health says 200 from here on: only then READY=1 */
     sdn_notifyf("READY=1\nSTATUS=serving %s on %s port %u", a->model_name, a->cfg->host, a->port);
@@ -303,6 +303,11 @@ int serve_main(int argc, char **argv) {
     goto out_early;
   }
   cli_set_blas_threads((int)cfg.blas_threads);
+  xl_error cpu_err;
+  if (xl_cpu_select(cfg.cpu, &cpu_err)) { /* validated with the config: only a safety net */
+    fprintf(stderr, "xlserve: option cpu: %s\n", cpu_err.message);
+    goto out_early;
+  }
   chat_template_init(&a.tpl, &cfg);
   uv_loop_t loop;
   uv_loop_init(&loop);

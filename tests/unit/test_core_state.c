@@ -291,7 +291,7 @@ static void test_batched_equals_unbatched(void) {
       double d = fabs(out_solo[b][v] - out_multi[b][v]);
       if (d > worst) worst = d;
     }
-  CHECK(worst == 0.0); /* matmul.c is batch-invariant: bit for bit */
+  CHECK(worst == 0.0); /* the GEMM of every kernel family is batch-invariant: bit for bit */
 
   /* rejected batches change nothing: a duplicated state, a bad token */
   uint64_t fed = xl_state_tokens_fed(multi[0]);

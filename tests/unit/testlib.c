@@ -35,6 +35,22 @@ int tl_selected(const char *name) {
   return yes;
 }
 
+/* XLSERVE_CPU=PATH runs the whole test executable (unit test, fuzzer, seeder) on that kernel
+ * family, before main: ctest registers the engine tests once per path this way. A path this
+ * CPU cannot run exits 77 (ctest: skipped); an unknown name is an error. */
+__attribute__((constructor)) static void tl_select_cpu_from_env(void) {
+  const char *path = getenv("XLSERVE_CPU");
+  if (!path || !*path) return;
+  xl_error err;
+  if (xl_cpu_select(path, &err) == XL_OK) return;
+  if (xl_cpu_can_run(path) == 0) {
+    printf("skipped: XLSERVE_CPU=%s: %s\n", path, err.message);
+    exit(77);
+  }
+  fprintf(stderr, "XLSERVE_CPU=%s: %s\n", path, err.message);
+  exit(2);
+}
+
 int tl_summary(void) {
   const char *want = getenv("XL_TEST_RUN");
   if (want && *want && !tl_ran) {
