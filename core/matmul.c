@@ -6,7 +6,9 @@
  * small batches (decode steps) stream each weight row once for all rows.
  * Paths: AVX-512, AVX2+FMA, portable C; chosen once per process from the CPU. Any thread.
  */
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +36,7 @@ static void mm_scalar(const float *x, int M, int K, int ldx, const float *W, int
     }
 }
 
+#if defined(__x86_64__) || defined(__i386__) /* x86 kernels; elsewhere the portable C path */
 /* ---- AVX2 + FMA: tiles of 2 rows x 4 outputs ---------------------------------------- */
 __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -231,13 +234,16 @@ __attribute__((target("avx512f"))) static void mm_avx512(const float *x, int M, 
 #undef FMA4
 #undef PREFETCH_WEIGHTS
 #undef AHEAD
+#endif /* x86 */
 
 typedef void (*mm_fn)(const float *, int, int, int, const float *, int, int, float *, int);
 
 static mm_fn pick(void) {
+#if defined(__x86_64__) || defined(__i386__)
   if (xl_cpu_has_avx512()) return mm_avx512;
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return mm_avx2;
+#endif
   return mm_scalar;
 }
 

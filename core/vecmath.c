@@ -4,7 +4,12 @@
  * transposed key rows, probabilities times value rows) with their sums held in registers. AVX-512 when the CPU has
  * it, else portable C (the same polynomial). Any thread; pure functions.
  */
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#define XL_VEC_X86 1 /* the AVX-512 loops below; other CPUs use the portable C ones */
+#else
+#define XL_VEC_X86 0
+#endif
 #include <math.h>
 
 #include "internal.h"
@@ -41,6 +46,7 @@ static float exp_sum_scalar(float *x, int n, float shift) {
   return s;
 }
 
+#if XL_VEC_X86
 __attribute__((target("avx512f"))) static float max_avx512(const float *x, int n) {
   __m512 m = _mm512_set1_ps(-INFINITY);
   int i = 0;
@@ -99,10 +105,13 @@ __attribute__((target("avx512f"))) static void axpy_avx512(float *y, float a, co
   }
 }
 
+#endif /* XL_VEC_X86 */
+
 static void axpy_scalar(float *y, float a, const float *x, int n) {
   for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+#if XL_VEC_X86
 /* s[0..n) = sum_k q[k] * rows[k * ld + 0..n), k = 0..dh-1 in order, each sum started at 0 and
  * accumulated by FMA: the same arithmetic as n-long axpys over a zeroed s, with 64 sums held
  * in registers while the dh rows stream past (no read-modify-write of s per row). */
@@ -157,42 +166,61 @@ MIX_CHUNK(16)
 MIX_CHUNK(4)
 MIX_CHUNK(1)
 #undef MIX_CHUNK
+#endif /* XL_VEC_X86 */
 
 int xl_cpu_has_avx512(void) {
   static int cached = -1; /* racing first calls store the same value */
   int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
+#if XL_VEC_X86
     __builtin_cpu_init();
     c = __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+    c = 0;
+#endif
     __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
   return c;
 }
 
 float xl_vec_max(const float *x, int n) {
-  return xl_cpu_has_avx512() ? max_avx512(x, n) : max_scalar(x, n);
+#if XL_VEC_X86
+  if (xl_cpu_has_avx512()) return max_avx512(x, n);
+#endif
+  return max_scalar(x, n);
 }
 
 float xl_vec_exp_sum(float *x, int n, float shift) {
-  return xl_cpu_has_avx512() ? exp_sum_avx512(x, n, shift) : exp_sum_scalar(x, n, shift);
+#if XL_VEC_X86
+  if (xl_cpu_has_avx512()) return exp_sum_avx512(x, n, shift);
+#endif
+  return exp_sum_scalar(x, n, shift);
 }
 
 static void vec_axpy(float *y, float a, const float *x, int n) { /* y += a x */
-  if (xl_cpu_has_avx512()) axpy_avx512(y, a, x, n);
-  else axpy_scalar(y, a, x, n);
+#if XL_VEC_X86
+  if (xl_cpu_has_avx512()) {
+    axpy_avx512(y, a, x, n);
+    return;
+  }
+#endif
+  axpy_scalar(y, a, x, n);
 }
 
 void xl_vec_dot_rows(const float *q, int dh, const float *rows, size_t ld, int n, float *s) {
+#if XL_VEC_X86
   if (xl_cpu_has_avx512()) {
     dot_rows_avx512(q, dh, rows, ld, n, s);
     return;
   }
+#endif
   for (int j = 0; j < n; j++) s[j] = 0.0f;
   for (int k = 0; k < dh; k++) axpy_scalar(s, q[k], rows + (size_t)k * ld, n);
 }
 
 void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, const float *rows, size_t ld,
                      int n, int H, int dh) {
+#if XL_VEC_X86
   int hd = H * dh, e = 0;
   if (xl_cpu_has_avx512() && dh % 16 == 0) {
     for (; e + 256 <= hd; e += 256) mix_chunk_16(out, e, p, p_stride, rows, ld, n, dh);
@@ -200,6 +228,7 @@ void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, const float *r
     for (; e < hd; e += 16) mix_chunk_1(out, e, p, p_stride, rows, ld, n, dh);
     return;
   }
+#endif
   for (int j = 0; j < n; j++) /* one key at a time, every head */
     for (int h = 0; h < H; h++)
       vec_axpy(out + (size_t)h * dh, p[(size_t)h * p_stride + j],
