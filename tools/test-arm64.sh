@@ -13,8 +13,9 @@
 #   5. bpb     only when XL_NATIVE_BIN names a native xlserve: `xlserve eval` of the bundled model
 #              on 1 KiB of its model card, arm64 under qemu and native; the printed nll/token and
 #              bits/byte must be identical
-# Takes about 3-4 minutes on 2 busy cores (deps already installed: build ~1 min, unit ~10 s,
-# parity ~2 min, bpb ~1 min); the first run adds the packages (~1-2 min, ~150 MB). Every step
+# Takes about 3 minutes on 2 busy x86 cores with the packages present (build ~40 s, unit ~10 s,
+# parity ~80 s, bpb ~55 s); each per-kernel-family variant of the tests adds ~15 s (unit) and
+# ~90 s (parity); the first run adds the packages (~1-2 min, ~150 MB download). Every step
 # runs under `timeout` (seconds: XL_ARM64_TIMEOUT_DEPS=1200 BUILD=900 UNIT=600 PARITY=1500
 # BPB=600), so a hang under emulation ends as a failure.
 # Usage: tools/test-arm64.sh            (as root, or a user with sudo; XL_ARM64_SKIP_DEPS=1 skips
