@@ -31,7 +31,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # Optional stages: scripts run after the built-in stages, each as a stage named after the script
 # (without .sh). A script exits 0 when it passed, 77 when it cannot run on this machine (it prints
 # why, e.g. no container engine), anything else when it failed. It runs from the repository root.
-EXTRA_STAGES=()
+# arm64: the core and CLI cross-built for aarch64, unit tests and parity under qemu-user.
+EXTRA_STAGES=(tools/test-arm64.sh)
 # shellcheck disable=SC2206 # a space-separated list of paths
 EXTRA_STAGES+=(${XL_EXTRA_STAGES:-})
 
@@ -156,6 +157,8 @@ for s in "${stages[@]}"; do
         current=$s
         if [ -n "${RUN:-}" ] && [ "$named" -eq 0 ]; then skipped+=("$s (RUN is set)"); continue; fi
         echo "=== $s: $e"
+        # the arm64 stage compares its eval with the native binary's when the gcc stage built one
+        if [ -x "$root/build/xlserve" ]; then export XL_NATIVE_BIN=$root/build/xlserve; fi
         t0=$SECONDS rc=0
         bash "$e" || rc=$?
         if [ "$rc" = 77 ]; then skipped+=("$s (cannot run here, see above)")
