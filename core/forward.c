@@ -39,7 +39,7 @@ static xl_code validate(const xl_model *m, const xl_feed *items, int n_items, si
       if (f->tokens[t] < 0 || f->tokens[t] >= m->cfg.vocab_size)
         return xl_fail(err, XL_TOKEN, "token id %d at position %d is outside the vocabulary [0, %d)",
                        f->tokens[t], t, m->cfg.vocab_size);
-      if (f->target_logprobs && (f->targets[t] < 0 || f->targets[t] >= m->cfg.vocab_size))
+      if (f->target_logprobs && (f->targets[t] < -1 || f->targets[t] >= m->cfg.vocab_size))
         return xl_fail(err, XL_TOKEN, "target id %d at position %d is outside the vocabulary [0, %d)",
                        f->targets[t], t, m->cfg.vocab_size);
     }
@@ -83,9 +83,7 @@ static void ring_commit(xl_state *s, int n) {
   }
 }
 
-static void relu_inplace(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}
+static void relu_inplace(float *x, size_t n) { xl_kern()->relu(x, n); }
 
 /* One call's sizes and buffers (all in the workspace). */
 typedef struct {
@@ -120,7 +118,7 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
     const xl_feed *f = &items[i];
     int a = f->state->len, klen = a + f->n_tokens;
     if (klen > max_klen) max_klen = klen;
-    p->out_rows += f->target_logprobs ? f->n_tokens : (f->last_logprobs ? 1 : 0);
+    p->out_rows += (f->target_logprobs || f->row_logprobs) ? f->n_tokens : (f->last_logprobs ? 1 : 0);
     if (f->n_tokens == 1) {
       int rows_i = xl_pos_rows_needed(m, a + 1);
       p->n_dec++;
@@ -223,23 +221,26 @@ static void feed_forward_sublayer(const xl_model *m, int l, fwd_plan *p) {
     xl_layer_norm(p->x, rows, dm, L->ff_ln_g, L->ff_ln_b, c->layer_norm_epsilon, p->x);
 }
 
-/* Log-probs of the rows that need them: an item's every row (targets), or its last row
- * (next-token distribution). Rows are gathered contiguously, scored, and scattered back. */
+/* Log-probs of the rows that need them: an item's every row (targets or row distributions), or
+ * its last row (next-token distribution). Rows are gathered contiguously, scored, and scattered
+ * back. */
 static void outputs(const xl_model *m, xl_feed *items, int n_items, fwd_plan *p) {
   const int dm = m->cfg.d_model;
+  const size_t V = (size_t)m->cfg.vocab_size;
   float *tlp = p->out_scratch + xl_output_scratch_floats(m);
   float *gathered = p->xn; /* free now: [out_rows, d_model] */
   int o = 0;
   size_t row = 0;
   for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens) {
     const xl_feed *f = &items[i];
-    if (f->target_logprobs) {
+    if (f->target_logprobs || f->row_logprobs) {
       memcpy(gathered + (size_t)o * dm, p->x + row * dm, (size_t)f->n_tokens * dm * sizeof(float));
       for (int t = 0; t < f->n_tokens; t++) {
-        p->tg[o + t] = f->targets[t];
-        p->full[o + t] = NULL;
+        p->tg[o + t] = f->target_logprobs ? f->targets[t] : -1;
+        p->full[o + t] = f->row_logprobs ? f->row_logprobs + (size_t)t * V : NULL;
       }
-      if (f->last_logprobs) p->full[o + f->n_tokens - 1] = f->last_logprobs;
+      /* with row distributions the last one is copied into last_logprobs below */
+      if (f->last_logprobs && !f->row_logprobs) p->full[o + f->n_tokens - 1] = f->last_logprobs;
       o += f->n_tokens;
     } else if (f->last_logprobs) {
       memcpy(gathered + (size_t)o * dm, p->x + (row + (size_t)f->n_tokens - 1) * dm,
@@ -252,8 +253,12 @@ static void outputs(const xl_model *m, xl_feed *items, int n_items, fwd_plan *p)
   o = 0;
   for (int i = 0; i < n_items; i++) {
     const xl_feed *f = &items[i];
-    if (f->target_logprobs) {
-      memcpy(f->target_logprobs, tlp + o, (size_t)f->n_tokens * sizeof(float));
+    if (f->target_logprobs || f->row_logprobs) {
+      if (f->target_logprobs)
+        for (int t = 0; t < f->n_tokens; t++)
+          if (f->targets[t] >= 0) f->target_logprobs[t] = tlp[o + t];
+      if (f->row_logprobs && f->last_logprobs)
+        memcpy(f->last_logprobs, f->row_logprobs + (size_t)(f->n_tokens - 1) * V, V * sizeof(float));
       o += f->n_tokens;
     } else if (f->last_logprobs) {
       o++;

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "kernels.h"
 #include "xl.h"
 
 /* ---- errors / hashing ---------------------------------------------------------------- */
@@ -185,23 +186,29 @@ void xl_linear(const float *x, int rows, int in, const float *w, const float *b,
                float *y, int ldy);
 /* y[M, N] = x[M, K] W[N, K]^T with row strides ldx, ldw, ldy; each element computed the same
  * way whatever M is (batch-invariant). */
-void xl_matmul_nt(const float *x, int M, int K, int ldx, const float *W, int N, int ldw, float *y,
-                  int ldy);
+static inline void xl_matmul_nt(const float *x, int M, int K, int ldx, const float *W, int N,
+                                int ldw, float *y, int ldy) {
+  if (M > 0 && N > 0) xl_kern()->matmul_nt(x, M, K, ldx, W, N, ldw, y, ldy);
+}
 /* dst[cols, rows] = src[rows, cols]^T (row-major, dense). */
 void xl_transpose(const float *src, int rows, int cols, float *dst);
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                    float *y);
 void xl_log_softmax_inplace(float *x, int n);
-/* vecmath.c: whether the CPU has AVX-512F (detected once, cached; matmul.c and vecmath.c
- * choose their AVX-512 paths by it). */
-int xl_cpu_has_avx512(void);
-/* vecmath.c: max of x[0..n); x[i] = exp(x[i] - shift) returning the sum (deterministic). */
-float xl_vec_max(const float *x, int n);
-float xl_vec_exp_sum(float *x, int n, float shift);
+/* max of x[0..n); x[i] = exp(x[i] - shift) returning the sum (deterministic). */
+static inline float xl_vec_max(const float *x, int n) { return xl_kern()->max(x, n); }
+static inline float xl_vec_exp_sum(float *x, int n, float shift) {
+  return xl_kern()->exp_sum(x, n, shift);
+}
 /* s[0..n) = sum_k q[k] rows[k][0..n) over dh rows of stride ld (k in order, from 0) */
-void xl_vec_dot_rows(const float *q, int dh, const float *rows, size_t ld, int n, float *s);
+static inline void xl_vec_dot_rows(const float *q, int dh, const float *rows, size_t ld, int n,
+                                   float *s) {
+  xl_kern()->dot_rows(q, dh, rows, ld, n, s);
+}
 /* out[h*dh + i] += sum_j p[h*p_stride + j] rows[j][h*dh + i], j = 0..n-1 in order */
-void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, const float *rows, size_t ld,
-                     int n, int H, int dh);
+static inline void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, const float *rows,
+                                   size_t ld, int n, int H, int dh) {
+  xl_kern()->mix_rows(out, p, p_stride, rows, ld, n, H, dh);
+}
 
 #endif /* XL_INTERNAL_H */

@@ -1,7 +1,7 @@
 /*
- * mathops.c: the dense kernels the forward pass is written in: Linear (matmul.c, batch-invariant),
- * LayerNorm and log-softmax, and the transpose of the load-time tables (any thread; pure
- * functions of their arguments).
+ * mathops.c: the dense operations the forward pass is written in: Linear (batch-invariant GEMM
+ * plus bias), LayerNorm and log-softmax, each by the kernel family in use (kernels.h), and the
+ * transpose of the load-time tables (any thread; pure functions of their arguments).
  */
 #include <math.h>
 
@@ -10,11 +10,7 @@
 void xl_linear(const float *x, int rows, int in, const float *w, const float *b, int out,
                float *y, int ldy) {
   xl_matmul_nt(x, rows, in, in, w, out, in, y, ldy); /* y[rows, out] = x[rows, in] W^T */
-  if (b)
-    for (int r = 0; r < rows; r++) {
-      float *yr = y + (size_t)r * ldy;
-      for (int j = 0; j < out; j++) yr[j] += b[j];
-    }
+  if (b && rows > 0) xl_kern()->add_bias(y, rows, out, ldy, b);
 }
 
 void xl_transpose(const float *src, int rows, int cols, float *dst) {
@@ -24,28 +20,14 @@ void xl_transpose(const float *src, int rows, int cols, float *dst) {
 
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                    float *y) {
-  for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * dim;
-    float *yr = y + (size_t)r * dim;
-    double mean = 0.0, var = 0.0;
-    for (int j = 0; j < dim; j++) mean += xr[j];
-    mean /= dim;
-    for (int j = 0; j < dim; j++) {
-      double d = xr[j] - mean;
-      var += d * d;
-    }
-    var /= dim; /* biased, as torch.nn.LayerNorm */
-    float inv = (float)(1.0 / sqrt(var + eps)), mu = (float)mean;
-    for (int j = 0; j < dim; j++) yr[j] = (xr[j] - mu) * inv * g[j] + b[j];
-  }
+  xl_kern()->layer_norm(x, rows, dim, g, b, eps, y);
 }
 
+/* x - log(sum exp x), the max subtracted first; the sum by the family's exp (float lanes). */
 void xl_log_softmax_inplace(float *x, int n) {
-  float mx = -INFINITY;
-  for (int i = 0; i < n; i++)
-    if (x[i] > mx) mx = x[i];
-  double sum = 0.0;
-  for (int i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
-  float lse = mx + (float)log(sum);
+  if (n <= 0) return;
+  const xl_kernels *k = xl_kern();
+  float mx = k->max(x, n);
+  float lse = mx + logf(k->sum_exp(x, n, mx));
   for (int i = 0; i < n; i++) x[i] -= lse;
 }

@@ -157,9 +157,14 @@ typedef struct xl_feed {
   const int32_t *tokens;      /* [n_tokens] input ids */
   int n_tokens;               /* >= 1 */
   /* Optional outputs (NULL = not wanted): */
-  const int32_t *targets;     /* [n_tokens]: target ids to score (e.g. tokens shifted by one) */
+  const int32_t *targets;     /* [n_tokens]: target ids to score (e.g. tokens shifted by one);
+                                 -1 = no target for that row (its target_logprobs entry is left
+                                 as it was) */
   float *target_logprobs;     /* [n_tokens]: log p(targets[i] | history up to tokens[i]) */
   float *last_logprobs;       /* [vocab_size]: log-distribution after the last token */
+  float *row_logprobs;        /* [n_tokens, vocab_size]: the log-distribution after every token
+                                 (prompt scoring with alternatives); same values as
+                                 target_logprobs and last_logprobs for the same rows */
 } xl_feed;
 
 /* On error no state is modified (inputs are validated first). */
@@ -227,6 +232,18 @@ int32_t xl_sample(const float *logprobs, int vocab, const xl_sampling *s, const 
 
 /* Top-n alternatives by model log-probability (for the logprobs API field). */
 int xl_top_logprobs(const float *logprobs, int vocab, int n, int32_t *ids, float *lps);
+
+/* ---------------------------------------------------------------------------------------- */
+/* CPU paths: which kernel family runs the forward pass. "avx512" (AVX-512F), "avx2" (AVX2 +
+ * FMA), "neon" (aarch64), "portable" (plain C); "auto" (or NULL/"") = the best this CPU runs,
+ * the default. Chosen once per process: call xl_cpu_select before the first forward pass (or
+ * between passes, never during one). Every path gives each session the same results alone or
+ * in any batch; paths differ from each other in the last bits. */
+xl_code xl_cpu_select(const char *path, xl_error *err); /* XL_ARG: unknown name;
+                                                           XL_UNSUPPORTED: this CPU cannot */
+const char *xl_cpu_path(void);           /* the path in use: "avx512", "avx2", ... */
+int xl_cpu_can_run(const char *path);    /* 1 yes, 0 not this CPU/build, -1 unknown name */
+size_t xl_cpu_runnable(char *out, size_t cap); /* "avx512, avx2, portable": the paths it runs */
 
 #ifdef __cplusplus
 }

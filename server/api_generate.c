@@ -72,6 +72,29 @@ static void xlserve_json(buf *b, const req *r, uint64_t session_tokens) {
   buf_addc(b, '}');
 }
 
+/* The job that fed choice c's prompt: its group's first job (group = index / best_of; group 0:
+ * r->job, which in a session may carry another index). Only that job scored the prompt; the
+ * group's other choices fork its state after the prompt. */
+static const job *prompt_job(const req *r, const job *c) {
+  int per = r->g.best_of > 0 ? r->g.best_of : 1, group = c->index / per;
+  if (group == 0) return r->job;
+  for (int i = 0; i < r->n_others; i++)
+    if (r->others[i]->index == group * per) return r->others[i];
+  return c; /* not reached: make_others makes every group's first job */
+}
+
+/* echo: choice's prompt as sent (a string), or its token ids detokenised; pj feeds it */
+static void echo_text(buf *b, const req *r, const job *pj) {
+  const gen_request *g = &r->g;
+  int per = g->best_of > 0 ? g->best_of : 1, group = pj == r->job ? 0 : pj->index / per;
+  const gen_prompt *gp = &g->prompts[group];
+  if (!gp->ids) {
+    buf_add(b, gp->text, gp->len);
+    return;
+  }
+  detok_ids(pj->model, gp->ids, gp->n_ids, b);
+}
+
 static void full_body(buf *b, const req *r, const job *j, uint64_t session_tokens) {
   buf_adds(b, "{\"id\":");
   json_escape(b, j->id, strlen(j->id));
@@ -84,22 +107,42 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
   int na = answer_jobs(r, ans);
   for (int k = 0; k < na; k++) {
     const job *c = ans[k];
+    const job *pj = prompt_job(r, c); /* echo and prompt scoring: the job that fed its prompt */
     if (k) buf_addc(b, ',');
     buf_printf(b, "{\"index\":%d,", k);
     if (c->kind == JOB_CHAT) {
       buf_adds(b, "\"message\":{\"role\":\"assistant\",\"content\":");
       json_escape(b, c->reply.p ? c->reply.p : "", c->reply.len);
       buf_adds(b, ",\"refusal\":null},\"logprobs\":");
+    } else if (r->g.echo) {
+      buf t;
+      buf_init(&t);
+      echo_text(&t, r, pj);
+      buf_add(&t, c->reply.p ? c->reply.p : "", c->reply.len);
+      buf_adds(b, "\"text\":");
+      json_escape(b, t.p ? t.p : "", t.len);
+      buf_free(&t);
+      buf_adds(b, ",\"logprobs\":");
     } else {
       buf_adds(b, "\"text\":");
       json_escape(b, c->reply.p ? c->reply.p : "", c->reply.len);
       buf_adds(b, ",\"logprobs\":");
     }
-    job_fmt_logprobs(b, c, 0, c->n_recs, 0);
+    if (r->g.echo && c->n_top >= 0) job_fmt_echo_logprobs(b, pj, c);
+    else job_fmt_logprobs(b, c, 0, c->n_recs, 0);
+    if (c->kind == JOB_COMPLETION && r->g.prompt_logprobs >= 0) {
+      buf_adds(b, ",\"prompt_logprobs\":");
+      job_fmt_prompt_logprobs(b, pj, r->g.prompt_logprobs);
+    }
     buf_printf(b, ",\"finish_reason\":\"%s\"}", finish_name(c->finish));
   }
   free(ans);
-  buf_adds(b, "],\"usage\":");
+  buf_addc(b, ']');
+  if (j->kind == JOB_CHAT && r->g.prompt_logprobs >= 0) {
+    buf_adds(b, ",\"prompt_logprobs\":");
+    job_fmt_prompt_logprobs(b, r->job, r->g.prompt_logprobs);
+  }
+  buf_adds(b, ",\"usage\":");
   usage_json(b, r);
   buf_adds(b, ",\"xlserve\":");
   xlserve_json(b, r, session_tokens);
@@ -130,6 +173,14 @@ static void make_id(job *j) {
   random_bytes(rnd, sizeof rnd);
   hex_encode(rnd, sizeof rnd, hx);
   snprintf(j->id, sizeof j->id, "%s-%s", j->kind == JOB_CHAT ? "chatcmpl" : "cmpl", hx);
+}
+
+/* echo with logprobs, prompt_logprobs: the job feeding a prompt scores it (before submit) */
+static void score_setup(job *j, const gen_request *g) {
+  if ((g->echo && g->n_top >= 0) || g->prompt_logprobs >= 0) {
+    int top = g->echo && g->n_top > g->prompt_logprobs ? g->n_top : g->prompt_logprobs;
+    job_score_setup(j, top, g->prompt_logprobs >= 0);
+  }
 }
 
 /* A job with m's request fields, for another choice (loop thread, before submit). */
@@ -181,6 +232,7 @@ static void make_others(req *r, int groups, int per, int32_t **ptoks, size_t *pn
       lead->n_prompt = (int)pn[p];
       lead->input = xmalloc(sizeof(int32_t) * (pn[p] ? pn[p] : 1));
       memcpy(lead->input, ptoks[p], sizeof(int32_t) * pn[p]);
+      score_setup(lead, g);
       r->others[r->n_others++] = lead;
     }
     lead->sibs = xcalloc((size_t)per, sizeof *lead->sibs);
@@ -224,6 +276,11 @@ void api_generate(req *r, job_kind kind) {
     buf_free(&r->body);
   }
   gen_request *g = &r->g;
+  if (g->model && strcmp(g->model, a->model_name)) {
+    req_error(r, 404, "invalid_request_error", "model_not_found", "model",
+              "model '%s' does not exist (this server serves '%s')", g->model, a->model_name);
+    return;
+  }
 
   /* session */
   const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
@@ -429,6 +486,7 @@ void api_generate(req *r, job_kind kind) {
     memcpy(j->bias_ids, g->bias_ids, sizeof *j->bias_ids * (size_t)g->n_bias);
     memcpy(j->bias_vals, g->bias_vals, sizeof *j->bias_vals * (size_t)g->n_bias);
   }
+  score_setup(j, g);
   for (int i = 0; i < g->n_stops; i++) job_add_stop(j, g->stops[i], g->stop_lens[i]);
   if (kind == JOB_CHAT) {
     job_add_stop(j, a->tpl.auto_stop, strlen(a->tpl.auto_stop));

@@ -1,5 +1,6 @@
 /*
- * api_misc.c: GET /health, GET /metrics, GET /v1/models[/{id}]. Thread: loop thread.
+ * api_misc.c: GET /health, GET /metrics, GET /v1/models[/{id}] (with the model's context facts:
+ * mem_len, tgt_len, clamp_len, vocabulary, tokenizer kind). Thread: loop thread.
  */
 #include <stdio.h>
 #include <string.h>
@@ -45,11 +46,13 @@ static void model_obj(buf *b, app *a) {
              ",\"object\":\"model\",\"created\":0,\"owned_by\":\"xlserve\",\"xlserve\":{"
              "\"vocab_size\":%d,\"n_layer\":%d,\"d_model\":%d,\"n_head\":%d,\"mem_len\":%d,"
              "\"same_length\":%s,\"tokenizer\":\"%s\",\"parameters\":%zu,\"state_bytes\":%zu,"
-             "\"fingerprint\":\"%016llx\"}}",
+             "\"fingerprint\":\"%016llx\",\"tgt_len\":%d,\"clamp_len\":%d,\"prefill_chunk\":%d,"
+             "\"max_prompt_tokens\":%lld},\"max_model_len\":%lld}",
              c->vocab_size, c->n_layer, c->d_model, c->n_head, c->mem_len,
              c->same_length ? "true" : "false", c->tokenizer == XL_TOKENIZER_WORDS ? "words" : "bytes",
              xl_model_param_count(a->model), xl_model_state_bytes(a->model),
-             (unsigned long long)xl_model_fingerprint(a->model));
+             (unsigned long long)xl_model_fingerprint(a->model), c->tgt_len, c->clamp_len,
+             a->prefill_chunk, a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens);
 }
 
 void api_models(req *r, const char *id) {

@@ -415,12 +415,19 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
     if ((rc = get_int(r, "logprobs", 0, JOB_MAX_TOP, &x, e)) < 0) return -1;
     if (rc) g->n_top = (int)x;
   }
+  g->prompt_logprobs = -1;
+  if ((rc = get_int(r, "prompt_logprobs", 0, JOB_MAX_TOP, &x, e)) < 0) return -1;
+  if (rc) {
+    if (g->stream) BAD("prompt_logprobs", "'prompt_logprobs' is not supported with 'stream': true");
+    g->prompt_logprobs = (int)x;
+  }
+  if (api_refuse_unimplemented(r, kind, e)) return -1;
   if (parse_choices(r, g, kind, e)) return -1;
   /* OpenAI fields we do not implement: refuse instead of ignoring */
   if (kind == JOB_COMPLETION) {
-    int echo = 0;
-    if (get_bool(r, "echo", &echo, e) < 0) return -1;
-    if (echo) BAD("echo", "'echo' is not supported");
+    if (get_bool(r, "echo", &g->echo, e) < 0) return -1;
+    if (g->echo && g->stream)
+      BAD("echo", "'echo' is not supported with 'stream': true (send the request without stream)");
     v = json_object_get(r, "suffix");
     if (!is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
       BAD("suffix", "'suffix' is not supported");

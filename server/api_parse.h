@@ -82,6 +82,8 @@ typedef struct gen_request {
   const char *constraint_param; /* the field it came from */
   int n, best_of;      /* choices returned per prompt; choices generated per prompt (>= n) */
   int session_choice;  /* -1: none; else the choice whose text the session keeps */
+  int echo;  /* completions: the prompt comes back before the completion (scored with logprobs) */
+  int prompt_logprobs; /* vLLM's: -1 = none; else alternatives per prompt token (0..20) */
   const char *session_id;
 } gen_request;
 
@@ -89,6 +91,9 @@ typedef struct gen_request {
 int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_limits *lim,
                       gen_request *g, api_error *e);
 void gen_request_free(gen_request *g);
+/* api_fields.c: 400 for a field whose meaning xlserve does not implement and that would change
+ * the output (another server's extension, or an OpenAI field that needs another one); 0 if none. */
+int api_refuse_unimplemented(json_t *root, job_kind kind, api_error *e);
 void api_error_set(api_error *e, int status, const char *type, const char *code,
                    const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 

@@ -17,6 +17,7 @@
 #include "buf.h"
 #include "chat.h"
 #include "config.h"
+#include "http_cors.h"
 #include "job.h"
 #include "metrics.h"
 #include "scheduler.h"
@@ -68,6 +69,7 @@ typedef struct app {
   auth_keys keys;
   char **proxies;
   int n_proxies;
+  cors_cfg cors; /* cors_origins */
   /* requests in progress (any phase), for draining and gauges */
   req *reqs;
   long n_reqs, n_conns, n_jobs;
@@ -172,6 +174,10 @@ void req_watch_disconnect(req *r);
 void api_health(req *r);
 void api_metrics(req *r);
 void api_models(req *r, const char *id);
+void api_tokenizer(req *r, const char *which); /* "tokenize", "detokenize" or "info" */
+void api_version(req *r);
+/* The text of token ids (streaming detokeniser: word models' line starts, whole UTF-8). */
+void detok_ids(const xl_model *m, const int32_t *ids, size_t n, buf *out);
 void api_generate(req *r, job_kind kind);
 void api_sessions(req *r, const char *rest); /* rest: "" or "/{id}" or "/{id}/fork|state" */
 /* The session id for r: RAM, then the store (ST_PENDING: r waits and is dispatched again). */

@@ -7,12 +7,15 @@
  * positions) against recompute (the vanilla model: every prediction re-runs the last L tokens
  * with no memory) at attention lengths 800, 1800, 2800 and 3800.
  * Each decode and segment rate also prints the useful GFLOP/s it implies and its share of the
- * SGEMM's GFLOP/s, measured in the same run with the same thread count.
+ * SGEMM's GFLOP/s, measured in the same run with the same thread count. Every row names the CPU
+ * path (kernel family) it ran on; --cpu avx512,avx2,portable measures several paths in one run,
+ * one block each (its own SGEMM first, so each share compares like with like).
  * Main thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cblas.h>
 
@@ -27,7 +30,19 @@ typedef struct {
   int quick;          /* smaller recompute samples (tests) */
   int max_batch;      /* largest decode batch measured */
   int recurrence;     /* run the Table 9 comparison */
+  char cpus[128];     /* --cpu: comma-separated paths; empty = XLSERVE_CPU, else auto */
+  int thread_clock;   /* --clock thread: this thread's CPU time instead of wall time */
 } bench_opts;
+
+/* Seconds on the clock the measurements use. The thread's CPU time (--clock thread, with
+ * --threads 1: every kernel runs on this thread) leaves out the time other processes of a
+ * shared machine take the core away; wall time is the default. */
+static double bench_now(const bench_opts *o) {
+  if (!o->thread_clock) return now_mono();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static void random_tokens(int32_t *t, int n, int vocab, xl_rng *rng) {
   for (int i = 0; i < n; i++) t[i] = (int32_t)(xl_rng_next(rng) % (uint64_t)vocab);
@@ -46,11 +61,11 @@ static double bench_sgemm(const bench_opts *o) {
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n); /* warm */
     int reps = 0;
-    double t0 = now_mono(), el;
+    double t0 = bench_now(o), el;
     do {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
       reps++;
-    } while ((el = now_mono() - t0) < o->min_seconds / 2 || reps < 3);
+    } while ((el = bench_now(o) - t0) < o->min_seconds / 2 || reps < 3);
     rate = 2.0 * n * n * n * reps / el / 1e9;
   }
   free(a);
@@ -84,7 +99,7 @@ static double flops_per_token(const xl_config *c, double attended) {
 static int prefill(xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t, int n) {
   xl_error err;
   for (int s = 0; s < n; s += 512) {
-    xl_feed f = {st, t + s, n - s < 512 ? n - s : 512, NULL, NULL, NULL};
+    xl_feed f = {st, t + s, n - s < 512 ? n - s : 512, NULL, NULL, NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) {
       fprintf(stderr, "xlserve bench: %s\n", err.message);
       return 0;
@@ -110,15 +125,15 @@ static double bench_decode(xl_model *m, int batch, const bench_opts *o, xl_rng *
   for (int b = 0; b < batch; b++)
     if (xl_state_new(m, &st[b], &err) || !prefill(m, ws, st[b], t, n_warm)) goto out;
   int steps = 0;
-  double t0 = now_mono(), el;
+  double t0 = bench_now(o), el;
   do {
     for (int b = 0; b < batch; b++) {
       step[b] = t[(steps + 7 * b) % n_warm];
-      items[b] = (xl_feed){st[b], &step[b], 1, NULL, NULL, lp + (size_t)b * c->vocab_size};
+      items[b] = (xl_feed){st[b], &step[b], 1, NULL, NULL, lp + (size_t)b * c->vocab_size, NULL};
     }
     if (xl_forward(m, ws, items, batch, &err)) goto out;
     steps++;
-  } while ((el = now_mono() - t0) < o->min_seconds || steps < 4);
+  } while ((el = bench_now(o) - t0) < o->min_seconds || steps < 4);
   rate = (double)steps * batch / el;
 out:
   if (st)
@@ -147,14 +162,14 @@ static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_r
   if (!prefill(m, ws, st, t, n_warm)) goto out;
   long tokens = 0;
   int seg = 0;
-  double t0 = now_mono(), el;
+  double t0 = bench_now(o), el;
   do {
     const int32_t *in = t + n_warm + (seg % 8) * tgt_len;
-    xl_feed f = {st, in, tgt_len, in + 1, lp, NULL};
+    xl_feed f = {st, in, tgt_len, in + 1, lp, NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) goto out;
     tokens += tgt_len;
     seg++;
-  } while ((el = now_mono() - t0) < o->min_seconds || seg < 2);
+  } while ((el = bench_now(o) - t0) < o->min_seconds || seg < 2);
   rate = tokens / el;
 out:
   free(t);
@@ -176,13 +191,13 @@ static double bench_recompute(xl_model *m, int L, const bench_opts *o, xl_rng *r
   if (!t || !lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
   random_tokens(t, L + 64, c->vocab_size, rng);
   int preds = 0, min_preds = o->quick ? 1 : 2;
-  double t0 = now_mono(), el;
+  double t0 = bench_now(o), el;
   do {
     xl_state_reset(st);
-    xl_feed f = {st, t + preds % 64, L, NULL, NULL, lp};
+    xl_feed f = {st, t + preds % 64, L, NULL, NULL, lp, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) goto out;
     preds++;
-  } while (((el = now_mono() - t0) < o->min_seconds && preds < 64) || preds < min_preds);
+  } while (((el = bench_now(o) - t0) < o->min_seconds && preds < 64) || preds < min_preds);
   rate = preds / el;
 out:
   free(t);
@@ -192,25 +207,122 @@ out:
   return rate;
 }
 
+/* One block of the table (SGEMM, decode, segments, then recurrence) on the path in use. */
+static int bench_path(const bench_opts *o, int tgt_len, int first) {
+  const char *cmd = "bench";
+  xl_model *m = cli_load_model(cmd, o->model_dir, NULL);
+  if (!m) return 1;
+  const xl_config *c = xl_model_config(m);
+  if (tgt_len == 0) tgt_len = c->tgt_len > 0 ? c->tgt_len : 128;
+  xl_rng rng;
+  xl_rng_seed(&rng, 1234);
+  const char *path = xl_cpu_path();
+  if (first)
+    printf("xlserve bench: %s (n_layer %d, d_model %d, %d heads x %d, d_inner %d, vocab %d, "
+           "mem_len %d), BLAS threads %d, %s\n",
+           xl_model_dir(m), c->n_layer, c->d_model, c->n_head, c->d_head, c->d_inner,
+           c->vocab_size, c->mem_len, o->threads,
+           o->thread_clock ? "thread CPU time" : "wall-clock time");
+  double sgemm = bench_sgemm(o);
+  printf("\n%-9s %-58s %12s %10s %9s %9s\n", "cpu path", "", "tokens/s", "x batch 1", "GFLOP/s",
+         "of SGEMM");
+  printf("%-9s %-58s %12s %10s %9.1f %8.0f%%\n", path, "large SGEMM (OpenBLAS, 1024 x 1024 x 1024)",
+         "", "", sgemm, 100.0);
+  static const int BATCHES[] = {1, 4, 16, 32, 64};
+  double dec1 = 0, decode_flops = flops_per_token(c, c->mem_len + 1);
+  for (int i = 0; i < 5 && BATCHES[i] <= o->max_batch; i++) {
+    double d = bench_decode(m, BATCHES[i], o, &rng);
+    if (d < 0) {
+      xl_model_free(m);
+      return 1;
+    }
+    if (i == 0) dec1 = d;
+    char label[96];
+    snprintf(label, sizeof label, "decode, batch %d, memory full (cached K/V), aggregate", BATCHES[i]);
+    printf("%-9s %-58s %12.1f %9.1fx %9.1f %8.0f%%\n", path, label, d, d / dec1,
+           d * decode_flops / 1e9, 100 * d * decode_flops / 1e9 / sgemm);
+    fflush(stdout);
+  }
+  double seg = bench_segments(m, tgt_len, o, &rng);
+  /* attended positions per query: mem_len + 1 under same_length, else mem_len + i + 1 */
+  double seg_flops = flops_per_token(c, c->mem_len + (c->same_length ? 1 : (tgt_len + 1) / 2.0));
+  char label[96];
+  snprintf(label, sizeof label, "segment evaluation (tgt_len %d, mem_len %d)", tgt_len, c->mem_len);
+  printf("%-9s %-58s %12.1f %10s %9.1f %8.0f%%\n", path, label, seg, "", seg * seg_flops / 1e9,
+         100 * seg * seg_flops / 1e9 / sgemm);
+  xl_model_free(m);
+  if (seg < 0) return 1;
+  if (!o->recurrence) return 0;
+
+  static const int LENS[] = {800, 1800, 2800, 3800};
+  static const double PAPER[] = {363, 773, 1409, 1874};
+  printf("\nrecurrence vs recompute on cpu path %s (each query attends to L positions; recurrence\n"
+         "= segments of %d with memory, same_length; recompute = the last L tokens re-run per\n"
+         "prediction)\n",
+         path, tgt_len);
+  printf("%8s %18s %18s %10s %10s\n", "L", "recurrence tok/s", "recompute tok/s", "speedup",
+         "paper");
+  int rc = 0;
+  for (int i = 0; i < 4; i++) {
+    xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+    lo.mem_len = LENS[i];
+    lo.same_length = 1;
+    xl_model *ml = cli_load_model(cmd, o->model_dir, &lo);
+    if (!ml) return 1;
+    double rec = bench_segments(ml, tgt_len, o, &rng);
+    double van = bench_recompute(ml, LENS[i], o, &rng);
+    xl_model_free(ml);
+    if (rec < 0 || van < 0) {
+      rc = 1;
+      break;
+    }
+    printf("%8d %18.1f %18.3f %9.0fx %9.0fx\n", LENS[i], rec, van, rec / van, PAPER[i]);
+    fflush(stdout);
+  }
+  return rc;
+}
+
 int cli_bench_main(int argc, char **argv) {
   const char *cmd = "bench";
-  bench_opts o = {NULL, 0, 2.0, 0, 64, 1};
+  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", 0};
   int tgt_len = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int ok = 1;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf("usage: xlserve bench [--model DIR] [--threads N] [--seconds S] [--tgt-len L]\n"
-             "                     [--max-batch B] [--no-recurrence] [--quick]\n"
+             "                     [--max-batch B] [--no-recurrence] [--quick] [--cpu P1,P2,..]\n"
              "  --seconds S       minimum time per measurement (default 2)\n"
              "  --max-batch B     largest decode batch (1, 4, 16, 32, 64 up to B; default 64)\n"
-             "  --no-recurrence   skip the recurrence-vs-recompute table\n");
+             "  --no-recurrence   skip the recurrence-vs-recompute table\n"
+             "  --cpu P1,P2,..    CPU paths to measure, one block each (auto, avx512, avx2, neon,\n"
+             "                    portable; default: XLSERVE_CPU, else auto)\n"
+             "  --clock thread    time by this thread's CPU time, not wall time (needs --threads 1;\n"
+             "                    for a shared, busy machine)\n");
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &o.model_dir);
     else if (!strcmp(a, "--threads")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 256, &o.threads);
     else if (!strcmp(a, "--tgt-len")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 1 << 16, &tgt_len);
     else if (!strcmp(a, "--max-batch")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 4096, &o.max_batch);
     else if (!strcmp(a, "--no-recurrence")) o.recurrence = 0;
+    else if (!strcmp(a, "--clock")) {
+      const char *v;
+      if ((ok = cli_str_arg(cmd, argc, argv, &i, &v))) {
+        if (!strcmp(v, "thread")) o.thread_clock = 1;
+        else if (!strcmp(v, "wall")) o.thread_clock = 0;
+        else {
+          fprintf(stderr, "xlserve bench: --clock: '%s' is not one of wall, thread\n", v);
+          ok = 0;
+        }
+      }
+    } else if (!strcmp(a, "--cpu")) {
+      const char *v;
+      if ((ok = cli_str_arg(cmd, argc, argv, &i, &v)) && (!*v || strlen(v) >= sizeof o.cpus)) {
+        fprintf(stderr, "xlserve bench: --cpu: give one or more paths, e.g. avx512,avx2\n");
+        ok = 0;
+      }
+      if (ok) snprintf(o.cpus, sizeof o.cpus, "%s", v);
+    }
     else if (!strcmp(a, "--seconds")) {
       float s;
       ok = cli_float_arg(cmd, argc, argv, &i, 0.01, 3600, &s);
@@ -224,70 +336,28 @@ int cli_bench_main(int argc, char **argv) {
     }
     if (!ok) return 2;
   }
-  cli_set_blas_threads(o.threads);
-  xl_model *m = cli_load_model(cmd, o.model_dir, NULL);
-  if (!m) return 1;
-  const xl_config *c = xl_model_config(m);
-  if (tgt_len == 0) tgt_len = c->tgt_len > 0 ? c->tgt_len : 128;
-  xl_rng rng;
-  xl_rng_seed(&rng, 1234);
-  printf("xlserve bench: %s (n_layer %d, d_model %d, %d heads x %d, d_inner %d, vocab %d, "
-         "mem_len %d), BLAS threads %d\n",
-         xl_model_dir(m), c->n_layer, c->d_model, c->n_head, c->d_head, c->d_inner, c->vocab_size,
-         c->mem_len, o.threads);
-  double sgemm = bench_sgemm(&o);
-  printf("%-58s %12s %10s %9s %9s\n", "", "tokens/s", "x batch 1", "GFLOP/s", "of SGEMM");
-  printf("%-58s %12s %10s %9.1f %8.0f%%\n", "large SGEMM (OpenBLAS, 1024 x 1024 x 1024)", "", "",
-         sgemm, 100.0);
-  static const int BATCHES[] = {1, 4, 16, 32, 64};
-  double dec1 = 0, decode_flops = flops_per_token(c, c->mem_len + 1);
-  for (int i = 0; i < 5 && BATCHES[i] <= o.max_batch; i++) {
-    double d = bench_decode(m, BATCHES[i], &o, &rng);
-    if (d < 0) {
-      xl_model_free(m);
-      return 1;
-    }
-    if (i == 0) dec1 = d;
-    char label[96];
-    snprintf(label, sizeof label, "decode, batch %d, memory full (cached K/V), aggregate", BATCHES[i]);
-    printf("%-58s %12.1f %9.1fx %9.1f %8.0f%%\n", label, d, d / dec1, d * decode_flops / 1e9,
-           100 * d * decode_flops / 1e9 / sgemm);
-    fflush(stdout);
+  if (o.thread_clock && o.threads != 1) {
+    fprintf(stderr, "xlserve bench: --clock thread needs --threads 1 (other threads' time is "
+                    "not on this thread's clock)\n");
+    return 2;
   }
-  double seg = bench_segments(m, tgt_len, &o, &rng);
-  /* attended positions per query: mem_len + 1 under same_length, else mem_len + i + 1 */
-  double seg_flops = flops_per_token(c, c->mem_len + (c->same_length ? 1 : (tgt_len + 1) / 2.0));
-  char label[96];
-  snprintf(label, sizeof label, "segment evaluation (tgt_len %d, mem_len %d)", tgt_len, c->mem_len);
-  printf("%-58s %12.1f %10s %9.1f %8.0f%%\n", label, seg, "", seg * seg_flops / 1e9,
-         100 * seg * seg_flops / 1e9 / sgemm);
-  xl_model_free(m);
-  if (seg < 0) return 1;
-  if (!o.recurrence) return 0;
-
-  static const int LENS[] = {800, 1800, 2800, 3800};
-  static const double PAPER[] = {363, 773, 1409, 1874};
-  printf("\nrecurrence vs recompute (each query attends to L positions; recurrence = segments of\n"
-         "%d with memory, same_length; recompute = the last L tokens re-run per prediction)\n",
-         tgt_len);
-  printf("%8s %18s %18s %10s %10s\n", "L", "recurrence tok/s", "recompute tok/s", "speedup",
-         "paper");
+  /* every path is checked before anything is measured: a bad name fails at once */
+  char *paths[8];
+  int n_paths = 0;
+  char *save = NULL;
+  for (char *p = strtok_r(o.cpus, ",", &save); p && n_paths < 8; p = strtok_r(NULL, ",", &save)) {
+    if (!cli_select_cpu(cmd, p)) return 2;
+    paths[n_paths++] = p;
+  }
+  if (!n_paths) {
+    if (!cli_select_cpu(cmd, NULL)) return 2;
+    paths[n_paths++] = NULL;
+  }
+  cli_set_blas_threads(o.threads);
   int rc = 0;
-  for (int i = 0; i < 4; i++) {
-    xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
-    lo.mem_len = LENS[i];
-    lo.same_length = 1;
-    xl_model *ml = cli_load_model(cmd, o.model_dir, &lo);
-    if (!ml) return 1;
-    double rec = bench_segments(ml, tgt_len, &o, &rng);
-    double van = bench_recompute(ml, LENS[i], &o, &rng);
-    xl_model_free(ml);
-    if (rec < 0 || van < 0) {
-      rc = 1;
-      break;
-    }
-    printf("%8d %18.1f %18.3f %9.0fx %9.0fx\n", LENS[i], rec, van, rec / van, PAPER[i]);
-    fflush(stdout);
+  for (int i = 0; i < n_paths && !rc; i++) {
+    if (paths[i] && !cli_select_cpu(cmd, paths[i])) return 2;
+    rc = bench_path(&o, tgt_len, i == 0);
   }
   return rc;
 }

@@ -150,3 +150,12 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n_ou
 void cli_set_blas_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);
 }
+
+int cli_select_cpu(const char *cmd, const char *flag) {
+  const char *env = getenv("XLSERVE_CPU"), *name = flag ? flag : env;
+  xl_error err;
+  if (xl_cpu_select(name, &err) == XL_OK) return 1;
+  if (flag) fprintf(stderr, "xlserve %s: --cpu %s: %s\n", cmd, flag, err.message);
+  else fprintf(stderr, "xlserve %s: XLSERVE_CPU=%s: %s\n", cmd, env, err.message);
+  return 0;
+}

@@ -26,6 +26,11 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len);
 /* Whitespace-separated token ids from a file, each checked against the vocabulary. */
 int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
 
+/* Chooses the kernel family: `flag` (--cpu) if given, else XLSERVE_CPU, else auto. Prints
+ * "xlserve CMD: --cpu NAME: problem" (or "XLSERVE_CPU=NAME: ...") and returns 0 when the name is
+ * unknown or this CPU cannot run it. */
+int cli_select_cpu(const char *cmd, const char *flag);
+
 /* Threads for OpenBLAS (0 = leave the library's default). */
 void cli_set_blas_threads(int n);
 

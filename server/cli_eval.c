@@ -18,19 +18,21 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: xlserve eval [--model DIR] (--text FILE | --ids FILE) [--tgt-len L]\n"
           "                    [--mem-len M] [--clamp-len C] [--same-length | --no-same-length]\n"
-          "                    [--dump-nll OUT] [--threads N]\n"
+          "                    [--dump-nll OUT] [--threads N] [--cpu PATH]\n"
           "  --text FILE       text to tokenize with the model's tokenizer\n"
           "  --ids FILE        whitespace-separated token ids\n"
           "  --tgt-len L       segment length (default: config tgt_len, else 128); 1 = one-token\n"
           "                    decoding through the cached path\n"
           "  --mem-len, --clamp-len, --same-length/--no-same-length  override config.json\n"
           "  --dump-nll OUT    natural-log NLL of every predicted token, one per line\n"
-          "  --threads N       OpenBLAS threads (default: the library's)\n");
+          "  --threads N       OpenBLAS threads (default: the library's)\n"
+          "  --cpu PATH        kernels: auto, avx512, avx2, neon, portable (default: XLSERVE_CPU,\n"
+          "                    else auto)\n");
 }
 
 int cli_eval_main(int argc, char **argv) {
   const char *cmd = "eval", *model_dir = NULL, *text_path = NULL, *ids_path = NULL,
-             *dump_path = NULL;
+             *dump_path = NULL, *cpu = NULL;
   int tgt_len = 0, threads = 0;
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
   for (int i = 1; i < argc; i++) {
@@ -40,6 +42,7 @@ int cli_eval_main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
+    else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
     else if (!strcmp(a, "--text")) ok = cli_str_arg(cmd, argc, argv, &i, &text_path);
     else if (!strcmp(a, "--ids")) ok = cli_str_arg(cmd, argc, argv, &i, &ids_path);
     else if (!strcmp(a, "--dump-nll")) ok = cli_str_arg(cmd, argc, argv, &i, &dump_path);
@@ -60,6 +63,7 @@ int cli_eval_main(int argc, char **argv) {
     fprintf(stderr, "xlserve eval: give exactly one of --text FILE or --ids FILE\n");
     return 2;
   }
+  if (!cli_select_cpu(cmd, cpu)) return 2;
   cli_set_blas_threads(threads);
   xl_model *m = cli_load_model(cmd, model_dir, &opts);
   if (!m) return 1;
@@ -104,7 +108,7 @@ int cli_eval_main(int argc, char **argv) {
   double t0 = now_mono();
   for (size_t s = 0; s < n - 1; s += (size_t)tgt_len) {
     int len = (int)(n - 1 - s < (size_t)tgt_len ? n - 1 - s : (size_t)tgt_len);
-    xl_feed f = {st, ids + s, len, ids + s + 1, lp + s, NULL};
+    xl_feed f = {st, ids + s, len, ids + s + 1, lp + s, NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) {
       fprintf(stderr, "xlserve eval: %s\n", err.message);
       goto out;

@@ -17,11 +17,13 @@ static void usage(FILE *f) {
           "usage: xlserve generate [--model DIR] (--prompt TEXT | --prompt-file FILE) [-n N]\n"
           "                        [--seed S] [--temperature T] [--top-k K] [--top-p P]\n"
           "                        [--min-p P] [--repetition-penalty R] [--threads N]\n"
-          "  defaults: -n 200, temperature 1, top-k 0 (off), top-p 1 (off), seed from time\n");
+          "                        [--cpu PATH]\n"
+          "  defaults: -n 200, temperature 1, top-k 0 (off), top-p 1 (off), seed from time\n"
+          "  --cpu PATH: kernels auto, avx512, avx2, neon, portable (default: XLSERVE_CPU, else auto)\n");
 }
 
 int cli_generate_main(int argc, char **argv) {
-  const char *cmd = "generate", *model_dir = NULL, *prompt = NULL, *prompt_file = NULL;
+  const char *cmd = "generate", *model_dir = NULL, *prompt = NULL, *prompt_file = NULL, *cpu = NULL;
   int n_new = 200, threads = 0, seeded = 0;
   uint64_t seed = 0;
   xl_sampling sp = XL_SAMPLING_DEFAULT;
@@ -32,6 +34,7 @@ int cli_generate_main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
+    else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
     else if (!strcmp(a, "--prompt")) ok = cli_str_arg(cmd, argc, argv, &i, &prompt);
     else if (!strcmp(a, "--prompt-file")) ok = cli_str_arg(cmd, argc, argv, &i, &prompt_file);
     else if (!strcmp(a, "-n")) ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 24, &n_new);
@@ -54,6 +57,7 @@ int cli_generate_main(int argc, char **argv) {
     fprintf(stderr, "xlserve generate: give exactly one of --prompt TEXT or --prompt-file FILE\n");
     return 2;
   }
+  if (!cli_select_cpu(cmd, cpu)) return 2;
   cli_set_blas_threads(threads);
   xl_model *m = cli_load_model(cmd, model_dir, NULL);
   if (!m) return 1;
@@ -93,7 +97,7 @@ int cli_generate_main(int argc, char **argv) {
   xl_rng_seed(&rng, seeded ? seed : (uint64_t)(now_mono() * 1e9));
   for (size_t s = 0; s < n_ids; s += PROMPT_CHUNK) {
     int chunk = (int)(n_ids - s < PROMPT_CHUNK ? n_ids - s : PROMPT_CHUNK);
-    xl_feed f = {st, ids + s, chunk, NULL, NULL, s + (size_t)chunk == n_ids ? lp : NULL};
+    xl_feed f = {st, ids + s, chunk, NULL, NULL, s + (size_t)chunk == n_ids ? lp : NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) {
       fprintf(stderr, "xlserve generate: %s\n", err.message);
       goto out;
@@ -112,7 +116,7 @@ int cli_generate_main(int argc, char **argv) {
       fflush(stdout);
     }
     if (t + 1 == n_new) break; /* the last token needs no forward */
-    xl_feed f = {st, &tok, 1, NULL, NULL, lp};
+    xl_feed f = {st, &tok, 1, NULL, NULL, lp, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) {
       fprintf(stderr, "\nxlserve generate: %s\n", err.message);
       goto out;

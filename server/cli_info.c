@@ -1,6 +1,6 @@
 /*
  * cli_info.c: `xlserve info`: a model's configuration, parameter count, per-session state
- * size and fingerprint. Main thread.
+ * size and fingerprint, and the CPU path (kernel family) in use. Main thread.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,26 +10,34 @@
 #include "cli_common.h"
 
 int cli_info_main(int argc, char **argv) {
-  const char *model_dir = NULL;
+  const char *cmd = "info", *model_dir = NULL, *cpu = NULL;
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
   for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
     int ok = 1;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: xlserve info [--model DIR] [--mem-len M]\n");
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf("usage: xlserve info [--model DIR] [--mem-len M] [--cpu PATH]\n"
+             "  --cpu PATH  kernels: auto, avx512, avx2, neon, portable (default: XLSERVE_CPU,\n"
+             "              else auto); printed as 'cpu path' with the paths this CPU runs\n");
       return 0;
-    } else if (!strcmp(argv[i], "--model")) ok = cli_str_arg("info", argc, argv, &i, &model_dir);
-    else if (!strcmp(argv[i], "--mem-len"))
-      ok = cli_int_arg("info", argc, argv, &i, 0, 1 << 20, &opts.mem_len);
+    } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
+    else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
+    else if (!strcmp(a, "--mem-len"))
+      ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 20, &opts.mem_len);
     else {
-      fprintf(stderr, "xlserve info: unknown option '%s'\n", argv[i]);
+      fprintf(stderr, "xlserve info: unknown option '%s'\n", a);
       return 2;
     }
     if (!ok) return 2;
   }
-  xl_model *m = cli_load_model("info", model_dir, &opts);
+  if (!cli_select_cpu(cmd, cpu)) return 2;
+  xl_model *m = cli_load_model(cmd, model_dir, &opts);
   if (!m) return 1;
   const xl_config *c = xl_model_config(m);
+  char runnable[64];
+  xl_cpu_runnable(runnable, sizeof runnable);
   printf("model            %s\n", xl_model_dir(m));
+  printf("cpu path         %s  (this CPU runs: %s)\n", xl_cpu_path(), runnable);
   printf("fingerprint      %016" PRIx64 "\n", xl_model_fingerprint(m));
   printf("tokenizer        %s\n", c->tokenizer == XL_TOKENIZER_BYTES ? "bytes" : "words (vocab.txt)");
   printf("vocab_size       %d\n", c->vocab_size);

@@ -13,6 +13,7 @@
 #include "buf.h"
 #include "default_model.h"
 #include "util.h"
+#include "xl.h"
 
 typedef struct optdef {
   const char *name;
@@ -265,6 +266,12 @@ static int validate(const config *c, FILE *err) {
       strcmp(c->durability, "off")) {
     fprintf(err, "xlserve: option durability: '%s' is not one of turn, async, off\n",
             c->durability);
+    return -1;
+  }
+  if (xl_cpu_can_run(c->cpu) != 1) { /* the same check and words as xl_cpu_select */
+    xl_error e;
+    xl_cpu_select(c->cpu, &e);
+    fprintf(err, "xlserve: option cpu: %s\n", e.message);
     return -1;
   }
   if (!*c->host) {

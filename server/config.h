@@ -26,6 +26,10 @@
     "Worker threads running batched forward passes; each forward takes at most "                 \
     "ceil(running / workers) sessions, so the workers run side by side. One per core "           \
     "(compare: bench/load.py --streams 32,64 -- --workers 1, then --workers 2).")                \
+  X(cpu, STR, "auto", 0, 0,                                                                      \
+    "Kernel family of the forward pass: auto (the best this CPU runs), avx512, avx2 (AVX2 + "     \
+    "FMA), neon (aarch64) or portable (plain C). A family this CPU cannot run is an error at "   \
+    "start; the ready log line and `xlserve info` name the one in use.")                          \
   X(blas_threads, INT, "1", 0, 256,                                                              \
     "OpenBLAS threads (0 = leave OpenBLAS's own default); OpenBLAS only runs the prompt "         \
     "attention. Keep workers x blas_threads <= cores.")                                          \
@@ -96,6 +100,9 @@
   X(trusted_proxies, STR, "", 0, 0,                                                              \
     "Comma-separated IP addresses of reverse proxies whose X-Forwarded-For and X-Request-Id "    \
     "headers are trusted.")                                                                      \
+  X(cors_origins, STR, "", 0, 0,                                                                 \
+    "Browser origins allowed to call the API from other pages (CORS): * for any, or a "          \
+    "comma-separated list like https://chat.example.com,http://localhost:3000; empty = off.")    \
   X(path_prefix, STR, "", 0, 0,                                                                  \
     "URL path prefix stripped before routing, e.g. /xl (requests outside it get 404).")          \
   X(log_file, STR, "-", 0, 0,                                                                    \

@@ -243,6 +243,7 @@ static void add_headers(req *r, struct MHD_Response *resp) {
   if (r->sess_reset) MHD_add_response_header(resp, "X-Session-Reset", "1");
   if (r->retry_after) MHD_add_response_header(resp, "Retry-After", r->retry_after);
   if (r->a->phase >= APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  cors_add_headers(&r->a->cors, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"), resp);
 }
 
 static void queue(req *r, int status, struct MHD_Response *resp) {
@@ -489,6 +490,17 @@ static int match(const char *p, route *rt, const char **rest) {
   else if (!strncmp(p, "/v1/models/", 11) && p[11]) {
     *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
     *rest = p + 11;
+  } else if (!strcmp(p, "/tokenize") || !strcmp(p, "/v1/tokenize")) {
+    *rt = (route){ROUTE_TOKENIZER, "POST", 1, 1};
+    *rest = "tokenize";
+  } else if (!strcmp(p, "/detokenize") || !strcmp(p, "/v1/detokenize")) {
+    *rt = (route){ROUTE_TOKENIZER, "POST", 1, 1};
+    *rest = "detokenize";
+  } else if (!strcmp(p, "/tokenizer_info") || !strcmp(p, "/v1/tokenizer_info")) {
+    *rt = (route){ROUTE_TOKENIZER, "GET, HEAD", 1, 1};
+    *rest = "info";
+  } else if (!strcmp(p, "/version") || !strcmp(p, "/v1/version")) {
+    *rt = (route){ROUTE_VERSION, "GET, HEAD", 0, 0};
   } else if (!strcmp(p, "/v1/completions")) *rt = (route){ROUTE_COMPLETIONS, "POST", 1, 1};
   else if (!strcmp(p, "/v1/chat/completions")) *rt = (route){ROUTE_CHAT, "POST", 1, 1};
   else if (!strcmp(p, "/v1/sessions")) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, POST", 1, 1};
@@ -532,6 +544,16 @@ static void early_checks(req *r) {
     return;
   }
   r->route = rt.id;
+  if (!strcmp(r->method, "OPTIONS")) { /* a CORS preflight (never needs a key), or a plain query */
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    char allow[128];
+    snprintf(allow, sizeof allow, "%s, OPTIONS", rt.allow);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    cors_add_preflight_headers(&a->cors, hdr(r, "Origin"), rt.allow,
+                               hdr(r, "Access-Control-Request-Headers"), resp);
+    queue(r, 204, resp);
+    return;
+  }
   if (!method_allowed(rt.allow, r->method)) {
     char msg[160];
     snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, rt.allow);
@@ -599,7 +621,7 @@ static void dispatch(req *r) {
   app *a = r->a;
   const char *path = r->path + strlen(a->cfg->path_prefix);
   if (!*path) path = "/"; /* "/prefix" alone is the page, as in early_checks */
-  route rt;
+  route rt = {.id = ROUTE_OTHER}; /* match() leaves it unset for an unknown path: 404 below */
   const char *rest;
   match(path, &rt, &rest);
   switch (rt.id) {
@@ -607,6 +629,8 @@ static void dispatch(req *r) {
     case ROUTE_HEALTH: api_health(r); break;
     case ROUTE_METRICS: api_metrics(r); break;
     case ROUTE_MODELS: api_models(r, rest); break;
+    case ROUTE_TOKENIZER: api_tokenizer(r, rest); break;
+    case ROUTE_VERSION: api_version(r); break;
     case ROUTE_COMPLETIONS: api_generate(r, JOB_COMPLETION); break;
     case ROUTE_CHAT: api_generate(r, JOB_CHAT); break;
     case ROUTE_SESSIONS: api_sessions(r, rest); break;

@@ -42,6 +42,11 @@ void job_free(job *j) {
   free(j->model_name);
   free(j->recs);
   free(j->snap);
+  free(j->score_targets);
+  free(j->score_lp);
+  free(j->score_recs);
+  free(j->score_ranks);
+  free(j->score_rows);
   buf_free(&j->hold);
   buf_free(&j->reply);
   buf_free(&j->tail);
@@ -399,3 +404,16 @@ void job_emit_stream(job *j, int final) {
   pthread_mutex_unlock(&o->mu);
   buf_free(&b);
 }
+
+void job_fmt_token(buf *b, const xl_model *m, int32_t id) {
+  char raw[4096];
+  size_t n = token_text(m, id, raw, sizeof raw);
+  fmt_token_str(b, raw, n);
+}
+
+size_t job_token_len(const xl_model *m, int32_t id) {
+  char raw[4096];
+  return token_text(m, id, raw, sizeof raw);
+}
+
+void job_fmt_lp(buf *b, float v) { fmt_float(b, v); }

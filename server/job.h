@@ -82,6 +82,12 @@ typedef struct job {
   int n_sibs;
   struct job *sink;   /* stream bytes go to sink->out (the request's first job); NULL: self */
   int own_session;    /* the loop frees sess when the job is done (a choice's own fork) */
+  /* prompt scoring (echo with logprobs, prompt_logprobs; job_score.c): row k of the input
+   * scores input[k + 1] as it is fed */
+  int score_prompt;    /* 1: score the prompt rows */
+  int score_top;       /* alternatives per scored token (0..JOB_MAX_TOP) */
+  int score_rank;      /* 1: also the rank of each scored token in its distribution */
+  int32_t *score_targets; /* [n_input]: input[k + 1]; -1 for the last row */
   /* ---- run: the worker holding the job ---- */
   xl_rng rng;
   int pos;      /* input tokens fed */
@@ -106,6 +112,10 @@ typedef struct job {
   finish_reason finish;
   xl_error error;
   uint8_t *snap; /* the session's state blob at the end (want_snapshot and it changed) */
+  float *score_lp;      /* [n_input]: log p(input[k + 1] | memory, input[..k]) */
+  tok_rec *score_recs;  /* [n_input]: alternatives of row k (score_top > 0) */
+  int32_t *score_ranks; /* [n_input]: 1-based rank of input[k + 1] in row k (score_rank) */
+  float *score_rows;    /* [chunk, vocab]: the rows' distributions (top or rank wanted) */
   size_t snap_len;
   double t_sched, t_first_token, t_last_token;
   /* ---- shared ---- */
@@ -156,5 +166,25 @@ void job_chunk_prefix(buf *b, job *j);
  * formats records [from, to) whose text starts at text_offset; returns the offset after them. */
 size_t job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t text_offset);
 const char *finish_name(finish_reason r);
+
+/* Token formatting shared with job_score.c (any thread): a token's text as OpenAI shows it
+ * (its bytes, or "bytes:\xNN..." when not valid UTF-8), its byte length, and a log-prob. */
+void job_fmt_token(buf *b, const xl_model *m, int32_t id);
+size_t job_token_len(const xl_model *m, int32_t id);
+void job_fmt_lp(buf *b, float v);
+
+/* ---- prompt scoring (job_score.c) ---- */
+/* Loop thread, before submit: sets up scoring of the prompt rows (targets, buffers). */
+void job_score_setup(job *j, int top, int rank);
+/* Worker, before the forward of input rows [pos, pos + n): points the feed's outputs there. */
+void job_score_feed(job *j, xl_feed *f, int n);
+/* Worker, after that forward: alternatives and ranks of those rows. */
+void job_score_rows(job *j, int pos, int n);
+/* Formats the legacy completions logprobs of an echoed prompt: the prompt tokens scored by pj
+ * (the job that fed the prompt), then j's generated records (j: pj, or a choice forked from pj's
+ * state after the prompt); the first prompt token is null unless a pending token scored it. */
+void job_fmt_echo_logprobs(buf *b, const job *pj, const job *j);
+/* vLLM's prompt_logprobs: [null, {"id": {"logprob","rank","decoded_token"}, ...}, ...]. */
+void job_fmt_prompt_logprobs(buf *b, const job *j, int top);
 
 #endif

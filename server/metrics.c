@@ -8,7 +8,8 @@
 metrics g_metrics;
 
 const char *const ROUTE_NAMES[ROUTE_N] = {"other",       "health",           "metrics", "models",
-                                          "completions", "chat_completions", "sessions", "ui"};
+                                          "completions", "chat_completions", "sessions", "ui",
+                                          "tokenizer",   "version"};
 
 static void hist_init(histogram *h, const char *name, const char *help, const double *b, int n) {
   h->name = name, h->help = help, h->n_bounds = n;

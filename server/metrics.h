@@ -30,6 +30,8 @@ typedef enum {
   ROUTE_CHAT,
   ROUTE_SESSIONS,
   ROUTE_UI, /* the chat page at / */
+  ROUTE_TOKENIZER, /* /tokenize, /detokenize, /tokenizer_info */
+  ROUTE_VERSION,
   ROUTE_N
 } route_id;
 

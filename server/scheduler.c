@@ -321,6 +321,7 @@ static void run_batch(sched *s, worker *w, int n) {
       f->n_tokens = w->take[i];
       if (j->pos + w->take[i] == j->n_input && j->max_tokens > 0)
         f->last_logprobs = w->lp + (size_t)k * (size_t)s->vocab;
+      if (j->score_prompt) job_score_feed(j, f, w->take[i]);
     }
     k++;
   }
@@ -357,6 +358,7 @@ static void run_batch(sched *s, worker *w, int n) {
         j->sess->pending = -1;
       } else {
         if (j->pos == 0 && j->input_has_pending) j->sess->pending = -1;
+        if (j->score_prompt) job_score_rows(j, j->pos, w->take[i]);
         int prompt_fed = w->take[i] - (j->pos == 0 && j->input_has_pending ? 1 : 0);
         ctr_add(&g_metrics.tokens_in, (uint64_t)prompt_fed);
         j->pos += w->take[i];

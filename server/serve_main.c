@@ -27,6 +27,24 @@
 
 static uv_timer_t stop_timer;
 
+/* The first log line: the bound port (--port 0 picks one), shaped like every other line. */
+static void log_listening(const char *host, unsigned port) {
+  buf line, msg;
+  buf_init(&line);
+  buf_init(&msg);
+  buf_printf(&msg, "listening on %s port %u (xlserve %s)", host, port, XL_VERSION);
+  buf_addc(&line, '{');
+  xlog_ts(&line, now_wall());
+  buf_adds(&line, ",\"level\":\"info\",\"event\":\"listening\",\"msg\":");
+  json_escape(&line, msg.p, msg.len);
+  buf_adds(&line, ",\"host\":");
+  json_escape(&line, host, strlen(host));
+  buf_printf(&line, ",\"port\":%u,\"version\":\"%s\"}", port, XL_VERSION);
+  xlog_write(line.p, line.len);
+  buf_free(&msg);
+  buf_free(&line);
+}
+
 static void wake_loop(void *arg) { uv_async_send(arg); } /* any thread: coalescing wake-up */
 static int stop_timer_armed;
 
@@ -202,9 +220,9 @@ static void model_loaded(uv_work_t *w, int status) {
   a->load_rc = 0;
   xlog_msg("info", "ready",
            "model %s (%s): %d layers, d_model %d, mem_len %d, vocab %d, same_length %d; %lld "
-           "workers, max_batch %lld, prefill_chunk %d",
+           "workers, max_batch %lld, prefill_chunk %d; cpu %s",
            a->model_name, a->cfg->model, mc->n_layer, mc->d_model, mc->mem_len, mc->vocab_size,
-           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk);
+           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk, xl_cpu_path());
   if (a->phase == APP_LOADING) {
     a->phase = APP_READY; /* /health says 200 from here on: only then READY=1 */
     sdn_notifyf("READY=1\nSTATUS=serving %s on %s port %u", a->model_name, a->cfg->host, a->port);
@@ -281,7 +299,16 @@ int serve_main(int argc, char **argv) {
     goto out_early;
   }
   if (parse_proxies(&a, cfg.trusted_proxies)) goto out_early;
+  if (cors_parse(&a.cors, cfg.cors_origins, err, sizeof err)) {
+    fprintf(stderr, "xlserve: option cors_origins: %s\n", err);
+    goto out_early;
+  }
   cli_set_blas_threads((int)cfg.blas_threads);
+  xl_error cpu_err;
+  if (xl_cpu_select(cfg.cpu, &cpu_err)) { /* validated with the config: only a safety net */
+    fprintf(stderr, "xlserve: option cpu: %s\n", cpu_err.message);
+    goto out_early;
+  }
   chat_template_init(&a.tpl, &cfg);
   uv_loop_t loop;
   uv_loop_init(&loop);
@@ -313,11 +340,7 @@ int serve_main(int argc, char **argv) {
     a.phase = APP_DRAINING;
     schedule_stop(&a, 0);
   } else {
-    char line[256];
-    int n = snprintf(line, sizeof line,
-                     "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%u,\"version\":\"%s\"}",
-                     cfg.host, a.port, XL_VERSION);
-    xlog_write(line, (size_t)n);
+    log_listening(cfg.host, a.port);
     sdn_watchdog_start(&loop); /* WATCHDOG=1 while loading too (a no-op unless asked) */
     a.load_work.data = &a;
     uv_queue_work(&loop, &a.load_work, load_model, model_loaded);
@@ -337,6 +360,7 @@ out_early:
   auth_free(&a.keys);
   for (int i = 0; i < a.n_proxies; i++) free(a.proxies[i]);
   free(a.proxies);
+  cors_free(&a.cors);
   config_free(&cfg);
   xlog_close();
   return rc;

@@ -73,7 +73,8 @@ static int fail(char *err, size_t cap, sqlite3 *db, const char *what) {
 static int exec(sqlite3 *db, const char *sql, char *err, size_t cap) {
   char *msg = NULL;
   if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-    snprintf(err, cap, "sqlite: %.200s: %s", sql, msg ? msg : sqlite3_errmsg(db));
+    /* the statement's start names it (a whole schema would not fit) */
+    snprintf(err, cap, "sqlite: %.120s: %s", sql, msg ? msg : sqlite3_errmsg(db));
     sqlite3_free(msg);
     return -1;
   }

@@ -1,33 +1,170 @@
 #!/usr/bin/env bash
-# The whole test suite: builds xlserve twice (release, and ASan+UBSan) and runs every ctest test
-# (C unit tests, parity against the numpy reference, trainer/converter, HTTP integration) in
-# both, then builds the libFuzzer targets with clang and runs each for XL_FUZZ_SECONDS (60).
-# Usage: tools/test.sh [ctest args...]   e.g. tools/test.sh -R parity   (XL_SKIP_FUZZ=1 skips fuzzing)
+# The test suite, in stages. Each stage configures its own build directory with warnings as
+# errors (-DXL_WERROR=ON), builds what its tests need, and runs them under ctest:
+#
+#   stage         build dir          configuration                         tests
+#   gcc           build/             RelWithDebInfo, gcc                   every suite
+#   asan          build-asan/        Debug, gcc, ASan + UBSan              every suite
+#   tsan          build-tsan/        RelWithDebInfo, gcc, ThreadSanitizer  C unit tests, the daemon
+#                                                                          over HTTP (integration)
+#   gcc-release   build-gcc-release/ Release (-O3), gcc                    C unit tests
+#   gcc-debug     build-gcc-debug/   Debug, gcc                            C unit tests
+#   clang         build-clang/       RelWithDebInfo, clang                 C unit tests
+#   fuzz          build-fuzz/        clang, libFuzzer + ASan/UBSan         each fuzzer for
+#                                                                          XL_FUZZ_SECONDS (60)
+#   then the scripts in EXTRA_STAGES below (and in $XL_EXTRA_STAGES), one stage each.
+#
+# Usage: tools/test.sh [STAGE...] [CTEST ARGS...]     no STAGE: every stage (what CI runs)
+#   RUN=REGEX tools/test.sh gcc     only the tests whose ctest name matches REGEX, building only
+#                                   what they need; a stage where none matches is skipped.
+#                                   e.g. RUN=unit.test_core_state, RUN=pytest.parity
+#   XL_TEST_RUN=NAME                in the C unit tests, only the test functions NAME selects
+#                                   (comma-separated names or patterns; see tests/unit/testlib.h)
+#   PYTEST_ADDOPTS='-k sigterm'     passed to every pytest suite by pytest itself
+#   XL_SKIP_FUZZ=1                  skips the fuzz stage; XL_FUZZ_SECONDS=N: each fuzzer's time
+# The last line names the stages that ran, and those skipped and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
 
-build() { # dir, cmake args...
-  local dir=$1; shift
-  echo "=== $dir: configure and build"
-  cmake -S . -B "$dir" "$@" >/dev/null
-  cmake --build "$dir" -j "$jobs"
+# Optional stages: scripts run after the built-in stages, each as a stage named after the script
+# (without .sh). A script exits 0 when it passed, 77 when it cannot run on this machine (it prints
+# why, e.g. no container engine), anything else when it failed. It runs from the repository root.
+# arm64: the core and CLI cross-built for aarch64, unit tests and parity under qemu-user.
+EXTRA_STAGES=(tools/test-arm64.sh)
+# shellcheck disable=SC2206 # a space-separated list of paths
+EXTRA_STAGES+=(${XL_EXTRA_STAGES:-})
+
+BUILTIN_STAGES=(gcc asan tsan gcc-release gcc-debug clang fuzz)
+extra_name() { local n; n=$(basename "$1"); echo "${n%.sh}"; }
+
+stages=() ctest_args=()
+while [ $# -gt 0 ]; do
+  known=0
+  for s in "${BUILTIN_STAGES[@]}"; do [ "$1" = "$s" ] && known=1; done
+  for e in "${EXTRA_STAGES[@]}"; do [ "$1" = "$(extra_name "$e")" ] && known=1; done
+  if [ "$known" = 1 ] && [ ${#ctest_args[@]} -eq 0 ]; then stages+=("$1")
+  elif [ "$1" = -R ] && [ $# -gt 1 ]; then RUN=$2; shift # ctest's name filter is RUN's
+  elif [ "${1#-}" = "$1" ] && [ ${#ctest_args[@]} -eq 0 ]; then
+    echo "tools/test.sh: no stage $1 (stages: ${BUILTIN_STAGES[*]}" \
+         "$(for e in "${EXTRA_STAGES[@]}"; do extra_name "$e"; done))" >&2
+    exit 2
+  else ctest_args+=("$1"); fi
+  shift
+done
+named=${#stages[@]}
+if [ "$named" -eq 0 ]; then
+  stages=("${BUILTIN_STAGES[@]}")
+  for e in "${EXTRA_STAGES[@]}"; do stages+=("$(extra_name "$e")"); done
+fi
+
+# Sanitizer reports with symbolized stacks (function, file:line): llvm-symbolizer comes with the
+# test dependencies (tools/install-deps.sh test).
+symbolizer=$(command -v llvm-symbolizer || ls /usr/lib/llvm-*/bin/llvm-symbolizer 2>/dev/null |
+             sort -V | tail -1 || true)
+if [ -z "$symbolizer" ]; then
+  echo "warning: no llvm-symbolizer (tools/install-deps.sh test installs it): sanitizer stacks" \
+       "will be bare addresses" >&2
+fi
+sym=${symbolizer:+:external_symbolizer_path=$symbolizer}
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1$sym
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1$sym
+# TSan: every report is printed and the process then exits 66 (its exitcode), so a test that
+# expects exit 0 fails; tests/tsan.supp explains each suppression.
+export TSAN_OPTIONS=second_deadlock_stack=1:suppressions=$root/tests/tsan.supp$sym
+# The daemon's default is one BLAS thread per worker; this keeps every other binary (CLI tools,
+# unit tests) from starting OpenBLAS's own thread pool, whose threads TSan cannot see into.
+export OPENBLAS_NUM_THREADS=1
+
+ran=() skipped=() current=""
+join() { local out="" x; for x in "$@"; do out+="${out:+, }$x"; done; echo "$out"; }
+summary() {
+  local rc=$?
+  local r s=""
+  r=$(join "${ran[@]+"${ran[@]}"}")
+  [ ${#skipped[@]} -gt 0 ] && s="; skipped: $(join "${skipped[@]}")"
+  if [ "$rc" -ne 0 ]; then
+    echo "=== FAILED in stage ${current:-setup} (exit $rc); passed before it: ${r:-none}$s"
+  else
+    echo "=== stages passed: ${r:-none}$s"
+  fi
+}
+trap summary EXIT
+
+# tests_in DIR REGEX: the names of the tests in DIR matching REGEX and, when set, RUN.
+tests_in() {
+  ctest --test-dir "$1" -N 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p' | grep -E -- "$2" |
+    { if [ -n "${RUN:-}" ]; then grep -E -- "$RUN"; else cat; fi; } || true
 }
 
-build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_SANITIZE=OFF
-echo "=== build: test"
-ctest --test-dir build --output-on-failure -E '^fuzz\.' "$@"
+# stage NAME DIR TEST_REGEX CMAKE_ARGS...: configure DIR, build, run the selected tests.
+stage() {
+  local name=$1 dir=$2 regex=$3; shift 3
+  current=$name
+  local t0=$SECONDS
+  echo "=== $name: configure $dir ($*)"
+  cmake -S . -B "$dir" -DXL_WERROR=ON "$@" >/dev/null
+  local tests
+  tests=$(tests_in "$dir" "$regex")
+  if [ -z "$tests" ]; then
+    echo "=== $name: no test matches RUN=${RUN:-}"
+    skipped+=("$name (no test matches RUN)")
+    return
+  fi
+  if [ -z "${RUN:-}" ]; then
+    echo "=== $name: build"
+    cmake --build "$dir" -j "$jobs"
+  else # only the targets the selected tests run: a unit test's executable, or the daemon
+    local targets
+    targets=$(for t in $tests; do
+      case $t in
+        unit.*) t=${t#unit.}; echo "${t%%.*}" ;; # unit.test_x.case runs test_x
+        fuzz.*) echo "${t#fuzz.}"; echo fuzz_make_seeds ;;
+        *) echo xlserve ;;
+      esac
+    done | sort -u)
+    echo "=== $name: build" $targets
+    # shellcheck disable=SC2086
+    cmake --build "$dir" -j "$jobs" --target $targets
+  fi
+  echo "=== $name: test" $tests
+  ctest --test-dir "$dir" --output-on-failure -R "^($(echo $tests | tr ' ' '|' | sed 's/\./\\./g'))\$" \
+    ${ctest_args[@]+"${ctest_args[@]}"}
+  echo "=== $name: passed in $((SECONDS - t0)) s"
+  ran+=("$name")
+}
 
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-build build-asan -DCMAKE_BUILD_TYPE=Debug -DXL_SANITIZE=ON
-echo "=== build-asan: test"
-ctest --test-dir build-asan --output-on-failure -E '^fuzz\.' "$@"
-
-if [ "${XL_SKIP_FUZZ:-0}" != 1 ]; then
-  CC=clang build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_FUZZ=ON \
-    -DXL_FUZZ_SECONDS="${XL_FUZZ_SECONDS:-60}"
-  echo "=== build-fuzz: fuzzers"
-  ctest --test-dir build-fuzz --output-on-failure -R '^fuzz\.'
-fi
-echo "=== all suites passed (release, ASan+UBSan${XL_SKIP_FUZZ:+}, fuzzers)"
+for s in "${stages[@]}"; do
+  case $s in
+    gcc) stage gcc build '^(unit|pytest)\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_SANITIZE=OFF ;;
+    asan) stage asan build-asan '^(unit|pytest)\.' -DCMAKE_BUILD_TYPE=Debug -DXL_SANITIZE=ON ;;
+    tsan) stage tsan build-tsan '^(unit\.|pytest\.integration$)' -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+            -DXL_TSAN=ON ;;
+    gcc-release) stage gcc-release build-gcc-release '^unit\.' -DCMAKE_BUILD_TYPE=Release ;;
+    gcc-debug) stage gcc-debug build-gcc-debug '^unit\.' -DCMAKE_BUILD_TYPE=Debug ;;
+    clang) CC=clang stage clang build-clang '^unit\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
+    fuzz)
+      if [ "${XL_SKIP_FUZZ:-0}" = 1 ]; then
+        skipped+=("fuzz (XL_SKIP_FUZZ=1)")
+      else
+        CC=clang stage fuzz build-fuzz '^fuzz\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_FUZZ=ON \
+          -DXL_FUZZ_SECONDS="${XL_FUZZ_SECONDS:-60}"
+      fi ;;
+    *)
+      for e in "${EXTRA_STAGES[@]}"; do
+        [ "$s" = "$(extra_name "$e")" ] || continue
+        current=$s
+        if [ -n "${RUN:-}" ] && [ "$named" -eq 0 ]; then skipped+=("$s (RUN is set)"); continue; fi
+        echo "=== $s: $e"
+        # the arm64 stage compares its eval with the native binary's when the gcc stage built one
+        if [ -x "$root/build/xlserve" ]; then export XL_NATIVE_BIN=$root/build/xlserve; fi
+        t0=$SECONDS rc=0
+        bash "$e" || rc=$?
+        if [ "$rc" = 77 ]; then skipped+=("$s (cannot run here, see above)")
+        elif [ "$rc" != 0 ]; then exit "$rc"
+        else echo "=== $s: passed in $((SECONDS - t0)) s"; ran+=("$s"); fi
+      done ;;
+  esac
+done
+current=""

@@ -9,7 +9,8 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from xlfixtures import medium_model, start_daemon, tiny_model  # noqa: E402,F401
+from xlfixtures import (medium_model, no_sanitizer_report, start_daemon,  # noqa: E402,F401
+                        tiny_model)
 from deployharness import build_cache, cmake_install  # noqa: E402
 
 

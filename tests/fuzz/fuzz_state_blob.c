@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len) {
   if (xl_state_deserialize(model, blob, n, &s, &err) == XL_OK) {
     int32_t tok = 65;
     float lp[256];
-    xl_feed f = {s, &tok, 1, NULL, NULL, lp};
+    xl_feed f = {s, &tok, 1, NULL, NULL, lp, NULL};
     uint64_t fed = xl_state_tokens_fed(s);
     if (xl_forward(model, ws, &f, 1, &err) != XL_OK) abort();
     if (xl_state_tokens_fed(s) != fed + 1 ||

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
       xl_workspace_new(m, &ws, &err) || xl_state_new(m, &s, &err))
     return fail("the model");
   int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  xl_feed f = {s, t, 9, NULL, NULL, NULL};
+  xl_feed f = {s, t, 9, NULL, NULL, NULL, NULL};
   if (xl_forward(m, ws, &f, 1, &err) != XL_OK) return fail("xl_forward");
   uint8_t *blob;
   size_t n;

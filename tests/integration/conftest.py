@@ -7,7 +7,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xlharness  # noqa: E402
-from xlfixtures import medium_model, start_daemon, tiny_model  # noqa: E402,F401
+from xlfixtures import (medium_model, no_sanitizer_report, start_daemon,  # noqa: E402,F401
+                        tiny_model)
 
 
 @pytest.fixture(scope="module")

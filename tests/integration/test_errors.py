@@ -57,7 +57,7 @@ CASES = [
     (C, {"prompt": "a", "logprobs": True}, 400, "invalid_value", "logprobs"),
     (C, {"prompt": "a", "n": 17}, 400, "invalid_value", "n"),
     (C, {"prompt": "a", "best_of": 17}, 400, "invalid_value", "best_of"),
-    (C, {"prompt": "a", "echo": True}, 400, "invalid_value", "echo"),
+    (C, {"prompt": "a", "echo": True, "stream": True}, 400, "invalid_value", "echo"),
     (C, {"prompt": "a", "suffix": "z"}, 400, "invalid_value", "suffix"),
     (C, {"prompt": "a", "logit_bias": {"5": 101}}, 400, "invalid_value", "logit_bias"),
     (C, {"prompt": "a", "logit_bias": {"5": "1"}}, 400, "invalid_value", "logit_bias"),

@@ -95,6 +95,9 @@ def test_precedence_flag_env_file_default(tmp_path):
     (["--trusted-proxies", "1.2.3"], {}, None, "trusted_proxies"),
     (["--api-key-file", "/nonexistent/keys"], {}, None, "api_key_file"),
     (["--host", "not-an-address", "--port", "0"], {}, None, "host"),
+    (["--cpu", "sse9"], {}, None, "option cpu: unknown CPU path 'sse9'"),
+    ([], {"XLSERVE_CPU": "neon" if os.uname().machine not in ("aarch64", "arm64") else "avx2"},
+     None, "this CPU runs: "),
 ])
 def test_invalid_values_are_refused_naming_the_option(tmp_path, tiny_model, args, env, conf, option):
     if conf is not None:
@@ -104,6 +107,21 @@ def test_invalid_values_are_refused_naming_the_option(tmp_path, tiny_model, args
     r = serve("--model", tiny_model, *args, env=env)
     assert r.returncode in (1, 2), r
     assert option in r.stderr, r.stderr
+
+
+def test_ready_line_names_the_cpu_path(start_daemon, tiny_model):
+    """The ready log line ends with the kernel family in use: the forced one, or auto's choice
+    (the first path `xlserve info` lists as runnable)."""
+    d = start_daemon(tiny_model, "--cpu", "portable")
+    ev = d.wait_log(lambda o: o.get("event") == "ready")
+    assert ev["msg"].endswith("; cpu portable"), ev
+    info = subprocess.run([X.xlserve_bin(), "info", "--model", tiny_model], capture_output=True,
+                          text=True, timeout=60, check=True,
+                          env={k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}).stdout
+    best = info.split("this CPU runs: ")[1].split(",")[0].strip(" )\n")
+    d2 = start_daemon(tiny_model, env={"XLSERVE_CPU": "auto"})
+    ev2 = d2.wait_log(lambda o: o.get("event") == "ready")
+    assert ev2["msg"].endswith("; cpu " + best), (ev2, info)
 
 
 def test_missing_model_fails_at_start(tmp_path):
@@ -143,6 +161,24 @@ def test_request_log_and_sighup_reopen(start_daemon, tiny_model, tmp_path):
         X.request(d.port, "GET", "/health")
         time.sleep(0.05)
     assert any(l.get("event") == "sighup" or l.get("path") == "/health" for l in lines(log))
+
+
+def test_every_log_line_has_ts_and_level(start_daemon, tiny_model):
+    """From the first line (`listening`, with the bound port) to `exit`, every line is JSON with
+    a timestamp; every line but the per-request ones has a level."""
+    d = start_daemon(tiny_model)
+    assert X.request(d.port, "GET", "/health")[0] == 200
+    assert d.stop() == 0
+    lines = list(d.lines)
+    assert not [l for l in lines if "raw" in l], d.tail()
+    first = lines[0]
+    assert first["event"] == "listening" and first["level"] == "info", first
+    assert first["port"] == d.port and first["host"] == "127.0.0.1" and first["version"]
+    assert str(d.port) in first["msg"]
+    for l in lines:
+        assert "ts" in l and l["ts"].endswith("Z"), l
+        assert l.get("event") == "request" or l.get("level") in ("info", "warn", "error"), l
+    assert lines[-1]["event"] == "exit"
 
 
 def test_sigterm_drains_streams_then_exits_0(start_daemon, medium_model):

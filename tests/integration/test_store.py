@@ -285,7 +285,8 @@ def test_ram_budget_evicts_to_the_store_and_restores(start_daemon, tmp_path):
     st, s = X.get_session(d.port, "m0")
     assert st == 200 and s["turns"] == 2
     grown_mb = (peak - base) / 1024
-    assert grown_mb < 3 + 10, "RSS grew %.1f MiB (40 sessions would be 20 MiB)" % grown_mb
+    if X.binary_sanitizer() != "tsan":  # TSan's shadow memory grows with every byte touched
+        assert grown_mb < 3 + 10, "RSS grew %.1f MiB (40 sessions would be 20 MiB)" % grown_mb
     vals = X.metrics(d.port)
     assert vals["xlserve_sessions_evicted_total"] >= n
     assert vals["xlserve_sessions_restored_total"] >= n - 6

@@ -10,15 +10,10 @@ import xlharness
 pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
 
 
-def sanitized(binary):
-    with open(binary, "rb") as f:
-        return b"__asan_init" in f.read()
-
-
 def test_daemon_is_valgrind_clean(tiny_model, tmp_path):
     binary = xlharness.xlserve_bin()
-    if sanitized(binary):
-        pytest.skip("an ASan build cannot run under valgrind")
+    if xlharness.binary_sanitizer(binary):
+        pytest.skip("a sanitizer build (ASan, TSan) cannot run under valgrind")
     log = tmp_path / "valgrind.log"
     wrapper = ["valgrind", "--quiet", "--error-exitcode=99", "--leak-check=full",
                "--errors-for-leak-kinds=definite", f"--log-file={log}"]

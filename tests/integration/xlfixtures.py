@@ -1,6 +1,7 @@
 """Pytest fixtures shared by every suite that runs the real daemon (integration, deploy, web):
 tiny random byte-level models and a daemon starter that insists on a clean exit. A suite's
-conftest.py imports the ones it uses (`from xlfixtures import tiny_model, start_daemon`)."""
+conftest.py imports the ones it uses (`from xlfixtures import tiny_model, start_daemon`), and
+no_sanitizer_report, which runs around every test of the suite."""
 import pytest
 
 import xlharness
@@ -36,3 +37,21 @@ def start_daemon():
     codes = [(d.stop(), d) for d in started]
     for code, d in codes:
         assert code == 0, d.tail()
+
+
+@pytest.fixture(autouse=True)
+def no_sanitizer_report():
+    """After each test: a daemon it started that printed a sanitizer report (ASan, LSan, UBSan,
+    TSan) fails the test with the report (its first line and the symbolized stack), whether or
+    not the test itself looked at the daemon's exit status."""
+    first = len(xlharness.Daemon.started)
+    yield
+    daemons = xlharness.Daemon.started[first:]
+    del xlharness.Daemon.started[first:]
+    for d in daemons:
+        if d.proc.poll() is not None:
+            d.reader.join(timeout=5)  # the report's last lines
+        report = d.sanitizer_report()
+        if report:
+            pytest.fail("sanitizer report on the stderr of %s:\n%s" % (
+                " ".join(d.proc.args), report), pytrace=False)

@@ -2,9 +2,11 @@
 daemon on a loopback port (started, waited for, stopped), HTTP/JSON and SSE clients on
 http.client. Every wait is a bounded loop on a condition with a deadline.
 """
+import functools
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,6 +55,14 @@ def write_tiny_model(out_dir, seed=7, **overrides):
     return str(out_dir)
 
 
+@functools.lru_cache(maxsize=None)
+def binary_sanitizer(binary=None):
+    """"tsan", "asan" (ASan + UBSan) or "" for the daemon under test (or BINARY)."""
+    with open(binary or xlserve_bin(), "rb") as f:
+        data = f.read()
+    return "tsan" if b"__tsan_init" in data else "asan" if b"__asan_init" in data else ""
+
+
 def xlserve_bin():
     b = os.environ.get("XLSERVE_BIN")
     if not b:
@@ -61,9 +71,28 @@ def xlserve_bin():
     return b
 
 
+# The first line of a sanitizer's report on stderr (ASan, LSan, UBSan's `runtime error`, TSan).
+SANITIZER_LINE = re.compile(r"runtime error:|ERROR: (Address|Leak)Sanitizer|"
+                            r"WARNING: ThreadSanitizer|ThreadSanitizer: reported")
+
+
+def sanitizer_report(lines, limit=120):
+    """The sanitizer reports among a daemon's stderr LINES (parsed log lines; a report's lines
+    are not JSON): from the first report's first line, up to LIMIT lines; "" when none."""
+    raw = [l["raw"] for l in lines if "raw" in l]
+    for i, text in enumerate(raw):
+        if SANITIZER_LINE.search(text):
+            start = i - 1 if i and raw[i - 1].startswith("====") else i
+            return "\n".join(raw[start:start + limit])
+    return ""
+
+
 class Daemon:
     """The real `xlserve serve` on 127.0.0.1 with an ephemeral port; its JSON log lines are
-    collected from stderr."""
+    collected from stderr. Every daemon started is in Daemon.started (the sanitizer check of
+    xlfixtures.no_sanitizer_report reads their logs after each test)."""
+
+    started = []
 
     def __init__(self, model, args=(), env=None, wait_ready=True, timeout=30, port=None,
                  prefix="", wrapper=()):
@@ -79,6 +108,7 @@ class Daemon:
                                      stderr=subprocess.PIPE, env=e)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        Daemon.started.append(self)
         self.port = port
         self.prefix = prefix
         try:
@@ -120,7 +150,9 @@ class Daemon:
                                          "\n".join(json.dumps(l) for l in self.lines[-30:]))
                 if self.proc.poll() is not None and not self.reader.is_alive():
                     raise AssertionError("daemon exited %s; log:\n%s" % (
-                        self.proc.returncode, "\n".join(json.dumps(l) for l in self.lines[-30:])))
+                        self.proc.returncode, "\n".join(json.dumps(l) for l in self.lines[-30:]) +
+                        ("\n--- sanitizer report:\n" + sanitizer_report(self.lines)
+                         if sanitizer_report(self.lines) else "")))
                 self.cv.wait(min(left, 0.5))
 
     def requests_logged(self):
@@ -137,7 +169,9 @@ class Daemon:
             except OSError:
                 pass
             if self.proc.poll() is not None:
-                raise AssertionError("daemon exited %s" % self.proc.returncode)
+                self.reader.join(timeout=5)
+                raise AssertionError("daemon exited %s; log:\n%s" % (self.proc.returncode,
+                                                                     self.tail()))
             time.sleep(0.05)
         raise AssertionError("daemon not ready in %ss" % timeout)
 
@@ -145,8 +179,18 @@ class Daemon:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
     def tail(self, n=30):
+        """The last N log lines, and the sanitizer report when there is one (a report is longer
+        than a tail and its first line, the one that names the error, would be cut)."""
         with self.cv:
-            return "\n".join(json.dumps(l) for l in self.lines[-n:])
+            text = "\n".join(json.dumps(l) for l in self.lines[-n:])
+            report = sanitizer_report(self.lines)
+        if report:
+            text += "\n--- sanitizer report on the daemon's stderr:\n" + report
+        return text
+
+    def sanitizer_report(self):
+        with self.cv:
+            return sanitizer_report(self.lines)
 
     def signal(self, sig):
         self.proc.send_signal(sig)

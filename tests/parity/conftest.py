@@ -1,8 +1,11 @@
 """conftest.py: session fixtures of the parity suite (the generated models) and the summary
 table of max |engine - reference| per configuration, printed at the end of the run and written
-to $XL_BUILD_DIR/parity_results.txt when that is set.
+to $XL_BUILD_DIR/parity_results.txt (parity_results.PATH.txt when XLSERVE_CPU forces a kernel
+family) when that is set. With XLSERVE_CPU naming a family this CPU cannot run, every test is
+skipped with "cpu path not runnable here" (ctest reports the run as skipped).
 """
 import os
+import subprocess
 import sys
 
 import pytest
@@ -11,6 +14,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import make_random_model as gen  # noqa: E402
 from parity_util import RESULTS, SEED  # noqa: E402
+
+
+CPU = os.environ.get("XLSERVE_CPU", "")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skips the suite when XLSERVE_CPU names a family this CPU cannot run (an unknown name
+    stays an error: the engine runs refuse it)."""
+    if not CPU or CPU == "auto" or not os.environ.get("XLSERVE_BIN"):
+        return
+    r = subprocess.run([os.environ["XLSERVE_BIN"], "info", "--cpu", CPU],
+                       capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                            if k != "XLSERVE_CPU"})
+    if r.returncode != 0 and "unknown CPU path" not in r.stderr:
+        mark = pytest.mark.skip(reason=f"cpu path not runnable here: {r.stderr.strip()}")
+        for item in items:
+            item.add_marker(mark)
+    else:
+        print(f"parity on cpu path {CPU}")
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +54,8 @@ def models(model_root):
 def pytest_terminal_summary(terminalreporter):
     if not RESULTS:
         return
-    lines = ["parity: max |engine - reference| of natural-log NLL (tolerance 1e-4)",
+    lines = ["parity: max |engine - reference| of natural-log NLL (tolerance 1e-4), cpu path "
+             + (CPU or "auto"),
              f"{'configuration':26s} {'check':38s} {'tokens':>6s} {'segs':>5s} {'max diff':>10s}"]
     worst = 0.0
     for cfg, check, n, segs, diff, tol in RESULTS:
@@ -51,7 +74,8 @@ def pytest_terminal_summary(terminalreporter):
     build = os.environ.get("XL_BUILD_DIR")
     if build and os.path.isdir(build):
         try:
-            with open(os.path.join(build, "parity_results.txt"), "w") as f:
+            name = f"parity_results.{CPU}.txt" if CPU else "parity_results.txt"
+            with open(os.path.join(build, name), "w") as f:
                 f.write("\n".join(lines) + "\n")
         except OSError:
             pass

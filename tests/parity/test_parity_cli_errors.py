@@ -1,4 +1,5 @@
-"""test_parity_cli_errors.py: corrupt inputs to `xlserve eval` (SPEC item 7 of issue 2).
+"""test_parity_cli_errors.py: corrupt inputs to `xlserve eval`, and the CPU path switch of every
+command (unknown and foreign paths refused at start; `bench --cpu A,B` names each row's path).
 
 Owns: one test per broken input (model dir, safetensors file, config.json, ids file). Each
 expects a non-zero exit below 128 (no signal, no abort), no sanitizer report, and exactly one
@@ -8,12 +9,13 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 
 import make_random_model as gen
-from parity_util import SEED, run_xlserve
+from parity_util import SEED, run_xlserve, xlserve_bin
 
 BASE = "words_div1_proj_mixed"  # adaptive softmax, projections, tied copies, vocab.txt
 
@@ -331,3 +333,81 @@ def test_tied_copies_dropped_still_loads(model, tmp_path, ids_file):
     assert proc.returncode == 0, proc.stderr
     with open(ref_out) as f:
         assert f.read() == twice
+
+
+# ---- the CPU path switch: a name the engine does not know, or a kernel family this CPU (or
+# this build's architecture) cannot run, stops the command before any work, in one line.
+
+def runnable_paths():
+    """The paths `xlserve info` says this CPU runs (the binary's view: under an emulator the
+    binary's architecture is not this Python's)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
+    out = subprocess.run([xlserve_bin(), "info", "--cpu", "portable"], capture_output=True,
+                         text=True, timeout=120, env=env, check=True).stdout
+    line = [ln for ln in out.splitlines() if ln.startswith("cpu path")][0]
+    return line, line.split("this CPU runs:")[1].strip(" )").split(", ")
+
+
+@pytest.fixture(scope="module")
+def foreign():
+    """A path of the other architecture: one this build can never run."""
+    return "avx2" if "neon" in runnable_paths()[1] else "neon"
+
+
+def test_cpu_path_unknown(model, ids_file, tmp_path):
+    expect_error(eval_args(model, ids_file, str(tmp_path)) + ["--cpu", "sse9"],
+                 ["--cpu sse9", "'sse9'", "avx2", "portable"], ["unknown"])
+
+
+def test_cpu_path_this_cpu_cannot_run(model, ids_file, tmp_path, foreign):
+    msg = expect_error(eval_args(model, ids_file, str(tmp_path)) + ["--cpu", foreign],
+                       [f"--cpu {foreign}", "this CPU runs:", "portable"], ["not built", "lacks"])
+    assert not os.path.exists(os.path.join(str(tmp_path), "out.nll"))
+    assert msg.startswith("xlserve eval:")
+
+
+def test_cpu_path_from_environment(model, ids_file, tmp_path, foreign):
+    env = dict(os.environ, XLSERVE_CPU=foreign)
+    for cmd in (eval_args(model, ids_file, str(tmp_path)), ["info", "--model", model],
+                ["generate", "--model", model, "--prompt", "x", "-n", "1"],
+                ["bench", "--model", model, "--quick"]):
+        proc = subprocess.run([xlserve_bin()] + [str(a) for a in cmd], capture_output=True,
+                              text=True, timeout=120, env=env)
+        assert proc.returncode == 2, (cmd, proc.returncode, proc.stderr)
+        assert f"XLSERVE_CPU={foreign}" in proc.stderr and "this CPU runs:" in proc.stderr, \
+            proc.stderr
+
+
+def test_cpu_path_named_by_info():
+    """`xlserve info` names the path in use; --cpu portable always runs, and auto is the first
+    of the paths this CPU runs."""
+    env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
+    line, runs = runnable_paths()
+    assert line.split()[2] == "portable", line
+    auto = subprocess.run([xlserve_bin(), "info"], capture_output=True, text=True, timeout=120,
+                          env=env, check=True).stdout
+    assert f"cpu path         {runs[0]} " in auto, (runs, auto)
+
+
+def test_bench_compares_paths_in_one_run(model):
+    """`xlserve bench --cpu A,B`: one block per path, each with its own SGEMM row; every row
+    names its path and gives its share of that SGEMM. A bad name in the list fails before
+    anything is measured."""
+    paths = ["portable", runnable_paths()[1][0]]
+    env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
+    proc = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--no-recurrence",
+                           "--max-batch", "1", "--threads", "1", "--cpu", ",".join(paths)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.split()[:1] in ([p] for p in paths)]
+    for p in paths:
+        mine = [r for r in rows if r[0] == p]
+        labels = [" ".join(r[1:4]) for r in mine]
+        assert labels == ["large SGEMM (OpenBLAS,", "decode, batch 1,", "segment evaluation (tgt_len"], \
+            proc.stdout
+        # a tiny model's share rounds to 0%: the column's form is what is checked here
+        assert mine[0][-1] == "100%" and all(r[-1].endswith("%") and float(r[-1][:-1]) >= 0
+                                             for r in mine), proc.stdout
+    bad = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--cpu",
+                          "portable,sse9"], capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and "--cpu sse9" in bad.stderr and bad.stdout == "", bad

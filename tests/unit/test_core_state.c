@@ -35,7 +35,7 @@ static int run(xl_model *m, xl_workspace *ws, xl_state *s, const int32_t *t, int
   xl_error err;
   for (int i = 0; i < n - 1; i += chunk) {
     int len = n - 1 - i < chunk ? n - 1 - i : chunk;
-    xl_feed f = {s, t + i, len, t + i + 1, lp + i, NULL};
+    xl_feed f = {s, t + i, len, t + i + 1, lp + i, NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) return -1;
   }
   return 0;
@@ -185,7 +185,7 @@ static void test_blob_refuses_bad_counters_and_non_finite(void) {
       if (s) {
         CHECK(xl_state_tokens_fed(s) == fed_big);
         int32_t one = 5;
-        xl_feed f = {s, &one, 1, NULL, NULL, lp};
+        xl_feed f = {s, &one, 1, NULL, NULL, lp, NULL};
         CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
         CHECK(xl_state_tokens_fed(s) == fed_big + 1);
       }
@@ -269,8 +269,8 @@ static void test_batched_equals_unbatched(void) {
   /* different memory lengths per session: prefill 5, 13, 21, 29, 37 tokens */
   for (int b = 0; b < B; b++) {
     int n = 5 + 8 * b;
-    xl_feed f1 = {solo[b], t[b], n, NULL, NULL, NULL};
-    xl_feed f2 = {multi[b], t[b], n, NULL, NULL, NULL};
+    xl_feed f1 = {solo[b], t[b], n, NULL, NULL, NULL, NULL};
+    xl_feed f2 = {multi[b], t[b], n, NULL, NULL, NULL, NULL};
     xl_forward(m, ws, &f1, 1, &err);
     xl_forward(m, ws, &f2, 1, &err);
   }
@@ -280,9 +280,9 @@ static void test_batched_equals_unbatched(void) {
   for (int b = 0; b < B; b++) {
     int n = b < 3 ? 1 : 6;
     const int32_t *in = t[b] + 40;
-    xl_feed f = {solo[b], in, n, NULL, NULL, out_solo[b]};
+    xl_feed f = {solo[b], in, n, NULL, NULL, out_solo[b], NULL};
     CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
-    items[b] = (xl_feed){multi[b], in, n, NULL, NULL, out_multi[b]};
+    items[b] = (xl_feed){multi[b], in, n, NULL, NULL, out_multi[b], NULL};
   }
   CHECK_CODE(xl_forward(m, ws, items, B, &err), XL_OK);
   double worst = 0;
@@ -291,14 +291,14 @@ static void test_batched_equals_unbatched(void) {
       double d = fabs(out_solo[b][v] - out_multi[b][v]);
       if (d > worst) worst = d;
     }
-  CHECK(worst == 0.0); /* matmul.c is batch-invariant: bit for bit */
+  CHECK(worst == 0.0); /* the GEMM of every kernel family is batch-invariant: bit for bit */
 
   /* rejected batches change nothing: a duplicated state, a bad token */
   uint64_t fed = xl_state_tokens_fed(multi[0]);
-  xl_feed dup[2] = {{multi[0], t[0], 1, NULL, NULL, NULL}, {multi[0], t[0], 1, NULL, NULL, NULL}};
+  xl_feed dup[2] = {{multi[0], t[0], 1, NULL, NULL, NULL, NULL}, {multi[0], t[0], 1, NULL, NULL, NULL, NULL}};
   CHECK_CODE(xl_forward(m, ws, dup, 2, &err), XL_ARG);
   int32_t bad_tok[2] = {3, 256};
-  xl_feed bad = {multi[0], bad_tok, 2, NULL, NULL, NULL};
+  xl_feed bad = {multi[0], bad_tok, 2, NULL, NULL, NULL, NULL};
   CHECK_CODE(xl_forward(m, ws, &bad, 1, &err), XL_TOKEN);
   CHECK(strstr(err.message, "256") != NULL);
   CHECK(xl_state_tokens_fed(multi[0]) == fed);
@@ -333,8 +333,8 @@ static void test_decode_batched_with_long_chunk(void) {
    * holds 5 and then feeds a chunk of LONG - 5 tokens (klen 1100 > 1048 cached distances) */
   int prefill[B] = {3, 17, 40, 5};
   for (int b = 0; b < B; b++) {
-    xl_feed f1 = {solo[b], t[b], prefill[b], NULL, NULL, NULL};
-    xl_feed f2 = {multi[b], t[b], prefill[b], NULL, NULL, NULL};
+    xl_feed f1 = {solo[b], t[b], prefill[b], NULL, NULL, NULL, NULL};
+    xl_feed f2 = {multi[b], t[b], prefill[b], NULL, NULL, NULL, NULL};
     CHECK_CODE(xl_forward(m, ws, &f1, 1, &err), XL_OK);
     CHECK_CODE(xl_forward(m, ws, &f2, 1, &err), XL_OK);
   }
@@ -343,9 +343,9 @@ static void test_decode_batched_with_long_chunk(void) {
   for (int b = 0; b < B; b++) {
     int n = b < 3 ? 1 : LONG - prefill[b];
     const int32_t *in = t[b] + prefill[b];
-    xl_feed f = {solo[b], in, n, NULL, NULL, out_solo[b]};
+    xl_feed f = {solo[b], in, n, NULL, NULL, out_solo[b], NULL};
     CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
-    items[b] = (xl_feed){multi[b], in, n, NULL, NULL, out_multi[b]};
+    items[b] = (xl_feed){multi[b], in, n, NULL, NULL, out_multi[b], NULL};
   }
   CHECK_CODE(xl_forward(m, ws, items, B, &err), XL_OK);
   for (int b = 0; b < B; b++) {

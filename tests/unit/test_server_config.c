@@ -98,6 +98,32 @@ static void test_invalid(void) {
   refused("missing file", 3, a10, "/nonexistent/x.conf");
 }
 
+/* cpu: the kernel family; a name the engine does not know or a family this CPU (or build)
+ * cannot run is refused at start, naming the option and the paths this CPU runs. */
+static void test_cpu_option(void) {
+#if defined(__x86_64__)
+  char *foreign = "neon";
+#else
+  char *foreign = "avx2";
+#endif
+  char *a1[] = {"serve", "--cpu", foreign};
+  refused("cpu path of another architecture", 3, a1, "option cpu: CPU path");
+  refused("cpu path of another architecture", 3, a1, "this CPU runs: ");
+  setenv("XLSERVE_CPU", "sse9", 1);
+  char *a2[] = {"serve"};
+  refused("unknown cpu path from the environment", 1, a2, "option cpu: unknown CPU path 'sse9'");
+  config c;
+  char err[512] = "";
+  char *a3[] = {"serve", "--cpu", "portable"}; /* the flag wins over the environment */
+  CHECK(load(&c, 3, a3, err, sizeof err) == CONFIG_RUN);
+  CHECK(!strcmp(c.cpu, "portable") && !strcmp(c.origin[OPTI_cpu], "flag"));
+  config_free(&c);
+  unsetenv("XLSERVE_CPU");
+  CHECK(load(&c, 1, a2, err, sizeof err) == CONFIG_RUN);
+  CHECK(!strcmp(c.cpu, "auto") && !strcmp(c.origin[OPTI_cpu], "default"));
+  config_free(&c);
+}
+
 static void test_template_loads_to_defaults(void) {
   char *text = NULL;
   size_t n = 0;
@@ -121,6 +147,7 @@ int main(void) {
   RUN(test_defaults);
   RUN(test_precedence_and_quoting);
   RUN(test_invalid);
+  RUN(test_cpu_option);
   RUN(test_template_loads_to_defaults);
   return tl_summary();
 }

@@ -8,13 +8,55 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fnmatch.h>
 #include <ftw.h>
 #include <time.h>
 #include <unistd.h>
 
 int tl_passed, tl_failed;
 
+static int tl_ran;
+
+int tl_selected(const char *name) {
+  const char *want = getenv("XL_TEST_RUN");
+  int yes = !want || !*want;
+  for (const char *p = want; !yes && p && *p;) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    char pattern[256];
+    if (n < sizeof pattern) {
+      memcpy(pattern, p, n);
+      pattern[n] = 0;
+      yes = fnmatch(pattern, name, 0) == 0;
+    }
+    p = comma ? comma + 1 : NULL;
+  }
+  tl_ran += yes;
+  return yes;
+}
+
+/* XLSERVE_CPU=PATH runs the whole test executable (unit test, fuzzer, seeder) on that kernel
+ * family, before main: ctest registers the engine tests once per path this way. A path this
+ * CPU cannot run exits 77 (ctest: skipped); an unknown name is an error. */
+__attribute__((constructor)) static void tl_select_cpu_from_env(void) {
+  const char *path = getenv("XLSERVE_CPU");
+  if (!path || !*path) return;
+  xl_error err;
+  if (xl_cpu_select(path, &err) == XL_OK) return;
+  if (xl_cpu_can_run(path) == 0) {
+    printf("skipped: XLSERVE_CPU=%s: %s\n", path, err.message);
+    exit(77);
+  }
+  fprintf(stderr, "XLSERVE_CPU=%s: %s\n", path, err.message);
+  exit(2);
+}
+
 int tl_summary(void) {
+  const char *want = getenv("XL_TEST_RUN");
+  if (want && *want && !tl_ran) {
+    printf("no test function matches XL_TEST_RUN=%s\n", want);
+    return 1;
+  }
   printf("%d passed, %d failed\n", tl_passed, tl_failed);
   return tl_failed ? 1 : 0;
 }

@@ -60,15 +60,20 @@ extern int tl_passed, tl_failed;
     }                                                                                      \
   } while (0)
 
-/* Runs a test function, printing its name. */
+/* Runs a test function, printing its name; only the functions XL_TEST_RUN names when it is set
+ * (comma-separated names or shell patterns: XL_TEST_RUN=test_words ./build/test_core_text). */
 #define RUN(fn)                                                                            \
   do {                                                                                     \
+    if (!tl_selected(#fn)) break;                                                          \
     int f0_ = tl_failed;                                                                   \
     fn();                                                                                  \
     printf("%-44s %s\n", #fn, tl_failed == f0_ ? "ok" : "FAILED");                         \
   } while (0)
 
-/* Prints "N passed, M failed" and returns the exit status. */
+/* Whether XL_TEST_RUN (unset: every test) selects the test function NAME; counts those run. */
+int tl_selected(const char *name);
+/* Prints "N passed, M failed" and returns the exit status (failure too when XL_TEST_RUN is set
+ * and selected no test function: a misspelt name must not pass). */
 int tl_summary(void);
 /* Seconds on the monotonic clock. */
 double tl_now(void);

@@ -12,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import cdp  # noqa: E402
-from xlfixtures import start_daemon, tiny_model  # noqa: E402,F401
+from xlfixtures import no_sanitizer_report, start_daemon, tiny_model  # noqa: E402,F401
 
 ROOT = os.environ.get("XL_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 

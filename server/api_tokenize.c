@@ -1,0 +1,202 @@
+/*
+ * api_tokenize.c: the tokenizer endpoints, in the shapes of both vLLM's and llama.cpp's
+ * servers (so their clients, e.g. lm-evaluation-harness's remote tokenizer, work unchanged):
+ *   POST /tokenize       {"prompt" | "content": text, "with_pieces", "return_token_strs",
+ *                         "add_special_tokens" | "add_special" (no effect: no special tokens
+ *                         are ever added)} -> {"tokens", "count", "max_model_len"[, "token_strs"]}
+ *   POST /detokenize     {"tokens": [ids]} -> {"prompt": text, "content": text}
+ *   GET  /tokenizer_info the tokenizer's facts (kind, vocabulary, eos/bos/pad/unk tokens)
+ *   GET  /version        {"version"}
+ * /v1/-prefixed aliases route here too. Thread: loop thread only.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "util.h"
+
+void detok_ids(const xl_model *m, const int32_t *ids, size_t n, buf *out) {
+  xl_detok d;
+  xl_detok_init(&d);
+  char tmp[8192];
+  for (size_t i = 0; i < n; i++) {
+    size_t w = xl_detok_push(m, &d, ids[i], tmp, sizeof tmp);
+    if (w <= sizeof tmp) buf_add(out, tmp, w);
+  }
+  size_t w = xl_detok_flush(&d, tmp, sizeof tmp);
+  if (w <= sizeof tmp) buf_add(out, tmp, w);
+}
+
+/* The body as a JSON object, the `model` field checked; NULL after answering an error. */
+static json_t *body_object(req *r) {
+  json_error_t je;
+  json_t *root = r->body.len ? json_loadb(r->body.p, r->body.len, JSON_REJECT_DUPLICATES, &je) : NULL;
+  if (!root || !json_is_object(root)) {
+    if (root) json_decref(root);
+    req_error(r, 400, "invalid_request_error", "invalid_json", NULL,
+              "the request body must be a JSON object");
+    return NULL;
+  }
+  json_t *m = json_object_get(root, "model");
+  if (m && !json_is_null(m)) {
+    if (!json_is_string(m)) {
+      json_decref(root);
+      req_error(r, 400, "invalid_request_error", "invalid_value", "model", "'model' must be a string");
+      return NULL;
+    }
+    if (strcmp(json_string_value(m), r->a->model_name)) {
+      req_error(r, 404, "invalid_request_error", "model_not_found", "model",
+                "model '%s' does not exist (this server serves '%s')", json_string_value(m),
+                r->a->model_name);
+      json_decref(root);
+      return NULL;
+    }
+  }
+  return root;
+}
+
+static int flag(req *r, json_t *root, const char *name, int *out) {
+  json_t *v = json_object_get(root, name);
+  *out = 0;
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_boolean(v)) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", name, "'%s' must be a boolean", name);
+    return -1;
+  }
+  *out = json_is_true(v);
+  return 0;
+}
+
+static void tokenize(req *r) {
+  app *a = r->a;
+  json_t *root = body_object(r);
+  if (!root) return;
+  const char *field = json_object_get(root, "prompt") ? "prompt" : "content";
+  json_t *text = json_object_get(root, field);
+  int pieces, strs, ignored;
+  if (json_object_get(root, "messages")) {
+    req_error(r, 400, "invalid_request_error", "unsupported_field", "messages",
+              "tokenizing chat 'messages' is not supported: send the rendered text as 'prompt'");
+  } else if (!json_is_string(text)) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", field,
+              "'prompt' (or llama.cpp's 'content') must be a string");
+  } else if (flag(r, root, "with_pieces", &pieces) || flag(r, root, "return_token_strs", &strs) ||
+             flag(r, root, "add_special_tokens", &ignored) || flag(r, root, "add_special", &ignored)) {
+    /* answered */
+  } else {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    xl_error xe;
+    memset(&xe, 0, sizeof xe);
+    if (json_string_length(text) &&
+        xl_tokenize(a->model, json_string_value(text), json_string_length(text), &ids, &n, &xe) != XL_OK) {
+      req_error(r, 400, "invalid_request_error", "tokenizer_error", field, "cannot tokenize: %s",
+                xe.message);
+    } else {
+      buf b;
+      buf_init(&b);
+      buf_adds(&b, "{\"tokens\":[");
+      for (size_t i = 0; i < n; i++) {
+        if (i) buf_addc(&b, ',');
+        if (pieces) {
+          buf_printf(&b, "{\"id\":%d,\"piece\":", (int)ids[i]);
+          job_fmt_token(&b, a->model, ids[i]);
+          buf_addc(&b, '}');
+        } else {
+          buf_printf(&b, "%d", (int)ids[i]);
+        }
+      }
+      buf_printf(&b, "],\"count\":%zu,\"max_model_len\":%lld", n, a->cfg->max_prompt_tokens);
+      if (strs) {
+        buf_adds(&b, ",\"token_strs\":[");
+        for (size_t i = 0; i < n; i++) {
+          if (i) buf_addc(&b, ',');
+          job_fmt_token(&b, a->model, ids[i]);
+        }
+        buf_addc(&b, ']');
+      }
+      buf_addc(&b, '}');
+      req_reply_json(r, 200, &b);
+      buf_free(&b);
+    }
+    free(ids);
+  }
+  json_decref(root);
+}
+
+static void detokenize(req *r) {
+  app *a = r->a;
+  json_t *root = body_object(r);
+  if (!root) return;
+  json_t *t = json_object_get(root, "tokens");
+  int vocab = xl_model_config(a->model)->vocab_size;
+  size_t n = json_is_array(t) ? json_array_size(t) : 0;
+  int32_t *ids = xmalloc(sizeof *ids * (n ? n : 1));
+  int ok = json_is_array(t);
+  for (size_t i = 0; ok && i < n; i++) {
+    json_t *v = json_array_get(t, i);
+    /* llama.cpp's with_pieces shape: [{"id": ..., "piece": ...}] is accepted too */
+    if (json_is_object(v)) v = json_object_get(v, "id");
+    ok = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < vocab;
+    if (ok) ids[i] = (int32_t)json_integer_value(v);
+  }
+  if (!ok) {
+    req_error(r, 400, "invalid_request_error", "invalid_value", "tokens",
+              "'tokens' must be an array of token ids in [0, %d)", vocab);
+  } else {
+    buf text, b;
+    buf_init(&text);
+    buf_init(&b);
+    detok_ids(a->model, ids, n, &text);
+    buf_adds(&b, "{\"prompt\":");
+    json_escape(&b, text.p ? text.p : "", text.len);
+    buf_adds(&b, ",\"content\":");
+    json_escape(&b, text.p ? text.p : "", text.len);
+    buf_addc(&b, '}');
+    req_reply_json(r, 200, &b);
+    buf_free(&b);
+    buf_free(&text);
+  }
+  free(ids);
+  json_decref(root);
+}
+
+static void tokenizer_info(req *r) {
+  app *a = r->a;
+  const xl_config *c = xl_model_config(a->model);
+  int words = c->tokenizer == XL_TOKENIZER_WORDS;
+  buf b;
+  buf_init(&b);
+  /* byte models have no special tokens; word models end each line with <eos> and map unknown
+   * words to <unk> */
+  buf_printf(&b,
+             "{\"tokenizer_class\":\"%s\",\"tokenizer\":\"%s\",\"vocab_size\":%d,"
+             "\"eos_token\":%s,\"bos_token\":null,\"pad_token\":null,\"unk_token\":%s,"
+             "\"add_bos_token\":false,\"add_eos_token\":false,\"model_max_length\":%lld,"
+             "\"max_model_len\":%lld}",
+             words ? "XLWordTokenizer" : "XLByteTokenizer", words ? "words" : "bytes",
+             c->vocab_size, words ? "\"<eos>\"" : "null", words ? "\"<unk>\"" : "null",
+             a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens);
+  req_reply_json(r, 200, &b);
+  buf_free(&b);
+}
+
+void api_version(req *r) {
+  buf b;
+  buf_init(&b);
+  buf_adds(&b, "{\"version\":\"" XL_VERSION "\",\"name\":\"xlserve\"}");
+  req_reply_json(r, 200, &b);
+  buf_free(&b);
+}
+
+void api_tokenizer(req *r, const char *which) {
+  if (!r->a->model) {
+    req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
+    return;
+  }
+  if (!strcmp(which, "tokenize")) tokenize(r);
+  else if (!strcmp(which, "detokenize")) detokenize(r);
+  else tokenizer_info(r);
+}

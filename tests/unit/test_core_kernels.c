@@ -1,0 +1,260 @@
+/*
+ * test_core_kernels.c: every kernel family this CPU runs (kernels.h), each against a double
+ * precision reference computed here: the weight GEMM for 1..N rows and awkward sizes (tails of
+ * every lane count), with each row's outputs bit-identical alone and inside any batch; softmax
+ * max / exp-sum / sum-exp; the decode products over transposed rows (dot_rows, mix_rows);
+ * LayerNorm, ReLU, bias rows. Non-finite and denormal inputs give defined IEEE results (NaN
+ * stays NaN, exp(-Inf) = 0, exp(+Inf) = Inf), with no float-to-int conversion of a non-finite
+ * value (the UBSan build checks that). And the path switch: unknown names and paths this CPU
+ * or build cannot run are clear errors that leave the current path alone.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testlib.h"
+
+static const char *const FAMILIES[] = {"avx512", "avx2", "neon", "portable"};
+#define N_FAMILIES 4
+
+static float frand(unsigned *s) {
+  *s = *s * 1103515245u + 12345u;
+  return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+static void fill(float *x, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) x[i] = frand(&seed);
+}
+
+/* GEMM vs double, and a row's results alone == inside a batch of M rows (bit for bit). */
+static void check_matmul(const xl_kernels *k) {
+  static const int Ms[] = {1, 2, 3, 4, 5, 7, 9, 17, 70};
+  static const int Ns[] = {1, 3, 4, 5, 8, 9, 13, 33};
+  static const int Ks[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 40, 64, 100};
+  float *x = malloc(70 * 100 * sizeof *x), *w = malloc(33 * 100 * sizeof *w),
+        *y = malloc(70 * 40 * sizeof *y), *y1 = malloc(40 * sizeof *y1);
+  fill(x, 70 * 100, 1);
+  fill(w, 33 * 100, 2);
+  int bad_ref = 0, bad_inv = 0;
+  for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+    for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+      for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+        int M = Ms[a], N = Ns[b], K = Ks[c], ldy = N + 3;
+        k->matmul_nt(x, M, K, 100, w, N, 100, y, ldy);
+        for (int r = 0; r < M; r++) {
+          for (int o = 0; o < N; o++) {
+            double ref = 0;
+            for (int i = 0; i < K; i++) ref += (double)x[r * 100 + i] * w[o * 100 + i];
+            if (fabs(ref - y[r * ldy + o]) > 1e-5 * K) bad_ref++;
+          }
+          k->matmul_nt(x + r * 100, 1, K, 100, w, N, 100, y1, N); /* the row alone */
+          if (memcmp(y1, y + r * ldy, (size_t)N * sizeof *y1)) bad_inv++;
+        }
+      }
+  CHECK(bad_ref == 0);
+  CHECK(bad_inv == 0);
+  free(x);
+  free(w);
+  free(y);
+  free(y1);
+}
+
+static void check_softmax(const xl_kernels *k) {
+  for (int n = 1; n <= 70; n += 3) {
+    float x[70], e[70];
+    fill(x, (size_t)n, (unsigned)n);
+    for (int i = 0; i < n; i++) x[i] *= 30.0f;
+    float mx = k->max(x, n);
+    float ref_mx = -INFINITY;
+    for (int i = 0; i < n; i++) ref_mx = x[i] > ref_mx ? x[i] : ref_mx;
+    CHECK(mx == ref_mx);
+    memcpy(e, x, sizeof e);
+    float s = k->exp_sum(e, n, mx), s2 = k->sum_exp(x, n, mx);
+    double ref = 0;
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+      double r = exp((double)x[i] - mx);
+      ref += r;
+      if (fabs(e[i] - r) > 4e-7 * r + 1e-37) bad++;
+    }
+    CHECK(bad == 0);
+    CHECK_NEAR(s, ref, 1e-5 * ref);
+    CHECK(s == s2); /* the same lanes and order */
+  }
+}
+
+/* exp of non-finite and extreme arguments: defined, and what IEEE exp gives. */
+static void check_exp_specials(const xl_kernels *k) {
+  const float nan = NAN, inf = INFINITY, den = FLT_MIN / 8.0f;
+  float v[19] = {nan, -inf, inf, 0.0f, -0.0f, den, -den, -87.0f, -87.4f, -100.0f, -1e30f,
+                 1e30f, 88.0f, 89.0f, -FLT_MAX, FLT_MAX, -nan, 1.0f, -5.5f};
+  for (int n = 1; n <= 19; n++) {
+    float x[19], got[19];
+    memcpy(x, v, sizeof x);
+    k->exp_sum(x, n, 0.0f);
+    memcpy(got, x, sizeof got);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+      float want = v[i] != v[i] ? NAN : v[i] < -87.3f ? 0.0f : v[i] > 88.72f ? INFINITY : expf(v[i]);
+      int ok = isnan(want) ? isnan(got[i])
+               : isinf(want) ? got[i] == want
+               : v[i] > 87.0f ? got[i] > 1e37f /* clamped region: large and finite */
+               : fabsf(got[i] - want) <= 4e-7f * want + 1e-37f;
+      if (!ok) {
+        bad++;
+        fprintf(stderr, "  %s exp(%g) = %g, want %g\n", k->name, (double)v[i], (double)got[i],
+                (double)want);
+      }
+    }
+    CHECK(bad == 0);
+  }
+  float x[20];
+  for (int i = 0; i < 20; i++) x[i] = (float)-i;
+  x[5] = NAN;
+  CHECK(isnan(k->sum_exp(x, 20, 0.0f)));  /* a NaN score poisons the sum, visibly */
+  float ninf[9];
+  for (int i = 0; i < 9; i++) ninf[i] = -INFINITY;
+  CHECK(k->sum_exp(ninf, 9, 0.0f) == 0.0f);
+  CHECK(isnan(k->sum_exp(ninf, 9, -INFINITY))); /* -Inf - -Inf: NaN, no trap, no UB */
+}
+
+static void check_attention_products(const xl_kernels *k) {
+  /* dot_rows: s[j] = sum_k q[k] rows[k][j] for odd sizes */
+  float q[40], rows[40 * 140], s[140];
+  fill(q, 40, 3);
+  fill(rows, 40 * 140, 4);
+  static const int ns[] = {1, 5, 8, 15, 16, 17, 63, 64, 65, 130};
+  static const int dhs[] = {1, 4, 7, 16, 32, 40};
+  int bad = 0;
+  for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+    for (size_t b = 0; b < sizeof dhs / sizeof *dhs; b++) {
+      int n = ns[a], dh = dhs[b];
+      k->dot_rows(q, dh, rows, 140, n, s);
+      for (int j = 0; j < n; j++) {
+        double r = 0;
+        for (int i = 0; i < dh; i++) r += (double)q[i] * rows[i * 140 + j];
+        if (fabs(r - s[j]) > 1e-5 * dh) bad++;
+      }
+    }
+  CHECK(bad == 0);
+  /* mix_rows: out[h*dh+i] += sum_j p[h][j] rows[j][h*dh+i], head sizes on and off the lanes */
+  static const int Hs[] = {1, 2, 3, 8, 12};
+  static const int mdh[] = {4, 6, 8, 16, 32, 64, 96};
+  bad = 0;
+  for (size_t a = 0; a < sizeof Hs / sizeof *Hs; a++)
+    for (size_t b = 0; b < sizeof mdh / sizeof *mdh; b++) {
+      int H = Hs[a], dh = mdh[b], hd = H * dh, n = 13;
+      float *p = malloc((size_t)H * 20 * sizeof *p), *v = malloc((size_t)n * hd * sizeof *v),
+            *out = malloc((size_t)hd * sizeof *out);
+      fill(p, (size_t)H * 20, 5);
+      fill(v, (size_t)n * hd, 6);
+      fill(out, (size_t)hd, 7);
+      double *ref = malloc((size_t)hd * sizeof *ref);
+      for (int e = 0; e < hd; e++) {
+        ref[e] = out[e];
+        for (int j = 0; j < n; j++) ref[e] += (double)p[(e / dh) * 20 + j] * v[j * hd + e];
+      }
+      k->mix_rows(out, p, 20, v, (size_t)hd, n, H, dh);
+      for (int e = 0; e < hd; e++)
+        if (fabs(ref[e] - out[e]) > 1e-5 * n) bad++;
+      free(p);
+      free(v);
+      free(out);
+      free(ref);
+    }
+  CHECK(bad == 0);
+}
+
+static void check_rows(const xl_kernels *k) {
+  static const int dims[] = {1, 5, 8, 16, 17, 33, 256};
+  float x[3 * 256], y[3 * 256], g[256], b[256];
+  int bad = 0;
+  for (size_t a = 0; a < sizeof dims / sizeof *dims; a++) {
+    int dim = dims[a];
+    fill(x, 3 * 256, 8);
+    fill(g, 256, 9);
+    fill(b, 256, 10);
+    for (int i = 0; i < 3 * dim; i++) x[i] = x[i] * 4.0f + 1.5f;
+    k->layer_norm(x, 3, dim, g, b, 1e-5f, y);
+    for (int r = 0; r < 3; r++) {
+      double mu = 0, var = 0;
+      for (int j = 0; j < dim; j++) mu += x[r * dim + j];
+      mu /= dim;
+      for (int j = 0; j < dim; j++) var += (x[r * dim + j] - mu) * (x[r * dim + j] - mu);
+      var /= dim;
+      for (int j = 0; j < dim; j++) {
+        double want = (x[r * dim + j] - mu) / sqrt(var + 1e-5) * g[j] + b[j];
+        if (fabs(want - y[r * dim + j]) > 2e-5) bad++;
+      }
+    }
+  }
+  CHECK(bad == 0);
+  float r[21] = {-1, 2, -0.0f, NAN, -INFINITY, INFINITY, 3, -4, 5, -6, 7, -8, 9, -10, 11, -12,
+                 13, -14, 15, -16, 17};
+  k->relu(r, 21);
+  CHECK(r[0] == 0 && r[1] == 2 && r[2] == 0 && isnan(r[3]) && r[4] == 0 && isinf(r[5]));
+  CHECK(r[19] == 0 && r[20] == 17);
+  float yb[2 * 21], bias[19];
+  fill(yb, 2 * 21, 11);
+  fill(bias, 19, 12);
+  float before[2 * 21];
+  memcpy(before, yb, sizeof yb);
+  k->add_bias(yb, 2, 19, 21, bias);
+  bad = 0;
+  for (int row = 0; row < 2; row++)
+    for (int j = 0; j < 21; j++)
+      if (yb[row * 21 + j] != before[row * 21 + j] + (j < 19 ? bias[j] : 0.0f)) bad++;
+  CHECK(bad == 0);
+}
+
+/* Every family this CPU runs, through the switch: xl_cpu_select + xl_kern(). */
+static void test_every_family(void) {
+  int ran = 0;
+  for (int f = 0; f < N_FAMILIES; f++) {
+    if (xl_cpu_can_run(FAMILIES[f]) != 1) continue;
+    xl_error err;
+    CHECK_CODE(xl_cpu_select(FAMILIES[f], &err), XL_OK);
+    const xl_kernels *k = xl_kern();
+    CHECK(!strcmp(k->name, FAMILIES[f]) && !strcmp(xl_cpu_path(), FAMILIES[f]));
+    int f0 = tl_failed;
+    check_matmul(k);
+    check_softmax(k);
+    check_exp_specials(k);
+    check_attention_products(k);
+    check_rows(k);
+    printf("  family %-9s %s\n", k->name, tl_failed == f0 ? "ok" : "FAILED");
+    ran++;
+  }
+  CHECK(ran >= 2); /* portable and at least one vector family on x86-64 and aarch64 */
+  xl_error err;
+  CHECK_CODE(xl_cpu_select("auto", &err), XL_OK);
+}
+
+static void test_switch_errors(void) {
+  xl_error err;
+  CHECK_CODE(xl_cpu_select("portable", &err), XL_OK);
+  CHECK_CODE(xl_cpu_select("sse9", &err), XL_ARG);
+  CHECK(strstr(err.message, "unknown CPU path 'sse9'") != NULL);
+  CHECK(xl_cpu_can_run("sse9") == -1);
+#if defined(__x86_64__)
+  const char *foreign = "neon";
+#else
+  const char *foreign = "avx2";
+#endif
+  CHECK(xl_cpu_can_run(foreign) == 0);
+  CHECK_CODE(xl_cpu_select(foreign, &err), XL_UNSUPPORTED);
+  CHECK(strstr(err.message, foreign) && strstr(err.message, "this CPU runs: "));
+  CHECK(!strcmp(xl_cpu_path(), "portable")); /* a refused switch changes nothing */
+  char list[64];
+  CHECK(xl_cpu_runnable(list, sizeof list) > 0 && strstr(list, "portable") != NULL);
+  CHECK_CODE(xl_cpu_select(NULL, &err), XL_OK); /* auto: the first family the CPU runs */
+  CHECK(!strncmp(list, xl_cpu_path(), strlen(xl_cpu_path())));
+}
+
+int main(void) {
+  RUN(test_every_family);
+  RUN(test_switch_errors);
+  return tl_summary();
+}
