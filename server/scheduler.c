@@ -258,7 +258,8 @@ static int select_batch(sched *s, worker *w) {
   for (job *j = s->run.head, *next;
        j && n < s->o.max_batch && (rows < cap || !prefills) && prefills < max_prompts; j = next) {
     next = j->q_next;
-    if (j->decoding || j->parked || atomic_load(&j->cancel)) continue; /* left over: no budget or room */
+    /* parked first: a parked job's fields are the releasing worker's until it is let go */
+    if (j->parked || j->decoding || atomic_load(&j->cancel)) continue; /* left over: no budget or room */
     int want = j->n_input - j->pos;
     if (want > j->chunk) want = j->chunk;
     if (want > budget && prefills) continue;
