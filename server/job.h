@@ -115,7 +115,8 @@ typedef struct job {
   float *score_lp;      /* [n_input]: log p(input[k + 1] | memory, input[..k]) */
   tok_rec *score_recs;  /* [n_input]: alternatives of row k (score_top > 0) */
   int32_t *score_ranks; /* [n_input]: 1-based rank of input[k + 1] in row k (score_rank) */
-  float *score_rows;    /* [chunk, vocab]: the rows' distributions (top or rank wanted) */
+  float *score_rows;    /* [chunk, vocab]: the rows' distributions (top or rank wanted); freed
+                         * once the prompt is in */
   size_t snap_len;
   double t_sched, t_first_token, t_last_token;
   /* ---- shared ---- */

@@ -59,6 +59,11 @@ void job_score_rows(job *j, int pos, int n) {
       j->score_ranks[k] = above + 1;
     }
   }
+  if (pos + n >= j->n_input) { /* the prompt is in: its rows are reduced (a request may hold 64
+                                * prompts, each one's rows chunk x vocabulary floats) */
+    free(j->score_rows);
+    j->score_rows = NULL;
+  }
 }
 
 /* the input row that scored prompt token p, or -1 (the first token without a pending one) */
