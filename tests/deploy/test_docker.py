@@ -12,6 +12,7 @@ import ipaddress
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -144,8 +145,11 @@ def test_compose_file_nginx_in_front_on_its_own_network():
     # the daemon trusts nginx's fixed address, which is in the network's subnet
     addr = ngx["networks"]["xlserve"]["ipv4_address"]
     assert xl["environment"]["XLSERVE_TRUSTED_PROXIES"] == addr
-    subnet = doc["networks"]["xlserve"]["ipam"]["config"][0]["subnet"]
-    assert ipaddress.ip_address(addr) in ipaddress.ip_network(subnet)
+    ipam = doc["networks"]["xlserve"]["ipam"]["config"][0]
+    assert ipaddress.ip_address(addr) in ipaddress.ip_network(ipam["subnet"])
+    # ... and outside the range Docker gives other containers (the daemon's) addresses from
+    assert ipaddress.ip_address(addr) not in ipaddress.ip_network(ipam["ip_range"])
+    assert ipaddress.ip_network(ipam["ip_range"]).subnet_of(ipaddress.ip_network(ipam["subnet"]))
     # nginx starts once the daemon is healthy; both get longer than the drain to stop
     assert ngx["depends_on"] == {"xlserve": {"condition": "service_healthy"}}
     for svc in (xl, ngx):
@@ -174,9 +178,15 @@ def test_healthcheck_asks_the_daemon_wherever_it_listens(tiny_model, start_daemo
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == "healthy: http://127.0.0.1:%d/xl/v2/health 200" % d.port
     # an IPv6 daemon on :: is reached too
-    d6 = start_daemon(tiny_model, "--host", "::")
-    r = subprocess.run([HEALTHCHECK, str(d6.proc.pid)], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0 and (":%d/health 200" % d6.port) in r.stdout, r.stdout + r.stderr
+    d6 = start_daemon(tiny_model, "--host", "::", wait_ready=False)   # (the harness asks 127.0.0.1)
+    deadline = time.monotonic() + 30
+    while True:   # unhealthy ("loading") until the model is loaded
+        r = subprocess.run([HEALTHCHECK, str(d6.proc.pid)], capture_output=True, text=True,
+                           timeout=30)
+        if r.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert r.returncode == 0 and ("]:%d/health 200" % d6.port) in r.stdout, r.stdout + r.stderr
     # a daemon that does not answer (frozen: its socket's backlog accepts, nothing replies)
     d.signal(signal.SIGSTOP)
     try:

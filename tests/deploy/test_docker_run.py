@@ -150,7 +150,7 @@ class Stream:
     """A streamed /v1/completions in a thread: its events, its first token's arrival."""
     def __init__(self, port, max_tokens, prompt="It is a truth universally acknowledged",
                  timeout=120):
-        self.events, self.error, self.status = [], None, None
+        self.events, self.times, self.error, self.status = [], [], None, None
         self.first = threading.Event()
         self.body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True,
                      "temperature": 0}
@@ -176,6 +176,7 @@ class Stream:
                     for line in ev.split(b"\n"):
                         if line.startswith(b"data: "):
                             self.events.append(line[6:].decode())
+                            self.times.append(time.monotonic())
                             self.first.set()
             c.close()
         except Exception as e:  # noqa: BLE001 (reported by check())
@@ -213,6 +214,23 @@ def image_option(name):
     m = re.search(r"(?m)^%s (\S+)" % re.escape(name), out)
     assert m, out
     return m.group(1)
+
+
+def calibrated_max_tokens(port, n_streams, target_s, limit=4096):
+    """max_tokens for N_STREAMS concurrent streams to last about TARGET_S seconds on this
+    machine: their steady token rate measured now, at the same concurrency (256 tokens each,
+    the time between a stream's first and last token). LIMIT: the daemon's max_tokens_limit."""
+    cal = [Stream(port, max_tokens=256) for _ in range(n_streams)]
+    rates = []
+    for s in cal:
+        s.join(120)
+        s.check_complete()
+        rates.append((s.times[-2] - s.times[0]) / max(1, len(s.times) - 3))
+    per_token = sorted(rates)[len(rates) // 2]
+    max_tokens = max(64, min(limit, int(target_s / per_token)))
+    print("calibration: %.2f ms/token with %d streams -> max_tokens %d for %.0f s"
+          % (per_token * 1000, n_streams, max_tokens, target_s))
+    return max_tokens
 
 
 def test_image_is_clean_and_unprivileged():
@@ -312,22 +330,15 @@ def test_docker_stop_lets_running_streams_finish(containers):
     stop_timeout = int(m.group(1))
     drain = int(image_option("drain_timeout"))
     assert stop_timeout > drain, (stop_timeout, drain)
-    cid = containers.run("-p", "127.0.0.1::8080", "--stop-timeout", str(stop_timeout))
+    cid = containers.run("-p", "127.0.0.1::8080", "--stop-timeout", str(stop_timeout),
+                         "-e", "XLSERVE_MAX_TOKENS_LIMIT=65536")
     wait_health(cid)
     port = host_port(cid)
     n_streams = 8
-    # calibrate: how long n_streams concurrent streams take per token on this machine, so
-    # that the streams to stop outlast docker stop's default 10 s but not the drain
-    t0 = time.monotonic()
-    cal = [Stream(port, max_tokens=64) for _ in range(n_streams)]
-    for s in cal:
-        s.join(120)
-        s.check_complete()
-    per_token = (time.monotonic() - t0) / 64
-    target_s = (DEFAULT_STOP_TIMEOUT + drain) / 2 + 2   # 22 s at the defaults
-    max_tokens = max(64, min(4096, int(target_s / per_token)))
-    print("calibration: %.1f ms/token with %d streams -> max_tokens %d"
-          % (per_token * 1000, n_streams, max_tokens))
+    # the streams outlast docker's default 10 s and end within the drain: aim between them,
+    # (geometric mean: the machine running 1.7 times faster or slower than measured still fits)
+    target_s = (DEFAULT_STOP_TIMEOUT * drain) ** 0.5   # 17 s at the defaults
+    max_tokens = calibrated_max_tokens(port, n_streams, target_s, limit=65536)
     streams = [Stream(port, max_tokens=max_tokens) for _ in range(n_streams)]
     for s in streams:
         assert s.first.wait(60), "a stream never started"
@@ -411,14 +422,22 @@ def test_compose_nginx_in_front_on_its_own_network(compose_project):
     st, b = request(port, "POST", "/v1/completions",
                     {"prompt": "Harriet Smith", "max_tokens": 8, "temperature": 0})
     assert st == 200, b
-    # docker-compose stop with a stream running through nginx: the stream finishes, both exit 0
-    s = Stream(port, max_tokens=400)
-    assert s.first.wait(60), "the stream never started"
+    # docker-compose stop with streams running through nginx (longer than docker's default
+    # 10 s): nginx lets them finish (within its 40 s grace; the daemon is stopped after nginx),
+    # then the daemon drains; both exit 0
+    # (16 streams, each slower: 4096 tokens, the daemon's max_tokens_limit, take longer)
+    max_tokens = calibrated_max_tokens(port, 16, 20)
+    streams = [Stream(port, max_tokens=max_tokens) for _ in range(16)]
+    for s in streams:
+        assert s.first.wait(60), "a stream never started"
     t0 = time.monotonic()
     compose("stop", timeout=150)
     stop_s = time.monotonic() - t0
-    s.join(30)
-    n = s.check_complete()
-    print("docker-compose stop with a stream through nginx: %.1f s, %d chunks" % (stop_s, n))
+    for s in streams:
+        s.join(30)
+        s.check_complete()
+    print("docker-compose stop with 16 streams through nginx: %.1f s" % stop_s)
     assert int(inspect(daemon, "{{.State.ExitCode}}")) == 0, logs(daemon)
     assert int(inspect(nginx, "{{.State.ExitCode}}")) == 0, logs(nginx)
+    assert stop_s > DEFAULT_STOP_TIMEOUT, (
+        "streams ended after %.1f s: too short to show the grace period matters" % stop_s)
