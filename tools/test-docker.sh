@@ -11,10 +11,11 @@
 #     and stopped again at the end;
 #   - the Dockerfile's base image (FROM debian:12): Docker Hub may be unreachable, so it is made
 #     with `debootstrap --variant=minbase bookworm` + `docker import` under that name, with the
-#     same apt sources as Debian's image. Kept for the next run (the one thing kept, with
-#     Docker's build cache).
+#     same apt sources as Debian's image. Kept for the next run.
 # Everything else it makes (images xlserve-ci-RUN[-nginx], containers, volumes, networks, the
-# compose project) is removed at the end, also on failure or timeout.
+# compose project) is removed at the end, also on failure or timeout, except the newest build
+# stage image (the compiled tree, label org.xlserve.stage=build: Docker's build cache), which
+# makes the next run's build a matter of seconds when the C sources did not change.
 # Environment: XL_DOCKER_TIMEOUT (whole-stage limit, s, default 2400), XL_DOCKER_BUILD_TIMEOUT
 # (image builds, default 1500), XL_DOCKER_KEEP_IMAGES=1 (keep the built images), PYTHON
 # (default /usr/bin/python3), DEBIAN_MIRROR (debootstrap's, default http://deb.debian.org/debian).
@@ -35,6 +36,7 @@ RUN_ID="xlci$$"
 IMAGE="xlserve-ci-$RUN_ID"
 NGINX_IMAGE="xlserve-ci-$RUN_ID-nginx"
 WORK=$(mktemp -d /tmp/xl-test-docker.XXXXXX)
+export IMAGE NGINX_IMAGE WORK MIRROR   # (for the step functions)
 T_START=$(date +%s)
 STEPS=()            # "name=seconds" for the summary
 DOCKERD_PID=""
@@ -48,14 +50,19 @@ fail() {
   say "FAILED at step '$STEP': $*" >&2
   exit 1
 }
-# run_step NAME TIMEOUT CMD...: CMD under a time limit, timed into the summary
+# run_step NAME TIMEOUT CMD...: CMD (a command, or a function of this script, which then
+# runs in a child bash with the exported variables) under a time limit, timed into the summary
 run_step() {
   local name=$1 limit=$2 t0 rc
   shift 2
   STEP=$name
   t0=$(date +%s)
   say "step $name (limit ${limit} s)"
-  timeout --kill-after=20 "$limit" "$@"
+  if declare -F "$1" >/dev/null; then
+    timeout --kill-after=20 "$limit" bash -c "set -uo pipefail; $(declare -f say "$1"); $1"
+  else
+    timeout --kill-after=20 "$limit" "$@"
+  fi
   rc=$?
   STEPS+=("$name=$(($(date +%s) - t0))s")
   if [ $rc = 124 ] || [ $rc = 137 ]; then fail "timed out after ${limit} s"; fi
@@ -78,6 +85,10 @@ cleanup() {
     [ -n "$vols" ] && timeout 60 docker volume rm -f $vols >/dev/null 2>&1
     if [ "${XL_DOCKER_KEEP_IMAGES:-0}" != 1 ]; then
       timeout 120 docker rmi -f "$IMAGE" "$NGINX_IMAGE" >/dev/null 2>&1
+      # the build stage's cache (the compile): the newest kept for the next run, older removed
+      old=$(docker images -q --filter dangling=true --filter label=org.xlserve.stage=build |
+            tail -n +2)
+      [ -n "$old" ] && timeout 120 docker rmi $old >/dev/null 2>&1
     fi
   fi
   if [ -n "$DOCKERD_PID" ]; then
@@ -122,6 +133,7 @@ say "docker: $(docker version -f 'client {{.Client.Version}}, server {{.Server.V
 
 # ---- the base image
 BASES=$(sed -n 's/^FROM \([^ ]*\).*/\1/p' docker/Dockerfile | sort -u)
+export BASES
 [ "$BASES" = "debian:12" ] || [ "$BASES" = "debian:bookworm" ] ||
   fail "the Dockerfile's base images are '$(echo $BASES)'; this script makes debian:12 only"
 make_base() {
