@@ -407,6 +407,18 @@ def test_compose_nginx_in_front_on_its_own_network(compose_project):
     assert not inspect(nginx, "{{.HostConfig.NetworkMode}}").startswith("container:")
     nets = json.loads(inspect(nginx, "{{json .NetworkSettings.Networks}}"))
     assert nets and all(k.startswith(compose.project) for k in nets), nets
+    # the daemon trusts nginx (its fixed address is trusted_proxies): it takes the request id
+    # nginx passes on, and logs the client's address from X-Forwarded-For, not nginx's
+    nginx_ip = list(nets.values())[0]["IPAddress"]
+    st, b = request(port, "GET", "/health", headers={"X-Request-Id": "xlci-trust-1"})
+    assert st == 200, b
+    end, line = time.monotonic() + 30, None
+    while line is None and time.monotonic() < end:
+        for l in docker("logs", daemon).stderr.splitlines():
+            if '"request_id":"xlci-trust-1"' in l:
+                line = json.loads(l)
+        time.sleep(0.2)
+    assert line and line["remote"] not in ("", nginx_ip), (line, nginx_ip)
     # the daemon's container restarts (as after a crash under restart: unless-stopped):
     # nginx, untouched, answers again
     nginx_started = inspect(nginx, "{{.State.StartedAt}}")
