@@ -32,7 +32,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # (without .sh). A script exits 0 when it passed, 77 when it cannot run on this machine (it prints
 # why, e.g. no container engine), anything else when it failed. It runs from the repository root.
 # arm64: the core and CLI cross-built for aarch64, unit tests and parity under qemu-user.
-EXTRA_STAGES=(tools/test-arm64.sh)
+# docker: the image built and run on a real engine (health, streams, restart, stop, compose).
+EXTRA_STAGES=(tools/test-arm64.sh tools/test-docker.sh)
 # shellcheck disable=SC2206 # a space-separated list of paths
 EXTRA_STAGES+=(${XL_EXTRA_STAGES:-})
 

@@ -43,9 +43,11 @@ def nginx_bin():
 
 def template(text, listen_port, upstreams):
     """The shipped config with `listen 80;` -> 127.0.0.1:PORT and the upstream's server line ->
-    one line per (host, port)."""
+    one line per (host, port); upstreams None: the upstream left as it is."""
     text, n = re.subn(r"(?m)^(\s*)listen 80;", r"\g<1>listen 127.0.0.1:%d;" % listen_port, text)
     assert n == 1, "the shipped config's `listen 80;` line changed"
+    if upstreams is None:
+        return text
     servers = "".join("    server %s:%d;\n" % (h, p) for h, p in upstreams)
     text, n = re.subn(r"(?m)^\s*server 127\.0\.0\.1:8080;\n", lambda m: servers, text)
     assert n == 1, "the shipped config's `server 127.0.0.1:8080;` upstream line changed"

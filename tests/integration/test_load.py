@@ -18,16 +18,6 @@ def open_stream(d, body, headers=None):
     return c, r
 
 
-def wait_until(pred, timeout=10, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
-
-
 def test_disconnect_frees_the_worker(start_daemon, tiny_model):
     d = start_daemon(tiny_model, "--max-running", "1", "--max-queue", "4",
                      "--max-tokens-limit", "10000000")
@@ -53,7 +43,7 @@ def test_disconnect_frees_the_worker(start_daemon, tiny_model):
     c = d.conn()
     c.request("POST", "/v1/completions", body=json.dumps({"prompt": "x", "max_tokens": 10000000}),
               headers={"Content-Type": "application/json", "X-Session-Id": "dc-2"})
-    wait_until(lambda: json.loads(X.request(d.port, "GET", "/v1/sessions/dc-2")[2]).get("busy"),
+    X.wait_until(lambda: json.loads(X.request(d.port, "GET", "/v1/sessions/dc-2")[2]).get("busy"),
                what="dc-2 busy")
     c.close()
     t0 = time.monotonic()
@@ -124,7 +114,7 @@ def test_idle_connections_and_queued_streams_cost_no_cpu(start_daemon, tiny_mode
     blocker.request("POST", "/v1/completions", body=json.dumps(
         {"prompt": "z" * 1500000, "max_tokens": 1, "stream": True}),
         headers={"Content-Type": "application/json"})
-    wait_until(lambda: X.metric(d.port, "xlserve_running") == 1, what="the blocker to run")
+    X.wait_until(lambda: X.metric(d.port, "xlserve_running") == 1, what="the blocker to run")
     queued = []
     for i in range(100):
         s = socket.create_connection(("127.0.0.1", d.port))
@@ -132,7 +122,7 @@ def test_idle_connections_and_queued_streams_cost_no_cpu(start_daemon, tiny_mode
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         queued.append(s)
-    wait_until(lambda: X.metric(d.port, "xlserve_queue_depth") == 100, what="100 queued streams")
+    X.wait_until(lambda: X.metric(d.port, "xlserve_queue_depth") == 100, what="100 queued streams")
     t0 = X.cpu_seconds(pid, pid)
     time.sleep(2.0)
     used = X.cpu_seconds(pid, pid) - t0
@@ -206,7 +196,7 @@ def test_many_streams_random_disconnects_two_workers(start_daemon, tiny_model):
     assert not any(t.is_alive() for t in ts), "clients stuck"
     assert not failures, failures[:5]
     # a client's last turn may have been dropped: its generation stops within a decode step
-    wait_until(lambda: X.metric(d.port, "xlserve_running") == 0, what="every generation to end")
+    X.wait_until(lambda: X.metric(d.port, "xlserve_running") == 0, what="every generation to end")
     assert X.metric(d.port, "xlserve_generations_cancelled_total") >= 1
 
 

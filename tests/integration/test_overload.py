@@ -20,16 +20,6 @@ HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 ATTACKER = "127.0.0.2"
 
 
-def wait_until(pred, timeout=10, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
-
-
 def open_sockets(pid):
     """Sockets the daemon holds (its listener, accepted connections, a few internal ones)."""
     n = 0
@@ -97,7 +87,7 @@ def hold_the_limit(d, port, n):
     held = [connect(port) for _ in range(n)]
     for s in held:
         s.sendall(b"G")
-    wait_until(lambda: open_sockets(d.proc.pid) >= base + n, what="%d accepted connections" % n)
+    X.wait_until(lambda: open_sockets(d.proc.pid) >= base + n, what="%d accepted connections" % n)
     return held
 
 
@@ -146,7 +136,7 @@ def test_accepts_again_after_server_side_timeouts_at_the_limit(start_daemon, tin
     quiet_loop(d)
     base = open_sockets(d.proc.pid)
     held = [connect(d.port) for _ in range(16)]
-    wait_until(lambda: open_sockets(d.proc.pid) >= base + 16, what="16 accepted connections")
+    X.wait_until(lambda: open_sockets(d.proc.pid) >= base + 16, what="16 accepted connections")
     queued = [send_health(d.port) for _ in range(5)]
     d.signal(signal.SIGSTOP)
     try:

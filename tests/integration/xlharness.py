@@ -369,3 +369,15 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
+
+
+def wait_until(pred, timeout=10, what="condition"):
+    """Polls pred() until it returns something true (returned) or timeout seconds pass
+    (AssertionError naming what was awaited)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)

@@ -818,7 +818,8 @@ static int user_version(const char *path) {
   sqlite3 *db = NULL;
   int v = -1;
   sqlite3_stmt *q;
-  if (sqlite3_open(path, &db) == SQLITE_OK &&
+  /* the store's checkpoint thread may hold the WAL's locks for a moment: wait as the store does */
+  if (sqlite3_open(path, &db) == SQLITE_OK && sqlite3_busy_timeout(db, 10000) == SQLITE_OK &&
       sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL) == SQLITE_OK) {
     if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int(q, 0);
     sqlite3_finalize(q);

@@ -4,11 +4,24 @@ streams each reply in many chunks into one server-side session that holds both t
 continues the same session; the API key prompt; Stop (the server cancels) and New conversation
 (the old session is deleted); a phone-width layout. No CSP violation or script error anywhere."""
 import json
+import time
 
 import xlharness as X
 
 RESULT = "(document.getElementById('selftest-result') || {}).textContent"
 
+
+
+def logged_chats(d, ok=1, timeout=20):
+    """The access log's /v1/chat/completions lines once `ok` of them answered 200: a request's
+    line is written when its connection completes, which can be just after the page saw the
+    whole reply."""
+    deadline = time.monotonic() + timeout
+    while True:
+        chats = [l for l in d.requests_logged() if l["path"] == "/v1/chat/completions"]
+        if sum(l["status"] == 200 for l in chats) >= ok or time.monotonic() > deadline:
+            return chats
+        time.sleep(0.02)
 
 def selftest(page, port, path="/"):
     page.navigate("http://127.0.0.1:%d%s#selftest" % (port, path))
@@ -51,7 +64,7 @@ def test_two_turns_stream_into_one_session(start_daemon, tiny_model, page, shots
     texts = page.eval("[...document.querySelectorAll('#log .msg.assistant .text')]"
                       ".map(e => e.textContent)")
     assert texts == [t1["text"], t2["text"]]
-    chats = [l for l in d.requests_logged() if l["path"] == "/v1/chat/completions"]
+    chats = logged_chats(d, 2)
     assert [l["session"] for l in chats] == [sid, sid] and all(l["status"] == 200 for l in chats)
     shots(page, "conversation")
 
@@ -105,8 +118,7 @@ def test_api_key_prompt(start_daemon, tiny_model, page):
     assert st == 200 and s["turns"] == 1
     assert page.eval("document.querySelectorAll('#log .msg.assistant').length") == 1
     # the session belongs to the key: the page sent it with every call
-    assert [l["status"] for l in d.requests_logged() if l["path"] == "/v1/chat/completions"] \
-        == [200]
+    assert [l["status"] for l in logged_chats(d)] == [200]
     assert [p for p in page.problems() if "401" not in p] == []   # the 401 itself is logged
 
 
@@ -227,7 +239,7 @@ def test_retries_when_the_server_is_full(start_daemon, tiny_model, page):
     idle(page)
     assert page.eval("document.querySelectorAll('#log .msg.error').length") == 0
     assert page.eval("document.querySelectorAll('#log .msg.assistant').length") == 1
-    chats = [l["status"] for l in d.requests_logged() if l["path"] == "/v1/chat/completions"]
+    chats = [l["status"] for l in logged_chats(d)]
     assert chats[0] == 429 and chats[-1] == 200
     assert [p for p in page.problems() if "429" not in p] == []
 
@@ -246,7 +258,7 @@ def test_retries_while_the_session_is_busy(start_daemon, tiny_model, page):
     c.close()
     idle(page)
     assert page.eval("document.querySelectorAll('#log .msg.error').length") == 0
-    chats = [l["status"] for l in d.requests_logged() if l["path"] == "/v1/chat/completions"]
+    chats = [l["status"] for l in logged_chats(d)]
     assert chats[0] == 409 and chats[-1] == 200
     st, s = X.get_session(d.port, sid, prefix=d.prefix)
     assert st == 200 and s["turns"] == 2   # the other client's completion, then the page's turn
@@ -267,6 +279,6 @@ def test_waits_in_the_queue_with_pings(start_daemon, tiny_model, page):
     idle(page)
     assert page.eval("document.querySelectorAll('#log .msg.error').length") == 0
     assert page.eval("document.querySelector('#log .msg.assistant .text').textContent")
-    chats = [l for l in d.requests_logged() if l["path"] == "/v1/chat/completions"]
+    chats = logged_chats(d)
     assert [l["status"] for l in chats] == [200] and chats[0]["queue_ms"] >= 900
     assert page.problems() == []
