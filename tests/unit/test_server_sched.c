@@ -286,7 +286,10 @@ static void test_round_robin_when_rows_are_scarce(void) {
   enum { NR = 12 };
   session *ss[NR];
   job *jj[NR];
-  sched *s = new_sched(1, 4, 1 << 20);
+  /* every job is queued before the worker starts: submitted one by one to a running worker, a
+   * slow (loaded) test thread could let the first ones finish before the last were submitted */
+  sched_opts o = {1, 4, 1 << 20, 64, 64};
+  sched *s = sched_new(M, &o, notify, &N);
   for (int i = 0; i < NR; i++) {
     ss[i] = session_new(M, &err);
     jj[i] = make_job(ss[i], PROMPTS[i % NP], 40, 90 + i, 1 << 20, 1);
@@ -296,6 +299,7 @@ static void test_round_robin_when_rows_are_scarce(void) {
   c.jobs = jj;
   c.n = NR;
   for (int i = 0; i < NR; i++) CHECK(sched_submit(s, jj[i]) == 0);
+  CHECK(sched_start(s, &err) == 0);
   PUMP_UNTIL(c.done >= NR, 60, pump(s, rr_event, &c));
   CHECK(c.done == NR && !c.first_done_before_all_started);
   sched_stop(s);
