@@ -90,7 +90,8 @@ typedef struct job {
   size_t head_prefix_len; /* head's bytes up to the end of "model":... */
   finish_reason finish;
   xl_error error;
-  uint8_t *snap; /* the session's state blob at the end (want_snapshot and it changed) */
+  uint8_t *snap; /* at the end (want_snapshot and it changed): the session's state delta since
+                  * the store's copy (session.delta_base), or its whole state blob */
   size_t snap_len;
   double t_sched, t_first_token, t_last_token;
   /* ---- shared ---- */
@@ -114,8 +115,9 @@ void job_add_stop(job *j, const char *s, size_t n);
 /* After a forward whose last row was this job's: samples the next token from logprobs. */
 void job_take_token(job *j, const float *logprobs, void *scratch, double now);
 /* Ends the job (reason != NONE); formats the stream's closing chunks when appropriate; with
- * want_snapshot, serialises the session's state if the job fed anything (the worker holds the
- * session, so the store never copies a state on the loop thread). */
+ * want_snapshot, encodes what the store lacks of the session's state if the job fed anything:
+ * the turn's delta, or the whole state when the store has no state it continues (the worker
+ * holds the session, so the store never copies a state on the loop thread). */
 void job_finish(job *j, finish_reason reason);
 /* Appends a formatted stream chunk for newly released text/logprobs (if any) to out. */
 void job_emit_stream(job *j, int final);

@@ -40,6 +40,7 @@ void session_reset(session *s) {
   s->chat = CHAT_EMPTY;
   s->n_msgs = 0;
   session_set_tail(s, "", 0);
+  s->delta_ok = 0;
 }
 
 void session_set_tail(session *s, const char *t, size_t n) {

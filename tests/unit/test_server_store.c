@@ -349,7 +349,7 @@ static session_store *new_store(const char *tag, int async_ms, store_backend **b
   char err[512];
   *bp = store_sqlite_open(tl_tmpdir(tag), 0, err, sizeof err);
   CHECK(*bp != NULL);
-  store_opts o = {async_ms, 64};
+  store_opts o = {.async_commit_ms = async_ms, .max_batch = 64};
   session_store *st = store_new(*bp, &o, notify, NULL);
   CHECK(store_start(st, M, err, sizeof err) == 0);
   return st;
@@ -487,9 +487,17 @@ static void test_async_saves_wait_bounded(void) {
 
 /* ---- a second backend: rows in memory (the seam takes another backend as it is) ---- */
 
+typedef struct mem_delta {
+  uint64_t seq;
+  uint8_t *meta, *delta;
+  size_t meta_len, delta_len;
+} mem_delta;
+
 typedef struct mem_row {
   store_row r;
   uint8_t *meta, *state;
+  mem_delta *deltas; /* the log after the snapshot, seq order */
+  int n_deltas;
   int used;
 } mem_row;
 
@@ -499,6 +507,30 @@ struct store_conn {
   int dummy;
 };
 static store_conn MEM_CONN;
+static mem_row *MEM_READING; /* the row of the last get, and its next delta */
+static int MEM_CURSOR;
+
+static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
+  uint8_t *d = malloc(n ? n : 1);
+  if (n) memcpy(d, p, n);
+  return d;
+}
+static void mem_drop_deltas(mem_row *m, uint64_t upto) {
+  int keep = 0;
+  for (int i = 0; i < m->n_deltas; i++) {
+    if (m->deltas[i].seq <= upto) {
+      free(m->deltas[i].meta);
+      free(m->deltas[i].delta);
+    } else {
+      m->deltas[keep++] = m->deltas[i];
+    }
+  }
+  m->n_deltas = keep;
+  m->r.n_deltas = keep;
+  m->r.delta_bytes = 0;
+  for (int i = 0; i < keep; i++)
+    m->r.delta_bytes += m->deltas[i].meta_len + m->deltas[i].delta_len;
+}
 
 static store_conn *mem_connect(void *cfg, char *err, size_t cap) {
   (void)cfg, (void)err, (void)cap;
@@ -522,7 +554,20 @@ static int mem_get(store_conn *c, const char *id, const uint8_t owner[32], store
   mem_row *m = mem_find(id, owner);
   if (!m) return 1;
   *row = m->r;
+  MEM_READING = m;
+  MEM_CURSOR = 0;
   return 0;
+}
+static int mem_next_delta(store_conn *c, store_delta *d, char *err, size_t cap) {
+  (void)c, (void)err, (void)cap;
+  if (!MEM_READING || MEM_CURSOR >= MEM_READING->n_deltas) return 1;
+  mem_delta *x = &MEM_READING->deltas[MEM_CURSOR++];
+  *d = (store_delta){x->seq, x->meta, x->meta_len, x->delta, x->delta_len};
+  return 0;
+}
+static void mem_release(store_conn *c) {
+  (void)c;
+  MEM_READING = NULL;
 }
 static int mem_put(store_conn *c, const store_row *row, int *created, char *err, size_t cap) {
   (void)c;
@@ -536,14 +581,57 @@ static int mem_put(store_conn *c, const store_row *row, int *created, char *err,
     if (!MEM[i].used) m = &MEM[i];
   free(m->meta);
   free(m->state);
+  mem_drop_deltas(m, UINT64_MAX);
   m->used = 1;
   m->r = *row;
-  m->meta = malloc(row->meta_len);
-  memcpy(m->meta, row->meta, row->meta_len);
-  m->state = malloc(row->state_len);
-  memcpy(m->state, row->state, row->state_len);
+  m->r.snap_seq = row->seq;
+  m->r.snap_bytes = row->meta_len + row->state_len;
+  m->r.n_deltas = 0;
+  m->r.delta_bytes = 0;
+  m->meta = dup_bytes(row->meta, row->meta_len);
+  m->state = dup_bytes(row->state, row->state_len);
   m->r.meta = m->meta;
   m->r.state = m->state;
+  return 0;
+}
+static int mem_append(store_conn *c, const store_row *row, const store_delta *d,
+                      store_row *after, char *err, size_t cap) {
+  (void)c;
+  if (MEM_FAIL_PUT) {
+    snprintf(err, cap, "injected failure");
+    return -1;
+  }
+  mem_row *m = mem_find(row->id, row->owner);
+  if (!m || m->r.seq != d->seq - 1) return 1;
+  m->deltas = realloc(m->deltas, sizeof *m->deltas * (size_t)(m->n_deltas + 1));
+  m->deltas[m->n_deltas++] = (mem_delta){d->seq, dup_bytes(d->meta, d->meta_len),
+                                         dup_bytes(d->delta, d->delta_len), d->meta_len,
+                                         d->delta_len};
+  /* the metadata columns, not the snapshot */
+  m->r.last_used = row->last_used;
+  m->r.tokens = row->tokens;
+  m->r.turns = row->turns;
+  m->r.seq = d->seq;
+  m->r.n_deltas = m->n_deltas;
+  m->r.delta_bytes += d->meta_len + d->delta_len;
+  *after = m->r;
+  return 0;
+}
+static int mem_compact(store_conn *c, const store_row *row, uint64_t old_snap_id, char *err,
+                       size_t cap) {
+  (void)c, (void)err, (void)cap;
+  mem_row *m = mem_find(row->id, row->owner);
+  if (!m || m->r.snap_id != old_snap_id || m->r.seq < row->seq) return 1;
+  free(m->meta);
+  free(m->state);
+  m->meta = dup_bytes(row->meta, row->meta_len);
+  m->state = dup_bytes(row->state, row->state_len);
+  m->r.meta = m->meta, m->r.meta_len = row->meta_len;
+  m->r.state = m->state, m->r.state_len = row->state_len;
+  m->r.snap_id = row->snap_id;
+  m->r.snap_seq = row->seq;
+  m->r.snap_bytes = row->meta_len + row->state_len;
+  mem_drop_deltas(m, row->seq);
   return 0;
 }
 static int mem_del(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap) {
@@ -552,6 +640,8 @@ static int mem_del(store_conn *c, const char *id, const uint8_t owner[32], char 
   if (!m) return 1;
   free(m->meta);
   free(m->state);
+  mem_drop_deltas(m, UINT64_MAX);
+  free(m->deltas);
   memset(m, 0, sizeof *m);
   return 0;
 }
@@ -576,12 +666,30 @@ static void mem_destroy(void *cfg) {
   for (int i = 0; i < 64; i++) {
     free(MEM[i].meta);
     free(MEM[i].state);
+    mem_drop_deltas(&MEM[i], UINT64_MAX);
+    free(MEM[i].deltas);
   }
   memset(MEM, 0, sizeof MEM);
 }
-static const store_backend_ops MEM_OPS = {"memory", mem_connect, mem_disconnect, mem_ok, mem_ok,
-                                          mem_void, mem_get,     mem_void,       mem_put, mem_del,
-                                          mem_expire, mem_list,  mem_count,      mem_destroy};
+static const store_backend_ops MEM_OPS = {
+    .name = "memory",
+    .connect = mem_connect,
+    .disconnect = mem_disconnect,
+    .begin = mem_ok,
+    .commit = mem_ok,
+    .rollback = mem_void,
+    .get = mem_get,
+    .next_delta = mem_next_delta,
+    .release = mem_release,
+    .put = mem_put,
+    .append = mem_append,
+    .compact = mem_compact,
+    .del = mem_del,
+    .expire = mem_expire,
+    .list = mem_list,
+    .count = mem_count,
+    .destroy = mem_destroy,
+};
 
 /* Restores owner's id from the store; ST_FOUND with *out, or what the store answered. */
 static st_status restore(session_store *st, session_table *t, const char *id,
@@ -617,7 +725,7 @@ static int committed_turn(session_store *st, session_table *t, session *s, int n
 static void test_second_backend_and_failed_commits(void) {
   store_backend *b = calloc(1, sizeof *b);
   b->ops = &MEM_OPS;
-  store_opts o = {1000, 64};
+  store_opts o = {.async_commit_ms = 1000, .max_batch = 64};
   session_store *st = store_new(b, &o, notify, NULL);
   char err[256];
   CHECK(store_start(st, M, err, sizeof err) == 0);
@@ -827,7 +935,8 @@ static int user_version(const char *path) {
   return v;
 }
 
-/* A store written by the first schema opens, its sessions are served under their owner (and
+/* A store written by the first schema opens (migrated to the second, then the third: its rows
+ * become snapshots without deltas), its sessions are served under their owner (and
  * continue bit for bit), and the owner's id is no longer the only one of that name. */
 static void test_sqlite_migrates_v1(void) {
   const char *dir = tl_tmpdir("store_v1");
@@ -873,8 +982,8 @@ static void test_sqlite_migrates_v1(void) {
   store_backend *b = store_sqlite_open(dir, 0, err, sizeof err);
   CHECK(b != NULL);
   if (!b) return;
-  CHECK(user_version(path) == 2);
-  store_opts o = {1000, 64};
+  CHECK(user_version(path) == 3); /* through version 2 */
+  store_opts o = {.async_commit_ms = 1000, .max_batch = 64};
   session_store *st = store_new(b, &o, notify, NULL);
   CHECK(store_start(st, M, err, sizeof err) == 0);
   CHECK(store_count(st) == 2);
@@ -904,7 +1013,7 @@ static void test_sqlite_migrates_v1(void) {
     b->ops->disconnect(c);
     store_backend_free(b);
   }
-  CHECK(user_version(path) == 2);
+  CHECK(user_version(path) == 3); /* through version 2 */
 
   /* a migration that fails (here: a version-1 file that lacks a column) stops the open with a
    * message and leaves the file as it was: version 1, its row still there */
