@@ -206,7 +206,8 @@ def cmd_migrate(a):
             d.stop()
         path = os.path.join(sd, "sessions.db")
         db = sqlite3.connect(path)
-        rows = db.execute("SELECT %s FROM sessions" % V1_COLS).fetchall()
+        rows = db.execute("SELECT %s FROM sessions s JOIN snapshots n USING (owner, id)" % V1_COLS
+                          ).fetchall()  # one turn each: a snapshot, no delta
         db.close()
         nbytes = sum(len(r[10]) + len(r[11]) for r in rows)
         for f in os.listdir(sd):
@@ -231,7 +232,7 @@ def cmd_migrate(a):
             finally:
                 d.stop()
         db = sqlite3.connect(path)
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
         db.close()
         print("%d sessions, %.1f MiB of envelopes: start with the migration %.3f s, start of the "
               "migrated file %.3f s (+%.3f s: %.1f MiB/s); every session read back" % (

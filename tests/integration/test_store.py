@@ -47,16 +47,44 @@ def gen(b):
     return X.ids_of(b["choices"][0]["logprobs"]["tokens"])
 
 
-def rows(state_dir):
+def rows(state_dir, check=True):
+    """id -> (tokens, snapshot meta, snapshot state, [(seq, meta, delta)]); check: the log's
+    versions too (the deltas run from the snapshot's version to the row's, no gap)."""
     db = sqlite3.connect(os.path.join(str(state_dir), "sessions.db"))
     try:
-        return {r[0]: r[1:] for r in db.execute("SELECT id, tokens, meta, state FROM sessions")}
+        out = {}
+        for sid, owner, tokens, seq, snap_seq, meta, state in db.execute(
+                "SELECT s.id, s.owner, s.tokens, s.seq, s.snap_seq, n.meta, n.state FROM "
+                "sessions s JOIN snapshots n ON n.owner = s.owner AND n.id = s.id"):
+            ds = db.execute("SELECT seq, meta, delta FROM deltas WHERE owner = ? AND id = ? "
+                            "ORDER BY seq", (owner, sid)).fetchall()
+            assert not check or [d[0] for d in ds] == list(range(snap_seq + 1, seq + 1)), \
+                (sid, snap_seq, seq)
+            out[sid] = (tokens, meta, state, ds)
+        return out
     finally:
         db.close()
 
 
-def envelope_valid(meta, state):
-    """The session envelope's own checks, done independently of the server."""
+def log_valid(meta, state, deltas):
+    """A snapshot and its deltas as the server's loader checks them, done independently: every
+    record's checksums, the core blobs' kinds, and each delta continuing the counter before it."""
+    if not envelope_valid(meta, state):
+        return False
+    fed = struct.unpack_from("<Q", state, 40)[0]
+    for _, m, d in deltas:
+        if not envelope_valid(m, d, b"XLDELTA\0"):
+            return False
+        frm, to = struct.unpack_from("<QQ", d, 40)
+        if frm != fed or to <= frm:
+            return False
+        fed = to
+    return True
+
+
+def envelope_valid(meta, state, magic=b"XLSTATE\0"):
+    """The session envelope's own checks, done independently of the server (a delta's record
+    names its delta the same way)."""
     if meta[:8] != b"XLSESS\0\0" or len(meta) < 136:
         return False
     n_msgs, tail = struct.unpack_from("<II", meta, 104)
@@ -64,7 +92,7 @@ def envelope_valid(meta, state):
     end = 128 + 9 * n_msgs + tail
     return (len(meta) == end + 8 and struct.unpack_from("<Q", meta, end)[0] == fnv(meta[:end])
             and core_len == len(state) and state[-8:] == struct.pack("<Q", core_sum)
-            and state[:8] == b"XLSTATE\0")
+            and state[:8] == magic)
 
 
 K1, K2 = 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F
@@ -253,8 +281,8 @@ def test_kill9_under_load_loses_no_acknowledged_turn(tiny_model, tmp_path):
                 assert d.stop() == 0, d.tail()
     stored = rows(sd)
     assert set(stored) == set(done)
-    for sid, (tokens, meta, state) in stored.items():
-        assert envelope_valid(meta, state), sid
+    for sid, (tokens, meta, state, deltas) in stored.items():
+        assert log_valid(meta, state, deltas), sid
         assert tokens == len(done[sid])
 
 
@@ -343,34 +371,40 @@ def test_corrupted_rows_are_refused_and_kept(start_daemon, tiny_model, tmp_path)
     sd = tmp_path / "state"
     d = start_daemon(tiny_model, *store_args(sd, "--api-keys", "k1,k2"))
     h1, h2 = {"Authorization": "Bearer k1"}, {"Authorization": "Bearer k2"}
-    kinds = ["flip-state", "truncate", "fingerprint", "flip-meta", "good"]
+    kinds = ["flip-state", "truncate", "fingerprint", "flip-meta", "flip-delta", "gap", "good"]
     for sid in kinds:
-        st, _, b = X.post_json(d.port, "/v1/completions",
-                               {"prompt": "hello " + sid, "max_tokens": 5, "temperature": 0},
-                               headers={"X-Session-Id": sid, **h1})
-        assert st == 200
+        for _ in range(2 if sid in ("flip-delta", "gap") else 1):  # the second turn: a delta
+            st, _, b = X.post_json(d.port, "/v1/completions",
+                                   {"prompt": "hello " + sid, "max_tokens": 5, "temperature": 0},
+                                   headers={"X-Session-Id": sid, **h1})
+            assert st == 200
     assert d.stop() == 0
     db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
-    meta, state = db.execute("SELECT meta, state FROM sessions WHERE id='flip-state'").fetchone()
+    meta, state = db.execute("SELECT meta, state FROM snapshots WHERE id='flip-state'").fetchone()
     state = bytearray(state)
     state[100] ^= 0x10
-    db.execute("UPDATE sessions SET state=? WHERE id='flip-state'", (bytes(state),))
-    meta, state = db.execute("SELECT meta, state FROM sessions WHERE id='truncate'").fetchone()
-    db.execute("UPDATE sessions SET state=? WHERE id='truncate'", (state[:len(state) // 2],))
-    meta, state = db.execute("SELECT meta, state FROM sessions WHERE id='fingerprint'").fetchone()
+    db.execute("UPDATE snapshots SET state=? WHERE id='flip-state'", (bytes(state),))
+    meta, state = db.execute("SELECT meta, state FROM snapshots WHERE id='truncate'").fetchone()
+    db.execute("UPDATE snapshots SET state=? WHERE id='truncate'", (state[:len(state) // 2],))
+    meta, state = db.execute("SELECT meta, state FROM snapshots WHERE id='fingerprint'").fetchone()
     meta = bytearray(meta)  # another model's session: a valid envelope with another fingerprint
     meta[16] ^= 0xff
     meta[-8:] = struct.pack("<Q", fnv(bytes(meta[:-8])))
-    db.execute("UPDATE sessions SET meta=? WHERE id='fingerprint'", (bytes(meta),))
-    meta, state = db.execute("SELECT meta, state FROM sessions WHERE id='flip-meta'").fetchone()
+    db.execute("UPDATE snapshots SET meta=? WHERE id='fingerprint'", (bytes(meta),))
+    meta, state = db.execute("SELECT meta, state FROM snapshots WHERE id='flip-meta'").fetchone()
     meta = bytearray(meta)
     meta[40] ^= 0x01  # the turn count
-    db.execute("UPDATE sessions SET meta=? WHERE id='flip-meta'", (bytes(meta),))
+    db.execute("UPDATE snapshots SET meta=? WHERE id='flip-meta'", (bytes(meta),))
+    delta, = db.execute("SELECT delta FROM deltas WHERE id='flip-delta'").fetchone()
+    delta = bytearray(delta)
+    delta[80] ^= 0x10  # a key of the turn's positions
+    db.execute("UPDATE deltas SET delta=? WHERE id='flip-delta'", (bytes(delta),))
+    db.execute("DELETE FROM deltas WHERE id='gap'")  # its row still says version 2
     db.commit()
     db.close()
     d = start_daemon(tiny_model, *store_args(sd, "--api-keys", "k1,k2"))
     why = {"flip-state": "checksum", "truncate": "truncated", "fingerprint": "another model",
-           "flip-meta": "checksum"}
+           "flip-meta": "checksum", "flip-delta": "delta: checksum", "gap": "version"}
     for sid, word in why.items():
         st, b = X.get_session(d.port, sid, h1)
         assert st == 409 and b["error"]["code"] == "session_incompatible", b
@@ -385,7 +419,7 @@ def test_corrupted_rows_are_refused_and_kept(start_daemon, tiny_model, tmp_path)
     st, _, b = X.post_json(d.port, "/v1/completions", {"prompt": "x", "max_tokens": 2},
                            headers={"X-Session-Id": "good", **h1})
     assert st == 200
-    assert set(rows(sd)) == set(kinds)  # kept, never silently reset
+    assert set(rows(sd, check=False)) == set(kinds)  # kept, never silently reset
     # the owner can delete a refused session, or put a good state over it
     st, _, b = X.request(d.port, "DELETE", "/v1/sessions/truncate", headers=h2)
     assert st == 404
@@ -397,7 +431,7 @@ def test_corrupted_rows_are_refused_and_kept(start_daemon, tiny_model, tmp_path)
                          headers={**h1, "Content-Type": "application/octet-stream"})
     assert st == 200, b
     assert X.get_session(d.port, "flip-state", h1)[1]["turns"] == 2
-    assert "truncate" not in rows(sd)
+    assert "truncate" not in rows(sd, check=False)
     d.wait_log(lambda o: o.get("event") == "session_incompatible")
 
 
@@ -495,7 +529,7 @@ def test_import_refuses_inconsistent_and_non_finite_states(start_daemon, tiny_mo
     db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
     for i, edit in enumerate(cases):
         meta, state = edit_envelope(env, edit)
-        db.execute("UPDATE sessions SET meta=?, state=? WHERE id=?", (meta, state, "row%d" % i))
+        db.execute("UPDATE snapshots SET meta=?, state=? WHERE id=?", (meta, state, "row%d" % i))
     db.commit()
     db.close()
     d = start_daemon(tiny_model, *store_args(sd))
