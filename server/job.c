@@ -163,15 +163,9 @@ void job_finish(job *j, finish_reason reason) {
   if (j->want_snapshot && (j->pos > 0 || j->decoding) && !j->snap) {
     /* what the store lacks: the turn's delta when the store holds the state it continues,
      * else the whole state */
-    const session *s = j->sess;
     xl_error e;
     memset(&e, 0, sizeof e);
-    xl_code rc;
-    if (s->delta_ok && s->delta_base < xl_state_tokens_fed(s->state))
-      rc = xl_state_delta_encode(s->state, s->delta_base, &j->snap, &j->snap_len, &e);
-    else
-      rc = xl_state_serialize(s->state, &j->snap, &j->snap_len, &e);
-    if (rc != XL_OK) j->snap = NULL;
+    if (session_encode_for_store(j->sess, &j->snap, &j->snap_len, &e) != XL_OK) j->snap = NULL;
   }
   if (j->stream && (reason == FINISH_STOP || reason == FINISH_LENGTH)) job_emit_stream(j, 1);
 }

@@ -71,3 +71,9 @@ size_t session_ram(const session *s) {
 void session_digest_tokens(session *s, const int32_t *t, int n) {
   s->digest = fnv1a64(s->digest, t, sizeof(int32_t) * (size_t)n);
 }
+
+xl_code session_encode_for_store(const session *s, uint8_t **blob, size_t *n, xl_error *err) {
+  if (s->delta_ok && s->delta_base < xl_state_tokens_fed(s->state))
+    return xl_state_delta_encode(s->state, s->delta_base, blob, n, err);
+  return xl_state_serialize(s->state, blob, n, err);
+}

@@ -81,5 +81,8 @@ uint64_t session_tokens(const session *s); /* transcript tokens: fed + pending *
 size_t session_ram(const session *s);
 /* Folds fed tokens into the digest (holder thread). */
 void session_digest_tokens(session *s, const int32_t *t, int n);
+/* What the durable store lacks of s's state after a turn that fed it (holder thread): the
+ * state delta since delta_base when delta_ok, else the whole state blob (malloc'd). */
+xl_code session_encode_for_store(const session *s, uint8_t **blob, size_t *n, xl_error *err);
 
 #endif

@@ -710,7 +710,7 @@ static int committed_turn(session_store *st, session_table *t, session *s, int n
   s->turns++;
   uint8_t *core;
   size_t cl;
-  CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
+  CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK); /* as the worker does */
   cb_state c = {0};
   CHECK(st_turn_end(t, s, core, cl, 1, on_done, &c) == 1);
   PUMP_UNTIL(c.calls, 60, pump(st));
@@ -910,6 +910,142 @@ static void test_fork_keeps_its_parent(void) {
   st_free(t);
 }
 
+
+/* ---- snapshot + deltas ---- */
+
+typedef struct {
+  int calls;
+  store_status status;
+  session *out;
+  char err[400];
+} load_state;
+
+static void on_load_op(store_op *op) {
+  load_state *l = op->ctx;
+  l->calls++;
+  l->status = op->status;
+  l->out = op->out;
+  op->out = NULL;
+  snprintf(l->err, sizeof l->err, "%s", op->err);
+  store_op_free(op);
+}
+
+/* The store's rebuild of owner's id (its snapshot plus its deltas), equal to s in RAM: the
+ * same record, and the same state byte for byte. */
+static int store_equals_ram(session_store *st, const session *s) {
+  load_state l = {0};
+  store_op *op = store_op_new(SOP_LOAD, on_load_op, &l);
+  snprintf(op->id, sizeof op->id, "%s", s->id);
+  memcpy(op->owner, s->owner, 32);
+  store_submit(st, op);
+  PUMP_UNTIL(l.calls, 60, pump(st));
+  if (l.status != STORE_OK || !l.out) {
+    fprintf(stderr, "load: %d %s\n", (int)l.status, l.err);
+    return 0;
+  }
+  uint8_t *x, *y;
+  size_t nx, ny;
+  xl_error xe;
+  int same = same_record(s, l.out) && l.out->store_seq == s->store_seq &&
+             xl_state_serialize(s->state, &x, &nx, &xe) == XL_OK &&
+             xl_state_serialize(l.out->state, &y, &ny, &xe) == XL_OK && nx == ny &&
+             !memcmp(x, y, nx);
+  if (same) free(x), free(y);
+  session_free(l.out);
+  return same;
+}
+
+/* One turn of n tokens handed to the store as the worker does (its delta); durability turn
+ * waits for the commit, async does not. */
+static void turn_of(session_store *st, session_table *t, session *s, int n, int seed, int wait,
+                    cb_state *c) {
+  xl_error xe;
+  st_acquire(t, s);
+  feed(s, n, seed, NULL);
+  s->turns++;
+  session_push_msg(s, ROLE_USER, (uint64_t)seed);
+  uint8_t *core;
+  size_t cl;
+  CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK);
+  CHECK(xl_state_blob_is_delta(core, cl) == s->delta_ok);
+  int w = st_turn_end(t, s, core, cl, 1, wait ? on_done : NULL, c);
+  CHECK(w == (wait ? 1 : 0));
+  if (wait) PUMP_UNTIL(c->calls, 60, pump(st));
+}
+
+/* A session's durable form is a snapshot plus its turns' deltas: after every few of 120 turns
+ * of 1 to 40 tokens (the ring of 24 wrapping over and over, a reset among them) the store
+ * rebuilds the RAM session bit for bit; deltas outgrowing the snapshot are compacted while
+ * turns keep committing (async: turns are handed over without waiting), the log stays within
+ * its bound, and a restored session continues identically. On SQLite and on the second
+ * backend, durability turn and async. */
+static void deltas_rebuild(int sqlite_backend, int async) {
+  store_backend *b = NULL;
+  char err[512];
+  if (sqlite_backend) {
+    b = store_sqlite_open(tl_tmpdir(async ? "deltas_async" : "deltas_turn"), 0, err, sizeof err);
+  } else {
+    b = calloc(1, sizeof *b);
+    b->ops = &MEM_OPS;
+  }
+  CHECK(b != NULL);
+  if (!b) return;
+  store_opts o = {.async_commit_ms = 2, .max_batch = 64, .compact_ratio = 1.0,
+                  .compact_min_bytes = 1, .compact_max_deltas = 6};
+  session_store *st = store_new(b, &o, notify, NULL);
+  CHECK(store_start(st, M, err, sizeof err) == 0);
+  session_table *t = st_new(M, (size_t)1 << 30, 0, 100, st, async ? DUR_ASYNC : DUR_TURN);
+  uint8_t owner[32];
+  memset(owner, 0x61, 32);
+  xl_error xe;
+  session *s = st_create(t, "log", owner, &xe);
+  unsigned rnd = 7;
+  int all_equal = 1, checks = 0;
+  for (int i = 0; i < 120; i++) {
+    rnd = rnd * 1103515245u + 12345u;
+    int n = 1 + (int)((rnd >> 16) % 40);
+    if (i == 50) { /* an edited history: the next write is a whole snapshot again */
+      session_reset(s);
+      s->unsaved = 1;
+    }
+    cb_state c = {0};
+    turn_of(st, t, s, n, i, !async, &c);
+    CHECK(c.status == 0);
+    if (i % 9 == 8 || i == 119) {
+      all_equal &= store_equals_ram(st, s); /* FIFO: after the turns handed over before it */
+      checks++;
+    }
+  }
+  CHECK(all_equal && checks > 10);
+  CHECK(store_compactions(st) > 5);
+  store_conn *c = b->ops->connect(b->cfg, err, sizeof err);
+  store_row r;
+  CHECK(b->ops->get(c, "log", owner, &r, err, sizeof err) == 0);
+  CHECK(r.seq == s->store_seq && r.n_deltas <= 6 && r.seq - r.snap_seq == (uint64_t)r.n_deltas);
+  CHECK(r.delta_bytes <= r.snap_bytes + 64 * 1024 || r.n_deltas < 6);
+  b->ops->release(c);
+  if (sqlite_backend) b->ops->disconnect(c);
+  /* a restore (RAM emptied) continues like the session that never left */
+  session *keep = session_new(M, &xe);
+  xl_state_free(keep->state);
+  CHECK(xl_state_clone(s->state, &keep->state, &xe) == XL_OK);
+  keep->digest = s->digest;
+  st_free(t);
+  t = st_new(M, (size_t)1 << 30, 0, 100, st, async ? DUR_ASYNC : DUR_TURN);
+  session *back = NULL;
+  CHECK(restore(st, t, "log", owner, &back) == ST_FOUND);
+  if (back) CHECK(continues_identically(keep, back));
+  session_free(keep);
+  end_store(st, b, t);
+}
+
+static void test_deltas_rebuild_and_compact(void) {
+  deltas_rebuild(1, 0);
+  deltas_rebuild(1, 1);
+  deltas_rebuild(0, 0);
+  deltas_rebuild(0, 1);
+}
+
 /* The schema of the first store format (user_version 1: rows keyed by id alone), as that
  * version's store_sqlite.c created it. */
 static const char *V1_SCHEMA =
@@ -1061,6 +1197,7 @@ int main(void) {
   RUN(test_ids_are_per_owner);
   RUN(test_fork_keeps_its_parent);
   RUN(test_sqlite_migrates_v1);
+  RUN(test_deltas_rebuild_and_compact);
   xl_workspace_free(WS);
   xl_model_free(M);
   xl_model_free(M2);
