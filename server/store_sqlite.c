@@ -15,7 +15,7 @@
  *   snapshots(owner, id, meta BLOB, state BLOB, PRIMARY KEY (owner, id))
  *     the session envelope as of version snap_seq;
  *   deltas(owner, id, seq INTEGER, meta BLOB, delta BLOB, PRIMARY KEY (owner, id, seq))
- *     the turns since, in seq order (snap_seq + 1 .. seq);
+ *     WITHOUT ROWID: the turns since, in seq order (snap_seq + 1 .. seq), in one b-tree;
  *   indexes on sessions (owner, last_used) for listing and (last_used) for TTL expiry; a
  *   trigger deletes a session's snapshot and deltas with its row.
  * Session ids are per API key: (owner, id) is the key, so two keys may each have a session of
@@ -25,7 +25,7 @@
  * The envelope and the deltas are authoritative; the other columns are for queries, operators
  * (sqlite3 sessions.db 'select id, tokens, n_deltas from sessions') and compaction's trigger.
  *
- * Pages of 64 KiB (a state is MiBs). Checkpoints (copying the WAL back into the database) do
+ * Pages of 16 KiB (see PAGE_SIZE). Checkpoints (copying the WAL back into the database) do
  * not run inside a turn's commit: SQLite's automatic checkpoint is off and a checkpoint thread
  * with its own connection runs them (PASSIVE: the writer never waits for it) when the WAL
  * passes CKPT_SOFT bytes (the writer's WAL hook wakes it) and every 2 s; a WAL past CKPT_HARD
@@ -51,6 +51,10 @@
 
 #define SCHEMA_VERSION 3
 #define WAL_KEEP "33554432" /* bytes (32 MiB) */
+/* A new file's page size: a turn dirties a few pages besides its delta's (the session's row,
+ * its two index entries, the log's b-tree), so small pages keep a small model's turn small;
+ * 16 KiB still keeps a big state's overflow chain short. (Files of schema 2 keep theirs.) */
+#define PAGE_SIZE "16384"
 
 #define CKPT_SOFT ((int64_t)16 << 20)
 #define CKPT_HARD ((int64_t)512 << 20)
@@ -592,7 +596,7 @@ static int create_tables_v3(sqlite3 *db, const char *name, char *err, size_t cap
               "meta BLOB NOT NULL, state BLOB NOT NULL, PRIMARY KEY (owner, id));"
               "CREATE TABLE IF NOT EXISTS deltas (owner BLOB NOT NULL, id TEXT NOT NULL, seq "
               "INTEGER NOT NULL, meta BLOB NOT NULL, delta BLOB NOT NULL, PRIMARY KEY (owner, id, "
-              "seq));",
+              "seq)) WITHOUT ROWID;",
               err, cap);
 }
 
@@ -721,7 +725,7 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
   } else {
     char e2[512];
     /* big pages for big blobs (a state is MiBs): fewer pages per row. Only a new file takes it. */
-    rc = exec(db, "PRAGMA page_size=65536", e2, sizeof e2) ||
+    rc = exec(db, "PRAGMA page_size=" PAGE_SIZE, e2, sizeof e2) ||
          exec(db, "PRAGMA journal_mode=WAL", e2, sizeof e2) ||
          (version == 1 && migrate(db, 1, steps_v1, e2, sizeof e2)) ||
          (version >= 1 && version <= 2 && migrate(db, 2, steps_v2, e2, sizeof e2)) ||
