@@ -1,6 +1,7 @@
 /*
  * session_store.c: the store front: one store thread, its FIFO of operations, group commit,
- * the async-save delay, and completions back to the loop thread (see session_store.h).
+ * the async-save delay, rebuilding sessions from a snapshot and its deltas, compaction between
+ * batches, and completions back to the loop thread (see session_store.h).
  * Threads: submit/poll/start/shutdown/free on the loop thread; the rest on the store thread.
  */
 #include "session_store.h"
