@@ -90,8 +90,7 @@ typedef struct job {
   size_t head_prefix_len; /* head's bytes up to the end of "model":... */
   finish_reason finish;
   xl_error error;
-  uint8_t *snap; /* at the end (want_snapshot and it changed): the session's state delta since
-                  * the store's copy (session.delta_base), or its whole state blob */
+  uint8_t *snap; /* the session's state blob at the end (want_snapshot and it changed) */
   size_t snap_len;
   double t_sched, t_first_token, t_last_token;
   /* ---- shared ---- */
