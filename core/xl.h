@@ -138,6 +138,19 @@ xl_code xl_state_serialize(const xl_state *state, uint8_t **blob, size_t *blob_l
 xl_code xl_state_deserialize(const xl_model *model, const uint8_t *blob, size_t blob_len,
                              xl_state **out, xl_error *err);
 
+/* Delta: what feeding changed since the state had fed `from` tokens (the newest
+ * min(fed - from, mem_len) positions and the ring counters), so a durable copy can be brought
+ * up to date without rewriting the whole state. from < fed (else XL_ARG). *blob is malloc'd. */
+xl_code xl_state_delta_encode(const xl_state *state, uint64_t from, uint8_t **blob,
+                              size_t *blob_len, xl_error *err);
+/* Applies a delta to the state it continues (its token counter must equal the delta's `from`):
+ * the state then equals, bit for bit, the one the delta was encoded from. Validates everything
+ * first (like xl_state_deserialize); on error the state is unchanged. */
+xl_code xl_state_delta_apply(xl_state *state, const uint8_t *blob, size_t blob_len,
+                             xl_error *err);
+/* 1 when the blob claims to be a delta (its magic), 0 for a state blob or anything else. */
+int xl_state_blob_is_delta(const uint8_t *blob, size_t blob_len);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Workspace: per-thread scratch buffers, grown on demand. */
 

@@ -39,7 +39,7 @@ int app_store_open(app *a, char *err, size_t cap) {
     a->store_backend = store_sqlite_open(c->state_dir, c->store_fsync, err, cap);
     if (!a->store_backend) return -1;
   }
-  store_opts so = {(int)c->async_commit_ms, 64};
+  store_opts so = {.async_commit_ms = (int)c->async_commit_ms, .max_batch = 64};
   a->store = store_new(a->store_backend, &so, wake, &a->store_wake);
   uv_async_init(a->loop, &a->store_wake, on_store_wake);
   a->store_wake.data = a;

@@ -230,9 +230,11 @@ void job_finish(job *j, finish_reason reason) {
   }
   j->finish = reason;
   if (j->want_snapshot && (j->pos > 0 || j->decoding) && !j->snap) {
+    /* what the store lacks: the turn's delta when the store holds the state it continues,
+     * else the whole state */
     xl_error e;
     memset(&e, 0, sizeof e);
-    if (xl_state_serialize(j->sess->state, &j->snap, &j->snap_len, &e) != XL_OK) j->snap = NULL;
+    if (session_encode_for_store(j->sess, &j->snap, &j->snap_len, &e) != XL_OK) j->snap = NULL;
   }
   if (j->stream && (reason == FINISH_STOP || reason == FINISH_LENGTH)) job_emit_stream(j, 1);
 }

@@ -142,8 +142,9 @@ void job_add_stop(job *j, const char *s, size_t n);
 /* After a forward whose last row was this job's: samples the next token from logprobs. */
 void job_take_token(job *j, const float *logprobs, void *scratch, double now);
 /* Ends the job (reason != NONE); formats the stream's closing chunks when appropriate; with
- * want_snapshot, serialises the session's state if the job fed anything (the worker holds the
- * session, so the store never copies a state on the loop thread). */
+ * want_snapshot, encodes what the store lacks of the session's state if the job fed anything:
+ * the turn's delta, or the whole state when the store has no state it continues (the worker
+ * holds the session, so the store never copies a state on the loop thread). */
 void job_finish(job *j, finish_reason reason);
 /* After the job's prompt (lp: the log-probabilities after it, NULL when max_tokens is 0):
  * gives each sibling a copy of the job's state and samples its first token from lp (or ends it,

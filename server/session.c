@@ -40,6 +40,7 @@ void session_reset(session *s) {
   s->chat = CHAT_EMPTY;
   s->n_msgs = 0;
   session_set_tail(s, "", 0);
+  s->delta_ok = 0;
 }
 
 void session_set_tail(session *s, const char *t, size_t n) {
@@ -69,4 +70,10 @@ size_t session_ram(const session *s) {
 
 void session_digest_tokens(session *s, const int32_t *t, int n) {
   s->digest = fnv1a64(s->digest, t, sizeof(int32_t) * (size_t)n);
+}
+
+xl_code session_encode_for_store(const session *s, uint8_t **blob, size_t *n, xl_error *err) {
+  if (s->delta_ok && s->delta_base < xl_state_tokens_fed(s->state))
+    return xl_state_delta_encode(s->state, s->delta_base, blob, n, err);
+  return xl_state_serialize(s->state, blob, n, err);
 }

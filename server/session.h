@@ -48,6 +48,7 @@ typedef struct session {
   uint64_t turns;
   int on_worker; /* scheduler lock: a worker holds this session's job (checked, never 2) */
   int unsaved;   /* durable table: RAM holds a state the store has not been given */
+  uint64_t store_seq; /* durable table: the version of the last write submitted for it */
   uint64_t snap_tokens; /* transcript tokens as of the last release (readable while busy) */
   int snap_mem;         /* positions in memory, same */
   /* holder of the session (see above) */
@@ -60,12 +61,19 @@ typedef struct session {
   int n_msgs, cap_msgs;
   char *tail; /* chat: generated text after the visible end of the last reply */
   size_t tail_len;
+  /* durable table: the store holds (or its queue will) this session as of delta_base tokens
+   * fed, and the state since is a continuation of that one: the next turn's delta starts
+   * there (set on the loop thread between jobs, read by the worker). 0: the next write is a
+   * whole snapshot (new, reset, replaced, or a write of it failed). */
+  int delta_ok;
+  uint64_t delta_base;
 } session;
 
 /* A session not in any table (stateless requests and the table's own use). */
 session *session_new(const xl_model *model, xl_error *err);
 void session_free(session *s);
-/* Empties the memory and the transcript record (edited history, explicit reset). */
+/* Empties the memory and the transcript record (edited history, explicit reset); the next
+ * durable write of it is a whole snapshot. */
 void session_reset(session *s);
 void session_set_tail(session *s, const char *t, size_t n);
 void session_push_msg(session *s, chat_role role, uint64_t hash);
@@ -73,5 +81,8 @@ uint64_t session_tokens(const session *s); /* transcript tokens: fed + pending *
 size_t session_ram(const session *s);
 /* Folds fed tokens into the digest (holder thread). */
 void session_digest_tokens(session *s, const int32_t *t, int n);
+/* What the durable store lacks of s's state after a turn that fed it (holder thread): the
+ * state delta since delta_base when delta_ok, else the whole state blob (malloc'd). */
+xl_code session_encode_for_store(const session *s, uint8_t **blob, size_t *n, xl_error *err);
 
 #endif

@@ -111,10 +111,12 @@ codec_status sess_split(const uint8_t *b, size_t n, size_t *meta_len, char *err,
   return CODEC_OK;
 }
 
-codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len,
-                         const uint8_t *core, size_t core_len, session **out, char *err,
-                         size_t cap) {
-  *out = NULL;
+/* Validates meta against the model and its core blob (a state blob or a state delta: the meta
+ * names its length and checksum) and fills s's transcript record from it (not its state);
+ * *tokens = the tokens it records. */
+static codec_status read_record(const xl_model *m, const uint8_t *meta, size_t meta_len,
+                                const uint8_t *core, size_t core_len, session *s,
+                                uint64_t *tokens, char *err, size_t cap) {
   size_t total;
   codec_status st = check_header(meta, meta_len, &total, err, cap);
   if (st) return st;
@@ -147,23 +149,7 @@ codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len
   for (uint32_t i = 0; i < n_msgs; i++)
     if (p[9 * (size_t)i] > ROLE_ASSISTANT)
       FAIL(CODEC_INVALID, "session envelope: message %u has an unknown role", i);
-  xl_error xe;
-  memset(&xe, 0, sizeof xe);
-  xl_state *state = NULL;
-  xl_code rc = xl_state_deserialize(m, core, core_len, &state, &xe);
-  if (rc != XL_OK) {
-    snprintf(err, cap, "session state: %s", xe.message);
-    return rc == XL_MISMATCH ? CODEC_MISMATCH : CODEC_INVALID;
-  }
-  uint64_t tokens = xl_get_le64(meta + 56);
-  uint64_t fed = xl_state_tokens_fed(state);
-  if (tokens != fed + (pending >= 0 ? 1 : 0)) {
-    xl_state_free(state);
-    FAIL(CODEC_INVALID, "session envelope: %llu tokens recorded, the state holds %llu",
-         (unsigned long long)tokens, (unsigned long long)fed);
-  }
-  session *s = xcalloc(1, sizeof *s);
-  s->state = state;
+  *tokens = xl_get_le64(meta + 56);
   s->created = created;
   s->last_used = last_used;
   s->turns = xl_get_le64(meta + 40);
@@ -171,15 +157,70 @@ codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len
   s->pending = pending;
   s->chat = (chat_mode)mode;
   for (int i = 0; i < 4; i++) s->rng.s[i] = xl_get_le64(meta + 72 + 8 * i);
-  if (n_msgs) {
-    s->msgs = xmalloc(sizeof *s->msgs * n_msgs);
-    s->n_msgs = s->cap_msgs = (int)n_msgs;
-    for (uint32_t i = 0; i < n_msgs; i++, p += 9) {
-      s->msgs[i].role = p[0];
-      s->msgs[i].hash = xl_get_le64(p + 1);
+  s->n_msgs = 0;
+  if (n_msgs > (uint32_t)s->cap_msgs) {
+    s->msgs = xrealloc(s->msgs, sizeof *s->msgs * n_msgs);
+    s->cap_msgs = (int)n_msgs;
+  }
+  for (uint32_t i = 0; i < n_msgs; i++, p += 9) {
+    s->msgs[i].role = p[0];
+    s->msgs[i].hash = xl_get_le64(p + 1);
+  }
+  s->n_msgs = (int)n_msgs;
+  session_set_tail(s, (const char *)p, tail_len);
+  return CODEC_OK;
+}
+
+/* The record's token count against the state's counter. */
+static codec_status check_tokens(const session *s, uint64_t tokens, char *err, size_t cap) {
+  uint64_t fed = xl_state_tokens_fed(s->state);
+  if (tokens != fed + (s->pending >= 0 ? 1 : 0))
+    FAIL(CODEC_INVALID, "session envelope: %llu tokens recorded, the state holds %llu",
+         (unsigned long long)tokens, (unsigned long long)fed);
+  return CODEC_OK;
+}
+
+codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len,
+                         const uint8_t *core, size_t core_len, session **out, char *err,
+                         size_t cap) {
+  *out = NULL;
+  session *s = xcalloc(1, sizeof *s);
+  uint64_t tokens = 0;
+  codec_status st = read_record(m, meta, meta_len, core, core_len, s, &tokens, err, cap);
+  if (st == CODEC_OK && xl_state_blob_is_delta(core, core_len)) {
+    snprintf(err, cap, "session state: a delta where a whole state was expected");
+    st = CODEC_INVALID;
+  }
+  if (st == CODEC_OK) {
+    xl_error xe;
+    memset(&xe, 0, sizeof xe);
+    xl_code rc = xl_state_deserialize(m, core, core_len, &s->state, &xe);
+    if (rc != XL_OK) {
+      snprintf(err, cap, "session state: %s", xe.message);
+      st = rc == XL_MISMATCH ? CODEC_MISMATCH : CODEC_INVALID;
     }
   }
-  session_set_tail(s, (const char *)p, tail_len);
+  if (st == CODEC_OK) st = check_tokens(s, tokens, err, cap);
+  if (st) {
+    session_free(s);
+    return st;
+  }
   *out = s;
   return CODEC_OK;
+}
+
+codec_status sess_apply_delta(const xl_model *m, session *s, const uint8_t *meta,
+                              size_t meta_len, const uint8_t *delta, size_t delta_len, char *err,
+                              size_t cap) {
+  uint64_t tokens = 0;
+  codec_status st = read_record(m, meta, meta_len, delta, delta_len, s, &tokens, err, cap);
+  if (st) return st;
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  xl_code rc = xl_state_delta_apply(s->state, delta, delta_len, &xe);
+  if (rc != XL_OK) {
+    snprintf(err, cap, "session state: %s", xe.message);
+    return rc == XL_MISMATCH ? CODEC_MISMATCH : CODEC_INVALID;
+  }
+  return check_tokens(s, tokens, err, cap);
 }

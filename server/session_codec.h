@@ -16,6 +16,8 @@
  *      then u64 FNV-1a 64 of every meta byte before it.
  *  Then (exports) the core blob: xl_state_serialize's format, with its own version, model
  *  fingerprint and checksum.
+ * In the store a row also holds deltas: a turn's record (the same meta) whose core is the
+ * core's state delta of the turn (xl_state_delta_encode); its core fields name the delta.
  * The meta's checksum covers the core's length and checksum, so a meta and a core of two
  * different saves never pass as one session.
  *
@@ -54,6 +56,14 @@ int sess_encode(const session *s, const xl_model *m, uint8_t **meta, size_t *met
 codec_status sess_decode(const xl_model *m, const uint8_t *meta, size_t meta_len,
                          const uint8_t *core, size_t core_len, session **out, char *err,
                          size_t cap);
+
+/* Brings s (a decoded session) one turn forward: meta is its record after the turn, delta the
+ * core's state delta of the turn (the meta's core fields name the delta). Validates like
+ * sess_decode, and that the delta continues s's state. On failure s is not usable (its record
+ * may be half replaced): discard it. */
+codec_status sess_apply_delta(const xl_model *m, session *s, const uint8_t *meta,
+                              size_t meta_len, const uint8_t *delta, size_t delta_len, char *err,
+                              size_t cap);
 
 /* An exported envelope (meta || core): the length of its meta part. */
 codec_status sess_split(const uint8_t *b, size_t n, size_t *meta_len, char *err, size_t cap);

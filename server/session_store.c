@@ -1,6 +1,7 @@
 /*
  * session_store.c: the store front: one store thread, its FIFO of operations, group commit,
- * the async-save delay, and completions back to the loop thread (see session_store.h).
+ * the async-save delay, rebuilding sessions from a snapshot and its deltas, compaction between
+ * batches, and completions back to the loop thread (see session_store.h).
  * Threads: submit/poll/start/shutdown/free on the loop thread; the rest on the store thread.
  */
 #include "session_store.h"
@@ -37,7 +38,17 @@ struct session_store {
   void (*notify)(void *);
   void *notify_arg;
   atomic_long count;
+  atomic_long compactions;
+  atomic_ullong bytes_written;
+  /* store thread: rows whose deltas outgrew their snapshot, to compact between batches */
+  store_key *to_compact;
+  int n_compact, cap_compact;
 };
+
+#define COMPACT_RATIO 1.0
+#define COMPACT_MIN_BYTES (64L << 10)
+#define COMPACT_MAX_DELTAS 256
+#define COMPACT_QUEUE 1024
 
 store_op *store_op_new(sop_kind kind, store_done_fn done, void *ctx) {
   store_op *op = xcalloc(1, sizeof *op);
@@ -51,6 +62,7 @@ void store_op_free(store_op *op) {
   if (!op) return;
   free(op->meta);
   free(op->state);
+  free(op->delta);
   free(op->in);
   free(op->bytes);
   free(op->keys);
@@ -66,18 +78,29 @@ session_store *store_new(store_backend *backend, const store_opts *o, void (*not
   st->b = backend;
   st->o = *o;
   if (st->o.max_batch < 1) st->o.max_batch = 64;
+  if (st->o.compact_ratio <= 0) st->o.compact_ratio = COMPACT_RATIO;
+  if (st->o.compact_min_bytes <= 0) st->o.compact_min_bytes = COMPACT_MIN_BYTES;
+  if (st->o.compact_max_deltas <= 0) st->o.compact_max_deltas = COMPACT_MAX_DELTAS;
   pthread_mutex_init(&st->mu, NULL);
   pthread_cond_init(&st->cv, NULL);
   pthread_mutex_init(&st->done_mu, NULL);
   st->notify = notify;
   st->notify_arg = arg;
   atomic_init(&st->count, 0);
+  atomic_init(&st->compactions, 0);
+  atomic_init(&st->bytes_written, 0);
   return st;
 }
 
 int store_persistent(const session_store *st) { return st && st->b; }
 long store_count(const session_store *st) {
   return st ? atomic_load_explicit(&st->count, memory_order_relaxed) : 0;
+}
+long store_compactions(const session_store *st) {
+  return st ? atomic_load_explicit(&st->compactions, memory_order_relaxed) : 0;
+}
+uint64_t store_bytes_written(const session_store *st) {
+  return st ? atomic_load_explicit(&st->bytes_written, memory_order_relaxed) : 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -98,12 +121,66 @@ void store_row_fill(store_row *row, const session *s, const char *id, const uint
 }
 
 static int is_write(const store_op *op) {
-  return op->kind == SOP_SAVE || op->kind == SOP_REMOVE || op->kind == SOP_EXPIRE;
+  return op->kind == SOP_SAVE || op->kind == SOP_APPEND || op->kind == SOP_REMOVE ||
+         op->kind == SOP_EXPIRE;
 }
 
 static store_status from_codec(codec_status c) {
   return c == CODEC_OK ? STORE_OK : c == CODEC_MISMATCH ? STORE_MISMATCH : STORE_INVALID;
 }
+
+static uint64_t new_snap_id(void) {
+  uint64_t v;
+  random_bytes(&v, sizeof v);
+  return v;
+}
+
+/* A stored row rebuilt: its snapshot decoded and its deltas applied in order (they must run
+ * from the snapshot's version to the row's, without a gap). *row gets the row's metadata (its
+ * blobs are no longer valid). Store thread. */
+static store_status load_row(session_store *st, const char *id, const uint8_t owner[32],
+                             session **out, store_row *row, char *err, size_t cap) {
+  const store_backend_ops *B = st->b->ops;
+  *out = NULL;
+  memset(row, 0, sizeof *row);
+  int rc = B->get(st->conn, id, owner, row, err, cap);
+  if (rc < 0) return STORE_ERROR;
+  if (rc == 1) return STORE_ABSENT;
+  session *s = NULL;
+  store_status status = from_codec(
+      sess_decode(st->model, row->meta, row->meta_len, row->state, row->state_len, &s, err, cap));
+  uint64_t expect = row->snap_seq;
+  store_delta d;
+  while (status == STORE_OK && (rc = B->next_delta(st->conn, &d, err, cap)) == 0) {
+    if (d.seq != expect + 1) {
+      snprintf(err, cap, "session log: delta %llu follows version %llu (a delta is missing)",
+               (unsigned long long)d.seq, (unsigned long long)expect);
+      status = STORE_INVALID;
+      break;
+    }
+    expect = d.seq;
+    status = from_codec(
+        sess_apply_delta(st->model, s, d.meta, d.meta_len, d.delta, d.delta_len, err, cap));
+  }
+  if (status == STORE_OK && rc < 0) status = STORE_ERROR;
+  if (status == STORE_OK && expect != row->seq) {
+    snprintf(err, cap, "session log: ends at version %llu, the row is at %llu",
+             (unsigned long long)expect, (unsigned long long)row->seq);
+    status = STORE_INVALID;
+  }
+  B->release(st->conn);
+  row->meta = row->state = NULL;
+  if (status != STORE_OK) {
+    session_free(s);
+    return status;
+  }
+  s->store_seq = row->seq;
+  s->delta_ok = 1;
+  s->delta_base = xl_state_tokens_fed(s->state);
+  *out = s;
+  return STORE_OK;
+}
+
 
 /* Runs one op; writes join the open transaction. Returns -1 when a write failed (the batch
  * must roll back). */
@@ -119,20 +196,8 @@ static int exec_op(session_store *st, store_op *op) {
       }
       double t0 = now_mono();
       store_row row;
-      memset(&row, 0, sizeof row);
-      int rc = B->get(st->conn, op->id, op->owner, &row, err, cap);
-      if (rc < 0) {
-        op->status = STORE_ERROR;
-        return 0;
-      }
-      if (rc == 1) {
-        op->status = STORE_ABSENT;
-        return 0;
-      }
-      op->status = from_codec(
-          sess_decode(st->model, row.meta, row.meta_len, row.state, row.state_len, &op->out, err, cap));
-      B->release(st->conn);
-      hist_observe(&g_metrics.store_read, now_mono() - t0);
+      op->status = load_row(st, op->id, op->owner, &op->out, &row, err, cap);
+      if (op->status != STORE_ABSENT) hist_observe(&g_metrics.store_read, now_mono() - t0);
       return 0;
     }
     case SOP_SAVE: {
@@ -155,10 +220,32 @@ static int exec_op(session_store *st, store_op *op) {
         }
       }
       if (!B) return 0;
+      op->row.snap_id = new_snap_id();
       if (B->put(st->conn, &op->row, &op->created, err, cap)) {
         op->status = STORE_ERROR;
         return -1;
       }
+      atomic_fetch_add_explicit(&st->bytes_written, op->row.meta_len + op->row.state_len,
+                                memory_order_relaxed);
+      return 0;
+    }
+    case SOP_APPEND: {
+      if (!B) return 0;
+      store_delta d = {op->row.seq, op->meta, op->row.meta_len, op->delta, op->delta_len};
+      int rc = B->append(st->conn, &op->row, &d, &op->after, err, cap);
+      if (rc < 0) {
+        op->status = STORE_ERROR;
+        return -1;
+      }
+      if (rc == 1) { /* nothing written: the batch is intact */
+        snprintf(err, cap, "the stored session is not at version %llu (a write before this "
+                 "turn's failed or the row changed): the turn's delta does not continue it",
+                 (unsigned long long)(op->row.seq - 1));
+        op->status = STORE_ERROR;
+        return 0;
+      }
+      atomic_fetch_add_explicit(&st->bytes_written, op->row.meta_len + op->delta_len,
+                                memory_order_relaxed);
       return 0;
     }
     case SOP_REMOVE: {
@@ -223,6 +310,68 @@ static int exec_op(session_store *st, store_op *op) {
   return 0;
 }
 
+/* After a delta's commit: queues its row for compaction when its deltas outgrew the bound. */
+static void want_compaction(session_store *st, const store_op *op) {
+  const store_row *a = &op->after;
+  int over = a->n_deltas >= st->o.compact_max_deltas ||
+             ((double)a->delta_bytes > st->o.compact_ratio * (double)a->snap_bytes &&
+              a->delta_bytes > (uint64_t)st->o.compact_min_bytes);
+  if (!over) return;
+  for (int i = 0; i < st->n_compact; i++)
+    if (!strcmp(st->to_compact[i].id, op->id) && !memcmp(st->to_compact[i].owner, op->owner, 32))
+      return;
+  if (st->n_compact == COMPACT_QUEUE) return; /* its next delta asks again */
+  if (st->n_compact == st->cap_compact) {
+    st->cap_compact = st->cap_compact ? 2 * st->cap_compact : 16;
+    st->to_compact = xrealloc(st->to_compact, sizeof *st->to_compact * (size_t)st->cap_compact);
+  }
+  store_key *k = &st->to_compact[st->n_compact++];
+  snprintf(k->id, sizeof k->id, "%s", op->id);
+  memcpy(k->owner, op->owner, 32);
+}
+
+/* Folds one row's deltas into a new snapshot, in one transaction (store thread, between
+ * batches). A row that changed meanwhile (deleted, replaced) is left as it is; a failure leaves
+ * the row as it was (its deltas still rebuild it). */
+static void compact_one(session_store *st, const store_key *k) {
+  const store_backend_ops *B = st->b->ops;
+  char err[400] = "";
+  session *s = NULL;
+  store_row row;
+  store_status status = load_row(st, k->id, k->owner, &s, &row, err, sizeof err);
+  if (status != STORE_OK) {
+    if (status != STORE_ABSENT)
+      xlog_msg("error", "store_error", "compacting session %s: %s", k->id, err);
+    return;
+  }
+  if (row.n_deltas == 0 || row.seq == row.snap_seq) {
+    session_free(s);
+    return;
+  }
+  uint8_t *meta = NULL, *core = NULL;
+  size_t ml = 0, cl = 0;
+  int rc = sess_encode(s, st->model, &meta, &ml, &core, &cl, err, sizeof err);
+  session_free(s);
+  if (rc == 0) {
+    uint64_t old = row.snap_id;
+    row.meta = meta, row.meta_len = ml, row.state = core, row.state_len = cl;
+    row.snap_id = new_snap_id();
+    if (B->begin(st->conn, err, sizeof err)) {
+      rc = -1;
+    } else if ((rc = B->compact(st->conn, &row, old, err, sizeof err)) < 0 ||
+               B->commit(st->conn, err, sizeof err)) {
+      B->rollback(st->conn);
+      rc = -1;
+    } else if (rc == 0) {
+      atomic_fetch_add_explicit(&st->compactions, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&st->bytes_written, ml + cl, memory_order_relaxed);
+    }
+  }
+  if (rc < 0) xlog_msg("error", "store_error", "compacting session %s: %s", k->id, err);
+  free(meta);
+  free(core);
+}
+
 static void fail_writes(store_op **ops, int n, const char *why) {
   for (int i = 0; i < n; i++)
     if (is_write(ops[i]) && ops[i]->status == STORE_OK) {
@@ -236,11 +385,12 @@ static int same_session(const store_op *a, const store_op *b) {
   return !strcmp(a->id, b->id) && !memcmp(a->owner, b->owner, 32);
 }
 
-/* A save followed in the same batch by another save of the same session, with no other op on
- * that session in between, is superseded: only the newer state is written (async saves of a
- * busy session pile up this way). */
+/* A save or a delta followed in the same batch by a (whole) save of the same session, with no
+ * other op on that session in between, is superseded: only the newer state is written (async
+ * saves of a busy session pile up this way). A delta is never skipped for a later delta: that
+ * one continues it. */
 static int superseded(store_op **ops, int n, int i) {
-  if (ops[i]->kind != SOP_SAVE) return 0;
+  if (ops[i]->kind != SOP_SAVE && ops[i]->kind != SOP_APPEND) return 0;
   for (int j = i + 1; j < n; j++)
     if (same_session(ops[j], ops[i])) return ops[j]->kind == SOP_SAVE;
   return 0;
@@ -292,6 +442,9 @@ static void run_batch(session_store *st, store_op **ops, int n) {
         if (op->kind == SOP_SAVE && op->status == STORE_OK) {
           delta += op->created;
           ctr_add(&g_metrics.store_saves, 1);
+        } else if (op->kind == SOP_APPEND && op->status == STORE_OK) {
+          ctr_add(&g_metrics.store_saves, 1);
+          want_compaction(st, op);
         } else if (op->kind == SOP_REMOVE && op->status == STORE_OK) {
           delta -= 1;
         } else if (op->kind == SOP_EXPIRE) {
@@ -305,10 +458,11 @@ out:
   for (int i = 0; i < n; i++) {
     store_op *op = ops[i];
     if (op->status == STORE_ERROR) ctr_add(&g_metrics.store_errors, 1);
-    if (op->kind == SOP_SAVE) { /* the encodings are not needed any more: free them here */
+    if (op->kind == SOP_SAVE || op->kind == SOP_APPEND) { /* not needed any more */
       free(op->meta);
       free(op->state);
-      op->meta = op->state = NULL;
+      free(op->delta);
+      op->meta = op->state = op->delta = NULL;
       op->row.meta = op->row.state = NULL;
     }
   }
@@ -375,8 +529,16 @@ static void *store_main(void *arg) {
       run_batch(st, ops, n);
     }
     post_done(st, first);
+    if (st->n_compact && !late) { /* one per batch: turns queued meanwhile wait for one only */
+      store_key k = st->to_compact[0];
+      memmove(st->to_compact, st->to_compact + 1, sizeof k * (size_t)--st->n_compact);
+      compact_one(st, &k);
+    }
     pthread_mutex_lock(&st->mu);
   }
+  /* compactions still wanted at exit are dropped (the deltas rebuild their rows; the next
+   * delta of each asks again) */
+  st->n_compact = 0;
   pthread_mutex_unlock(&st->mu);
   free(ops);
   return NULL;
@@ -460,6 +622,7 @@ void store_free(session_store *st) {
   pthread_mutex_destroy(&st->mu);
   pthread_cond_destroy(&st->cv);
   pthread_mutex_destroy(&st->done_mu);
+  free(st->to_compact);
   free(st);
 }
 

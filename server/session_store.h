@@ -22,6 +22,17 @@
  * Rows are keyed by (owner, id): session ids are per API key (owner = the SHA-256 of the key),
  * so every op that names a session names its owner too.
  *
+ * A row is a snapshot (a session envelope: meta + state blob) plus an ordered log of deltas,
+ * one per committed turn (meta + the core's state delta: the positions the turn fed and the
+ * ring counters), so a turn writes what it added, not the whole state. Every write gives the
+ * row a new version (seq): a snapshot save sets it, a delta appends seq = the row's seq + 1 and
+ * only if the row is still at seq - 1 (a conditional commit: a lost or reordered write is a
+ * conflict, never a gap). Loading applies the deltas to the snapshot in order. Compaction (on
+ * the store thread, after a turn's batch committed) folds a row's deltas into a new snapshot
+ * when they outgrow it (bytes above the snapshot's size, or a count), in one transaction,
+ * conditional on the snapshot it read being still the row's (snap_id). A backend keeps, per
+ * row: the snapshot, the deltas after it (seq snap_seq + 1 .. seq), and the counters below.
+ *
  * Threads: store_new/start/shutdown/free and store_submit/store_poll on the loop (main)
  * thread; everything else of the front on the store thread; store_count from any thread.
  * A session passed in an op (SAVE/EXPORT with `sess`) is held for the op (busy, or owned with
@@ -50,7 +61,24 @@ typedef struct store_row {
   size_t meta_len;
   const uint8_t *state;
   size_t state_len;
+  /* versions. put: seq and snap_id are the caller's (the snapshot stands for seq); get: all */
+  uint64_t seq;         /* the last write's version */
+  uint64_t snap_seq;    /* the version the snapshot stands for (deltas follow it) */
+  uint64_t snap_id;     /* identity of the snapshot (random per snapshot written) */
+  /* get, append (after it): sizes */
+  uint64_t snap_bytes;  /* the snapshot's meta + state */
+  uint64_t delta_bytes; /* the deltas' metas + deltas */
+  int n_deltas;
 } store_row;
+
+/* One delta of a row's log. */
+typedef struct store_delta {
+  uint64_t seq;
+  const uint8_t *meta; /* the session's record after the turn (its core fields: the delta's) */
+  size_t meta_len;
+  const uint8_t *delta; /* xl_state_delta_encode's blob */
+  size_t delta_len;
+} store_delta;
 
 typedef struct store_key {
   char id[129];
@@ -68,14 +96,31 @@ typedef struct store_backend_ops {
   int (*begin)(store_conn *c, char *err, size_t cap);
   int (*commit)(store_conn *c, char *err, size_t cap);
   void (*rollback)(store_conn *c);
-  /* owner's row id: 0 found (row filled, blobs borrowed), 1 absent, -1 error. */
+  /* owner's row id: 0 found (row filled with its snapshot, blobs borrowed), 1 absent,
+   * -1 error. */
   int (*get)(store_conn *c, const char *id, const uint8_t owner[32], store_row *row, char *err,
              size_t cap);
+  /* After a get that found the row: its deltas in seq order, one per call (blobs borrowed until
+   * the next call): 0 one, 1 no more, -1 error. */
+  int (*next_delta)(store_conn *c, store_delta *d, char *err, size_t cap);
   /* Ends the loan of a get's blobs (and any read transaction it holds). */
   void (*release)(store_conn *c);
-  /* Inserts or replaces the row (row->owner, row->id). *created = 1 when the row is new.
-   * 0 ok, -1 error. */
+  /* Inserts or replaces the row (row->owner, row->id) with the snapshot row->meta/state at
+   * version row->seq (snap_seq = seq, identity row->snap_id), dropping its deltas. *created = 1
+   * when the row is new. 0 ok, -1 error. */
   int (*put)(store_conn *c, const store_row *row, int *created, char *err, size_t cap);
+  /* Appends delta d (d->seq) to the row and updates its metadata columns from row (not its
+   * blobs), only if the row is at version d->seq - 1; then the row's seq is d->seq. `after`
+   * gets snap_bytes, delta_bytes and n_deltas. 0 ok, 1 conflict (no such row, or another
+   * version: nothing written), -1 error. */
+  int (*append)(store_conn *c, const store_row *row, const store_delta *d, store_row *after,
+                char *err, size_t cap);
+  /* Replaces the row's snapshot by row->meta/state standing for version row->seq, with
+   * identity row->snap_id, and drops the deltas up to row->seq; only if the row's snapshot is
+   * still old_snap_id and the row has reached row->seq. 0 ok, 1 stale (nothing written),
+   * -1 error. */
+  int (*compact)(store_conn *c, const store_row *row, uint64_t old_snap_id, char *err,
+                 size_t cap);
   /* Deletes owner's row id. 0 deleted, 1 absent, -1 error. */
   int (*del)(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap);
   /* Deletes up to max rows last used before `before`, least recent first; their keys go to
@@ -108,7 +153,9 @@ typedef struct session_store session_store;
 
 typedef enum {
   SOP_LOAD,   /* id + owner -> out (a rebuilt session) */
-  SOP_SAVE,   /* row (pre-encoded meta + state, owned by the op), or sess to encode */
+  SOP_SAVE,   /* row (pre-encoded meta + state, owned by the op), or sess to encode; a
+                 snapshot at version row.seq */
+  SOP_APPEND, /* row (metadata + meta, owned) and delta (owned): a turn's delta, version row.seq */
   SOP_REMOVE, /* id + owner */
   SOP_EXPIRE, /* before, max -> keys[n] */
   SOP_LIST,   /* owner, max -> rows[n] (metadata) */
@@ -135,7 +182,9 @@ struct store_op {
   session *sess;  /* SAVE/EXPORT: encoded on the store thread (held for the op) */
   int free_sess;  /* SAVE: the op owns sess and frees it afterwards (eviction) */
   store_row row;  /* SAVE: the row (metadata filled by the submitter unless sess is given) */
-  uint8_t *meta, *state; /* SAVE: owned encodings (row.meta/state point here) */
+  uint8_t *meta, *state; /* SAVE: owned encodings (row.meta/state point here); APPEND: meta */
+  uint8_t *delta;        /* APPEND: owned xl_state_delta_encode blob */
+  size_t delta_len;
   uint8_t *in;    /* DECODE: owned input */
   size_t in_len;
   double before;  /* EXPIRE */
@@ -144,6 +193,7 @@ struct store_op {
   store_status status;
   char err[400];
   int created;           /* SAVE: a new row */
+  store_row after;       /* APPEND: the row's sizes after it (compaction's trigger) */
   session *out;          /* LOAD/DECODE: not in any table; id/owner unset */
   uint8_t *bytes;        /* EXPORT */
   size_t n_bytes;
@@ -165,6 +215,12 @@ void store_op_free(store_op *op); /* frees owned buffers, out, and sess when fre
 typedef struct store_opts {
   int async_commit_ms; /* longest wait of an async save */
   int max_batch;       /* ops per transaction */
+  /* compaction: a row's deltas are folded into a new snapshot when their bytes exceed
+   * compact_ratio x the snapshot's (and compact_min_bytes), or they number compact_max_deltas.
+   * 0: the defaults (1.0, 64 KiB, 256). */
+  double compact_ratio;
+  long compact_min_bytes;
+  int compact_max_deltas;
 } store_opts;
 
 /* backend NULL: no persistence (only EXPORT and DECODE are meaningful; the others answer
@@ -183,5 +239,9 @@ void store_shutdown(session_store *st, double deadline);
 void store_free(session_store *st); /* after store_shutdown + store_poll */
 int store_persistent(const session_store *st);
 long store_count(const session_store *st); /* rows, as of the last operation (any thread) */
+/* Compactions done and bytes handed to the backend (snapshots + deltas), for tests and the
+ * store's measurements (any thread). */
+long store_compactions(const session_store *st);
+uint64_t store_bytes_written(const session_store *st);
 
 #endif

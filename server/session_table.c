@@ -212,6 +212,7 @@ static void hand_over(session_table *t, session *s) {
   store_op *op = store_op_new(SOP_SAVE, on_flushed, t);
   snprintf(op->id, sizeof op->id, "%s", s->id);
   memcpy(op->owner, s->owner, 32);
+  op->row.seq = ++s->store_seq;
   op->sess = s;
   op->free_sess = 1;
   store_submit(t->store, op);
@@ -419,7 +420,10 @@ static void on_saved(store_op *op) {
     xlog_msg("error", "store_error", "saving session %s: %s", op->id, op->err);
     char k[TKEY_CAP];
     session *s = strmap_get(&c->t->map, tkey(k, op->owner, op->id));
-    if (s) s->unsaved = 1; /* retried when it leaves RAM or at the next turn */
+    if (s) { /* retried when it leaves RAM or at the next turn, as a whole snapshot */
+      s->unsaved = 1;
+      s->delta_ok = 0;
+    }
   }
   if (c->fn) ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : -1, op->err);
   free(c);
@@ -451,6 +455,7 @@ static void on_turn_committed(store_op *op) {
 
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
                 st_done_fn fn, void *ctx) {
+  int delta = core && xl_state_blob_is_delta(core, core_len);
   int commit = t->persist && t->durability == DUR_TURN && fn;
   if (commit && fed && !core) { /* the worker's snapshot failed: the turn cannot be committed */
     roll_back_turn(t, s);
@@ -469,18 +474,29 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, in
   s->busy = 1; /* held until the commit (durability turn) or until released below */
   s->last_used = now_wall();
   s->last_used_mono = now_mono();
-  store_op *op = store_op_new(SOP_SAVE, commit ? on_turn_committed : on_saved, NULL);
+  /* the worker encoded a delta (the store holds this session up to delta_base) or, when the
+   * store has no state this one continues, a whole snapshot */
+  store_op *op = store_op_new(delta ? SOP_APPEND : SOP_SAVE,
+                              commit ? on_turn_committed : on_saved, NULL);
   snprintf(op->id, sizeof op->id, "%s", s->id);
   memcpy(op->owner, s->owner, 32);
-  op->state = core;
-  op->row.state_len = core_len;
+  if (delta) {
+    op->delta = core;
+    op->delta_len = core_len;
+  } else {
+    op->state = core;
+    op->row.state_len = core_len;
+  }
   op->meta = sess_meta_encode(s, t->fingerprint, core, core_len, &op->row.meta_len);
   store_row_fill(&op->row, s, s->id, s->owner, t->fingerprint);
   op->row.meta = op->meta;
   op->row.state = op->state;
+  op->row.seq = ++s->store_seq;
   op->async = t->durability == DUR_ASYNC;
   op->ctx = call_new(t, commit ? s : NULL, commit ? (void *)fn : NULL, ctx);
   s->unsaved = 0;
+  s->delta_ok = 1; /* the next turn's delta continues this write */
+  s->delta_base = xl_state_tokens_fed(s->state);
   store_submit(t->store, op);
   if (!commit) st_release(t, s); /* answered now; the save follows */
   return commit;
@@ -507,7 +523,10 @@ int st_persist(session_table *t, session *s, st_done_fn fn, void *ctx) {
   store_op *op = store_op_new(SOP_SAVE, on_persisted, call_new(t, s, (void *)fn, ctx));
   snprintf(op->id, sizeof op->id, "%s", s->id);
   memcpy(op->owner, s->owner, 32);
+  op->row.seq = ++s->store_seq;
   op->sess = s;
+  s->delta_ok = 1; /* held busy until the save: its state is the one saved */
+  s->delta_base = xl_state_tokens_fed(s->state);
   store_submit(t->store, op);
   return 1;
 }
@@ -663,7 +682,8 @@ static void on_swept(store_op *op) {
     char key[TKEY_CAP];
     session *s = strmap_get(&t->map, tkey(key, k->owner, k->id));
     if (s && (s->busy || s->last_used_mono + t->ttl > now)) {
-      s->unsaved = 1; /* in use again: its row comes back with its next save */
+      s->unsaved = 1; /* in use again: its row comes back with its next save (whole) */
+      s->delta_ok = 0;
       continue;
     }
     if (s) drop(t, s, 0);

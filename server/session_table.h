@@ -7,7 +7,8 @@
  *     again) and comes back exactly as it left (its state blob restores the memory's ring);
  *   - sessions beyond the budget leave RAM least-recently-used first; one whose latest state
  *     the store has not been given is handed to the store first (never lost);
- *   - the end of a turn hands the new state to the store (durability turn: the caller waits
+ *   - the end of a turn hands what the store lacks (the turn's delta, or the whole state when
+ *     the store holds none this one continues) to the store (durability turn: the caller waits
  *     for the commit and the session stays busy until then; a failed commit rolls the session
  *     back to its last committed state; async: it does not wait); delete and TTL expiry delete
  *     the row too;
@@ -81,9 +82,10 @@ session *st_fork(session_table *t, session *src, xl_error *err);
 void st_acquire(session_table *t, session *s);  /* busy = 1 */
 void st_release(session_table *t, session *s);  /* busy = 0, touch, enforce the budget */
 
-/* The end of a turn on s (still busy: acquired for the job): core is the state blob the worker
- * serialised (taken; NULL when there is none: the job fed nothing, or there is no store), fed
- * says whether the turn changed s. Returns
+/* The end of a turn on s (still busy: acquired for the job): core is what the worker encoded
+ * (session_encode_for_store: a state delta, appended to the session's log, or a whole state
+ * blob, its new snapshot; taken; NULL when there is none: the job fed nothing, or there is no
+ * store), fed says whether the turn changed s. Returns
  *    1: durability turn: s stays busy until the commit; then fn gets its outcome. On success s
  *       is released; on failure the turn is not kept: s leaves RAM without a save, so its next
  *       use finds the store's row, its last committed state (a retry of the turn is safe);

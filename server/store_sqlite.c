@@ -5,22 +5,33 @@
  * function runs on the store thread that owns the connection (one connection per thread,
  * opened with SQLITE_OPEN_NOMUTEX).
  *
- * Schema (PRAGMA user_version = 2):
+ * Schema (PRAGMA user_version = 3):
  *   sessions(owner BLOB(32), id TEXT, fingerprint INTEGER, created REAL, last_used REAL,
  *            tokens INTEGER, turns INTEGER, mode INTEGER, messages INTEGER, positions INTEGER,
- *            meta BLOB, state BLOB, PRIMARY KEY (owner, id))
- *   indexes on (owner, last_used) for listing and (last_used) for TTL expiry.
+ *            seq INTEGER, snap_seq INTEGER, snap_id INTEGER, snap_bytes INTEGER,
+ *            n_deltas INTEGER, delta_bytes INTEGER, PRIMARY KEY (owner, id))
+ *     one small row per session: its metadata and versions (a turn updates it; no blob here,
+ *     so the update never rewrites a state);
+ *   snapshots(owner, id, meta BLOB, state BLOB, PRIMARY KEY (owner, id))
+ *     the session envelope as of version snap_seq;
+ *   deltas(owner, id, seq INTEGER, meta BLOB, delta BLOB, PRIMARY KEY (owner, id, seq))
+ *     WITHOUT ROWID: the turns since, in seq order (snap_seq + 1 .. seq), in one b-tree;
+ *   indexes on sessions (owner, last_used) for listing and (last_used) for TTL expiry; a
+ *   trigger deletes a session's snapshot and deltas with its row.
  * Session ids are per API key: (owner, id) is the key, so two keys may each have a session of
- * the same id. Version 1 (id alone the primary key, same columns) is migrated at open, in one
- * transaction: its rows keep their owner and id.
- * meta + state form the session envelope (session_codec.h), which is authoritative; the other
- * columns are for queries and operators (sqlite3 sessions.db 'select id, tokens from sessions').
+ * the same id. Older files are migrated at open, one transaction per version: version 1 (id
+ * alone the primary key) to 2 ((owner, id), one row holding meta + state), 2 to 3 (the row's
+ * meta + state become its snapshot at version 1, with no deltas).
+ * The envelope and the deltas are authoritative; the other columns are for queries, operators
+ * (sqlite3 sessions.db 'select id, tokens, n_deltas from sessions') and compaction's trigger.
  *
- * Pages of 64 KiB (a state is MiBs). Checkpoints (copying the WAL back into the database) do
+ * Pages of 16 KiB (see PAGE_SIZE). Checkpoints (copying the WAL back into the database) do
  * not run inside a turn's commit: SQLite's automatic checkpoint is off and a checkpoint thread
  * with its own connection runs them (PASSIVE: the writer never waits for it) when the WAL
  * passes CKPT_SOFT bytes (the writer's WAL hook wakes it) and every 2 s; a WAL past CKPT_HARD
- * (a checkpointer that cannot keep up) is checkpointed by the writer itself.
+ * (a checkpointer that cannot keep up) is checkpointed by the writer itself. After a
+ * checkpoint the WAL file is cut back to WAL_KEEP bytes (journal_size_limit), so a compaction's
+ * big write does not leave a big WAL behind.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,7 +49,12 @@
 #include "session_store.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
+#define WAL_KEEP "33554432" /* bytes (32 MiB) */
+/* A new file's page size: a turn dirties a few pages besides its delta's (the session's row,
+ * its two index entries, the log's b-tree), so small pages keep a small model's turn small;
+ * 16 KiB still keeps a big state's overflow chain short. (Files of schema 2 keep theirs.) */
+#define PAGE_SIZE "16384"
 
 #define CKPT_SOFT ((int64_t)16 << 20)
 #define CKPT_HARD ((int64_t)512 << 20)
@@ -60,6 +76,9 @@ struct store_conn {
   sqlite_cfg *cfg;
   int64_t page_size;
   sqlite3_stmt *get, *update, *insert, *del, *expire, *list, *count, *begin, *commit, *rollback;
+  sqlite3_stmt *snap_put, *deltas_clear, *deltas_get, *append_row, *append_delta, *compact_row,
+      *compact_snap, *compact_deltas, *compact_sizes;
+  int in_deltas; /* deltas_get is bound to the row of the last get */
 };
 
 static const char *COLS =
@@ -96,8 +115,11 @@ static int mkdirs(const char *dir) {
 
 static void sq_disconnect(store_conn *c) {
   if (!c) return;
-  sqlite3_stmt *all[] = {c->get,  c->update, c->insert, c->del,    c->expire,
-                         c->list, c->count,  c->begin,  c->commit, c->rollback};
+  sqlite3_stmt *all[] = {c->get,          c->update,       c->insert,       c->del,
+                         c->expire,       c->list,         c->count,        c->begin,
+                         c->commit,       c->rollback,     c->snap_put,     c->deltas_clear,
+                         c->deltas_get,   c->append_row,   c->append_delta, c->compact_row,
+                         c->compact_snap, c->compact_deltas, c->compact_sizes};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) sqlite3_finalize(all[i]);
   sqlite3_close(c->db);
   free(c);
@@ -161,7 +183,13 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
   sqlite3_busy_timeout(c->db, 10000);
   if (exec(c->db, "PRAGMA journal_mode=WAL", err, cap) ||
       exec(c->db, cfg->fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", err, cap) ||
-      exec(c->db, "PRAGMA wal_autocheckpoint=0", err, cap)) {
+      exec(c->db, "PRAGMA wal_autocheckpoint=0", err, cap) ||
+      exec(c->db, "PRAGMA journal_size_limit=" WAL_KEEP, err, cap) ||
+      /* builds with SQLITE_SECURE_DELETE (Debian's) zero every freed page: a compaction would
+       * write the old snapshot's and the folded deltas' pages once more, as zeros. FAST zeroes
+       * only what costs no extra I/O; freed content stays in free pages of this private file
+       * (0600 in a 0700 directory) until they are reused. */
+      exec(c->db, "PRAGMA secure_delete=FAST", err, cap)) {
     sq_disconnect(c);
     return NULL;
   }
@@ -187,6 +215,27 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
        "ORDER BY last_used LIMIT ?2) RETURNING id, owner"},
       {&c->list, NULL},
       {&c->count, "SELECT count(*) FROM sessions"},
+      {&c->snap_put, "INSERT OR REPLACE INTO snapshots (owner, id, meta, state) VALUES "
+                     "(?2, ?1, ?3, ?4)"},
+      {&c->deltas_clear, "DELETE FROM deltas WHERE owner = ?2 AND id = ?1"},
+      {&c->deltas_get, "SELECT seq, meta, delta FROM deltas WHERE owner = ?2 AND id = ?1 "
+                       "ORDER BY seq"},
+      {&c->append_row,
+       "UPDATE sessions SET fingerprint = ?3, created = ?4, last_used = ?5, tokens = ?6, "
+       "turns = ?7, mode = ?8, messages = ?9, positions = ?10, seq = ?11, n_deltas = n_deltas "
+       "+ 1, delta_bytes = delta_bytes + ?12 WHERE owner = ?2 AND id = ?1 AND seq = ?11 - 1 "
+       "RETURNING snap_bytes, delta_bytes, n_deltas"},
+      {&c->append_delta, "INSERT INTO deltas (owner, id, seq, meta, delta) VALUES "
+                         "(?2, ?1, ?3, ?4, ?5)"},
+      {&c->compact_row,
+       "UPDATE sessions SET snap_id = ?3, snap_seq = ?4, snap_bytes = ?5 WHERE owner = ?2 AND "
+       "id = ?1 AND snap_id = ?6 AND seq >= ?4 RETURNING 1"},
+      {&c->compact_snap, "UPDATE snapshots SET meta = ?3, state = ?4 WHERE owner = ?2 AND id = ?1"},
+      {&c->compact_deltas, "DELETE FROM deltas WHERE owner = ?2 AND id = ?1 AND seq <= ?3"},
+      {&c->compact_sizes,
+       "UPDATE sessions SET n_deltas = (SELECT count(*) FROM deltas d WHERE d.owner = ?2 AND "
+       "d.id = ?1), delta_bytes = (SELECT coalesce(sum(length(d.meta) + length(d.delta)), 0) "
+       "FROM deltas d WHERE d.owner = ?2 AND d.id = ?1) WHERE owner = ?2 AND id = ?1"},
       {&c->begin, "BEGIN IMMEDIATE"},
       {&c->commit, "COMMIT"},
       {&c->rollback, "ROLLBACK"},
@@ -194,17 +243,20 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
   for (size_t i = 0; i < sizeof prep / sizeof *prep; i++) {
     const char *q = prep[i].sql;
     if (prep[i].st == &c->get) {
-      snprintf(sql, sizeof sql,
-               "SELECT %s, meta, state FROM sessions WHERE owner = ?2 AND id = ?1", COLS);
-      q = sql;
+      q = "SELECT s.owner, s.fingerprint, s.created, s.last_used, s.tokens, s.turns, s.mode, "
+          "s.messages, s.positions, n.meta, n.state, s.seq, s.snap_seq, s.snap_id, s.snap_bytes, "
+          "s.n_deltas, s.delta_bytes FROM sessions s JOIN snapshots n ON n.owner = s.owner AND "
+          "n.id = s.id WHERE s.owner = ?2 AND s.id = ?1";
     } else if (prep[i].st == &c->update) {
       q = "UPDATE sessions SET fingerprint = ?3, created = ?4, last_used = ?5, tokens = ?6, "
-          "turns = ?7, mode = ?8, messages = ?9, positions = ?10, meta = ?11, state = ?12 "
+          "turns = ?7, mode = ?8, messages = ?9, positions = ?10, seq = ?11, snap_seq = ?11, "
+          "snap_id = ?12, snap_bytes = ?13, n_deltas = 0, delta_bytes = 0 "
           "WHERE owner = ?2 AND id = ?1";
     } else if (prep[i].st == &c->insert) {
       snprintf(sql, sizeof sql,
-               "INSERT INTO sessions (id, %s, meta, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-               "?8, ?9, ?10, ?11, ?12)",
+               "INSERT INTO sessions (id, %s, seq, snap_seq, snap_id, snap_bytes, n_deltas, "
+               "delta_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, "
+               "?13, 0, 0)",
                COLS);
       q = sql;
     } else if (prep[i].st == &c->list) {
@@ -224,7 +276,13 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
 }
 
 /* Releases the blobs a previous get lent (and its read transaction). */
-static void settle(store_conn *c) { sqlite3_reset(c->get); }
+static void settle(store_conn *c) {
+  sqlite3_reset(c->get);
+  if (c->in_deltas) {
+    sqlite3_reset(c->deltas_get);
+    c->in_deltas = 0;
+  }
+}
 
 static int step_done(store_conn *c, sqlite3_stmt *st, char *err, size_t cap, const char *what) {
   int rc = sqlite3_step(st);
@@ -286,6 +344,29 @@ static int sq_get(store_conn *c, const char *id, const uint8_t owner[32], store_
   row->meta_len = (size_t)sqlite3_column_bytes(c->get, 9);
   row->state = sqlite3_column_blob(c->get, 10);
   row->state_len = (size_t)sqlite3_column_bytes(c->get, 10);
+  row->seq = (uint64_t)sqlite3_column_int64(c->get, 11);
+  row->snap_seq = (uint64_t)sqlite3_column_int64(c->get, 12);
+  row->snap_id = (uint64_t)sqlite3_column_int64(c->get, 13);
+  row->snap_bytes = (uint64_t)sqlite3_column_int64(c->get, 14);
+  row->n_deltas = sqlite3_column_int(c->get, 15);
+  row->delta_bytes = (uint64_t)sqlite3_column_int64(c->get, 16);
+  /* the deltas are read in the same read transaction (the get statement holds it) */
+  sqlite3_bind_text(c->deltas_get, 1, id, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_blob(c->deltas_get, 2, owner, 32, SQLITE_TRANSIENT);
+  c->in_deltas = 1;
+  return 0;
+}
+
+static int sq_next_delta(store_conn *c, store_delta *d, char *err, size_t cap) {
+  if (!c->in_deltas) return 1;
+  int rc = sqlite3_step(c->deltas_get);
+  if (rc == SQLITE_DONE) return 1;
+  if (rc != SQLITE_ROW) return fail(err, cap, c->db, "reading a session's deltas");
+  d->seq = (uint64_t)sqlite3_column_int64(c->deltas_get, 0);
+  d->meta = sqlite3_column_blob(c->deltas_get, 1);
+  d->meta_len = (size_t)sqlite3_column_bytes(c->deltas_get, 1);
+  d->delta = sqlite3_column_blob(c->deltas_get, 2);
+  d->delta_len = (size_t)sqlite3_column_bytes(c->deltas_get, 2);
   return 0;
 }
 
@@ -300,26 +381,101 @@ static void bind_row(sqlite3_stmt *st, const store_row *r) {
   sqlite3_bind_int(st, 8, r->mode);
   sqlite3_bind_int(st, 9, r->messages);
   sqlite3_bind_int(st, 10, r->positions);
-  sqlite3_bind_blob64(st, 11, r->meta ? (const void *)r->meta : "", r->meta_len, SQLITE_STATIC);
-  sqlite3_bind_blob64(st, 12, r->state ? (const void *)r->state : "", r->state_len, SQLITE_STATIC);
+}
+
+static void bind_key(sqlite3_stmt *st, const char *id, const uint8_t owner[32]) {
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 2, owner, 32, SQLITE_STATIC);
+}
+
+/* Steps a write statement once (its RETURNING row, if any, is read by `got`): 0 done, -1. */
+static int run_write(store_conn *c, sqlite3_stmt *st, int *got_row, char *err, size_t cap,
+                     const char *what) {
+  int rc = sqlite3_step(st);
+  if (got_row) *got_row = rc == SQLITE_ROW;
+  if (rc == SQLITE_ROW) rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_DONE : SQLITE_ERROR;
+  sqlite3_clear_bindings(st);
+  sqlite3_reset(st);
+  return rc == SQLITE_DONE ? 0 : fail(err, cap, c->db, what);
+}
+
+static int put_snapshot(store_conn *c, const store_row *r, const uint8_t *meta, size_t ml,
+                        const uint8_t *state, size_t sl, char *err, size_t cap) {
+  bind_key(c->snap_put, r->id, r->owner);
+  sqlite3_bind_blob64(c->snap_put, 3, meta ? (const void *)meta : "", ml, SQLITE_STATIC);
+  sqlite3_bind_blob64(c->snap_put, 4, state ? (const void *)state : "", sl, SQLITE_STATIC);
+  return run_write(c, c->snap_put, NULL, err, cap, "writing a session's snapshot");
+}
+
+static void bind_versions(sqlite3_stmt *st, const store_row *r) {
+  sqlite3_bind_int64(st, 11, (sqlite3_int64)r->seq);
+  sqlite3_bind_int64(st, 12, (sqlite3_int64)r->snap_id);
+  sqlite3_bind_int64(st, 13, (sqlite3_int64)(r->meta_len + r->state_len));
 }
 
 static int sq_put(store_conn *c, const store_row *r, int *created, char *err, size_t cap) {
   settle(c);
   *created = 0;
   bind_row(c->update, r);
-  int rc = sqlite3_step(c->update);
-  sqlite3_clear_bindings(c->update);
-  sqlite3_reset(c->update);
+  bind_versions(c->update, r);
+  if (run_write(c, c->update, NULL, err, cap, "updating a session")) return -1;
+  if (sqlite3_changes(c->db) > 0) {
+    bind_key(c->deltas_clear, r->id, r->owner);
+    if (run_write(c, c->deltas_clear, NULL, err, cap, "dropping a session's deltas")) return -1;
+  } else {
+    bind_row(c->insert, r);
+    bind_versions(c->insert, r);
+    if (run_write(c, c->insert, NULL, err, cap, "inserting a session")) return -1;
+    *created = 1;
+  }
+  return put_snapshot(c, r, r->meta, r->meta_len, r->state, r->state_len, err, cap);
+}
+
+static int sq_append(store_conn *c, const store_row *r, const store_delta *d, store_row *after,
+                     char *err, size_t cap) {
+  settle(c);
+  bind_row(c->append_row, r);
+  sqlite3_bind_int64(c->append_row, 11, (sqlite3_int64)d->seq);
+  sqlite3_bind_int64(c->append_row, 12, (sqlite3_int64)(d->meta_len + d->delta_len));
+  int rc = sqlite3_step(c->append_row);
+  int found = rc == SQLITE_ROW;
+  if (found) {
+    after->snap_bytes = (uint64_t)sqlite3_column_int64(c->append_row, 0);
+    after->delta_bytes = (uint64_t)sqlite3_column_int64(c->append_row, 1);
+    after->n_deltas = sqlite3_column_int(c->append_row, 2);
+    rc = sqlite3_step(c->append_row);
+  }
+  sqlite3_clear_bindings(c->append_row);
+  sqlite3_reset(c->append_row);
   if (rc != SQLITE_DONE) return fail(err, cap, c->db, "updating a session");
-  if (sqlite3_changes(c->db) > 0) return 0;
-  bind_row(c->insert, r);
-  rc = sqlite3_step(c->insert);
-  sqlite3_clear_bindings(c->insert);
-  sqlite3_reset(c->insert);
-  if (rc != SQLITE_DONE) return fail(err, cap, c->db, "inserting a session");
-  *created = 1;
-  return 0;
+  if (!found) return 1; /* absent, or at another version: nothing written */
+  bind_key(c->append_delta, r->id, r->owner);
+  sqlite3_bind_int64(c->append_delta, 3, (sqlite3_int64)d->seq);
+  sqlite3_bind_blob64(c->append_delta, 4, d->meta, d->meta_len, SQLITE_STATIC);
+  sqlite3_bind_blob64(c->append_delta, 5, d->delta, d->delta_len, SQLITE_STATIC);
+  return run_write(c, c->append_delta, NULL, err, cap, "appending a session's delta");
+}
+
+static int sq_compact(store_conn *c, const store_row *r, uint64_t old_snap_id, char *err,
+                      size_t cap) {
+  settle(c);
+  bind_key(c->compact_row, r->id, r->owner);
+  sqlite3_bind_int64(c->compact_row, 3, (sqlite3_int64)r->snap_id);
+  sqlite3_bind_int64(c->compact_row, 4, (sqlite3_int64)r->seq);
+  sqlite3_bind_int64(c->compact_row, 5, (sqlite3_int64)(r->meta_len + r->state_len));
+  sqlite3_bind_int64(c->compact_row, 6, (sqlite3_int64)old_snap_id);
+  int found = 0;
+  if (run_write(c, c->compact_row, &found, err, cap, "compacting a session")) return -1;
+  if (!found) return 1; /* deleted, replaced, or re-created since it was read */
+  bind_key(c->compact_snap, r->id, r->owner);
+  sqlite3_bind_blob64(c->compact_snap, 3, r->meta, r->meta_len, SQLITE_STATIC);
+  sqlite3_bind_blob64(c->compact_snap, 4, r->state, r->state_len, SQLITE_STATIC);
+  if (run_write(c, c->compact_snap, NULL, err, cap, "writing a session's snapshot")) return -1;
+  bind_key(c->compact_deltas, r->id, r->owner);
+  sqlite3_bind_int64(c->compact_deltas, 3, (sqlite3_int64)r->seq);
+  if (run_write(c, c->compact_deltas, NULL, err, cap, "dropping a session's deltas")) return -1;
+  bind_key(c->compact_sizes, r->id, r->owner);
+  return run_write(c, c->compact_sizes, NULL, err, cap, "compacting a session");
 }
 
 static int sq_del(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap) {
@@ -397,12 +553,27 @@ static void sq_destroy(void *cfgp) {
 }
 
 static const store_backend_ops SQLITE_OPS = {
-    "sqlite", sq_connect, sq_disconnect, sq_begin, sq_commit, sq_rollback, sq_get,
-    settle,   sq_put,     sq_del,        sq_expire, sq_list,  sq_count,    sq_destroy,
+    .name = "sqlite",
+    .connect = sq_connect,
+    .disconnect = sq_disconnect,
+    .begin = sq_begin,
+    .commit = sq_commit,
+    .rollback = sq_rollback,
+    .get = sq_get,
+    .next_delta = sq_next_delta,
+    .release = settle,
+    .put = sq_put,
+    .append = sq_append,
+    .compact = sq_compact,
+    .del = sq_del,
+    .expire = sq_expire,
+    .list = sq_list,
+    .count = sq_count,
+    .destroy = sq_destroy,
 };
 
-/* The version-2 table (and its indexes) as `name`. */
-static int create_table(sqlite3 *db, const char *name, char *err, size_t cap) {
+/* The version-2 table as `name` (one row per session holding its whole envelope). */
+static int create_table_v2(sqlite3 *db, const char *name, char *err, size_t cap) {
   char sql[1024];
   snprintf(sql, sizeof sql,
            "CREATE TABLE IF NOT EXISTS %s (owner BLOB NOT NULL, id TEXT NOT NULL, fingerprint "
@@ -414,42 +585,96 @@ static int create_table(sqlite3 *db, const char *name, char *err, size_t cap) {
   return exec(db, sql, err, cap);
 }
 
-static int create_indexes(sqlite3 *db, char *err, size_t cap) {
-  return exec(db,
-              "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
-              "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);",
+/* The version-3 tables: sessions as `name`, snapshots, deltas. */
+static int create_tables_v3(sqlite3 *db, const char *name, char *err, size_t cap) {
+  char sql[1024];
+  snprintf(sql, sizeof sql,
+           "CREATE TABLE IF NOT EXISTS %s (owner BLOB NOT NULL, id TEXT NOT NULL, fingerprint "
+           "INTEGER NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL, tokens INTEGER NOT "
+           "NULL, turns INTEGER NOT NULL, mode INTEGER NOT NULL, messages INTEGER NOT NULL, "
+           "positions INTEGER NOT NULL, seq INTEGER NOT NULL, snap_seq INTEGER NOT NULL, "
+           "snap_id INTEGER NOT NULL, snap_bytes INTEGER NOT NULL, n_deltas INTEGER NOT NULL, "
+           "delta_bytes INTEGER NOT NULL, PRIMARY KEY (owner, id))",
+           name);
+  return exec(db, sql, err, cap) ||
+         exec(db,
+              "CREATE TABLE IF NOT EXISTS snapshots (owner BLOB NOT NULL, id TEXT NOT NULL, "
+              "meta BLOB NOT NULL, state BLOB NOT NULL, PRIMARY KEY (owner, id));"
+              "CREATE TABLE IF NOT EXISTS deltas (owner BLOB NOT NULL, id TEXT NOT NULL, seq "
+              "INTEGER NOT NULL, meta BLOB NOT NULL, delta BLOB NOT NULL, PRIMARY KEY (owner, id, "
+              "seq)) WITHOUT ROWID;",
               err, cap);
 }
 
-/* A new file (or one of version 2 already). */
-static int create_schema(sqlite3 *db, char *err, size_t cap) {
-  return create_table(db, "sessions", err, cap) || create_indexes(db, err, cap) ||
-         exec(db, "PRAGMA user_version = 2", err, cap);
+static int create_indexes(sqlite3 *db, char *err, size_t cap) {
+  return exec(db,
+              "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
+              "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);"
+              "CREATE TRIGGER IF NOT EXISTS sessions_drop AFTER DELETE ON sessions BEGIN "
+              "DELETE FROM snapshots WHERE owner = old.owner AND id = old.id; "
+              "DELETE FROM deltas WHERE owner = old.owner AND id = old.id; END;",
+              err, cap);
 }
 
-/* Version 1 keyed rows by id alone; version 2 by (owner, id). The rows move to a table of the
- * new shape, in one transaction (a failure leaves version 1 as it was). */
-static int migrate_v1(sqlite3 *db, char *err, size_t cap) {
+/* A new file (or one of version 3 already). */
+static int create_schema(sqlite3 *db, char *err, size_t cap) {
+  return create_tables_v3(db, "sessions", err, cap) || create_indexes(db, err, cap) ||
+         exec(db, "PRAGMA user_version = 3", err, cap);
+}
+
+/* Runs `steps` in one transaction; a failure rolls back and names the migration. */
+static int migrate(sqlite3 *db, int from, int (*steps)(sqlite3 *, char *, size_t), char *err,
+                   size_t cap) {
   if (exec(db, "BEGIN IMMEDIATE", err, cap)) return -1;
-  int rc = exec(db, "DROP TABLE IF EXISTS sessions_v2", err, cap) ||
-           create_table(db, "sessions_v2", err, cap) ||
-           exec(db,
-                "INSERT INTO sessions_v2 (owner, id, fingerprint, created, last_used, tokens, "
-                "turns, mode, messages, positions, meta, state) SELECT owner, id, fingerprint, "
-                "created, last_used, tokens, turns, mode, messages, positions, meta, state FROM "
-                "sessions;"
-                "DROP TABLE sessions;"
-                "ALTER TABLE sessions_v2 RENAME TO sessions;",
-                err, cap) ||
-           create_indexes(db, err, cap) || exec(db, "PRAGMA user_version = 2", err, cap) ||
-           exec(db, "COMMIT", err, cap);
+  int rc = steps(db, err, cap) || exec(db, "COMMIT", err, cap);
   if (rc) {
     char ignored[64];
     if (!sqlite3_get_autocommit(db)) exec(db, "ROLLBACK", ignored, sizeof ignored);
     size_t n = strlen(err);
-    if (n < cap) snprintf(err + n, cap - n, " (migrating the store from schema version 1)");
+    if (n < cap)
+      snprintf(err + n, cap - n, " (migrating the store from schema version %d)", from);
   }
   return rc;
+}
+
+/* Version 1 keyed rows by id alone; version 2 by (owner, id). The rows move to a table of the
+ * new shape: they keep their owner and id. */
+static int steps_v1(sqlite3 *db, char *err, size_t cap) {
+  return exec(db, "DROP TABLE IF EXISTS sessions_v2", err, cap) ||
+         create_table_v2(db, "sessions_v2", err, cap) ||
+         exec(db,
+              "INSERT INTO sessions_v2 (owner, id, fingerprint, created, last_used, tokens, "
+              "turns, mode, messages, positions, meta, state) SELECT owner, id, fingerprint, "
+              "created, last_used, tokens, turns, mode, messages, positions, meta, state FROM "
+              "sessions;"
+              "DROP TABLE sessions;"
+              "ALTER TABLE sessions_v2 RENAME TO sessions;",
+              err, cap) ||
+         exec(db,
+              "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
+              "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);",
+              err, cap) ||
+         exec(db, "PRAGMA user_version = 2", err, cap);
+}
+
+/* Version 2 held a session's envelope in its row; version 3 keeps it as the session's snapshot
+ * (version 1, no deltas) and leaves the row small. */
+static int steps_v2(sqlite3 *db, char *err, size_t cap) {
+  return exec(db, "DROP TABLE IF EXISTS sessions_v3; DROP TABLE IF EXISTS snapshots; DROP "
+                  "TABLE IF EXISTS deltas;", err, cap) ||
+         create_tables_v3(db, "sessions_v3", err, cap) ||
+         exec(db,
+              "INSERT INTO snapshots (owner, id, meta, state) SELECT owner, id, meta, state FROM "
+              "sessions;"
+              "INSERT INTO sessions_v3 (owner, id, fingerprint, created, last_used, tokens, "
+              "turns, mode, messages, positions, seq, snap_seq, snap_id, snap_bytes, n_deltas, "
+              "delta_bytes) SELECT owner, id, fingerprint, created, last_used, tokens, turns, "
+              "mode, messages, positions, 1, 1, random(), length(meta) + length(state), 0, 0 "
+              "FROM sessions;"
+              "DROP TABLE sessions;"
+              "ALTER TABLE sessions_v3 RENAME TO sessions;",
+              err, cap) ||
+         create_indexes(db, err, cap) || exec(db, "PRAGMA user_version = 3", err, cap);
 }
 
 store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t cap) {
@@ -506,9 +731,11 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
   } else {
     char e2[512];
     /* big pages for big blobs (a state is MiBs): fewer pages per row. Only a new file takes it. */
-    rc = exec(db, "PRAGMA page_size=65536", e2, sizeof e2) ||
+    rc = exec(db, "PRAGMA page_size=" PAGE_SIZE, e2, sizeof e2) ||
          exec(db, "PRAGMA journal_mode=WAL", e2, sizeof e2) ||
-         (version == 1 ? migrate_v1(db, e2, sizeof e2) : create_schema(db, e2, sizeof e2));
+         (version == 1 && migrate(db, 1, steps_v1, e2, sizeof e2)) ||
+         (version >= 1 && version <= 2 && migrate(db, 2, steps_v2, e2, sizeof e2)) ||
+         ((version == 0 || version == 3) && create_schema(db, e2, sizeof e2));
     if (rc) snprintf(err, cap, "%s: %s", cfg->path, e2);
   }
   sqlite3_close(db);

@@ -23,6 +23,16 @@ by hand).
       with full memories are stored, the file is rewritten into the first schema (the same
       rows), and the daemon's start (process start to /health 200) is timed on that file (it
       migrates) against the same start on the migrated file; every session is then read back.
+  /usr/bin/python3 tests/integration/measure_store.py deltas MODEL [--turns N] [--reps R]
+      what a turn costs the store (snapshot + deltas): one session with a full memory per
+      durability (off / turn / async; one daemon each, 1 worker, all at once, the same turns in
+      rotation), turns of a 10-token prompt + 4 tokens (word models: "w<i>" words; byte models:
+      10 bytes). Per mode: client-side latency (median, p90, mean, max), and for the stores the
+      bytes the daemon wrote (/proc/PID/io: write_bytes, what reached the block layer, WAL and
+      checkpoints included; wchar, what it handed to write()) per turn against the bytes the
+      turn's 14 positions add (n_layer x 2 x 14 x H*Dh x 4), the compactions seen (the row's
+      snapshot version changing), and the store's size (sessions.db + WAL) after the turns.
+      R reps restart everything (fresh stores) and report each rep.
 Env: XLSERVE_BIN (default build/xlserve), PYTHONPATH=tools.
 """
 import argparse
@@ -206,7 +216,8 @@ def cmd_migrate(a):
             d.stop()
         path = os.path.join(sd, "sessions.db")
         db = sqlite3.connect(path)
-        rows = db.execute("SELECT %s FROM sessions" % V1_COLS).fetchall()
+        rows = db.execute("SELECT %s FROM sessions s JOIN snapshots n USING (owner, id)" % V1_COLS
+                          ).fetchall()  # one turn each: a snapshot, no delta
         db.close()
         nbytes = sum(len(r[10]) + len(r[11]) for r in rows)
         for f in os.listdir(sd):
@@ -231,7 +242,7 @@ def cmd_migrate(a):
             finally:
                 d.stop()
         db = sqlite3.connect(path)
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
         db.close()
         print("%d sessions, %.1f MiB of envelopes: start with the migration %.3f s, start of the "
               "migrated file %.3f s (+%.3f s: %.1f MiB/s); every session read back" % (
@@ -239,6 +250,112 @@ def cmd_migrate(a):
                   nbytes / 2**20 / max(times[0] - times[1], 1e-9)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def model_shape(path):
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    return cfg
+
+
+def proc_io(pid):
+    with open("/proc/%d/io" % pid) as f:
+        return {k: int(v) for k, v in (line.split(": ") for line in f)}
+
+
+def dir_bytes(d):
+    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)
+               if f.startswith("sessions.db"))
+
+
+def file_mib(d, name):
+    p = os.path.join(d, name)
+    return os.path.getsize(p) / 2**20 if os.path.exists(p) else 0.0
+
+
+def cmd_deltas(a):
+    import sqlite3
+    cfg = model_shape(a.model)
+    words = cfg.get("xlserve_tokenizer") == "words"
+    M = cfg["mem_len"]
+    pos_bytes = cfg["n_layer"] * 2 * 14 * cfg["n_head"] * cfg["d_head"] * 4
+    r = __import__("random").Random(5)
+
+    def prompt(n):
+        if words:
+            return " " + " ".join("w%d" % r.randrange(1000, 19000) for _ in range(n))
+        return "".join(r.choice("abcdefgh ") for _ in range(n))
+
+    for rep_i in range(a.reps):
+        tmp = tempfile.mkdtemp(prefix="xlstore-", dir=a.tmp)
+        common = ["--access-log", "false", "--workers", "1", "--request-timeout", "3600",
+                  "--max-tokens-limit", "100000"]
+        modes = [("off", []), ("turn", ["--state-dir", tmp + "/t"]),
+                 ("async", ["--state-dir", tmp + "/a", "--durability", "async"])]
+        ds = []
+        try:
+            for name, args in modes:
+                ds.append((name, X.Daemon(a.model, common + args, timeout=600)))
+            sb = state_bytes(ds[0][1].port)
+            t0 = time.monotonic()
+            fill = prompt(M + 8)
+            for name, d in ds:  # the memory full (the first turn: a whole snapshot)
+                turn(d.port, "m", fill, 1)
+            t_fill = (time.monotonic() - t0) / len(ds)
+            for name, d in ds:  # a first short turn each (workspaces at this shape)
+                turn(d.port, "m", prompt(10), 4)
+            io0 = {name: proc_io(d.proc.pid) for name, d in ds}
+            lat = {name: [] for name, _ in ds}
+            snaps = {name: set() for name, _ in ds}
+            for i in range(a.turns):
+                p = prompt(10)
+                for name, d in (ds if i % 2 == 0 else ds[::-1]):
+                    lat[name].append(turn(d.port, "m", p, 4))
+                    if name != "off" and i % 5 == 4:
+                        db = sqlite3.connect("file:%s/%s/sessions.db?mode=ro" % (
+                            tmp, "t" if name == "turn" else "a"), uri=True)
+                        snaps[name].add(db.execute("SELECT snap_seq FROM sessions").fetchone()[0])
+                        db.close()
+            time.sleep(1.5)  # async: its last commit
+            io1 = {name: proc_io(d.proc.pid) for name, d in ds}
+            base = statistics.median(lat["off"])
+            print("rep %d: state %d bytes (%.1f MiB), memory filled with %d tokens (%.1f s per "
+                  "daemon); %d turns per mode (10-token prompt + 4 tokens, non-streamed, "
+                  "1 worker); a turn's 14 positions: %d bytes (%.2f MiB)" % (
+                      rep_i + 1, sb, sb / 2**20, M + 8, t_fill, a.turns, pos_bytes,
+                      pos_bytes / 2**20))
+            for name, d in ds:
+                xs = lat[name]
+                med = statistics.median(xs)
+                line = ("  %-6s median %8.1f ms  p90 %8.1f  mean %8.1f  max %8.1f  (median "
+                        "%+6.1f%% vs off, mean %+6.1f%%)" % (
+                            name, med * 1e3, pct(xs, 0.9) * 1e3, statistics.mean(xs) * 1e3,
+                            max(xs) * 1e3, 100 * (med / base - 1),
+                            100 * (statistics.mean(xs) / statistics.mean(lat["off"]) - 1)))
+                print(line)
+                if name == "off":
+                    continue
+                wb = (io1[name]["write_bytes"] - io0[name]["write_bytes"]) / a.turns
+                wc = (io1[name]["wchar"] - io0[name]["wchar"]) / a.turns
+                sd = os.path.join(tmp, "t" if name == "turn" else "a")
+                db = sqlite3.connect("file:%s/sessions.db?mode=ro" % sd, uri=True)
+                row = db.execute("SELECT seq, snap_seq, snap_bytes, n_deltas, delta_bytes FROM "
+                                 "sessions").fetchone()
+                db.close()
+                print("         written per turn: write_bytes %.2f MiB (%.2f x the positions), "
+                      "wchar %.2f MiB (%.2f x); compactions seen %d; store after %d turns: "
+                      "%.1f MiB (%.2f x the state: sessions.db %.1f MiB + WAL %.1f MiB; row: "
+                      "snapshot %.1f MiB + %d deltas %.1f MiB)" % (
+                          wb / 2**20, wb / pos_bytes, wc / 2**20, wc / pos_bytes,
+                          len(snaps[name]) - 1, a.turns + 2, dir_bytes(sd) / 2**20,
+                          dir_bytes(sd) / sb, file_mib(sd, "sessions.db"),
+                          file_mib(sd, "sessions.db-wal"), row[2] / 2**20, row[3],
+                          row[4] / 2**20),
+                      flush=True)
+        finally:
+            for _, d in ds:
+                d.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
@@ -259,9 +376,14 @@ def main():
     s = sub.add_parser("migrate")
     s.add_argument("model")
     s.add_argument("--sessions", type=int, default=100)
+    s = sub.add_parser("deltas")
+    s.add_argument("model")
+    s.add_argument("--turns", type=int, default=150)
+    s.add_argument("--reps", type=int, default=1)
+    s.add_argument("--tmp", default=None, help="where the stores go (default: $TMPDIR)")
     a = ap.parse_args()
     {"model": cmd_model, "turn": cmd_turn, "restore": cmd_restore, "ram": cmd_ram,
-     "migrate": cmd_migrate}[a.cmd](a)
+     "migrate": cmd_migrate, "deltas": cmd_deltas}[a.cmd](a)
 
 
 if __name__ == "__main__":

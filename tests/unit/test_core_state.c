@@ -4,7 +4,9 @@
  * code (a token counter that does not match the ring, or over its ceiling; a NaN or infinite
  * key or value, even under a valid checksum), clone independence, batched forward equal to unbatched (bit for bit, also for a decode
  * step batched with a chunk longer than the cached position table), chunked equal to one-token
- * decoding under same_length, and a rejected forward leaving the state untouched.
+ * decoding under same_length, and a rejected forward leaving the state untouched; a snapshot
+ * plus turn deltas rebuilding the state bit for bit (ring wrap-around, many turns), and every
+ * bad delta refused with the state untouched.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -112,6 +114,10 @@ static void put_le32(uint8_t *p, uint32_t v) {
  * only the semantic checks can refuse. */
 static void resign(uint8_t *b, size_t n) {
   put_le64(b + n - 8, xl_hash64(b, n - 8, 0x626c6f6273756d31ULL));
+}
+
+static void resign_delta(uint8_t *b, size_t n) {
+  put_le64(b + n - 8, xl_hash64(b, n - 8, 0x64656c7461736d31ULL));
 }
 
 /* Loads blob with a header field or a payload float replaced (re-signed): the code. */
@@ -391,6 +397,137 @@ static void test_chunking_invariance(void) {
   }
 }
 
+/* Two states equal bit for bit in everything a later step reads: the counters and every held
+ * position's keys and values (their serialisations are equal byte for byte). */
+static int same_state(const xl_state *a, const xl_state *b) {
+  uint8_t *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  xl_error err;
+  if (xl_state_serialize(a, &x, &nx, &err) || xl_state_serialize(b, &y, &ny, &err)) return 0;
+  int same = nx == ny && !memcmp(x, y, nx);
+  free(x);
+  free(y);
+  return same;
+}
+
+/* A snapshot plus the deltas of the turns since rebuild the state: turns of 1 to 60 tokens
+ * (longer than the ring of 24: a delta then carries only the last 24), the ring wrapping many
+ * times, a new snapshot (compaction) now and then; after every turn the rebuilt state equals
+ * the live one bit for bit and continues identically. */
+static void test_deltas_rebuild_the_state(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  xl_model *m = load(&spec, "delta");
+  if (!m) { CHECK(0); return; }
+  xl_workspace *ws;
+  xl_state *live, *durable = NULL;
+  xl_error err;
+  xl_workspace_new(m, &ws, &err);
+  xl_state_new(m, &live, &err);
+  int32_t t[64];
+  float lp[64], lp2[64];
+  unsigned rnd = 12345;
+  uint8_t *snap = NULL;
+  size_t snap_len = 0;
+  CHECK_CODE(xl_state_serialize(live, &snap, &snap_len, &err), XL_OK);
+  CHECK_CODE(xl_state_deserialize(m, snap, snap_len, &durable, &err), XL_OK);
+  free(snap);
+  int all_same = 1, wraps = 0;
+  for (int turn = 0; turn < 200; turn++) {
+    rnd = rnd * 1103515245u + 12345u;
+    int n = 1 + (int)((rnd >> 16) % (turn % 17 == 5 ? 60 : 14));
+    tokens(t, n + 1, (unsigned)turn + 1);
+    uint64_t before = xl_state_tokens_fed(live);
+    xl_feed f = {live, t, n, NULL, NULL, NULL};
+    CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
+    uint8_t *d = NULL;
+    size_t dn = 0;
+    CHECK_CODE(xl_state_delta_encode(live, before, &d, &dn, &err), XL_OK);
+    CHECK(xl_state_blob_is_delta(d, dn));
+    CHECK_CODE(xl_state_delta_apply(durable, d, dn, &err), XL_OK);
+    /* the same delta again does not continue the rebuilt state: refused, nothing changes */
+    CHECK_CODE(xl_state_delta_apply(durable, d, dn, &err), XL_STATE);
+    free(d);
+    wraps += before / 24 != xl_state_tokens_fed(live) / 24;
+    all_same &= same_state(live, durable);
+    if (turn % 37 == 36) { /* compaction: the rebuilt state becomes the snapshot */
+      CHECK_CODE(xl_state_serialize(durable, &snap, &snap_len, &err), XL_OK);
+      xl_state_free(durable);
+      CHECK_CODE(xl_state_deserialize(m, snap, snap_len, &durable, &err), XL_OK);
+      free(snap);
+    }
+  }
+  CHECK(all_same);
+  CHECK(wraps > 20);
+  /* and both continue alike */
+  tokens(t, 30, 99);
+  CHECK(run(m, ws, live, t, 30, 5, lp) == 0);
+  CHECK(run(m, ws, durable, t, 30, 5, lp2) == 0);
+  CHECK(memcmp(lp, lp2, 29 * sizeof(float)) == 0);
+  xl_state_free(live);
+  xl_state_free(durable);
+  xl_workspace_free(ws);
+  xl_model_free(m);
+}
+
+/* A delta is validated before use: corruption, another model, a gap, a counter past the ceiling,
+ * a NaN under a valid checksum are refused with the state untouched; nothing new is XL_ARG. */
+static void test_delta_refusals(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT, other = TL_MODEL_SPEC_DEFAULT;
+  other.mem_len = 16;
+  xl_model *m = load(&spec, "deltabad"), *m2 = load(&other, "deltabad2");
+  if (!m || !m2) { CHECK(0); return; }
+  xl_workspace *ws;
+  xl_state *a, *b, *c;
+  xl_error err;
+  xl_workspace_new(m, &ws, &err);
+  xl_state_new(m, &a, &err);
+  xl_state_new(m, &b, &err);
+  xl_state_new(m2, &c, &err);
+  int32_t t[40];
+  float lp[40];
+  tokens(t, 40, 5);
+  run(m, ws, a, t, 11, 10, lp); /* a: 10 fed */
+  uint8_t *d0, *d;
+  size_t n0, n;
+  CHECK_CODE(xl_state_delta_encode(a, 0, &d0, &n0, &err), XL_OK);
+  CHECK_CODE(xl_state_delta_encode(a, 10, &d, &n, &err), XL_ARG);
+  run(m, ws, a, t + 10, 6, 5, lp); /* 15 fed */
+  CHECK_CODE(xl_state_delta_encode(a, 10, &d, &n, &err), XL_OK);
+  CHECK_CODE(xl_state_delta_apply(b, d, n, &err), XL_STATE); /* b has 0: a gap */
+  CHECK(xl_state_tokens_fed(b) == 0);
+  CHECK_CODE(xl_state_delta_apply(c, d0, n0, &err), XL_MISMATCH); /* another model */
+  uint8_t *e = malloc(n0);
+  memcpy(e, d0, n0);
+  e[70] ^= 1;
+  CHECK_CODE(xl_state_delta_apply(b, e, n0, &err), XL_STATE); /* checksum */
+  CHECK_CODE(xl_state_delta_apply(b, e, n0 - 3, &err), XL_STATE); /* truncated */
+  memcpy(e, d0, n0);
+  put_le64(e + 48, XL_STATE_MAX_FED + 1);
+  resign_delta(e, n0);
+  CHECK_CODE(xl_state_delta_apply(b, e, n0, &err), XL_STATE); /* over the ceiling */
+  memcpy(e, d0, n0);
+  put_le32(e + 36, 9); /* 9 positions for 10 tokens */
+  resign_delta(e, n0);
+  CHECK_CODE(xl_state_delta_apply(b, e, n0, &err), XL_STATE);
+  memcpy(e, d0, n0);
+  put_le32(e + 64 + 4 * 5, f32_bits(NAN));
+  resign_delta(e, n0);
+  CHECK_CODE(xl_state_delta_apply(b, e, n0, &err), XL_STATE); /* NaN, valid checksum */
+  CHECK(xl_state_tokens_fed(b) == 0);
+  CHECK_CODE(xl_state_delta_apply(b, d0, n0, &err), XL_OK);
+  CHECK_CODE(xl_state_delta_apply(b, d, n, &err), XL_OK);
+  CHECK(same_state(a, b));
+  free(e);
+  free(d0);
+  free(d);
+  xl_state_free(a);
+  xl_state_free(b);
+  xl_state_free(c);
+  xl_workspace_free(ws);
+  xl_model_free(m);
+  xl_model_free(m2);
+}
+
 int main(void) {
   RUN(test_blob_round_trip);
   RUN(test_blob_refuses_bad_counters_and_non_finite);
@@ -398,5 +535,7 @@ int main(void) {
   RUN(test_batched_equals_unbatched);
   RUN(test_decode_batched_with_long_chunk);
   RUN(test_chunking_invariance);
+  RUN(test_deltas_rebuild_the_state);
+  RUN(test_delta_refusals);
   return tl_summary();
 }

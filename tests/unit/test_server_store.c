@@ -349,7 +349,7 @@ static session_store *new_store(const char *tag, int async_ms, store_backend **b
   char err[512];
   *bp = store_sqlite_open(tl_tmpdir(tag), 0, err, sizeof err);
   CHECK(*bp != NULL);
-  store_opts o = {async_ms, 64};
+  store_opts o = {.async_commit_ms = async_ms, .max_batch = 64};
   session_store *st = store_new(*bp, &o, notify, NULL);
   CHECK(store_start(st, M, err, sizeof err) == 0);
   return st;
@@ -487,9 +487,17 @@ static void test_async_saves_wait_bounded(void) {
 
 /* ---- a second backend: rows in memory (the seam takes another backend as it is) ---- */
 
+typedef struct mem_delta {
+  uint64_t seq;
+  uint8_t *meta, *delta;
+  size_t meta_len, delta_len;
+} mem_delta;
+
 typedef struct mem_row {
   store_row r;
   uint8_t *meta, *state;
+  mem_delta *deltas; /* the log after the snapshot, seq order */
+  int n_deltas;
   int used;
 } mem_row;
 
@@ -499,6 +507,30 @@ struct store_conn {
   int dummy;
 };
 static store_conn MEM_CONN;
+static mem_row *MEM_READING; /* the row of the last get, and its next delta */
+static int MEM_CURSOR;
+
+static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
+  uint8_t *d = malloc(n ? n : 1);
+  if (n) memcpy(d, p, n);
+  return d;
+}
+static void mem_drop_deltas(mem_row *m, uint64_t upto) {
+  int keep = 0;
+  for (int i = 0; i < m->n_deltas; i++) {
+    if (m->deltas[i].seq <= upto) {
+      free(m->deltas[i].meta);
+      free(m->deltas[i].delta);
+    } else {
+      m->deltas[keep++] = m->deltas[i];
+    }
+  }
+  m->n_deltas = keep;
+  m->r.n_deltas = keep;
+  m->r.delta_bytes = 0;
+  for (int i = 0; i < keep; i++)
+    m->r.delta_bytes += m->deltas[i].meta_len + m->deltas[i].delta_len;
+}
 
 static store_conn *mem_connect(void *cfg, char *err, size_t cap) {
   (void)cfg, (void)err, (void)cap;
@@ -522,7 +554,20 @@ static int mem_get(store_conn *c, const char *id, const uint8_t owner[32], store
   mem_row *m = mem_find(id, owner);
   if (!m) return 1;
   *row = m->r;
+  MEM_READING = m;
+  MEM_CURSOR = 0;
   return 0;
+}
+static int mem_next_delta(store_conn *c, store_delta *d, char *err, size_t cap) {
+  (void)c, (void)err, (void)cap;
+  if (!MEM_READING || MEM_CURSOR >= MEM_READING->n_deltas) return 1;
+  mem_delta *x = &MEM_READING->deltas[MEM_CURSOR++];
+  *d = (store_delta){x->seq, x->meta, x->meta_len, x->delta, x->delta_len};
+  return 0;
+}
+static void mem_release(store_conn *c) {
+  (void)c;
+  MEM_READING = NULL;
 }
 static int mem_put(store_conn *c, const store_row *row, int *created, char *err, size_t cap) {
   (void)c;
@@ -536,14 +581,57 @@ static int mem_put(store_conn *c, const store_row *row, int *created, char *err,
     if (!MEM[i].used) m = &MEM[i];
   free(m->meta);
   free(m->state);
+  mem_drop_deltas(m, UINT64_MAX);
   m->used = 1;
   m->r = *row;
-  m->meta = malloc(row->meta_len);
-  memcpy(m->meta, row->meta, row->meta_len);
-  m->state = malloc(row->state_len);
-  memcpy(m->state, row->state, row->state_len);
+  m->r.snap_seq = row->seq;
+  m->r.snap_bytes = row->meta_len + row->state_len;
+  m->r.n_deltas = 0;
+  m->r.delta_bytes = 0;
+  m->meta = dup_bytes(row->meta, row->meta_len);
+  m->state = dup_bytes(row->state, row->state_len);
   m->r.meta = m->meta;
   m->r.state = m->state;
+  return 0;
+}
+static int mem_append(store_conn *c, const store_row *row, const store_delta *d,
+                      store_row *after, char *err, size_t cap) {
+  (void)c;
+  if (MEM_FAIL_PUT) {
+    snprintf(err, cap, "injected failure");
+    return -1;
+  }
+  mem_row *m = mem_find(row->id, row->owner);
+  if (!m || m->r.seq != d->seq - 1) return 1;
+  m->deltas = realloc(m->deltas, sizeof *m->deltas * (size_t)(m->n_deltas + 1));
+  m->deltas[m->n_deltas++] = (mem_delta){d->seq, dup_bytes(d->meta, d->meta_len),
+                                         dup_bytes(d->delta, d->delta_len), d->meta_len,
+                                         d->delta_len};
+  /* the metadata columns, not the snapshot */
+  m->r.last_used = row->last_used;
+  m->r.tokens = row->tokens;
+  m->r.turns = row->turns;
+  m->r.seq = d->seq;
+  m->r.n_deltas = m->n_deltas;
+  m->r.delta_bytes += d->meta_len + d->delta_len;
+  *after = m->r;
+  return 0;
+}
+static int mem_compact(store_conn *c, const store_row *row, uint64_t old_snap_id, char *err,
+                       size_t cap) {
+  (void)c, (void)err, (void)cap;
+  mem_row *m = mem_find(row->id, row->owner);
+  if (!m || m->r.snap_id != old_snap_id || m->r.seq < row->seq) return 1;
+  free(m->meta);
+  free(m->state);
+  m->meta = dup_bytes(row->meta, row->meta_len);
+  m->state = dup_bytes(row->state, row->state_len);
+  m->r.meta = m->meta, m->r.meta_len = row->meta_len;
+  m->r.state = m->state, m->r.state_len = row->state_len;
+  m->r.snap_id = row->snap_id;
+  m->r.snap_seq = row->seq;
+  m->r.snap_bytes = row->meta_len + row->state_len;
+  mem_drop_deltas(m, row->seq);
   return 0;
 }
 static int mem_del(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap) {
@@ -552,6 +640,8 @@ static int mem_del(store_conn *c, const char *id, const uint8_t owner[32], char 
   if (!m) return 1;
   free(m->meta);
   free(m->state);
+  mem_drop_deltas(m, UINT64_MAX);
+  free(m->deltas);
   memset(m, 0, sizeof *m);
   return 0;
 }
@@ -576,12 +666,30 @@ static void mem_destroy(void *cfg) {
   for (int i = 0; i < 64; i++) {
     free(MEM[i].meta);
     free(MEM[i].state);
+    mem_drop_deltas(&MEM[i], UINT64_MAX);
+    free(MEM[i].deltas);
   }
   memset(MEM, 0, sizeof MEM);
 }
-static const store_backend_ops MEM_OPS = {"memory", mem_connect, mem_disconnect, mem_ok, mem_ok,
-                                          mem_void, mem_get,     mem_void,       mem_put, mem_del,
-                                          mem_expire, mem_list,  mem_count,      mem_destroy};
+static const store_backend_ops MEM_OPS = {
+    .name = "memory",
+    .connect = mem_connect,
+    .disconnect = mem_disconnect,
+    .begin = mem_ok,
+    .commit = mem_ok,
+    .rollback = mem_void,
+    .get = mem_get,
+    .next_delta = mem_next_delta,
+    .release = mem_release,
+    .put = mem_put,
+    .append = mem_append,
+    .compact = mem_compact,
+    .del = mem_del,
+    .expire = mem_expire,
+    .list = mem_list,
+    .count = mem_count,
+    .destroy = mem_destroy,
+};
 
 /* Restores owner's id from the store; ST_FOUND with *out, or what the store answered. */
 static st_status restore(session_store *st, session_table *t, const char *id,
@@ -602,7 +710,7 @@ static int committed_turn(session_store *st, session_table *t, session *s, int n
   s->turns++;
   uint8_t *core;
   size_t cl;
-  CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
+  CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK); /* as the worker does */
   cb_state c = {0};
   CHECK(st_turn_end(t, s, core, cl, 1, on_done, &c) == 1);
   PUMP_UNTIL(c.calls, 60, pump(st));
@@ -617,7 +725,7 @@ static int committed_turn(session_store *st, session_table *t, session *s, int n
 static void test_second_backend_and_failed_commits(void) {
   store_backend *b = calloc(1, sizeof *b);
   b->ops = &MEM_OPS;
-  store_opts o = {1000, 64};
+  store_opts o = {.async_commit_ms = 1000, .max_batch = 64};
   session_store *st = store_new(b, &o, notify, NULL);
   char err[256];
   CHECK(store_start(st, M, err, sizeof err) == 0);
@@ -802,6 +910,142 @@ static void test_fork_keeps_its_parent(void) {
   st_free(t);
 }
 
+
+/* ---- snapshot + deltas ---- */
+
+typedef struct {
+  int calls;
+  store_status status;
+  session *out;
+  char err[400];
+} load_state;
+
+static void on_load_op(store_op *op) {
+  load_state *l = op->ctx;
+  l->calls++;
+  l->status = op->status;
+  l->out = op->out;
+  op->out = NULL;
+  snprintf(l->err, sizeof l->err, "%s", op->err);
+  store_op_free(op);
+}
+
+/* The store's rebuild of owner's id (its snapshot plus its deltas), equal to s in RAM: the
+ * same record, and the same state byte for byte. */
+static int store_equals_ram(session_store *st, const session *s) {
+  load_state l = {0};
+  store_op *op = store_op_new(SOP_LOAD, on_load_op, &l);
+  snprintf(op->id, sizeof op->id, "%s", s->id);
+  memcpy(op->owner, s->owner, 32);
+  store_submit(st, op);
+  PUMP_UNTIL(l.calls, 60, pump(st));
+  if (l.status != STORE_OK || !l.out) {
+    fprintf(stderr, "load: %d %s\n", (int)l.status, l.err);
+    return 0;
+  }
+  uint8_t *x, *y;
+  size_t nx, ny;
+  xl_error xe;
+  int same = same_record(s, l.out) && l.out->store_seq == s->store_seq &&
+             xl_state_serialize(s->state, &x, &nx, &xe) == XL_OK &&
+             xl_state_serialize(l.out->state, &y, &ny, &xe) == XL_OK && nx == ny &&
+             !memcmp(x, y, nx);
+  if (same) free(x), free(y);
+  session_free(l.out);
+  return same;
+}
+
+/* One turn of n tokens handed to the store as the worker does (its delta); durability turn
+ * waits for the commit, async does not. */
+static void turn_of(session_store *st, session_table *t, session *s, int n, int seed, int wait,
+                    cb_state *c) {
+  xl_error xe;
+  st_acquire(t, s);
+  feed(s, n, seed, NULL);
+  s->turns++;
+  session_push_msg(s, ROLE_USER, (uint64_t)seed);
+  uint8_t *core;
+  size_t cl;
+  CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK);
+  CHECK(xl_state_blob_is_delta(core, cl) == s->delta_ok);
+  int w = st_turn_end(t, s, core, cl, 1, wait ? on_done : NULL, c);
+  CHECK(w == (wait ? 1 : 0));
+  if (wait) PUMP_UNTIL(c->calls, 60, pump(st));
+}
+
+/* A session's durable form is a snapshot plus its turns' deltas: after every few of 120 turns
+ * of 1 to 40 tokens (the ring of 24 wrapping over and over, a reset among them) the store
+ * rebuilds the RAM session bit for bit; deltas outgrowing the snapshot are compacted while
+ * turns keep committing (async: turns are handed over without waiting), the log stays within
+ * its bound, and a restored session continues identically. On SQLite and on the second
+ * backend, durability turn and async. */
+static void deltas_rebuild(int sqlite_backend, int async) {
+  store_backend *b = NULL;
+  char err[512];
+  if (sqlite_backend) {
+    b = store_sqlite_open(tl_tmpdir(async ? "deltas_async" : "deltas_turn"), 0, err, sizeof err);
+  } else {
+    b = calloc(1, sizeof *b);
+    b->ops = &MEM_OPS;
+  }
+  CHECK(b != NULL);
+  if (!b) return;
+  store_opts o = {.async_commit_ms = 2, .max_batch = 64, .compact_ratio = 1.0,
+                  .compact_min_bytes = 1, .compact_max_deltas = 6};
+  session_store *st = store_new(b, &o, notify, NULL);
+  CHECK(store_start(st, M, err, sizeof err) == 0);
+  session_table *t = st_new(M, (size_t)1 << 30, 0, 100, st, async ? DUR_ASYNC : DUR_TURN);
+  uint8_t owner[32];
+  memset(owner, 0x61, 32);
+  xl_error xe;
+  session *s = st_create(t, "log", owner, &xe);
+  unsigned rnd = 7;
+  int all_equal = 1, checks = 0;
+  for (int i = 0; i < 120; i++) {
+    rnd = rnd * 1103515245u + 12345u;
+    int n = 1 + (int)((rnd >> 16) % 40);
+    if (i == 50) { /* an edited history: the next write is a whole snapshot again */
+      session_reset(s);
+      s->unsaved = 1;
+    }
+    cb_state c = {0};
+    turn_of(st, t, s, n, i, !async, &c);
+    CHECK(c.status == 0);
+    if (i % 9 == 8 || i == 119) {
+      all_equal &= store_equals_ram(st, s); /* FIFO: after the turns handed over before it */
+      checks++;
+    }
+  }
+  CHECK(all_equal && checks > 10);
+  CHECK(store_compactions(st) > 5);
+  store_conn *c = b->ops->connect(b->cfg, err, sizeof err);
+  store_row r;
+  CHECK(b->ops->get(c, "log", owner, &r, err, sizeof err) == 0);
+  CHECK(r.seq == s->store_seq && r.n_deltas <= 6 && r.seq - r.snap_seq == (uint64_t)r.n_deltas);
+  CHECK(r.delta_bytes <= r.snap_bytes + 64 * 1024 || r.n_deltas < 6);
+  b->ops->release(c);
+  if (sqlite_backend) b->ops->disconnect(c);
+  /* a restore (RAM emptied) continues like the session that never left */
+  session *keep = session_new(M, &xe);
+  xl_state_free(keep->state);
+  CHECK(xl_state_clone(s->state, &keep->state, &xe) == XL_OK);
+  keep->digest = s->digest;
+  st_free(t);
+  t = st_new(M, (size_t)1 << 30, 0, 100, st, async ? DUR_ASYNC : DUR_TURN);
+  session *back = NULL;
+  CHECK(restore(st, t, "log", owner, &back) == ST_FOUND);
+  if (back) CHECK(continues_identically(keep, back));
+  session_free(keep);
+  end_store(st, b, t);
+}
+
+static void test_deltas_rebuild_and_compact(void) {
+  deltas_rebuild(1, 0);
+  deltas_rebuild(1, 1);
+  deltas_rebuild(0, 0);
+  deltas_rebuild(0, 1);
+}
+
 /* The schema of the first store format (user_version 1: rows keyed by id alone), as that
  * version's store_sqlite.c created it. */
 static const char *V1_SCHEMA =
@@ -828,7 +1072,8 @@ static int user_version(const char *path) {
   return v;
 }
 
-/* A store written by the first schema opens, its sessions are served under their owner (and
+/* A store written by the first schema opens (migrated to the second, then the third: its rows
+ * become snapshots without deltas), its sessions are served under their owner (and
  * continue bit for bit), and the owner's id is no longer the only one of that name. */
 static void test_sqlite_migrates_v1(void) {
   const char *dir = tl_tmpdir("store_v1");
@@ -874,8 +1119,8 @@ static void test_sqlite_migrates_v1(void) {
   store_backend *b = store_sqlite_open(dir, 0, err, sizeof err);
   CHECK(b != NULL);
   if (!b) return;
-  CHECK(user_version(path) == 2);
-  store_opts o = {1000, 64};
+  CHECK(user_version(path) == 3); /* through version 2 */
+  store_opts o = {.async_commit_ms = 1000, .max_batch = 64};
   session_store *st = store_new(b, &o, notify, NULL);
   CHECK(store_start(st, M, err, sizeof err) == 0);
   CHECK(store_count(st) == 2);
@@ -905,7 +1150,7 @@ static void test_sqlite_migrates_v1(void) {
     b->ops->disconnect(c);
     store_backend_free(b);
   }
-  CHECK(user_version(path) == 2);
+  CHECK(user_version(path) == 3); /* through version 2 */
 
   /* a migration that fails (here: a version-1 file that lacks a column) stops the open with a
    * message and leaves the file as it was: version 1, its row still there */
@@ -953,6 +1198,7 @@ int main(void) {
   RUN(test_ids_are_per_owner);
   RUN(test_fork_keeps_its_parent);
   RUN(test_sqlite_migrates_v1);
+  RUN(test_deltas_rebuild_and_compact);
   xl_workspace_free(WS);
   xl_model_free(M);
   xl_model_free(M2);
