@@ -437,7 +437,7 @@ static void test_deltas_rebuild_the_state(void) {
     int n = 1 + (int)((rnd >> 16) % (turn % 17 == 5 ? 60 : 14));
     tokens(t, n + 1, (unsigned)turn + 1);
     uint64_t before = xl_state_tokens_fed(live);
-    xl_feed f = {live, t, n, NULL, NULL, NULL};
+    xl_feed f = {live, t, n, NULL, NULL, NULL, NULL};
     CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
     uint8_t *d = NULL;
     size_t dn = 0;
