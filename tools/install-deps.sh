@@ -35,6 +35,9 @@ TEST=(
   # the web page's browser tests (tests/web: headless, driven over the DevTools pipe)
   chromium
 )
+# the real npm clients (tests/integration/test_npm_clients.py): Debian's Node.js and npm, unless a
+# node is already installed (a newer one from elsewhere is kept, not replaced)
+if ! command -v node >/dev/null 2>&1; then TEST+=(nodejs npm); fi
 print=0
 if [ "${1:-}" = --print ]; then print=1; shift; fi
 case "${1:-test}" in
