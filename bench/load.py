@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench/load.py: the load benchmark of issue 5 (owns it): drives the REAL daemon on loopback with
+"""bench/load.py: the load benchmark: drives the REAL daemon on loopback with
 N concurrent streaming chat sessions (N = 1, 8, 32, 64 by default, measured side by side in one
 run) and prints one table: aggregate generated tokens/s, time to first token p50/p99,
 inter-token latency p50/p99, errors, plus the ratios the issue targets (tokens/s at 32 streams

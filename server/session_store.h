@@ -1,5 +1,5 @@
 /*
- * session_store.h: the durable session store (issue 6), in two layers.
+ * session_store.h: the durable session store, in two layers.
  *
  * 1. The backend (store_backend_ops): synchronous row operations on one connection, called
  *    only by a store thread, each thread with its own connection. The embedded default is

@@ -1,4 +1,4 @@
-"""measure_store.py: numbers for the closing note of issue 6 (the session store; not a test, run
+"""measure_store.py: the session store's figures in server/README-server.md (not a test, run
 by hand).
 
   /usr/bin/python3 tests/integration/measure_store.py model DIR --preset medium|bench

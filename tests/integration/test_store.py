@@ -1,4 +1,4 @@
-"""The durable session store (issue 6): a conversation survives SIGTERM + restart and kill -9
+"""The durable session store: a conversation survives SIGTERM + restart and kill -9
 under load (every acknowledged turn, nothing half-written), sessions beyond the RAM budget come
 back from the store exactly as they left (and RSS stays bounded), corrupted rows are refused
 with 409 session_incompatible and kept, sessions move between daemons (GET/PUT state), a turn
