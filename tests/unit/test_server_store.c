@@ -5,6 +5,9 @@
  * async delay, and the session table in front of it (eviction saves what the store lacks,
  * a miss restores, ownership holds). Test thread = the "loop thread" + the store thread.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
+#endif
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -509,6 +512,11 @@ struct store_conn {
 static store_conn MEM_CONN;
 static mem_row *MEM_READING; /* the row of the last get, and its next delta */
 static int MEM_CURSOR;
+/* The store thread (turns, compactions) and the test's own checks reach this backend at once:
+ * one lock, held from a get to its release (the reader walks the row's deltas) and around every
+ * call that changes rows. Recursive: the holder of a read may write. */
+static pthread_mutex_t MEM_MU = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static __thread int MEM_HOLDS_READ;
 
 static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
   uint8_t *d = malloc(n ? n : 1);
@@ -551,11 +559,16 @@ static mem_row *mem_find(const char *id, const uint8_t owner[32]) {
 static int mem_get(store_conn *c, const char *id, const uint8_t owner[32], store_row *row,
                    char *err, size_t cap) {
   (void)c, (void)err, (void)cap;
+  pthread_mutex_lock(&MEM_MU);
   mem_row *m = mem_find(id, owner);
-  if (!m) return 1;
+  if (!m) {
+    pthread_mutex_unlock(&MEM_MU);
+    return 1;
+  }
   *row = m->r;
   MEM_READING = m;
   MEM_CURSOR = 0;
+  MEM_HOLDS_READ = 1;
   return 0;
 }
 static int mem_next_delta(store_conn *c, store_delta *d, char *err, size_t cap) {
@@ -567,7 +580,10 @@ static int mem_next_delta(store_conn *c, store_delta *d, char *err, size_t cap) 
 }
 static void mem_release(store_conn *c) {
   (void)c;
+  if (!MEM_HOLDS_READ) return;
   MEM_READING = NULL;
+  MEM_HOLDS_READ = 0;
+  pthread_mutex_unlock(&MEM_MU);
 }
 static int mem_put(store_conn *c, const store_row *row, int *created, char *err, size_t cap) {
   (void)c;
@@ -671,6 +687,41 @@ static void mem_destroy(void *cfg) {
   }
   memset(MEM, 0, sizeof MEM);
 }
+/* the row-changing calls under MEM_MU */
+static int mem_put_locked(store_conn *c, const store_row *row, int *created, char *err,
+                          size_t cap) {
+  pthread_mutex_lock(&MEM_MU);
+  int rc = mem_put(c, row, created, err, cap);
+  pthread_mutex_unlock(&MEM_MU);
+  return rc;
+}
+static int mem_append_locked(store_conn *c, const store_row *row, const store_delta *d,
+                             store_row *after, char *err, size_t cap) {
+  pthread_mutex_lock(&MEM_MU);
+  int rc = mem_append(c, row, d, after, err, cap);
+  pthread_mutex_unlock(&MEM_MU);
+  return rc;
+}
+static int mem_compact_locked(store_conn *c, const store_row *row, uint64_t old_snap_id,
+                              char *err, size_t cap) {
+  pthread_mutex_lock(&MEM_MU);
+  int rc = mem_compact(c, row, old_snap_id, err, cap);
+  pthread_mutex_unlock(&MEM_MU);
+  return rc;
+}
+static int mem_del_locked(store_conn *c, const char *id, const uint8_t owner[32], char *err,
+                          size_t cap) {
+  pthread_mutex_lock(&MEM_MU);
+  int rc = mem_del(c, id, owner, err, cap);
+  pthread_mutex_unlock(&MEM_MU);
+  return rc;
+}
+static long mem_count_locked(store_conn *c) {
+  pthread_mutex_lock(&MEM_MU);
+  long n = mem_count(c);
+  pthread_mutex_unlock(&MEM_MU);
+  return n;
+}
 static const store_backend_ops MEM_OPS = {
     .name = "memory",
     .connect = mem_connect,
@@ -681,13 +732,13 @@ static const store_backend_ops MEM_OPS = {
     .get = mem_get,
     .next_delta = mem_next_delta,
     .release = mem_release,
-    .put = mem_put,
-    .append = mem_append,
-    .compact = mem_compact,
-    .del = mem_del,
+    .put = mem_put_locked,
+    .append = mem_append_locked,
+    .compact = mem_compact_locked,
+    .del = mem_del_locked,
     .expire = mem_expire,
     .list = mem_list,
-    .count = mem_count,
+    .count = mem_count_locked,
     .destroy = mem_destroy,
 };
 
