@@ -357,6 +357,8 @@ void req_start_stream(req *r) {
     r->ping.data = r;
     r->ping_open = 1;
     r->refs++;
+    uv_update_time(r->a->loop); /* the loop's cached clock may be a busy iteration old: the
+                                 * first ping comes a full interval after the stream opens */
     uv_timer_start(&r->ping, on_ping, (uint64_t)iv * 1000, (uint64_t)iv * 1000);
   }
 }
