@@ -603,6 +603,7 @@ static void maybe_finish(req *r) {
 static void on_turn_committed(void *ctx, int status, const char *msg) {
   req *r = ctx;
   if (status) r->store_err = xstrdup(msg && *msg ? msg : "store error");
+  r->store_conflict = status == -2;
   r->commit_wait = 0;
   maybe_finish(r);
   req_unref(r); /* the commit's reference */
@@ -664,10 +665,19 @@ static void gen_finish(req *r) {
   const char *err_code = NULL, *err_msg = NULL;
   if (j->finish == FINISH_ERROR) err_code = "generation_failed", err_msg = j->error.message;
   else if (r->cancelled_by_drain) err_code = "shutting_down", err_msg = "the server is shutting down";
+  else if (r->store_err && j->finish != FINISH_CANCELLED && r->store_conflict)
+    err_code = "session_conflict", err_msg = r->store_err;
   else if (r->store_err && j->finish != FINISH_CANCELLED)
     err_code = "store_failed", err_msg = r->store_err;
   char kept[600];
-  if (err_code && !strcmp(err_code, "store_failed")) {
+  if (err_code && !strcmp(err_code, "session_conflict")) {
+    snprintf(kept, sizeof kept,
+             "another replica committed a turn of this session first (%.300s); this turn was "
+             "not kept: the session is at the other turn's version; send the request again "
+             "with the conversation as it is now",
+             err_msg);
+    err_msg = kept;
+  } else if (err_code && !strcmp(err_code, "store_failed")) {
     snprintf(kept, sizeof kept,
              "the turn could not be committed to the session store (%.400s); it was not kept: "
              "the session is back at its last committed turn, so retrying the request is safe",
@@ -693,6 +703,8 @@ static void gen_finish(req *r) {
       req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
     } else if (err_code && !strcmp(err_code, "store_failed")) {
       req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
+    } else if (err_code && !strcmp(err_code, "session_conflict")) {
+      req_error(r, 409, "invalid_request_error", err_code, "session_id", "%s", err_msg);
     } else if (err_code) {
       req_error(r, 503, "server_error", err_code, NULL, "%s", err_msg);
     } else if (j->finish == FINISH_CANCELLED) {

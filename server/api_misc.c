@@ -10,7 +10,11 @@
 
 void api_health(req *r) {
   app *a = r->a;
-  const char *st = a->phase == APP_READY ? "ok" : a->phase == APP_LOADING ? "loading" : "draining";
+  /* degraded: serving, but the session store is unreachable (requests that need it get 503
+   * store_unavailable; stateless ones are served): 200, so a balancer keeps the replica */
+  int store_down = atomic_load_explicit(&g_metrics.store_down, memory_order_relaxed);
+  const char *st = a->phase == APP_READY ? (store_down ? "degraded" : "ok")
+                   : a->phase == APP_LOADING ? "loading" : "draining";
   char body[64];
   int n = snprintf(body, sizeof body, "{\"status\":\"%s\"}", st);
   req_reply(r, a->phase == APP_READY ? 200 : 503, "application/json", body, (size_t)n);

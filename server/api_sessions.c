@@ -70,6 +70,8 @@ st_status req_find_session(req *r, const char *id, session **s) {
   if (r->lk_have) {
     r->lk_have = 0;
     st_status st = st_lookup(a->sessions, id, r->owner, s); /* restored, or created since */
+    /* a shared store could not say which version is current: the RAM copy is not served */
+    if (st == ST_FOUND && r->lk_status == ST_STORE_ERROR) return ST_STORE_ERROR;
     if (st != ST_MISSING) return st;
     if (r->lk_status != ST_FOUND) return r->lk_status;
     if (++r->lk_loops > 3) { /* restored, then pushed out again before we looked: give up */
@@ -88,6 +90,7 @@ st_status req_find_session(req *r, const char *id, session **s) {
 
 static void store_failed(req *r, const char *msg) {
   r->retry_after = "1";
+  ctr_add(&g_metrics.store_unavailable, 1);
   req_error(r, 503, "server_error", "store_unavailable", NULL, "the session store failed: %s",
             msg ? msg : "unknown error");
 }

@@ -63,6 +63,10 @@ typedef struct app {
   session_store *store;
   uv_async_t store_wake;
   int store_wake_open;
+  /* a shared store (Redis) that is unreachable is probed every second, so it reconnects (and
+   * /health says ok again) without waiting for a request */
+  uv_timer_t store_probe;
+  int store_probe_open, store_probe_inflight;
   double drain_started; /* monotonic; bounds the store's flush at exit */
   chat_template tpl;
   parse_limits limits;
@@ -121,6 +125,7 @@ struct req {
   int commit_wait;   /* the response waits for the turn's commit (durability turn) */
   uint64_t held_tokens; /* the session's transcript length after this turn */
   char *store_err;   /* the commit failed: why */
+  int store_conflict; /* ... because another replica committed a turn of the session first */
   /* generation */
   job *job;
   int job_running;  /* submitted, DONE not yet processed */

@@ -1,6 +1,8 @@
 /*
- * app_store.c: the session store inside the daemon. At start it opens the backend (state_dir,
- * durability: SQLite in WAL mode), so a bad directory stops the start; once the model is
+ * app_store.c: the session store inside the daemon. At start it opens the backend (store
+ * sqlite: state_dir, SQLite in WAL mode, so a bad directory stops the start; store redis:
+ * redis_url, a malformed URL or unreadable password file stops it, an unreachable Redis does
+ * not: the daemon starts degraded and the store thread reconnects); once the model is
  * loaded it starts the store thread and creates the session table in front of it; the store
  * thread's completions wake the loop through store_wake (a coalescing uv_async_t), whose
  * callback runs them (store_poll) and pumps MHD once; at exit it hands the sessions whose
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "store_redis.h"
 #include "util.h"
 #include "xlog.h"
 
@@ -35,7 +38,12 @@ int app_store_open(app *a, char *err, size_t cap) {
    * its mmap threshold after the first free and keeps freed states in the heap). */
   mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   const config *c = a->cfg;
-  if (*c->state_dir && strcmp(c->durability, "off")) {
+  if (!strcmp(c->store, "redis") && strcmp(c->durability, "off")) {
+    store_redis_opts ro = {c->redis_url, c->redis_password_file, c->redis_prefix,
+                           (int)c->redis_wait_replicas, (int)c->redis_wait_timeout_ms};
+    a->store_backend = store_redis_open(&ro, err, cap);
+    if (!a->store_backend) return -1;
+  } else if (*c->state_dir && strcmp(c->durability, "off")) {
     a->store_backend = store_sqlite_open(c->state_dir, c->store_fsync, err, cap);
     if (!a->store_backend) return -1;
   }
@@ -47,16 +55,46 @@ int app_store_open(app *a, char *err, size_t cap) {
   return 0;
 }
 
+static void on_probed(store_op *op) {
+  app *a = op->ctx;
+  a->store_probe_inflight = 0;
+  store_op_free(op);
+}
+
+static void on_probe_timer(uv_timer_t *h) {
+  app *a = h->data;
+  if (a->store_probe_inflight || !atomic_load(&g_metrics.store_down)) return;
+  a->store_probe_inflight = 1;
+  store_op *op = store_op_new(SOP_VERSION, on_probed, a); /* any read reconnects */
+  snprintf(op->id, sizeof op->id, "probe");
+  store_submit(a->store, op);
+}
+
 int app_store_start(app *a, char *err, size_t cap) {
   const config *c = a->cfg;
   if (store_start(a->store, a->model, err, cap)) return -1;
   st_durability d = durability(a);
   a->sessions = st_new(a->model, (size_t)c->session_ram_mb << 20, (double)c->session_ttl,
                        (size_t)c->session_tombstones, a->store, d);
-  if (d == DUR_OFF)
+  if (d != DUR_OFF && store_shared(a->store)) {
+    uv_timer_init(a->loop, &a->store_probe);
+    a->store_probe.data = a;
+    a->store_probe_open = 1;
+    uv_timer_start(&a->store_probe, on_probe_timer, 1000, 1000);
+  }
+  if (d == DUR_OFF) {
     xlog_msg("info", "store", "sessions live in RAM only (%s)",
-             *c->state_dir ? "durability off" : "no state_dir");
-  else
+             *c->state_dir || !strcmp(c->store, "redis") ? "durability off" : "no state_dir");
+  } else if (!strcmp(c->store, "redis")) {
+    const char *at = strrchr(c->redis_url, '@'); /* never log a password */
+    char what[600];
+    int asked = store_redis_durability(a->store_backend, what, sizeof what);
+    xlog_msg(asked ? "warn" : "info", "store",
+             "session store: Redis at %s%s (prefix %s, shared by the replicas), durability %s; "
+             "%s",
+             at ? "redis://...@" : "", at ? at + 1 : c->redis_url, c->redis_prefix,
+             c->durability, what);
+  } else
     xlog_msg("info", "store", "session store: %s/sessions.db (SQLite, WAL), durability %s, %ld "
              "sessions stored",
              c->state_dir, c->durability, store_count(a->store));
@@ -69,6 +107,11 @@ void app_store_expire(app *a) {
 
 void app_store_shutdown(app *a) {
   if (!a->store) return;
+  if (a->store_probe_open) {
+    a->store_probe_open = 0;
+    uv_timer_stop(&a->store_probe);
+    uv_close((uv_handle_t *)&a->store_probe, NULL);
+  }
   if (a->sessions) st_flush(a->sessions);
   double now = now_mono();
   double deadline = (a->drain_started > 0 ? a->drain_started : now) + (double)a->cfg->drain_timeout;

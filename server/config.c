@@ -262,6 +262,10 @@ static int validate(const config *c, FILE *err) {
     fprintf(err, "xlserve: option model: no model directory given\n");
     return -1;
   }
+  if (strcmp(c->store, "sqlite") && strcmp(c->store, "redis")) {
+    fprintf(err, "xlserve: option store: '%s' is not one of sqlite, redis\n", c->store);
+    return -1;
+  }
   if (strcmp(c->durability, "turn") && strcmp(c->durability, "async") &&
       strcmp(c->durability, "off")) {
     fprintf(err, "xlserve: option durability: '%s' is not one of turn, async, off\n",
@@ -387,7 +391,8 @@ void config_dump(const config *c, FILE *out) {
     fputs("# xlserve effective configuration (no config file)\n", out);
   for (int i = 0; i < XLS_N_OPTIONS; i++) {
     fprintf(out, "%s ", OPTS[i].name);
-    print_value(out, c, &OPTS[i], i == OPTI_api_keys);
+    print_value(out, c, &OPTS[i],
+                i == OPTI_api_keys || (i == OPTI_redis_url && strchr(c->redis_url, '@')));
     fprintf(out, "    # %s\n", c->origin[i] ? c->origin[i] : "default");
   }
 }

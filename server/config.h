@@ -92,6 +92,22 @@
   X(store_fsync, BOOL, "true", 0, 0,                                                             \
     "Each store commit is flushed to disk (fsync: survives a power loss); false: a commit "       \
     "survives a crash of the daemon but maybe not of the machine (faster).")                     \
+  X(store, STR, "sqlite", 0, 0,                                                                  \
+    "Session store backend: sqlite (a file in state_dir, one daemon) or redis (redis_url: "      \
+    "several replicas share it; state_dir is then not used).")                                   \
+  X(redis_url, STR, "redis://127.0.0.1:6379/0", 0, 0,                                            \
+    "store redis: redis://[:PASSWORD@]HOST:PORT/DB, or unix:/PATH/redis.sock?db=N (a password "  \
+    "in the URL shows in process listings and environments: prefer redis_password_file).")      \
+  X(redis_password_file, STR, "", 0, 0,                                                          \
+    "store redis: file holding the Redis password (AUTH; first line, trailing newline removed).") \
+  X(redis_prefix, STR, "xls", 0, 0,                                                              \
+    "store redis: prefix of every key (several deployments can share one Redis). A session's "   \
+    "keys carry a {hash tag}, so they live in one Redis Cluster slot.")                          \
+  X(redis_wait_replicas, INT, "0", 0, 64,                                                        \
+    "store redis: after each commit, WAIT for this many Redis replicas to acknowledge it "       \
+    "(0 = the primary's acknowledgement is enough).")                                            \
+  X(redis_wait_timeout_ms, INT, "1000", 1, 60000,                                                \
+    "store redis: the longest WAIT for redis_wait_replicas (a shortfall is logged and counted).") \
   X(api_keys, STR, "", 0, 0,                                                                     \
     "Comma-separated API keys accepted as 'Authorization: Bearer KEY'. With no keys here and "   \
     "no api_key_file the API is open. /health and /metrics never need a key.")                   \

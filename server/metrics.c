@@ -132,6 +132,20 @@ void metrics_render(buf *o, const metrics_gauges *g) {
           ld(&m->store_saves));
   counter(o, "xlserve_store_errors_total", "Session store operations that failed.",
           ld(&m->store_errors));
+  counter(o, "xlserve_store_conflicts_total",
+          "Commits refused because another replica wrote the session first (409).",
+          ld(&m->store_conflicts));
+  counter(o, "xlserve_sessions_stale_total",
+          "RAM copies dropped because another replica advanced the stored session.",
+          ld(&m->sessions_stale));
+  counter(o, "xlserve_store_unavailable_total",
+          "Requests answered 503 store_unavailable (the store failed or is unreachable).",
+          ld(&m->store_unavailable));
+  counter(o, "xlserve_store_wait_shortfalls_total",
+          "Redis commits that fewer replicas than redis_wait_replicas acknowledged in time.",
+          ld(&m->store_wait_shortfalls));
+  gauge(o, "xlserve_store_up", "0 while the session store is unreachable, else 1.",
+        !atomic_load_explicit(&m->store_down, memory_order_relaxed));
   gauge(o, "xlserve_ready", "1 when serving (model loaded, not draining).", g->ready);
   gauge(o, "xlserve_draining", "1 while draining after SIGTERM.", g->draining);
   gauge(o, "xlserve_queue_depth", "Generations waiting for a running slot.", g->queue_depth);

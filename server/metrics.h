@@ -44,6 +44,11 @@ typedef struct metrics {
   atomic_uint_fast64_t connections_head_timeout, connections_refused_per_client;
   atomic_uint_fast64_t sessions_created, sessions_evicted, sessions_expired, session_resets;
   atomic_uint_fast64_t sessions_restored, sessions_incompatible, store_saves, store_errors;
+  /* a shared store (Redis): commits refused by the version check, RAM copies dropped because
+   * another replica advanced the session, requests answered 503 store_unavailable, WAITs that
+   * fell short, and whether the store is unreachable now (the store thread sets it) */
+  atomic_uint_fast64_t store_conflicts, sessions_stale, store_unavailable, store_wait_shortfalls;
+  atomic_int store_down;
   histogram ttft, inter_token, queue_wait, duration, batch_size, batch_tokens, forward_seconds,
       store_read, store_write, restore; /* batch_size also gives the forward pass/row totals */
 } metrics;

@@ -93,6 +93,7 @@ session_store *store_new(store_backend *backend, const store_opts *o, void (*not
 }
 
 int store_persistent(const session_store *st) { return st && st->b; }
+int store_shared(const session_store *st) { return st && st->b && st->b->ops->shared; }
 long store_count(const session_store *st) {
   return st ? atomic_load_explicit(&st->count, memory_order_relaxed) : 0;
 }
@@ -221,9 +222,16 @@ static int exec_op(session_store *st, store_op *op) {
       }
       if (!B) return 0;
       op->row.snap_id = new_snap_id();
-      if (B->put(st->conn, &op->row, &op->created, err, cap)) {
+      int rc = B->put(st->conn, &op->row, &op->created, err, cap);
+      if (rc < 0) {
         op->status = STORE_ERROR;
         return -1;
+      }
+      if (rc == 1) { /* a shared store's compare-and-set: nothing written */
+        snprintf(err, cap, "the stored session is no longer at version %llu: another replica "
+                 "wrote it", (unsigned long long)(op->row.seq - 1));
+        op->status = STORE_CONFLICT;
+        return 0;
       }
       atomic_fetch_add_explicit(&st->bytes_written, op->row.meta_len + op->row.state_len,
                                 memory_order_relaxed);
@@ -241,7 +249,7 @@ static int exec_op(session_store *st, store_op *op) {
         snprintf(err, cap, "the stored session is not at version %llu (a write before this "
                  "turn's failed or the row changed): the turn's delta does not continue it",
                  (unsigned long long)(op->row.seq - 1));
-        op->status = STORE_ERROR;
+        op->status = B->shared ? STORE_CONFLICT : STORE_ERROR;
         return 0;
       }
       atomic_fetch_add_explicit(&st->bytes_written, op->row.meta_len + op->delta_len,
@@ -296,6 +304,15 @@ static int exec_op(session_store *st, store_op *op) {
       op->n_bytes = ml + cl;
       free(meta);
       free(core);
+      return 0;
+    }
+    case SOP_VERSION: {
+      if (!B || !B->version) {
+        op->status = STORE_ABSENT;
+        return 0;
+      }
+      int rc = B->version(st->conn, op->id, op->owner, &op->row.seq, err, cap);
+      op->status = rc < 0 ? STORE_ERROR : rc == 1 ? STORE_ABSENT : STORE_OK;
       return 0;
     }
     case SOP_DECODE: {
@@ -421,7 +438,7 @@ static void run_batch(session_store *st, store_op **ops, int n) {
       }
       continue;
     }
-    if (exec_op(st, ops[i]) && in_txn) {
+    if (exec_op(st, ops[i]) && in_txn && !B->shared) {
       snprintf(why, sizeof why, "%.340s (the batch was rolled back)", ops[i]->err);
       B->rollback(st->conn);
       in_txn = 0;

@@ -69,6 +69,8 @@ typedef struct store_row {
   uint64_t snap_bytes;  /* the snapshot's meta + state */
   uint64_t delta_bytes; /* the deltas' metas + deltas */
   int n_deltas;
+  /* put: a compare-and-set: only if the row is at version seq - 1 (absent counts as 0) */
+  int cas;
 } store_row;
 
 /* One delta of a row's log. */
@@ -89,6 +91,10 @@ typedef struct store_conn store_conn;
 
 typedef struct store_backend_ops {
   const char *name;
+  /* 1: several daemons share the store (Redis). Each write is then atomic and durable on its
+   * own (begin/commit only bound a batch: a failed write fails alone), put honours row->cas,
+   * and the table checks a session's stored version before it serves its RAM copy. */
+  int shared;
   /* A connection for the calling thread. NULL with a message on failure. */
   store_conn *(*connect)(void *cfg, char *err, size_t cap);
   void (*disconnect)(store_conn *c);
@@ -112,7 +118,8 @@ typedef struct store_backend_ops {
   /* Appends delta d (d->seq) to the row and updates its metadata columns from row (not its
    * blobs), only if the row is at version d->seq - 1; then the row's seq is d->seq. `after`
    * gets snap_bytes, delta_bytes and n_deltas. 0 ok, 1 conflict (no such row, or another
-   * version: nothing written), -1 error. */
+   * version: nothing written), -1 error. Shared backends: put with row->cas set answers 1 the
+   * same way. */
   int (*append)(store_conn *c, const store_row *row, const store_delta *d, store_row *after,
                 char *err, size_t cap);
   /* Replaces the row's snapshot by row->meta/state standing for version row->seq, with
@@ -121,6 +128,9 @@ typedef struct store_backend_ops {
    * -1 error. */
   int (*compact)(store_conn *c, const store_row *row, uint64_t old_snap_id, char *err,
                  size_t cap);
+  /* Shared backends: owner's row id's version (seq): 0 found, 1 absent, -1 error. */
+  int (*version)(store_conn *c, const char *id, const uint8_t owner[32], uint64_t *seq,
+                 char *err, size_t cap);
   /* Deletes owner's row id. 0 deleted, 1 absent, -1 error. */
   int (*del)(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap);
   /* Deletes up to max rows last used before `before`, least recent first; their keys go to
@@ -160,7 +170,8 @@ typedef enum {
   SOP_EXPIRE, /* before, max -> keys[n] */
   SOP_LIST,   /* owner, max -> rows[n] (metadata) */
   SOP_EXPORT, /* sess -> bytes (meta || core); no backend needed */
-  SOP_DECODE  /* in (an exported envelope) -> out; no backend needed */
+  SOP_DECODE, /* in (an exported envelope) -> out; no backend needed */
+  SOP_VERSION /* id + owner -> row.seq: the stored version (shared backends; ABSENT: no row) */
 } sop_kind;
 
 typedef enum {
@@ -168,7 +179,9 @@ typedef enum {
   STORE_ABSENT,   /* LOAD: no such row; REMOVE: none of this owner */
   STORE_INVALID,  /* LOAD/DECODE: corrupted envelope (message says what) */
   STORE_MISMATCH, /* LOAD/DECODE: another model or format version */
-  STORE_ERROR     /* backend failure, or not run (shutdown deadline) */
+  STORE_ERROR,    /* backend failure, or not run (shutdown deadline) */
+  STORE_CONFLICT  /* APPEND, SAVE with row.cas: the row is at another version (another replica
+                     wrote it): nothing written */
 } store_status;
 
 typedef struct store_op store_op;
@@ -238,6 +251,7 @@ int store_poll(session_store *st);
 void store_shutdown(session_store *st, double deadline);
 void store_free(session_store *st); /* after store_shutdown + store_poll */
 int store_persistent(const session_store *st);
+int store_shared(const session_store *st); /* the backend is shared by several daemons */
 long store_count(const session_store *st); /* rows, as of the last operation (any thread) */
 /* Compactions done and bytes handed to the backend (snapshots + deltas), for tests and the
  * store's measurements (any thread). */

@@ -213,6 +213,7 @@ static void hand_over(session_table *t, session *s) {
   snprintf(op->id, sizeof op->id, "%s", s->id);
   memcpy(op->owner, s->owner, 32);
   op->row.seq = ++s->store_seq;
+  op->row.cas = 1; /* a shared store: only over the version this copy continues */
   op->sess = s;
   op->free_sess = 1;
   store_submit(t->store, op);
@@ -306,16 +307,52 @@ static void on_loaded(store_op *op) {
   store_op_free(op);
 }
 
+/* A shared store's answer to "which version of this session is stored?": a RAM copy that is
+ * not that version (another replica committed turns of it, or deleted it) leaves RAM, so the
+ * caller's next look loads the stored one. */
+static void on_versioned(store_op *op) {
+  session_table *t = op->ctx;
+  char k[TKEY_CAP];
+  pending_load *pl = strmap_del(&t->loads, tkey(k, op->owner, op->id));
+  st_answer a = {ST_FOUND, NULL};
+  if (op->status == STORE_ERROR) {
+    a.status = ST_STORE_ERROR;
+    a.message = op->err;
+  } else {
+    session *s = strmap_get(&t->map, k);
+    uint64_t stored = op->status == STORE_OK ? op->row.seq : 0;
+    if (s && !s->busy && stored != s->store_seq) {
+      xlog_msg("info", "session_stale", "session %s: the store holds version %llu, RAM %llu "
+               "(another replica continued it): reloading", op->id,
+               (unsigned long long)stored, (unsigned long long)s->store_seq);
+      ctr_add(&g_metrics.sessions_stale, 1);
+      drop(t, s, 0);
+    }
+  }
+  waiter *w = pl ? pl->head : NULL;
+  free(pl);
+  while (w) {
+    waiter *n = w->next;
+    w->fn(w->ctx, &a);
+    free(w);
+    w = n;
+  }
+  store_op_free(op);
+}
+
 st_status st_find(session_table *t, const char *id, const uint8_t owner[32], session **out,
                   st_wait_fn fn, void *ctx) {
   st_status st = st_lookup(t, id, owner, out);
-  if (st != ST_MISSING || !t->persist) return st;
+  /* a shared store: an idle RAM copy is served only once the stored version is checked */
+  int verify = st == ST_FOUND && t->persist && store_shared(t->store) && !(*out)->busy;
+  if (!verify && (st != ST_MISSING || !t->persist)) return st;
   char k[TKEY_CAP];
   pending_load *pl = strmap_get(&t->loads, tkey(k, owner, id));
   if (!pl) {
     pl = xcalloc(1, sizeof *pl);
     strmap_put(&t->loads, k, pl);
-    store_op *op = store_op_new(SOP_LOAD, on_loaded, t);
+    store_op *op = store_op_new(verify ? SOP_VERSION : SOP_LOAD, verify ? on_versioned : on_loaded,
+                                t);
     snprintf(op->id, sizeof op->id, "%s", id);
     memcpy(op->owner, owner, 32);
     store_submit(t->store, op);
@@ -442,13 +479,15 @@ static void roll_back_turn(session_table *t, session *s) {
 /* A turn's commit (durability turn): s was held busy until now. */
 static void on_turn_committed(store_op *op) {
   call *c = op->ctx;
+  if (op->status == STORE_CONFLICT) ctr_add(&g_metrics.store_conflicts, 1);
   if (op->status == STORE_OK) {
     st_release(c->t, c->s);
   } else {
     xlog_msg("error", "store_error", "saving session %s: %s", op->id, op->err);
     roll_back_turn(c->t, c->s);
   }
-  ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : -1, op->err);
+  ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : op->status == STORE_CONFLICT ? -2 : -1,
+                      op->err);
   free(c);
   store_op_free(op);
 }
@@ -492,6 +531,7 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, in
   op->row.meta = op->meta;
   op->row.state = op->state;
   op->row.seq = ++s->store_seq;
+  op->row.cas = commit; /* a shared store: a whole state only over the version it continues */
   op->async = t->durability == DUR_ASYNC;
   op->ctx = call_new(t, commit ? s : NULL, commit ? (void *)fn : NULL, ctx);
   s->unsaved = 0;
@@ -517,18 +557,25 @@ static void on_persisted(store_op *op) {
   store_op_free(op);
 }
 
-int st_persist(session_table *t, session *s, st_done_fn fn, void *ctx) {
+/* cas: a shared store writes only over the version s continues (a creation: no row); an
+ * import replaces whatever is stored. */
+static int persist(session_table *t, session *s, int cas, st_done_fn fn, void *ctx) {
   if (!t->persist) return 0;
   s->busy = 1;
   store_op *op = store_op_new(SOP_SAVE, on_persisted, call_new(t, s, (void *)fn, ctx));
   snprintf(op->id, sizeof op->id, "%s", s->id);
   memcpy(op->owner, s->owner, 32);
   op->row.seq = ++s->store_seq;
+  op->row.cas = cas;
   op->sess = s;
   s->delta_ok = 1; /* held busy until the save: its state is the one saved */
   s->delta_base = xl_state_tokens_fed(s->state);
   store_submit(t->store, op);
   return 1;
+}
+
+int st_persist(session_table *t, session *s, st_done_fn fn, void *ctx) {
+  return persist(t, s, 1, fn, ctx);
 }
 
 static void on_removed(store_op *op) {
@@ -623,7 +670,7 @@ static void on_decoded(store_op *op) {
     st_release(t, s);
     s->unsaved = 1;
     st_forget_tombstone(t, op->id, op->owner);
-    if (!st_persist(t, s, on_import_saved, c)) on_import_saved(c, 0, NULL);
+    if (!persist(t, s, 0, on_import_saved, c)) on_import_saved(c, 0, NULL);
     store_op_free(op);
     return;
   }

@@ -46,7 +46,8 @@ typedef struct st_answer {
   const char *message;
 } st_answer;
 typedef void (*st_wait_fn)(void *ctx, const st_answer *a);
-/* status: 0 done, 1 nothing there (remove), -1 failed (message) */
+/* status: 0 done, 1 nothing there (remove), -1 failed (message), -2 refused: a shared store's
+ * row is at another version (another replica wrote it; st_turn_end) */
 typedef void (*st_done_fn)(void *ctx, int status, const char *message);
 typedef void (*st_bytes_fn)(void *ctx, uint8_t *bytes, size_t n, const char *error); /* takes bytes */
 typedef void (*st_rows_fn)(void *ctx, const store_row *rows, int n, const char *error);
@@ -70,7 +71,10 @@ int st_persistent(const session_table *t);
 /* RAM (and tombstones) only. */
 st_status st_lookup(session_table *t, const char *id, const uint8_t owner[32], session **out);
 /* RAM, then the store: on a miss with a persistent store returns ST_PENDING and calls fn once
- * the store answered (loop thread; several callers of one id share one load). */
+ * the store answered (loop thread; several callers of one id share one load). With a shared
+ * store (several replicas) an idle session found in RAM is PENDING too: its stored version is
+ * checked first, and a RAM copy another replica has advanced (or deleted) leaves RAM, so the
+ * caller's next look (st_lookup) misses and st_find loads the stored one. */
 st_status st_find(session_table *t, const char *id, const uint8_t owner[32], session **out,
                   st_wait_fn fn, void *ctx);
 /* Creates a session (id NULL: mint a 128-bit random one). NULL with err on a core failure.

@@ -15,10 +15,11 @@ BUILD=(
   build-essential cmake pkg-config git
   # libraries (design card)
   libmicrohttpd-dev libjansson-dev libopenblas-dev libuv1-dev libsqlite3-dev
+  libhiredis-dev
 )
 RUNTIME=(
   # the shared libraries the binary links (tests/deploy checks the list against it)
-  libmicrohttpd12 libjansson4 libopenblas0-pthread libuv1 libsqlite3-0
+  libmicrohttpd12 libjansson4 libopenblas0-pthread libuv1 libsqlite3-0 libhiredis0.14
   # the container's HEALTHCHECK
   curl
 )
@@ -32,6 +33,8 @@ TEST=(
   valgrind
   # deployment tests: nginx in front, systemd-analyze verify, the unit's syscall filter
   nginx-light systemd curl strace
+  # several replicas sharing a Redis session store (tests/deploy/test_replicas.py)
+  redis-server
   # the web page's browser tests (tests/web: headless, driven over the DevTools pipe)
   chromium
 )
