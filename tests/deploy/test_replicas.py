@@ -1,0 +1,350 @@
+"""Several replicas sharing one Redis session store (store = redis), behind nginx with the
+SHIPPED config/nginx/xlserve-replicas.conf (only its listen port and its three server addresses
+replaced). Everything on loopback: redis-server (AOF, appendfsync always) in a temp dir, three
+daemons and nginx, all started and stopped here.
+- A conversation through nginx sticks to one replica; kill -9 that replica: the next turn
+  (through nginx) is served by another and equals, greedy, a stateless replay of the whole
+  transcript; the killed replica, restarted, serves the current version, and a replica whose RAM
+  copy another replica advanced reloads it instead of serving it.
+- Two replicas given the same session at once: per version exactly one turn is acknowledged, the
+  other is refused (409 session_conflict, or in-band in a stream) and not kept; the stored
+  history is one linear transcript.
+- Redis stopped: requests that need the store get 503 store_unavailable with Retry-After (also
+  through nginx), stateless ones are served, /health says degraded; Redis back: the replicas
+  reconnect by themselves and the session continues."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+import deployharness as N
+import xlharness as X
+
+REDIS = shutil.which("redis-server")
+SHIPPED_REPLICAS = os.path.join(N.ROOT, "config", "nginx", "xlserve-replicas.conf")
+
+pytestmark = [
+    pytest.mark.skipif(REDIS is None, reason="redis-server is not installed "
+                       "(tools/install-deps.sh test installs it)"),
+    pytest.mark.skipif(N.nginx_bin() is None, reason="nginx is not installed "
+                       "(tools/install-deps.sh test installs it)"),
+]
+
+
+class Redis:
+    """redis-server on 127.0.0.1 with its AOF (appendfsync always) in DIR; restartable on the
+    same port and files."""
+
+    def __init__(self, d):
+        self.dir = str(d)
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = X.free_port()
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [REDIS, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", self.dir,
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+             "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        X.wait_until(self.ping, 20, "redis-server answers PING")
+
+    def ping(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def command(self, *args):
+        """One command (RESP); the reply's first line, decoded."""
+        req = b"*%d\r\n" % len(args) + b"".join(
+            b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(req)
+            lines = s.recv(4096).split(b"\r\n")
+        if lines[0].startswith(b"$") and lines[0] != b"$-1":
+            return lines[1].decode()  # a bulk string
+        return lines[0].decode()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+
+
+def replicas_config(tmp, ports):
+    """The shipped replicas file with its three server addresses replaced (exactly three)."""
+    with open(SHIPPED_REPLICAS) as f:
+        text = f.read()
+    it = iter(ports)
+    text, n = re.subn(r"(?m)^(\s*server )127\.0\.0\.1:808[123]( [^;]*;)",
+                      lambda m: "%s127.0.0.1:%d%s" % (m.group(1), next(it), m.group(2)), text)
+    assert n == 3, "the shipped replicas config's three server lines changed"
+    path = os.path.join(str(tmp), "xlserve-replicas.conf")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+class Cluster:
+    def __init__(self, tmp, model):
+        self.tmp = tmp
+        self.model = model
+        self.redis = Redis(tmp / "redis")
+        self.ports = [X.free_port() for _ in range(3)]
+        self.replicas = [self.start_replica(i) for i in range(3)]
+        self.nginx = N.Nginx(tmp / "nginx", None, shipped=replicas_config(tmp, self.ports))
+
+    def start_replica(self, i):
+        return X.Daemon(self.model, ["--store", "redis", "--redis-url",
+                                     "redis://127.0.0.1:%d/0" % self.redis.port,
+                                     "--redis-prefix", "t", "--trusted-proxies", "127.0.0.1",
+                                     "--workers", "1"], port=self.ports[i])
+
+    def served_by(self, request_id):
+        """The index of the replica that logged REQUEST_ID (nginx passes the client's on)."""
+        def logged():  # the access log line follows the response by a moment
+            return [i for i, d in enumerate(self.replicas)
+                    if any(l.get("request_id") == request_id for l in d.requests_logged())]
+        X.wait_until(logged, 10, "a replica logs request %s" % request_id)
+        found = logged()
+        assert len(found) == 1, (request_id, found)
+        return found[0]
+
+    def stop(self):
+        self.nginx.stop()
+        codes = []
+        for d in self.replicas:
+            if d.proc.poll() is None:
+                codes.append((d.stop(), d))
+        self.redis.stop()
+        for code, d in codes:
+            assert code == 0, d.tail()
+
+
+@pytest.fixture
+def cluster(tmp_path, tiny_model):
+    c = Cluster(tmp_path, tiny_model)
+    yield c
+    c.stop()
+
+
+def turn(port, sid, prompt, rid=None, n=12):
+    """A greedy completion turn (prompt: text or token ids): (status, headers, body)."""
+    h = {"X-Session-Id": sid} if sid else {}
+    if rid:
+        h["X-Request-Id"] = rid
+    return X.post_json(port, "/v1/completions",
+                       {"prompt": prompt, "max_tokens": n, "temperature": 0, "logprobs": 0},
+                       headers=h)
+
+
+def ok_turn(port, sid, prompt, rid=None, n=12):
+    st, _, b = turn(port, sid, prompt, rid, n)
+    assert st == 200, b
+    return b
+
+
+def gen_ids(b):
+    return X.ids_of(b["choices"][0]["logprobs"]["tokens"])
+
+
+def equals_replay(port, b, transcript, q):
+    """The session's turn b (prompt q) equals a stateless request over the whole transcript."""
+    ref = ok_turn(port, None, transcript + list(q.encode()))
+    assert b["choices"][0]["text"] == ref["choices"][0]["text"]
+    for x, y in zip(X.lps(b), X.lps(ref)):
+        assert abs(x - y) < 1e-4
+    return transcript + list(q.encode()) + gen_ids(b)
+
+
+def test_shipped_replicas_config_routes_by_header_and_fails_over():
+    with open(SHIPPED_REPLICAS) as f:
+        text = f.read()
+    assert re.search(r"(?m)^\s*hash \$xlserve_session_key consistent;", text)
+    nu = re.search(r"(?m)^\s*proxy_next_upstream ([^;]*);", text).group(1).split()
+    assert {"error", "timeout", "http_503", "non_idempotent"} <= set(nu)
+    assert len(re.findall(r"(?m)^\s*server 127\.0\.0\.1:808[123] max_fails=\d+ fail_timeout=\d+s;",
+                          text)) == 3
+
+
+def test_failover_after_kill_continues_and_stale_copies_reload(cluster):
+    c = cluster
+    sid, q = "conv-1", ["It is a truth universally acknowledged", " that a single man",
+                        " in possession of a good fortune", " must be in want", " of a wife."]
+    transcript = []
+    for k in range(2):
+        b = ok_turn(c.nginx.port, sid, q[k], rid="t%d" % k)
+        transcript += list(q[k].encode()) + gen_ids(b)
+    first = c.served_by("t0")
+    assert c.served_by("t1") == first  # the header's hash keeps the session on one replica
+    c.replicas[first].proc.send_signal(signal.SIGKILL)
+    c.replicas[first].proc.wait(timeout=10)
+    t0 = time.monotonic()
+    b = ok_turn(c.nginx.port, sid, q[2], rid="t2")
+    failover = time.monotonic() - t0
+    second = c.served_by("t2")
+    assert second != first
+    transcript = equals_replay(c.nginx.port, b, transcript, q[2])
+    print("failover: kill -9 to the next turn served through nginx: %.3f s" % failover)
+    # the killed replica comes back: it serves the version the other one committed
+    c.replicas[first] = c.start_replica(first)
+    b = ok_turn(c.ports[first], sid, q[3], rid="t3")
+    assert b["xlserve"]["session_tokens"] == len(transcript) + len(q[3]) + 12
+    transcript = equals_replay(c.ports[first], b, transcript, q[3])
+    # the second replica's RAM copy is now one version behind: it reloads instead of serving it
+    stale_before = X.metric(c.ports[second], "xlserve_sessions_stale_total")
+    b = ok_turn(c.ports[second], sid, q[4], rid="t4")
+    transcript = equals_replay(c.ports[second], b, transcript, q[4])
+    assert X.metric(c.ports[second], "xlserve_sessions_stale_total") == stale_before + 1
+    st, s = X.get_session(c.nginx.port, sid)
+    assert st == 200 and s["tokens"] == len(transcript) and s["turns"] == 5
+    assert c.redis.command("HGET", "t:s:{%s:%s}" % ("0" * 64, sid), "seq") == "5"
+
+
+def test_minted_ids_work_from_any_replica(cluster):
+    c = cluster
+    st, _, b = X.post_json(c.ports[0], "/v1/sessions", {})
+    assert st == 201, b
+    sid = b["id"]
+    a = ok_turn(c.ports[1], sid, "Hello")
+    assert a["xlserve"]["session_tokens"] == len("Hello") + 12
+    st, _, lst = X.request(c.ports[2], "GET", "/v1/sessions")  # listed from the store
+    assert st == 200 and sid in [x["id"] for x in json.loads(lst)["data"]]
+    st, s = X.get_session(c.ports[2], sid)
+    assert st == 200 and s["tokens"] == len("Hello") + 12
+
+
+def race_round(c, sid, k):
+    """Replica 0 (a stream) and replica 1 (a plain request) continue sid at once. Returns
+    [(prompt, outcome, body)] with outcome 'won' or 'lost'."""
+    qa, qb = " alpha %d." % k, " beta %d." % k
+    results = {}
+    barrier = threading.Barrier(2)
+
+    def streamed():
+        barrier.wait()
+        st, h, events = X.stream(c.ports[0], "/v1/completions",
+                                 {"prompt": qa, "max_tokens": 48, "temperature": 0,
+                                  "logprobs": 0, "stream": True},
+                                 headers={"X-Session-Id": sid})
+        results["a"] = (st, events)
+
+    def plain():
+        barrier.wait()
+        results["b"] = turn(c.ports[1], sid, qb, n=48)
+
+    ts = [threading.Thread(target=streamed), threading.Thread(target=plain)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    out = []
+    st, events = results["a"]
+    assert st == 200
+    chunks = X.sse_json(events)
+    errors = [e["error"] for e in chunks if "error" in e]
+    if errors:
+        assert errors[0]["code"] == "session_conflict", errors
+        out.append((qa, "lost", None))
+    else:
+        ids = []
+        for e in chunks:
+            for ch in e.get("choices", []):
+                if ch.get("logprobs"):
+                    ids += X.ids_of(ch["logprobs"]["tokens"])
+        out.append((qa, "won", ids))
+    st, h, b = results["b"]
+    if st == 409:
+        assert b["error"]["code"] == "session_conflict" and b["error"]["param"] == "session_id"
+        out.append((qb, "lost", None))
+    else:
+        assert st == 200, b
+        out.append((qb, "won", gen_ids(b)))
+    return out
+
+
+def fnv_digest(ids):
+    """The transcript digest a session reports: FNV-1a 64 over the token ids fed (int32 LE)."""
+    h = 0xcbf29ce484222325
+    for tok in ids:
+        for byte in int(tok).to_bytes(4, "little", signed=True):
+            h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def test_concurrent_turns_on_two_replicas_one_wins_per_version(cluster):
+    c = cluster
+    sid = "race-1"
+    p0 = "Two replicas, one conversation."
+    b = ok_turn(c.ports[0], sid, p0, n=8)
+    transcript = list(p0.encode()) + gen_ids(b)
+    acknowledged, lost = 1, 0
+    for k in range(30):
+        res = race_round(c, sid, k)
+        won = [r for r in res if r[1] == "won"]
+        assert len(won) >= 1  # a refused turn means the other one was acknowledged
+        lost += len(res) - len(won)
+        acknowledged += len(won)
+        # the stored history is one of the orders of the acknowledged turns (two winners ran
+        # one after the other): the session's digest (the third replica loads it) says which
+        st, s = X.get_session(c.ports[2], sid)
+        assert st == 200
+        for order in ([won] if len(won) == 1 else [won, won[::-1]]):
+            t = list(transcript)
+            for q, _, ids in order:
+                t += list(q.encode()) + ids
+            if s["transcript_digest"] == fnv_digest(t[:-1]):  # the last token is pending
+                transcript = t
+                break
+        else:
+            raise AssertionError("the stored transcript is not the acknowledged turns in a row")
+        assert s["tokens"] == len(transcript)
+        if lost >= 3:
+            break
+    assert lost >= 1, "no round raced (the two turns never overlapped)"
+    # one version per acknowledged turn, and nothing of the refused ones
+    assert c.redis.command("HGET", "t:s:{%s:%s}" % ("0" * 64, sid), "seq") == str(acknowledged)
+    assert X.metric(c.ports[0], "xlserve_store_conflicts_total") + \
+        X.metric(c.ports[1], "xlserve_store_conflicts_total") == lost
+    b = ok_turn(c.ports[2], sid, " The end.")
+    equals_replay(c.ports[2], b, transcript, " The end.")
+
+
+def test_redis_down_answers_503_and_recovers(cluster):
+    c = cluster
+    sid = "down-1"
+    p = "When the store is away"
+    b = ok_turn(c.nginx.port, sid, p)
+    transcript = list(p.encode()) + gen_ids(b)
+    c.redis.stop()
+    for port in (c.ports[0], c.nginx.port):
+        st, h, body = turn(port, sid, " the replicas", n=4)
+        assert st == 503, body
+        assert h.get("retry-after") and int(h["retry-after"]) >= 1
+        assert body["error"]["code"] in ("store_unavailable", "upstream_unavailable")
+    st, h, body = turn(c.ports[0], sid, " the replicas", n=4)
+    assert st == 503 and body["error"]["code"] == "store_unavailable"
+    assert body["error"]["type"] == "server_error" and "Redis" in body["error"]["message"]
+    ok_turn(c.ports[0], None, "stateless requests need no store", n=4)
+    st, _, health = X.request(c.ports[0], "GET", "/health")
+    assert st == 200 and json.loads(health)["status"] == "degraded"
+    m = X.metrics(c.ports[0])
+    assert m["xlserve_store_up"] == 0 and m["xlserve_store_unavailable_total"] >= 1
+    c.redis.start()  # the same AOF: every acknowledged turn is there
+    for d in c.replicas:  # they reconnect by themselves (a probe every second)
+        X.wait_until(lambda: json.loads(X.request(d.port, "GET", "/health")[2])["status"] == "ok",
+                     30, "the replica reconnects to Redis")
+    assert X.metric(c.ports[0], "xlserve_store_up") == 1
+    b = ok_turn(c.nginx.port, sid, " wait for it")
+    equals_replay(c.nginx.port, b, transcript, " wait for it")
