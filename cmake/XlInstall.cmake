@@ -5,6 +5,7 @@
 #   /etc/xlserve/xlserve.conf                              the config (kept if it exists)
 #   /usr/local/lib/systemd/system/xlserve.service          the unit, paths rewritten for PREFIX
 #   /usr/local/share/xlserve/nginx/xlserve.conf            the reverse-proxy config (to copy)
+#   /usr/local/share/xlserve/nginx/xlserve-replicas.conf   the same for replicas sharing Redis
 #   /usr/local/share/doc/xlserve/README.md
 # The config goes to /etc/xlserve for the prefixes /usr/local and /usr (GNUInstallDirs would say
 # /usr/local/etc), else to PREFIX/etc/xlserve; -DXL_INSTALL_CONFDIR=DIR overrides. Paths written
@@ -51,6 +52,7 @@ install(FILES "${CMAKE_BINARY_DIR}/systemd/xlserve.service" DESTINATION "${XL_IN
 install(DIRECTORY "${CMAKE_SOURCE_DIR}/models/" DESTINATION "${XL_INSTALL_MODELDIR}" OPTIONAL
         PATTERN ".*" EXCLUDE)
 install(FILES "${CMAKE_SOURCE_DIR}/config/nginx/xlserve.conf"
+              "${CMAKE_SOURCE_DIR}/config/nginx/xlserve-replicas.conf"
         DESTINATION "${CMAKE_INSTALL_DATADIR}/xlserve/nginx")
 install(FILES "${CMAKE_SOURCE_DIR}/README.md" DESTINATION "${CMAKE_INSTALL_DOCDIR}")
 # the config file: an existing one (edited by the admin) is kept
