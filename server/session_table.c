@@ -758,7 +758,12 @@ int st_expire(session_table *t, double now, int max) {
   while (s && n < max) {
     session *prev = s->lru_prev;
     if (s->last_used_mono + t->ttl > now) break; /* LRU order: the rest are younger */
-    if (!s->busy) {
+    if (!s->busy && t->persist && store_shared(t->store)) {
+      /* another replica may be using the session: only RAM forgets it here; the store's sweep
+       * deletes the row if its last use (by any replica) is older than the TTL */
+      drop(t, s, 0);
+      n++;
+    } else if (!s->busy) {
       ctr_add(&g_metrics.sessions_expired, 1);
       if (t->persist) submit_remove(t, s->id, s->owner, NULL, NULL);
       drop(t, s, 1);

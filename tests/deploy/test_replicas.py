@@ -97,9 +97,10 @@ def replicas_config(tmp, ports):
 
 
 class Cluster:
-    def __init__(self, tmp, model):
+    def __init__(self, tmp, model, extra=()):
         self.tmp = tmp
         self.model = model
+        self.extra = list(extra)
         self.redis = Redis(tmp / "redis")
         self.ports = [X.free_port() for _ in range(3)]
         self.replicas = [self.start_replica(i) for i in range(3)]
@@ -109,7 +110,7 @@ class Cluster:
         return X.Daemon(self.model, ["--store", "redis", "--redis-url",
                                      "redis://127.0.0.1:%d/0" % self.redis.port,
                                      "--redis-prefix", "t", "--trusted-proxies", "127.0.0.1",
-                                     "--workers", "1"], port=self.ports[i])
+                                     "--workers", "1", *self.extra], port=self.ports[i])
 
     def served_by(self, request_id):
         """The index of the replica that logged REQUEST_ID (nginx passes the client's on)."""
@@ -348,3 +349,28 @@ def test_redis_down_answers_503_and_recovers(cluster):
     assert X.metric(c.ports[0], "xlserve_store_up") == 1
     b = ok_turn(c.nginx.port, sid, " wait for it")
     equals_replay(c.nginx.port, b, transcript, " wait for it")
+
+
+def test_ttl_on_one_replica_spares_a_session_another_one_uses(tmp_path, tiny_model):
+    """session_ttl 2: replica 0 served a session once, replica 1 keeps using it. Replica 0's TTL
+    timer forgets its idle RAM copy but must not delete the stored session (its last use, by
+    replica 1, is recent): replica 1's turns continue the same transcript throughout."""
+    c = Cluster(tmp_path, tiny_model, extra=["--session-ttl", "2"])
+    try:
+        sid = "ttl-1"
+        b = ok_turn(c.ports[0], sid, "Kept alive elsewhere", n=4)
+        tokens = b["xlserve"]["session_tokens"]
+        t_end = time.monotonic() + 5  # two TTL sweeps of replica 0 at least
+        turns = 0
+        while time.monotonic() < t_end:
+            b = ok_turn(c.ports[1], sid, " on", n=4)
+            tokens += 3 + 4
+            assert b["xlserve"]["session_tokens"] == tokens
+            turns += 1
+            time.sleep(0.4)  # a client's pace (the condition checked is the transcript)
+        X.wait_until(lambda: X.metric(c.ports[0], "xlserve_sessions_in_ram") == 0, 10,
+                     "replica 0 forgets its idle copy")
+        b = ok_turn(c.ports[0], sid, " back", n=4)  # loads the current version
+        assert b["xlserve"]["session_tokens"] == tokens + 5 + 4 and turns >= 8
+    finally:
+        c.stop()
