@@ -56,12 +56,17 @@ static const char *const SCRIPTS[N_SCRIPTS] = {
     "local h = redis.call('HGETALL', KEYS[1])\n"
     "if #h == 0 then return 0 end\n"
     "return {h, redis.call('LRANGE', KEYS[2], 0, -1)}\n",
-    /* put: ARGV cas, expected seq, then field/value pairs; -1 conflict, else 1 if it existed */
+    /* put: ARGV cas, expected seq, seq, then field/value pairs; -1 conflict, else 1 if it
+     * existed. Without cas (an import) the version still moves past the stored one, so that
+     * another replica's RAM copy of the replaced session is never taken for current. */
     "local cur = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')\n"
-    "if ARGV[1] == '1' and cur ~= tonumber(ARGV[2]) then return -1 end\n"
+    "local seq = tonumber(ARGV[3])\n"
+    "if ARGV[1] == '1' then\n"
+    "  if cur ~= tonumber(ARGV[2]) then return -1 end\n"
+    "elseif cur >= seq then seq = cur + 1 end\n"
     "local existed = redis.call('EXISTS', KEYS[1])\n"
     "redis.call('DEL', KEYS[1], KEYS[2])\n"
-    "redis.call('HSET', KEYS[1], unpack(ARGV, 3))\n"
+    "redis.call('HSET', KEYS[1], 'seq', seq, 'snap_seq', seq, unpack(ARGV, 4))\n"
     "return existed\n",
     /* append: ARGV expected seq, new seq, entry, entry's counted bytes, field/value pairs;
      * 0 conflict, else {snap_bytes, delta_bytes, n_deltas} */
@@ -572,9 +577,8 @@ static int rput(store_conn *c, const store_row *row, int *created, char *err, si
   args a = {0};
   arg_str(&a, row->cas ? "1" : "0");
   arg_u64(&a, row->seq - 1);
+  arg_u64(&a, row->seq);
   row_fields(&a, row);
-  arg_str(&a, "seq"), arg_u64(&a, row->seq);
-  arg_str(&a, "snap_seq"), arg_u64(&a, row->seq);
   arg_str(&a, "snap_id"), arg_u64(&a, row->snap_id);
   arg_str(&a, "snap_bytes"), arg_u64(&a, row->meta_len + row->state_len);
   arg_str(&a, "delta_bytes"), arg_u64(&a, 0);

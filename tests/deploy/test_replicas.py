@@ -374,3 +374,18 @@ def test_ttl_on_one_replica_spares_a_session_another_one_uses(tmp_path, tiny_mod
         assert b["xlserve"]["session_tokens"] == tokens + 5 + 4 and turns >= 8
     finally:
         c.stop()
+
+
+def test_import_on_one_replica_replaces_another_ones_copy(cluster):
+    """PUT state on replica 0 over a session replica 1 holds in RAM at the same version: replica
+    1 then serves the imported state, not its copy."""
+    c = cluster
+    ok_turn(c.ports[1], "imp-1", "The copy in RAM", n=4)  # version 1 on replica 1
+    src = ok_turn(c.ports[0], "imp-src", "An entirely different and longer conversation", n=6)
+    st, _, blob = X.request(c.ports[0], "GET", "/v1/sessions/imp-src/state")
+    assert st == 200
+    st, _, b = X.request(c.ports[0], "PUT", "/v1/sessions/imp-1/state", blob,
+                         headers={"Content-Type": "application/octet-stream"})
+    assert st == 200, b
+    b = ok_turn(c.ports[1], "imp-1", " next", n=4)
+    assert b["xlserve"]["session_tokens"] == src["xlserve"]["session_tokens"] + 5 + 4

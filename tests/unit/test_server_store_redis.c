@@ -227,6 +227,12 @@ static void test_rows_versions_and_hash_tags(void) {
         keys[0].owner[0] == 1);
   CHECK(B->count(c) == 1);
   CHECK(B->get(c, "s1", o1, &g, err, sizeof err) == 1);
+  /* a put without cas (an import) replaces the row at a version past the stored one */
+  row_of(&w, "s2", 1, 400, 1, "imported", big, 3);
+  CHECK(B->put(c, &w, &created, err, sizeof err) == 0 && created == 0);
+  CHECK(B->version(c, "s2", o1, &v, err, sizeof err) == 0 && v == 2);
+  CHECK(B->get(c, "s2", o1, &g, err, sizeof err) == 0 && g.snap_seq == 2 && g.meta_len == 8);
+  B->release(c);
   B->disconnect(c);
   store_backend_free(b);
 }
