@@ -389,3 +389,38 @@ def test_import_on_one_replica_replaces_another_ones_copy(cluster):
     assert st == 200, b
     b = ok_turn(c.ports[1], "imp-1", " next", n=4)
     assert b["xlserve"]["session_tokens"] == src["xlserve"]["session_tokens"] + 5 + 4
+
+
+COMPOSE_REPLICAS = os.path.join(N.ROOT, "docker", "compose-replicas.yaml")
+
+
+def test_compose_replicas_file_wires_redis_replicas_and_nginx(tmp_path):
+    """docker/compose-replicas.yaml without a Docker engine: three replicas on store redis
+    pointing at the redis service's address and trusting nginx's; nginx's start command turns
+    the shipped replicas config into one naming the three replicas' addresses, which nginx
+    accepts (run here, on the shipped file)."""
+    yaml = pytest.importorskip("yaml")
+    with open(COMPOSE_REPLICAS) as f:
+        doc = yaml.safe_load(f)
+    sv = doc["services"]
+    addr = {name: s["networks"]["replicas"]["ipv4_address"] for name, s in sv.items()}
+    replicas = sorted(n for n in sv if n.startswith("xlserve-"))
+    assert len(replicas) == 3 and sv["redis"]["build"]["target"] == "redis"
+    for n in replicas:
+        env = sv[n]["environment"]
+        assert env["XLSERVE_STORE"] == "redis"
+        assert env["XLSERVE_REDIS_URL"] == "redis://%s:6379/0" % addr["redis"]
+        assert env["XLSERVE_TRUSTED_PROXIES"] == addr["nginx"]
+        assert sv[n]["depends_on"]["redis"]["condition"] == "service_healthy"
+    script = sv["nginx"]["command"][2].replace("$$", "$")
+    out = tmp_path / "xlserve.conf"
+    script = script.replace("/usr/local/share/xlserve/nginx/xlserve-replicas.conf",
+                            SHIPPED_REPLICAS).replace("/etc/nginx/conf.d/xlserve.conf", str(out))
+    script = script.split("&& nginx -t")[0]
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    servers = re.findall(r"(?m)^\s*server (\S+) max_fails", text)
+    assert servers == ["%s:8080" % addr[n] for n in replicas]
+    n = N.Nginx(tmp_path / "nginx", None, shipped=str(out))  # accepted and started
+    n.stop()
