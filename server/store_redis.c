@@ -2,7 +2,7 @@
  * store_redis.c: the session store's Redis backend (hiredis), for several daemons sharing one
  * store. Owns the key layout, the Lua scripts that make each write one atomic compare-and-set,
  * and the connection's life: lazy connect, AUTH, SELECT, script loading, and reconnection with
- * exponential backoff (0.1 s doubling to 5 s) while Redis is unreachable (g_metrics.store_down
+ * exponential backoff (0.1 s doubling to 2 s) while Redis is unreachable (g_metrics.store_down
  * says so meanwhile).
  *
  * Keys (P = redis_prefix, K = the owner's 64 hex digits ':' the id; the braces are a Redis
@@ -224,7 +224,7 @@ static void drop_conn(store_conn *c, const char *why) {
     c->rc = NULL;
   }
   c->backoff = c->backoff > 0 ? c->backoff * 2 : 0.1;
-  if (c->backoff > 5) c->backoff = 5;
+  if (c->backoff > 2) c->backoff = 2;
   c->next_try = now_mono() + c->backoff;
   if (!c->logged_down) {
     xlog_msg("error", "store_unavailable", "Redis is unreachable (%s); retrying with backoff",
