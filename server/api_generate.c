@@ -702,6 +702,7 @@ static void gen_finish(req *r) {
     if (err_code && j->finish == FINISH_ERROR) {
       req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
     } else if (err_code && !strcmp(err_code, "store_failed")) {
+      r->retry_after = "1"; /* the turn was not kept: a retry is safe once the store is back */
       req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
     } else if (err_code && !strcmp(err_code, "session_conflict")) {
       req_error(r, 409, "invalid_request_error", err_code, "session_id", "%s", err_msg);

@@ -74,8 +74,9 @@ def test_failed_commit_rolls_back_and_retry_is_safe(tiny_disk, start_daemon, tmp
     assert fill(filler) > 0
     # non-streamed, twice: 500 store_failed, the turn not kept
     for _ in range(2):
-        st, _, b = turn(d.port, "full", p2, 8)
+        st, h, b = turn(d.port, "full", p2, 8)
         assert st == 500 and b["error"]["code"] == "store_failed", b
+        assert h.get("retry-after") == "1"  # a retry is safe, once the store has room
         st, s = X.get_session(d.port, "full")
         assert st == 200, s
         assert (s["tokens"], s["turns"], s["transcript_digest"]) == \
