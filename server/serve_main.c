@@ -328,8 +328,10 @@ int serve_main(int argc, char **argv) {
   stop_timer_armed = 0;
   a.drain_timer.data = a.ttl_timer.data = stop_timer.data = &a;
   if (app_store_open(&a, err, sizeof err)) {
-    xlog_msg("fatal", "store_failed", "option state_dir: %s", err);
-    fprintf(stderr, "xlserve: option state_dir: %s\n", err);
+    /* a Redis backend's messages name their option (redis_url, ...) themselves */
+    const char *opt = strncmp(err, "option ", 7) ? "option state_dir: " : "";
+    xlog_msg("fatal", "store_failed", "%s%s", opt, err);
+    fprintf(stderr, "xlserve: %s%s\n", opt, err);
     a.exit_code = 1;
     a.phase = APP_DRAINING;
     schedule_stop(&a, 0);

@@ -42,7 +42,8 @@ class Redis:
     """redis-server on 127.0.0.1 with its AOF (appendfsync always) in DIR; restartable on the
     same port and files."""
 
-    def __init__(self, d):
+    def __init__(self, d, persistence=("--appendonly", "yes", "--appendfsync", "always")):
+        self.persistence = list(persistence)
         self.dir = str(d)
         os.makedirs(self.dir, exist_ok=True)
         self.port = X.free_port()
@@ -52,7 +53,7 @@ class Redis:
     def start(self):
         self.proc = subprocess.Popen(
             [REDIS, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", self.dir,
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+             *self.persistence, "--save", "",
              "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         X.wait_until(self.ping, 20, "redis-server answers PING")
@@ -509,3 +510,32 @@ def test_redis_killed_and_restarted_under_load_loses_no_acknowledged_turn(cluste
         print("%s: %s" % (sid, " ".join(x[1] for x in log)))
     assert any(x[1] != "acked" for log in logs.values() for x in log), \
         "no turn met the outage (Redis restarted too fast to be seen)"
+
+
+def test_the_log_says_what_an_acknowledged_turn_survives(tmp_path, tiny_model, start_daemon):
+    """At start the daemon reads Redis's persistence settings and says what `turn` durability
+    then means; a password in redis_url never reaches the log or --dump-config."""
+    for persistence, says in ((("--appendonly", "yes", "--appendfsync", "always"),
+                               "appendfsync always: an acknowledged turn is on Redis's disk"),
+                              (("--appendonly", "yes", "--appendfsync", "everysec"),
+                               "a power loss may lose about the last second"),
+                              (("--appendonly", "no"), "lives in Redis's RAM only")):
+        r = Redis(tmp_path / ("redis-" + persistence[-1]), persistence)
+        try:
+            d = start_daemon(tiny_model, "--store", "redis", "--redis-url",
+                             "redis://127.0.0.1:%d/0" % r.port)
+            ev = d.wait_log(lambda o: o.get("event") == "store")
+            assert says in ev["msg"] and "127.0.0.1:%d" % r.port in ev["msg"], ev
+            assert d.stop() == 0, d.tail()
+        finally:
+            r.stop()
+    out = subprocess.run([X.xlserve_bin(), "serve", "--model", tiny_model, "--store", "redis",
+                          "--redis-url", "redis://:hunter2@10.0.0.5:6379/1", "--dump-config"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "hunter2" not in out.stdout
+    assert re.search(r"(?m)^redis_url .*redacted", out.stdout), out.stdout
+    bad = subprocess.run([X.xlserve_bin(), "serve", "--model", tiny_model, "--store", "redis",
+                          "--redis-url", "redis://127.0.0.1:99999/0"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1
+    assert "xlserve: option redis_url: 'redis://127.0.0.1:99999/0': bad port" in bad.stderr
