@@ -539,3 +539,32 @@ def test_the_log_says_what_an_acknowledged_turn_survives(tmp_path, tiny_model, s
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1
     assert "xlserve: option redis_url: 'redis://127.0.0.1:99999/0': bad port" in bad.stderr
+
+
+def test_wait_for_redis_replicas(tmp_path, tiny_model, start_daemon):
+    """redis_wait_replicas 1: each commit WAITs for one Redis replica. Without one, a turn is
+    still acknowledged (it is on the primary) but the shortfall is logged and counted; with a
+    replica attached (redis-server --replicaof), none."""
+    primary = Redis(tmp_path / "primary")
+    secondary = None
+    try:
+        d = start_daemon(tiny_model, "--store", "redis", "--redis-url",
+                         "redis://127.0.0.1:%d/0" % primary.port, "--redis-wait-replicas", "1",
+                         "--redis-wait-timeout-ms", "200")
+        assert "waits for 1 replica" in d.wait_log(lambda o: o.get("event") == "store")["msg"]
+        ok_turn(d.port, "w-1", "Alone", n=4)
+        assert X.metric(d.port, "xlserve_store_wait_shortfalls_total") >= 1
+        d.wait_log(lambda o: o.get("event") == "store_wait_shortfall")
+        secondary = Redis(tmp_path / "secondary",
+                          ("--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)))
+        X.wait_until(lambda: primary.command("WAIT", "1", "100") == ":1", 30,
+                     "the Redis replica is in sync")
+        before = X.metric(d.port, "xlserve_store_wait_shortfalls_total")
+        for k in range(3):
+            ok_turn(d.port, "w-1", " and replicated %d" % k, n=4)
+        assert X.metric(d.port, "xlserve_store_wait_shortfalls_total") == before
+        assert secondary.command("EXISTS", "xls:s:{%s:w-1}" % ("0" * 64)) == ":1"
+    finally:
+        if secondary:
+            secondary.stop()
+        primary.stop()
