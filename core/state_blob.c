@@ -167,3 +167,12 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   }
   return XL_OK;
 }
+
+size_t xl_model_state_blob_max_bytes(const xl_model *m) {
+  size_t most = 0;
+  for (int d = 0; d < XL_KV_DTYPE_COUNT; d++) {
+    size_t n = (size_t)m->cfg.n_layer * xl_kv_packed_bytes(m, (xl_kv_dtype)d, m->cfg.mem_len);
+    most = n > most ? n : most;
+  }
+  return BLOB_HEADER + most + 8;
+}

@@ -122,6 +122,9 @@ size_t xl_model_state_bytes(const xl_model *model);   /* RAM of one full xl_stat
 /* Memory bytes one position adds to a state, all layers (keys, values and int8 scales). */
 size_t xl_model_state_bytes_per_token(const xl_model *model);
 xl_kv_dtype xl_model_kv_dtype(const xl_model *model);
+/* The largest state blob of this model in any memory dtype (an import may come from a server
+ * of another dtype): a bound for request bodies carrying one. */
+size_t xl_model_state_blob_max_bytes(const xl_model *model);
 uint64_t xl_model_fingerprint(const xl_model *model); /* hash of config + weights (+ overrides) */
 const char *xl_model_dir(const xl_model *model);
 
