@@ -166,6 +166,7 @@ size_t xl_kv_layer_bytes(const xl_model *m, xl_kv_dtype dt, int M);
 size_t xl_kv_position_bytes(const xl_model *m, xl_kv_dtype dt);
 xl_kv_layer xl_kv_layer_at(const xl_model *m, xl_kv_dtype dt, int M, unsigned char *base);
 static inline xl_kv_layer xl_state_layer(const xl_state *s, int layer) {
+  if (!s->kv) return (xl_kv_layer){s->dtype, s->mem_len, NULL, NULL, NULL, NULL}; /* mem_len 0 */
   return xl_kv_layer_at(s->model, s->dtype, s->mem_len, s->kv + (size_t)layer * s->layer_bytes);
 }
 /* F32 states only: the layer's keys [H*Dh][mem_len] and values [mem_len][H*Dh]. */
