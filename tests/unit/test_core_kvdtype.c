@@ -279,6 +279,10 @@ static void test_blobs_across_dtypes(void) {
     CHECK(blob[d][8] == (d == 0 ? 1 : 2) && blob[d][60] == d); /* version, dtype code */
   }
   CHECK(len[1] - 72 < (len[0] - 72) / 2 + 1); /* bf16 payload: half */
+  /* a full f32 blob fits every model's bound for an imported blob (an f32 export into a bf16
+   * or int8 server: the bound is not the server's own, smaller state) */
+  for (int d = 0; d < XL_KV_DTYPE_COUNT; d++) CHECK(len[0] <= xl_model_state_blob_max_bytes(m[d]));
+  CHECK(xl_model_state_blob_max_bytes(m[1]) > xl_model_state_bytes(m[1]));
   /* int8 payload: a quarter, plus one f32 scale per position, head and K/V (d_head 16 here:
    * 0.31 of f32; 0.27 at d_head 64) */
   CHECK(len[2] - 72 == (len[0] - 72) / 4 + (size_t)m[0]->cfg.n_layer * (size_t)m[0]->cfg.mem_len *
