@@ -11,13 +11,16 @@
  * Keys allowed: j <= a (causal) and, with same_length, j > a - mem_len.
  *
  * Two paths: a block of queries (prefill, segments) uses GEMMs per head; a single query (a
- * decode step) streams each memory key row and value row once for all heads.
+ * decode step) streams each memory key row and value row once for all heads. A memory stored
+ * narrower than F32 (bf16, int8) is widened per head into scratch for the block path, and read
+ * in place by the narrow-memory kernels (kvkernels.h) on the decode path.
  */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "attention.h"
+#include "kvkernels.h"
 
 #define QUERY_BLOCK 64
 
@@ -63,14 +66,35 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
   const xl_state *st = it->state;
   const int hd = m->hd, dh = c->d_head, mlen = st->len, n = it->n, M = st->mem_len;
   const float scale = (float)(1.0 / sqrt((double)dh));
-  const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);
+  const xl_kv_layer mem = xl_state_layer(st, layer);
+  const int narrow = st->dtype != XL_KV_F32;
   const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd; /* rows, stride 3*hd */
-  xl_ring_run runs[2];
-  int n_runs = xl_ring_runs(st, runs);
+  xl_ring_run ring[2], runs[2];
+  int n_ring = xl_ring_runs(st, ring), n_runs = n_ring;
+  /* this head's memory keys (transposed, row stride kld) and values (row stride vld) by slot;
+   * a narrow memory is widened into scratch with positions in key order (one run) */
+  const float *Kh, *Vh;
+  size_t kld = (size_t)M, vld = (size_t)hd;
+  if (narrow) {
+    kld = (size_t)(mlen ? mlen : 1), vld = (size_t)dh;
+    runs[0] = (xl_ring_run){0, 0, mlen};
+    n_runs = mlen ? 1 : 0;
+  } else {
+    memcpy(runs, ring, sizeof runs);
+  }
 
   for (int h = 0; h < c->n_head; h++) {
     const float *u = L->r_w_bias + (size_t)h * dh;
     const float *pos_bias = pt->pos_bias + (size_t)h * pt->rows;
+    if (narrow) {
+      for (int ri = 0; ri < n_ring; ri++)
+        xl_kv_widen_head(m, &mem, h, ring[ri].slot, ring[ri].count, sc->kw, kld, sc->vw,
+                         ring[ri].first);
+      Kh = sc->kw, Vh = sc->vw;
+    } else {
+      Kh = (const float *)(const void *)mem.keys + (size_t)h * dh * M;
+      Vh = (const float *)(const void *)mem.vals + (size_t)h * dh;
+    }
     for (int i0 = 0; i0 < n; i0 += QUERY_BLOCK) {
       int b = n - i0 < QUERY_BLOCK ? n - i0 : QUERY_BLOCK;
       int a_first = mlen + i0, a_last = mlen + i0 + b - 1;
@@ -87,7 +111,7 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
       for (int ri = 0; ri < n_runs; ri++)
         if ((cnt = clip(runs[ri].first, runs[ri].count, jlo, jhi, &k0)) > 0)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, cnt, dh, 1.0f, sc->qu, dh,
-                      Kt + (size_t)h * dh * M + runs[ri].slot + (k0 - runs[ri].first), M, 0.0f,
+                      Kh + runs[ri].slot + (k0 - runs[ri].first), (int)kld, 0.0f,
                       sc->scores + (k0 - jlo), width);
       if ((cnt = clip(mlen, n, jlo, jhi, &k0)) > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, cnt, dh, 1.0f, sc->qu, dh,
@@ -114,8 +138,8 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
         if ((cnt = clip(runs[ri].first, runs[ri].count, jlo, jhi, &k0)) > 0) {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, dh, cnt, 1.0f,
                       sc->scores + (k0 - jlo), width,
-                      V + (size_t)(runs[ri].slot + (k0 - runs[ri].first)) * hd + (size_t)h * dh,
-                      hd, beta, out, hd);
+                      Vh + (size_t)(runs[ri].slot + (k0 - runs[ri].first)) * vld, (int)vld, beta,
+                      out, hd);
           beta = 1.0f;
         }
       if ((cnt = clip(mlen, n, jlo, jhi, &k0)) > 0)
@@ -137,7 +161,8 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
   const int lo = first_key(m, a), n_keys = a - lo + 1;
   const int n_pos_all = m->n_pos_cached;
   const float scale = (float)(1.0 / sqrt((double)dh));
-  const float *Kt = xl_state_keys(st, layer), *V = xl_state_values(st, layer);
+  const xl_kv_layer mem = xl_state_layer(st, layer);
+  const xl_kv_kernels *kk = xl_kv_kern();
   const float *q = it->qkv, *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
   xl_ring_run runs[2];
   int n_runs = xl_ring_runs(st, runs), k0, cnt;
@@ -148,9 +173,20 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
     float *s = probs + (size_t)h * n_keys; /* keys lo..a */
     for (int k = 0; k < dh; k++) sc->qu[k] = qh[k] + u[k];
     for (int ri = 0; ri < n_runs; ri++)
-      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
-        xl_vec_dot_rows(sc->qu, dh, Kt + (size_t)h * dh * M + runs[ri].slot + (k0 - runs[ri].first),
-                 (size_t)M, cnt, s + (k0 - lo));
+      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0) {
+        size_t at = (size_t)h * dh * M + runs[ri].slot + (k0 - runs[ri].first); /* [c][slot] */
+        if (st->dtype == XL_KV_BF16)
+          kk->dot_rows_bf16(sc->qu, dh, (const uint16_t *)(const void *)mem.keys + at, (size_t)M,
+                            cnt, s + (k0 - lo));
+        else if (st->dtype == XL_KV_INT8)
+          kk->dot_rows_i8(sc->qu, dh, (const int8_t *)mem.keys + at, (size_t)M,
+                          (const float *)(const void *)mem.kscale + (size_t)h * M +
+                              runs[ri].slot + (k0 - runs[ri].first),
+                          cnt, s + (k0 - lo));
+        else
+          xl_vec_dot_rows(sc->qu, dh, (const float *)(const void *)mem.keys + at, (size_t)M, cnt,
+                          s + (k0 - lo));
+      }
     float self = 0.0f; /* the new key: itself */
     for (int k = 0; k < dh; k++) self += sc->qu[k] * k_new[(size_t)h * dh + k];
     s[a - lo] = self;
@@ -163,10 +199,20 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
   float *out = it->out;
   memset(out, 0, (size_t)hd * sizeof *out);
   for (int ri = 0; ri < n_runs; ri++)
-    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
-      xl_vec_mix_rows(out, probs + (k0 - lo), (size_t)n_keys,
-                      V + (size_t)(runs[ri].slot + (k0 - runs[ri].first)) * hd, (size_t)hd, cnt,
-                      H, dh);
+    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0) {
+      size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
+      if (st->dtype == XL_KV_BF16)
+        kk->mix_rows_bf16(out, probs + (k0 - lo), (size_t)n_keys,
+                          (const uint16_t *)(const void *)mem.vals + slot * hd, (size_t)hd, cnt,
+                          H, dh);
+      else if (st->dtype == XL_KV_INT8)
+        kk->mix_rows_i8(out, probs + (k0 - lo), (size_t)n_keys,
+                        (const int8_t *)mem.vals + slot * hd, (size_t)hd,
+                        (const float *)(const void *)mem.vscale + slot * H, (size_t)H, cnt, H, dh);
+      else
+        xl_vec_mix_rows(out, probs + (k0 - lo), (size_t)n_keys,
+                        (const float *)(const void *)mem.vals + slot * hd, (size_t)hd, cnt, H, dh);
+    }
   xl_vec_mix_rows(out, probs + (a - lo), (size_t)n_keys, v_new, (size_t)hd, 1, H, dh);
 }
 
@@ -192,7 +238,8 @@ void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_po
 size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos) {
   size_t block = (size_t)QUERY_BLOCK * max_width, one = (size_t)m->cfg.n_head * max_width;
   return (block > one ? block : one) + (size_t)QUERY_BLOCK * max_pos +
-         2 * (size_t)QUERY_BLOCK * m->cfg.d_head + (size_t)max_pos;
+         2 * (size_t)QUERY_BLOCK * m->cfg.d_head + (size_t)max_pos +
+         (m->kv_dtype != XL_KV_F32 ? 2 * (size_t)m->cfg.d_head * m->cfg.mem_len : 0);
 }
 
 void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_pos,
@@ -203,4 +250,6 @@ void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_
   sc->q = sc->pos + (size_t)QUERY_BLOCK * max_pos;
   sc->qu = sc->q + (size_t)QUERY_BLOCK * m->cfg.d_head;
   sc->rev = sc->qu + (size_t)QUERY_BLOCK * m->cfg.d_head;
+  sc->kw = sc->rev + (size_t)max_pos;
+  sc->vw = sc->kw + (size_t)m->cfg.d_head * m->cfg.mem_len;
 }

@@ -29,6 +29,8 @@ typedef struct {
   float *pos;              /* [QUERY_BLOCK, max_pos] */
   float *q, *qu;           /* [QUERY_BLOCK, d_head] each */
   float *rev;              /* [max_pos]: one row's position terms, distance-reversed */
+  float *kw, *vw;          /* narrow memory, block path: one head's keys [d_head, mem_len] and
+                              values [mem_len, d_head] widened to F32 */
 } xl_attn_scratch;
 
 /* Position products of several decode steps at once, over the model's cached table:

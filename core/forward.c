@@ -31,6 +31,9 @@ static xl_code validate(const xl_model *m, const xl_feed *items, int n_items, si
     const xl_feed *f = &items[i];
     if (!f->state || f->state->model != m)
       return xl_fail(err, XL_ARG, "forward: item %d has no state of this model", i);
+    if (f->state->dtype != m->kv_dtype)
+      return xl_fail(err, XL_ARG, "forward: item %d has a %s memory, the model %s", i,
+                     xl_kv_dtype_name(f->state->dtype), xl_kv_dtype_name(m->kv_dtype));
     if (f->n_tokens < 1 || !f->tokens)
       return xl_fail(err, XL_ARG, "forward: item %d has no tokens", i);
     if (f->target_logprobs && !f->targets)
@@ -56,15 +59,21 @@ static xl_code validate(const xl_model *m, const xl_feed *items, int n_items, si
 }
 
 /* Writes the item's new keys/values of layer l into its ring: logical position p of
- * cat(mem, new) goes to slot (head + p) % mem_len; only the last mem_len survive. */
+ * cat(mem, new) goes to slot (head + p) % mem_len; only the last mem_len survive. A narrow
+ * memory (bf16, int8) gets them rounded (kv_store.c). */
 static void ring_append(xl_state *s, int l, const float *qkv, int n) {
   int M = s->mem_len, hd = s->model->hd;
   if (M == 0) return;
-  float *K = xl_state_keys(s, l), *V = xl_state_values(s, l);
+  xl_kv_layer L = xl_state_layer(s, l);
   int r0 = n > M ? n - M : 0;
   for (int r = r0; r < n; r++) {
     int slot = (int)(((int64_t)s->head + s->len + r) % M);
     const float *row = qkv + (size_t)r * 3 * hd;
+    if (s->dtype != XL_KV_F32) {
+      xl_kv_store(s->model, &L, slot, row + hd, row + 2 * hd);
+      continue;
+    }
+    float *K = (float *)(void *)L.keys, *V = (float *)(void *)L.vals;
     for (int c = 0; c < hd; c++) K[(size_t)c * M + slot] = row[hd + c]; /* keys transposed */
     memcpy(V + (size_t)slot * hd, row + 2 * hd, (size_t)hd * sizeof(float));
   }

@@ -102,6 +102,7 @@ struct xl_model {
   int n_owned, cap_owned;
   size_t n_params;
   uint64_t fingerprint;
+  xl_kv_dtype kv_dtype;          /* memory dtype of its states (a load option) */
   /* tokenizer (words) */
   char **vocab;                  /* [vocab_size] symbols, NULL for byte models */
   int32_t *vocab_index;          /* open-addressing table of ids, size vocab_index_cap */
@@ -134,22 +135,76 @@ void xl_tokenizer_free(xl_model *m);
 
 /* ---- state --------------------------------------------------------------------------- */
 /* Keys are stored transposed, [H*Dh][mem_len] per layer, so a decode step scores all memory
- * positions of a head with contiguous multiply-adds; values are rows, [mem_len][H*Dh]. */
+ * positions of a head with contiguous multiply-adds; values are rows, [mem_len][H*Dh]. The
+ * elements are the state's dtype (F32, BF16 or INT8); INT8 layers also hold the scales, keys'
+ * [H][mem_len] and values' [mem_len][H] (kv_store.c owns the layout). */
 struct xl_state {
   const xl_model *model;
   int mem_len;        /* capacity in positions */
   int len;            /* positions held, <= mem_len */
   int head;           /* ring slot of the oldest position */
   uint64_t fed;       /* positions fed since reset */
-  float *kv;          /* per layer: keys [H*Dh][mem_len], then values [mem_len][H*Dh]; by slot */
+  xl_kv_dtype dtype;  /* element type of kv */
+  size_t layer_bytes; /* bytes of one layer's memory (xl_kv_layer_bytes) */
+  unsigned char *kv;  /* per layer: keys, values (, key scales, value scales); by slot */
 };
 
+/* One layer's memory, as pointers into a state (or a packed buffer of `M` positions). */
+typedef struct {
+  xl_kv_dtype dtype;
+  int M;                /* position stride: the ring's capacity */
+  unsigned char *keys;  /* [H*Dh][M] elements */
+  unsigned char *vals;  /* [M][H*Dh] elements */
+  unsigned char *kscale; /* INT8: F32 [H][M] (aligned in a state, maybe not when packed) */
+  unsigned char *vscale; /* INT8: F32 [M][H] */
+} xl_kv_layer;
+
+size_t xl_kv_elem_bytes(xl_kv_dtype dt);
+/* Bytes of one layer of M positions in a state (sections 64-byte aligned). */
+size_t xl_kv_layer_bytes(const xl_model *m, xl_kv_dtype dt, int M);
+/* Bytes one position takes in one layer (elements and scales, no padding). */
+size_t xl_kv_position_bytes(const xl_model *m, xl_kv_dtype dt);
+xl_kv_layer xl_kv_layer_at(const xl_model *m, xl_kv_dtype dt, int M, unsigned char *base);
+static inline xl_kv_layer xl_state_layer(const xl_state *s, int layer) {
+  if (!s->kv) return (xl_kv_layer){s->dtype, s->mem_len, NULL, NULL, NULL, NULL}; /* mem_len 0 */
+  return xl_kv_layer_at(s->model, s->dtype, s->mem_len, s->kv + (size_t)layer * s->layer_bytes);
+}
+/* F32 states only: the layer's keys [H*Dh][mem_len] and values [mem_len][H*Dh]. */
 static inline float *xl_state_keys(const xl_state *s, int layer) {
-  return s->kv + (size_t)layer * 2 * s->mem_len * s->model->hd;
+  return (float *)(void *)xl_state_layer(s, layer).keys;
 }
 static inline float *xl_state_values(const xl_state *s, int layer) {
-  return xl_state_keys(s, layer) + (size_t)s->mem_len * s->model->hd;
+  return (float *)(void *)xl_state_layer(s, layer).vals;
 }
+/* A state of `dtype` with room for `mem_len` positions (the model's, or fewer for scratch). */
+xl_code xl_state_alloc(const xl_model *m, xl_kv_dtype dtype, int mem_len, xl_state **out,
+                       xl_error *err);
+/* Stores position `slot` of a layer from F32 key and value rows [H*Dh] (narrowed to the dtype:
+ * bf16 round-to-nearest-even, int8 symmetric per head). */
+void xl_kv_store(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
+                 const float *val);
+/* Reads position `slot` back as F32 rows [H*Dh] (widened). */
+void xl_kv_load(const xl_model *m, const xl_kv_layer *L, int slot, float *key, float *val);
+/* Head h's keys [Dh][count] and values [count][Dh] of `count` consecutive slots from `slot`,
+ * widened to F32 into kw (row stride kld) and vw (row stride Dh) at column/row `at`. */
+void xl_kv_widen_head(const xl_model *m, const xl_kv_layer *L, int h, int slot, int count,
+                      float *kw, size_t kld, float *vw, int at);
+/* Copies `count` positions between layers of the same dtype: src slots [src_slot, +count) to
+ * dst slots [dst_slot, +count) (elements and scales; memcpy only, any alignment). */
+void xl_kv_copy(const xl_model *m, const xl_kv_layer *dst, int dst_slot, const xl_kv_layer *src,
+                int src_slot, int count);
+/* Copies `count` positions between layers of any dtypes, widening/narrowing through F32
+ * (tmp: 2*H*Dh floats). */
+void xl_kv_convert(const xl_model *m, const xl_kv_layer *dst, int dst_slot,
+                   const xl_kv_layer *src, int src_slot, int count, float *tmp);
+/* Packed layout of `count` positions of one layer in a blob: an xl_kv_layer with M = count and
+ * no padding (keys, values, key scales, value scales back to back); its byte size. */
+xl_kv_layer xl_kv_packed_at(const xl_model *m, xl_kv_dtype dt, int count, unsigned char *base);
+size_t xl_kv_packed_bytes(const xl_model *m, xl_kv_dtype dt, int count);
+/* 1 when every value of a packed payload of `bytes` bytes (a whole number of packed layers of
+ * `count` positions) is finite (INT8: its scales finite and >= 0); read with memcpy. */
+int xl_kv_packed_finite(const xl_model *m, xl_kv_dtype dt, const unsigned char *p, size_t bytes,
+                        int count);
 
 /* The ring's positions as up to two runs of consecutive slots, oldest first (key order). */
 typedef struct {

@@ -116,6 +116,12 @@ xl_code xl_model_load(const char *dir, const xl_load_options *opts, xl_model **o
     if (opts->mem_len >= 0) m->cfg.mem_len = opts->mem_len;
     if (opts->clamp_len != -1) m->cfg.clamp_len = opts->clamp_len;
     if (opts->same_length >= 0) m->cfg.same_length = opts->same_length != 0;
+    if ((unsigned)opts->kv_dtype >= XL_KV_DTYPE_COUNT) {
+      rc = xl_fail(err, XL_ARG, "memory dtype code %d is not one of f32, bf16, int8",
+                   (int)opts->kv_dtype);
+      goto fail;
+    }
+    m->kv_dtype = opts->kv_dtype;
     if ((rc = xl_config_validate(&m->cfg, "overrides", err))) goto fail;
   }
   const xl_config *c = &m->cfg;
@@ -174,6 +180,12 @@ uint64_t xl_model_fingerprint(const xl_model *m) { return m->fingerprint; }
 const char *xl_model_dir(const xl_model *m) { return m->dir; }
 
 size_t xl_model_state_bytes(const xl_model *m) {
-  return sizeof(struct xl_state) +
-         (size_t)m->cfg.n_layer * 2 * (size_t)m->cfg.mem_len * m->hd * sizeof(float);
+  size_t layer = m->cfg.mem_len ? xl_kv_layer_bytes(m, m->kv_dtype, m->cfg.mem_len) : 0;
+  return sizeof(struct xl_state) + (size_t)m->cfg.n_layer * layer;
 }
+
+size_t xl_model_state_bytes_per_token(const xl_model *m) {
+  return (size_t)m->cfg.n_layer * xl_kv_position_bytes(m, m->kv_dtype);
+}
+
+xl_kv_dtype xl_model_kv_dtype(const xl_model *m) { return m->kv_dtype; }

@@ -1,7 +1,8 @@
 /*
  * state.c: one session's Transformer-XL memory. Per layer it keeps the keys and values of
  * the last mem_len positions in a ring (oldest at `head`), which is everything a later step
- * reads of the memory: cat(mem, h)[-mem_len:] becomes "append, dropping the oldest".
+ * reads of the memory: cat(mem, h)[-mem_len:] becomes "append, dropping the oldest". The
+ * elements are the model's memory dtype (kv_store.c: F32, BF16 or INT8 with scales).
  * A state is used by one thread at a time.
  */
 #include <stdlib.h>
@@ -9,28 +10,30 @@
 
 #include "internal.h"
 
-static size_t kv_floats(const xl_model *m) {
-  return (size_t)m->cfg.n_layer * 2 * (size_t)m->cfg.mem_len * m->hd;
-}
-
-xl_code xl_state_new(const xl_model *m, xl_state **out, xl_error *err) {
+xl_code xl_state_alloc(const xl_model *m, xl_kv_dtype dtype, int mem_len, xl_state **out,
+                       xl_error *err) {
   *out = NULL;
   xl_state *s = calloc(1, sizeof *s);
   if (!s) return xl_fail(err, XL_NOMEM, "out of memory for a session state");
   s->model = m;
-  s->mem_len = m->cfg.mem_len;
-  size_t n = kv_floats(m);
+  s->mem_len = mem_len;
+  s->dtype = dtype;
+  s->layer_bytes = mem_len ? xl_kv_layer_bytes(m, dtype, mem_len) : 0;
+  size_t n = (size_t)m->cfg.n_layer * s->layer_bytes;
   if (n) {
     /* Not zeroed: slots are written before they are read (len tracks what is valid). */
-    s->kv = malloc(n * sizeof(float));
+    s->kv = aligned_alloc(64, n);
     if (!s->kv) {
       free(s);
-      return xl_fail(err, XL_NOMEM, "out of memory for a session state (%zu bytes)",
-                     n * sizeof(float));
+      return xl_fail(err, XL_NOMEM, "out of memory for a session state (%zu bytes)", n);
     }
   }
   *out = s;
   return XL_OK;
+}
+
+xl_code xl_state_new(const xl_model *m, xl_state **out, xl_error *err) {
+  return xl_state_alloc(m, m->kv_dtype, m->cfg.mem_len, out, err);
 }
 
 void xl_state_free(xl_state *s) {
@@ -46,18 +49,19 @@ void xl_state_reset(xl_state *s) {
 }
 
 xl_code xl_state_clone(const xl_state *src, xl_state **out, xl_error *err) {
-  xl_code rc = xl_state_new(src->model, out, err);
+  xl_code rc = xl_state_alloc(src->model, src->dtype, src->mem_len, out, err);
   if (rc) return rc;
   xl_state *d = *out;
   d->len = src->len;
   d->head = src->head;
   d->fed = src->fed;
-  if (src->kv) memcpy(d->kv, src->kv, kv_floats(src->model) * sizeof(float));
+  if (src->kv) memcpy(d->kv, src->kv, (size_t)src->model->cfg.n_layer * src->layer_bytes);
   return XL_OK;
 }
 
 int xl_state_mem_length(const xl_state *s) { return s->len; }
 uint64_t xl_state_tokens_fed(const xl_state *s) { return s->fed; }
+xl_kv_dtype xl_state_kv_dtype(const xl_state *s) { return s->dtype; }
 size_t xl_state_bytes(const xl_state *s) {
-  return sizeof *s + kv_floats(s->model) * sizeof(float);
+  return sizeof *s + (size_t)s->model->cfg.n_layer * s->layer_bytes;
 }

@@ -5,22 +5,27 @@
  *
  * Layout (little-endian):
  *   0  char[8]  "XLSTATE\0"
- *   8  u32      format version (1)
+ *   8  u32      format version: 1 (F32 memory) or 2 (the memory dtype at offset 60)
  *  12  u32      header bytes (64)
  *  16  u64      model fingerprint
  *  24  u32      n_layer      28 u32 mem_len     32 u32 H*Dh     36 u32 len (positions held)
  *  40  u64      positions fed since reset (at most XL_STATE_MAX_FED)
- *  48  u64      payload bytes = n_layer * 2 * len * H*Dh * 4
- *  56  u32      ring head (slot of the oldest position)    60 u32 reserved (0)
+ *  48  u64      payload bytes = n_layer * len * (2 * H*Dh * element bytes + INT8: 2 * H * 4)
+ *  56  u32      ring head (slot of the oldest position)
+ *  60  u32      memory dtype: 0 f32, 1 bf16, 2 int8 (version 1: always 0; version 2: any known)
  *  64  payload: per layer, the keys as [H*Dh][len] (component-major, positions oldest first,
  *      the engine's own layout, so both directions are runs of memcpy), then the values as
- *      [len][H*Dh] rows, oldest first; f32
+ *      [len][H*Dh] rows, oldest first, in the dtype's elements (f32, bf16, int8); int8 then has
+ *      the key scales as [H][len] and the value scales as [len][H], f32.
+ * An F32 state is written as version 1 (what older builds read); a narrower one as version 2,
+ * which older builds refuse by its version. A blob of another dtype than the model's memory is
+ * widened or narrowed on load (position by position through F32).
  * Restoring puts every position back in its ring slot, so a restored state continues bit for
  * bit like the original (same attention span splits, same summation order).
  * The loader checks what the engine's states always satisfy: position p (counted from the
  * reset) lives in slot p % mem_len, so len = min(fed, mem_len) and head = (fed - len) %
  * mem_len; fed is at most XL_STATE_MAX_FED (the counter never wraps); every key and value is
- * finite.
+ * finite (int8: every scale finite and >= 0).
  *  end u64      checksum: xl_hash64 of every byte before it
  */
 #include <stdlib.h>
@@ -30,7 +35,8 @@
 #include "xl_le.h"
 
 #define BLOB_MAGIC "XLSTATE"
-#define BLOB_VERSION 1u
+#define BLOB_VERSION_F32 1u /* F32 memory (offset 60 is 0) */
+#define BLOB_VERSION 2u     /* any memory dtype, named at offset 60 */
 #define BLOB_HEADER 64u
 #define BLOB_SEED 0x626c6f6273756d31ULL
 
@@ -38,14 +44,14 @@
 xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, xl_error *err) {
   const xl_model *m = s->model;
   int hd = m->hd, L = m->cfg.n_layer;
-  size_t row = (size_t)hd * sizeof(float);
-  size_t payload = (size_t)L * 2 * (size_t)s->len * row;
+  size_t layer = xl_kv_packed_bytes(m, s->dtype, s->len);
+  size_t payload = (size_t)L * layer;
   size_t total = BLOB_HEADER + payload + 8;
   uint8_t *b = malloc(total);
   if (!b) return xl_fail(err, XL_NOMEM, "out of memory serialising a state (%zu bytes)", total);
   memset(b, 0, BLOB_HEADER);
   memcpy(b, BLOB_MAGIC, 8);
-  xl_put_le32(b + 8, BLOB_VERSION);
+  xl_put_le32(b + 8, s->dtype == XL_KV_F32 ? BLOB_VERSION_F32 : BLOB_VERSION);
   xl_put_le32(b + 12, BLOB_HEADER);
   xl_put_le64(b + 16, m->fingerprint);
   xl_put_le32(b + 24, (uint32_t)L);
@@ -55,26 +61,44 @@ xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, 
   xl_put_le64(b + 40, s->fed);
   xl_put_le64(b + 48, payload);
   xl_put_le32(b + 56, (uint32_t)s->head);
-  uint8_t *p = b + BLOB_HEADER;
+  xl_put_le32(b + 60, (uint32_t)s->dtype);
   /* the ring's positions as at most two runs of slots, oldest first */
   xl_ring_run runs[2];
-  int n_runs = xl_ring_runs(s, runs), M = s->mem_len;
+  int n_runs = xl_ring_runs(s, runs);
   for (int l = 0; l < L; l++) {
-    const float *K = xl_state_keys(s, l), *V = xl_state_values(s, l);
-    for (int c = 0; c < hd; c++) { /* key component c of every position */
-      const float *kc = K + (size_t)c * M;
-      for (int r = 0; r < n_runs; r++)
-        memcpy(p + (size_t)runs[r].first * 4, kc + runs[r].slot, (size_t)runs[r].count * 4);
-      p += (size_t)s->len * 4;
-    }
-    for (int r = 0; r < n_runs; r++)
-      memcpy(p + (size_t)runs[r].first * row, V + (size_t)runs[r].slot * hd,
-             (size_t)runs[r].count * row);
-    p += (size_t)s->len * row;
+    xl_kv_layer src = xl_state_layer(s, l);
+    xl_kv_layer dst = xl_kv_packed_at(m, s->dtype, s->len, b + BLOB_HEADER + (size_t)l * layer);
+    for (int r = 0; r < n_runs; r++) xl_kv_copy(m, &dst, runs[r].first, &src, runs[r].slot, runs[r].count);
   }
-  xl_put_le64(p, xl_hash64(b, BLOB_HEADER + payload, BLOB_SEED));
+  xl_put_le64(b + BLOB_HEADER + payload, xl_hash64(b, BLOB_HEADER + payload, BLOB_SEED));
   *blob = b;
   *blob_len = total;
+  return XL_OK;
+}
+
+/* The state `s` (another dtype) converted to the model's memory dtype; frees s. */
+static xl_code to_model_dtype(xl_state *s, xl_state **out, xl_error *err) {
+  const xl_model *m = s->model;
+  xl_code rc = xl_state_new(m, out, err);
+  float *tmp = rc ? NULL : malloc(2 * (size_t)m->hd * sizeof(float));
+  if (!rc && !tmp) rc = xl_fail(err, XL_NOMEM, "out of memory converting a state");
+  if (rc) {
+    xl_state_free(*out);
+    *out = NULL;
+    xl_state_free(s);
+    return rc;
+  }
+  xl_state *d = *out;
+  d->len = s->len, d->head = s->head, d->fed = s->fed;
+  xl_ring_run runs[2];
+  int n_runs = xl_ring_runs(s, runs);
+  for (int l = 0; l < m->cfg.n_layer; l++) {
+    xl_kv_layer src = xl_state_layer(s, l), dst = xl_state_layer(d, l);
+    for (int r = 0; r < n_runs; r++)
+      xl_kv_convert(m, &dst, runs[r].slot, &src, runs[r].slot, runs[r].count, tmp);
+  }
+  free(tmp);
+  xl_state_free(s);
   return XL_OK;
 }
 
@@ -83,9 +107,10 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
   *out = NULL;
   if (!b || n < BLOB_HEADER + 8 || memcmp(b, BLOB_MAGIC, 8))
     return xl_fail(err, XL_STATE, "state blob: not an xlserve state (bad magic or too short)");
-  if (xl_get_le32(b + 8) != BLOB_VERSION)
-    return xl_fail(err, XL_MISMATCH, "state blob: format version %u, this build reads %u",
-                   xl_get_le32(b + 8), BLOB_VERSION);
+  uint32_t version = xl_get_le32(b + 8), code = xl_get_le32(b + 60);
+  if (version != BLOB_VERSION_F32 && version != BLOB_VERSION)
+    return xl_fail(err, XL_MISMATCH, "state blob: format version %u, this build reads %u and %u",
+                   version, BLOB_VERSION_F32, BLOB_VERSION);
   if (xl_get_le32(b + 12) != BLOB_HEADER)
     return xl_fail(err, XL_STATE, "state blob: bad header size");
   uint64_t payload = xl_get_le64(b + 48);
@@ -94,6 +119,12 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
                    n, (unsigned long long)payload);
   if (xl_get_le64(b + n - 8) != xl_hash64(b, n - 8, BLOB_SEED))
     return xl_fail(err, XL_STATE, "state blob: checksum mismatch (corrupted)");
+  if (version == BLOB_VERSION_F32 && code != XL_KV_F32)
+    return xl_fail(err, XL_STATE, "state blob: version 1 with memory dtype code %u (must be 0)", code);
+  if (code >= XL_KV_DTYPE_COUNT)
+    return xl_fail(err, XL_MISMATCH, "state blob: memory dtype code %u is unknown to this build "
+                   "(it reads 0 f32, 1 bf16, 2 int8)", code);
+  xl_kv_dtype dt = (xl_kv_dtype)code;
   if (xl_get_le64(b + 16) != m->fingerprint)
     return xl_fail(err, XL_MISMATCH, "state blob: made by another model (fingerprint %016llx, "
                    "this model %016llx)", (unsigned long long)xl_get_le64(b + 16),
@@ -103,7 +134,7 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
     return xl_fail(err, XL_MISMATCH, "state blob: shape %ux%ux%u does not match the model", L, M, hd);
   uint32_t head = xl_get_le32(b + 56);
   if (len > M || (M > 0 && head >= M) || (M == 0 && head != 0) ||
-      payload != (uint64_t)L * 2 * len * hd * sizeof(float))
+      payload != (uint64_t)L * xl_kv_packed_bytes(m, dt, (int)len))
     return xl_fail(err, XL_STATE, "state blob: inconsistent length %u / head %u", len, head);
   uint64_t fed = xl_get_le64(b + 40);
   if (fed > XL_STATE_MAX_FED)
@@ -114,35 +145,34 @@ xl_code xl_state_deserialize(const xl_model *m, const uint8_t *b, size_t n, xl_s
     return xl_fail(err, XL_STATE, "state blob: %llu tokens fed cannot leave %u positions held "
                    "from ring slot %u (memory length %u)",
                    (unsigned long long)fed, len, head, M);
-  const uint8_t *p = b + BLOB_HEADER;
-  uint32_t any_inf_nan = 0; /* exponent bits all ones <=> inf or nan; branch-free, vectorises */
-  for (uint64_t i = 0; i < payload / 4; i++) {
-    uint32_t u;
-    memcpy(&u, p + 4 * i, 4);
-    any_inf_nan |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-  }
-  if (any_inf_nan) return xl_fail(err, XL_STATE, "state blob: non-finite value");
-  xl_code rc = xl_state_new(m, out, err);
+  if (!xl_kv_packed_finite(m, dt, b + BLOB_HEADER, payload, (int)len))
+    return xl_fail(err, XL_STATE, "state blob: non-finite value");
+  xl_code rc = xl_state_alloc(m, dt, (int)M, out, err);
   if (rc) return rc;
   xl_state *s = *out;
   s->len = (int)len;
   s->head = (int)head;
   s->fed = fed;
-  size_t row = (size_t)hd * sizeof(float);
+  size_t layer = xl_kv_packed_bytes(m, dt, (int)len);
   xl_ring_run runs[2];
   int n_runs = xl_ring_runs(s, runs);
-  for (uint32_t l = 0; l < L; l++) {
-    float *K = xl_state_keys(s, (int)l), *V = xl_state_values(s, (int)l);
-    for (uint32_t c = 0; c < hd; c++) { /* back into the same ring slots */
-      float *kc = K + (size_t)c * M;
-      for (int r = 0; r < n_runs; r++)
-        memcpy(kc + runs[r].slot, p + (size_t)runs[r].first * 4, (size_t)runs[r].count * 4);
-      p += (size_t)len * 4;
-    }
-    for (int r = 0; r < n_runs; r++)
-      memcpy(V + (size_t)runs[r].slot * hd, p + (size_t)runs[r].first * row,
-             (size_t)runs[r].count * row);
-    p += (size_t)len * row;
+  for (uint32_t l = 0; l < L; l++) { /* back into the same ring slots */
+    xl_kv_layer dst = xl_state_layer(s, (int)l);
+    xl_kv_layer src = xl_kv_packed_at(m, dt, (int)len, (unsigned char *)(uintptr_t)(b + BLOB_HEADER + l * layer));
+    for (int r = 0; r < n_runs; r++) xl_kv_copy(m, &dst, runs[r].slot, &src, runs[r].first, runs[r].count);
+  }
+  if (dt != m->kv_dtype) {
+    *out = NULL;
+    return to_model_dtype(s, out, err);
   }
   return XL_OK;
+}
+
+size_t xl_model_state_blob_max_bytes(const xl_model *m) {
+  size_t most = 0;
+  for (int d = 0; d < XL_KV_DTYPE_COUNT; d++) {
+    size_t n = (size_t)m->cfg.n_layer * xl_kv_packed_bytes(m, (xl_kv_dtype)d, m->cfg.mem_len);
+    most = n > most ? n : most;
+  }
+  return BLOB_HEADER + most + 8;
 }

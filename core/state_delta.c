@@ -12,15 +12,19 @@
  *
  * Layout (little-endian):
  *   0  char[8]  "XLDELTA\0"
- *   8  u32      format version (1)
- *  12  u32      header bytes (64)
+ *   8  u32      format version: 1 (F32 memory) or 2 (the memory dtype at offset 64)
+ *  12  u32      header bytes (64 in version 1, 72 in version 2)
  *  16  u64      model fingerprint
  *  24  u32      n_layer      28 u32 mem_len     32 u32 H*Dh     36 u32 k (positions carried)
  *  40  u64      from: positions fed before (the state it applies to must have fed exactly this)
  *  48  u64      fed: positions fed after (at most XL_STATE_MAX_FED, more than from)
- *  56  u64      payload bytes = n_layer * 2 * k * H*Dh * 4
- *  64  payload: per layer, the keys as [H*Dh][k] (component-major, oldest first), then the
- *      values as [k][H*Dh] rows, oldest first; f32 (the state blob's layout, for k positions)
+ *  56  u64      payload bytes = n_layer * k * (2 * H*Dh * element bytes + INT8: 2 * H * 4)
+ *  64  version 2 only: u32 memory dtype (0 f32, 1 bf16, 2 int8), u32 reserved (0)
+ *  64 / 72  payload: per layer, the keys as [H*Dh][k] (component-major, oldest first), then the
+ *      values as [k][H*Dh] rows, oldest first, in the dtype's elements, then (int8) the key
+ *      scales [H][k] and value scales [k][H] (the state blob's layout, for k positions)
+ * An F32 state's delta is written as version 1 (what older builds read), a narrower one's as
+ * version 2. A delta of another dtype than the state's is widened or narrowed as it applies.
  *  end u64      checksum: xl_hash64 of every byte before it
  */
 #include <stdlib.h>
@@ -30,8 +34,10 @@
 #include "xl_le.h"
 
 #define DELTA_MAGIC "XLDELTA"
-#define DELTA_VERSION 1u
-#define DELTA_HEADER 64u
+#define DELTA_VERSION_F32 1u /* F32 memory */
+#define DELTA_VERSION 2u     /* any memory dtype, named at offset 64 */
+#define DELTA_HEADER_F32 64u
+#define DELTA_HEADER 72u
 #define DELTA_SEED 0x64656c7461736d31ULL
 
 /* The slots of positions [p0, p0 + k) as up to two runs (the ring wraps at most once). */
@@ -64,15 +70,16 @@ xl_code xl_state_delta_encode(const xl_state *s, uint64_t from, uint8_t **blob,
   const xl_model *m = s->model;
   int hd = m->hd, L = m->cfg.n_layer, M = s->mem_len;
   int k = (int)carried(from, s->fed, M);
-  size_t row = (size_t)hd * sizeof(float);
-  size_t payload = (size_t)L * 2 * (size_t)k * row;
-  size_t total = DELTA_HEADER + payload + 8;
+  uint32_t header = s->dtype == XL_KV_F32 ? DELTA_HEADER_F32 : DELTA_HEADER;
+  size_t layer = xl_kv_packed_bytes(m, s->dtype, k);
+  size_t payload = (size_t)L * layer;
+  size_t total = header + payload + 8;
   uint8_t *b = malloc(total);
   if (!b) return xl_fail(err, XL_NOMEM, "out of memory encoding a state delta (%zu bytes)", total);
-  memset(b, 0, DELTA_HEADER);
+  memset(b, 0, header);
   memcpy(b, DELTA_MAGIC, 8);
-  xl_put_le32(b + 8, DELTA_VERSION);
-  xl_put_le32(b + 12, DELTA_HEADER);
+  xl_put_le32(b + 8, s->dtype == XL_KV_F32 ? DELTA_VERSION_F32 : DELTA_VERSION);
+  xl_put_le32(b + 12, header);
   xl_put_le64(b + 16, m->fingerprint);
   xl_put_le32(b + 24, (uint32_t)L);
   xl_put_le32(b + 28, (uint32_t)M);
@@ -81,23 +88,15 @@ xl_code xl_state_delta_encode(const xl_state *s, uint64_t from, uint8_t **blob,
   xl_put_le64(b + 40, from);
   xl_put_le64(b + 48, s->fed);
   xl_put_le64(b + 56, payload);
-  uint8_t *p = b + DELTA_HEADER;
+  if (header == DELTA_HEADER) xl_put_le32(b + 64, (uint32_t)s->dtype);
   xl_ring_run runs[2];
   int n_runs = delta_runs(M, s->fed - (uint64_t)k, k, runs);
   for (int l = 0; l < L; l++) {
-    const float *K = xl_state_keys(s, l), *V = xl_state_values(s, l);
-    for (int c = 0; c < hd; c++) { /* key component c of the k positions */
-      const float *kc = K + (size_t)c * M;
-      for (int r = 0; r < n_runs; r++)
-        memcpy(p + (size_t)runs[r].first * 4, kc + runs[r].slot, (size_t)runs[r].count * 4);
-      p += (size_t)k * 4;
-    }
-    for (int r = 0; r < n_runs; r++)
-      memcpy(p + (size_t)runs[r].first * row, V + (size_t)runs[r].slot * hd,
-             (size_t)runs[r].count * row);
-    p += (size_t)k * row;
+    xl_kv_layer src = xl_state_layer(s, l);
+    xl_kv_layer dst = xl_kv_packed_at(m, s->dtype, k, b + header + (size_t)l * layer);
+    for (int r = 0; r < n_runs; r++) xl_kv_copy(m, &dst, runs[r].first, &src, runs[r].slot, runs[r].count);
   }
-  xl_put_le64(p, xl_hash64(b, DELTA_HEADER + payload, DELTA_SEED));
+  xl_put_le64(b + header + payload, xl_hash64(b, header + payload, DELTA_SEED));
   *blob = b;
   *blob_len = total;
   return XL_OK;
@@ -105,19 +104,25 @@ xl_code xl_state_delta_encode(const xl_state *s, uint64_t from, uint8_t **blob,
 
 xl_code xl_state_delta_apply(xl_state *s, const uint8_t *b, size_t n, xl_error *err) {
   const xl_model *m = s->model;
-  if (!b || n < DELTA_HEADER + 8 || memcmp(b, DELTA_MAGIC, 8))
+  if (!b || n < DELTA_HEADER_F32 + 8 || memcmp(b, DELTA_MAGIC, 8))
     return xl_fail(err, XL_STATE, "state delta: not an xlserve delta (bad magic or too short)");
-  if (xl_get_le32(b + 8) != DELTA_VERSION)
-    return xl_fail(err, XL_MISMATCH, "state delta: format version %u, this build reads %u",
-                   xl_get_le32(b + 8), DELTA_VERSION);
-  if (xl_get_le32(b + 12) != DELTA_HEADER)
+  uint32_t version = xl_get_le32(b + 8), header = xl_get_le32(b + 12);
+  if (version != DELTA_VERSION_F32 && version != DELTA_VERSION)
+    return xl_fail(err, XL_MISMATCH, "state delta: format version %u, this build reads %u and %u",
+                   version, DELTA_VERSION_F32, DELTA_VERSION);
+  if (header != (version == DELTA_VERSION_F32 ? DELTA_HEADER_F32 : DELTA_HEADER) || n < header + 8)
     return xl_fail(err, XL_STATE, "state delta: bad header size");
   uint64_t payload = xl_get_le64(b + 56);
-  if (payload != n - DELTA_HEADER - 8)
+  if (payload != n - header - 8)
     return xl_fail(err, XL_STATE, "state delta: %zu bytes, header announces %llu of payload "
                    "(truncated?)", n, (unsigned long long)payload);
   if (xl_get_le64(b + n - 8) != xl_hash64(b, n - 8, DELTA_SEED))
     return xl_fail(err, XL_STATE, "state delta: checksum mismatch (corrupted)");
+  uint32_t code = version == DELTA_VERSION_F32 ? 0 : xl_get_le32(b + 64);
+  if (code >= XL_KV_DTYPE_COUNT)
+    return xl_fail(err, XL_MISMATCH, "state delta: memory dtype code %u is unknown to this build "
+                   "(it reads 0 f32, 1 bf16, 2 int8)", code);
+  xl_kv_dtype dt = (xl_kv_dtype)code;
   if (xl_get_le64(b + 16) != m->fingerprint)
     return xl_fail(err, XL_MISMATCH, "state delta: made by another model (fingerprint %016llx, "
                    "this model %016llx)", (unsigned long long)xl_get_le64(b + 16),
@@ -131,38 +136,34 @@ xl_code xl_state_delta_apply(xl_state *s, const uint8_t *b, size_t n, xl_error *
   if (fed > XL_STATE_MAX_FED || from >= fed)
     return xl_fail(err, XL_STATE, "state delta: inconsistent counters (from %llu to %llu tokens)",
                    (unsigned long long)from, (unsigned long long)fed);
-  if (k != carried(from, fed, (int)M) || payload != (uint64_t)L * 2 * k * hd * sizeof(float))
+  if (k != carried(from, fed, (int)M) || payload != (uint64_t)L * xl_kv_packed_bytes(m, dt, (int)k))
     return xl_fail(err, XL_STATE, "state delta: %u positions for %llu tokens fed (memory length "
                    "%u)", k, (unsigned long long)(fed - from), M);
   if (from != s->fed)
     return xl_fail(err, XL_STATE, "state delta: continues a state of %llu tokens, this one has "
                    "%llu (a delta is missing or out of order)", (unsigned long long)from,
                    (unsigned long long)s->fed);
-  const uint8_t *p = b + DELTA_HEADER;
-  uint32_t any_inf_nan = 0; /* exponent bits all ones <=> inf or nan */
-  for (uint64_t i = 0; i < payload / 4; i++) {
-    uint32_t u;
-    memcpy(&u, p + 4 * i, 4);
-    any_inf_nan |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-  }
-  if (any_inf_nan) return xl_fail(err, XL_STATE, "state delta: non-finite value");
+  const uint8_t *p = b + header;
+  if (!xl_kv_packed_finite(m, dt, p, payload, (int)k))
+    return xl_fail(err, XL_STATE, "state delta: non-finite value");
+  float *tmp = NULL;
+  if (dt != s->dtype && !(tmp = malloc(2 * (size_t)hd * sizeof(float))))
+    return xl_fail(err, XL_NOMEM, "out of memory applying a state delta");
   /* valid: from here on the state changes */
-  size_t row = (size_t)hd * sizeof(float);
+  size_t layer = xl_kv_packed_bytes(m, dt, (int)k);
   xl_ring_run runs[2];
   int n_runs = delta_runs((int)M, fed - k, (int)k, runs);
   for (uint32_t l = 0; l < L; l++) {
-    float *K = xl_state_keys(s, (int)l), *V = xl_state_values(s, (int)l);
-    for (uint32_t c = 0; c < hd; c++) {
-      float *kc = K + (size_t)c * M;
-      for (int r = 0; r < n_runs; r++)
-        memcpy(kc + runs[r].slot, p + (size_t)runs[r].first * 4, (size_t)runs[r].count * 4);
-      p += (size_t)k * 4;
+    xl_kv_layer dst = xl_state_layer(s, (int)l);
+    xl_kv_layer src = xl_kv_packed_at(m, dt, (int)k, (unsigned char *)(uintptr_t)(p + l * layer));
+    for (int r = 0; r < n_runs; r++) {
+      if (tmp) /* another dtype: packed scales may be unaligned, xl_kv_load reads with memcpy */
+        xl_kv_convert(m, &dst, runs[r].slot, &src, runs[r].first, runs[r].count, tmp);
+      else
+        xl_kv_copy(m, &dst, runs[r].slot, &src, runs[r].first, runs[r].count);
     }
-    for (int r = 0; r < n_runs; r++)
-      memcpy(V + (size_t)runs[r].slot * hd, p + (size_t)runs[r].first * row,
-             (size_t)runs[r].count * row);
-    p += (size_t)k * row;
   }
+  free(tmp);
   s->fed = fed;
   s->len = fed < M ? (int)fed : (int)M;
   s->head = M ? (int)((fed - (uint64_t)s->len) % M) : 0;

@@ -84,14 +84,26 @@ typedef struct xl_config {
   xl_tokenizer_kind tokenizer;
 } xl_config;
 
-/* Overrides applied at load time (xlserve eval --mem-len etc.). -1 = keep config.json's. */
+/* Element type of the session memory (each state's cached keys/values). F32: exact. BF16: each
+ * value rounded to nearest-even bfloat16 when stored, widened when read (half the bytes). INT8:
+ * symmetric int8 with one F32 scale per position and head (max |x| / 127), a quarter of the bytes
+ * plus the scales. Codes are stable: they are written into state blobs and deltas. */
+typedef enum { XL_KV_F32 = 0, XL_KV_BF16 = 1, XL_KV_INT8 = 2 } xl_kv_dtype;
+#define XL_KV_DTYPE_COUNT 3
+const char *xl_kv_dtype_name(xl_kv_dtype dtype);          /* "f32", "bf16", "int8" */
+int xl_kv_dtype_parse(const char *name, xl_kv_dtype *out); /* 0, or -1 for an unknown name */
+
+/* Overrides applied at load time (xlserve eval --mem-len etc.). -1 = keep config.json's.
+ * kv_dtype: the memory dtype of every state of the model (not part of its fingerprint: a state
+ * blob of one dtype loads into a model of another, converted). */
 typedef struct xl_load_options {
   int mem_len;
   int clamp_len;
   int same_length;
+  xl_kv_dtype kv_dtype;
 } xl_load_options;
 
-#define XL_LOAD_OPTIONS_DEFAULT {-1, -1, -1}
+#define XL_LOAD_OPTIONS_DEFAULT {-1, -1, -1, XL_KV_F32}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Model: weights (mmapped, F32; F16/BF16 converted at load) + config + tokenizer. */
@@ -107,6 +119,12 @@ void xl_model_free(xl_model *model);
 const xl_config *xl_model_config(const xl_model *model);
 size_t xl_model_param_count(const xl_model *model);   /* distinct parameters (tied counted once) */
 size_t xl_model_state_bytes(const xl_model *model);   /* RAM of one full xl_state */
+/* Memory bytes one position adds to a state, all layers (keys, values and int8 scales). */
+size_t xl_model_state_bytes_per_token(const xl_model *model);
+xl_kv_dtype xl_model_kv_dtype(const xl_model *model);
+/* The largest state blob of this model in any memory dtype (an import may come from a server
+ * of another dtype): a bound for request bodies carrying one. */
+size_t xl_model_state_blob_max_bytes(const xl_model *model);
 uint64_t xl_model_fingerprint(const xl_model *model); /* hash of config + weights (+ overrides) */
 const char *xl_model_dir(const xl_model *model);
 
@@ -127,8 +145,11 @@ uint64_t xl_state_tokens_fed(const xl_state *state);        /* positions fed sin
  * needed to wrap the counter. */
 #define XL_STATE_MAX_FED ((uint64_t)1 << 53)
 size_t xl_state_bytes(const xl_state *state);               /* RAM held by this state */
+xl_kv_dtype xl_state_kv_dtype(const xl_state *state);       /* its memory dtype (the model's) */
 
-/* Blob: magic, format version, model fingerprint, header, K/V payload, checksum.
+/* Blob: magic, format version, model fingerprint, header (with the memory dtype), K/V payload
+ * in the state's dtype, checksum. A blob of another dtype than the model's is widened or
+ * narrowed on load; a dtype this build does not know is refused (XL_MISMATCH).
  * xl_state_serialize allocates *blob with malloc (free it with free()). */
 xl_code xl_state_serialize(const xl_state *state, uint8_t **blob, size_t *blob_len,
                            xl_error *err);

@@ -50,11 +50,13 @@ static void model_obj(buf *b, app *a) {
              ",\"object\":\"model\",\"created\":0,\"owned_by\":\"xlserve\",\"xlserve\":{"
              "\"vocab_size\":%d,\"n_layer\":%d,\"d_model\":%d,\"n_head\":%d,\"mem_len\":%d,"
              "\"same_length\":%s,\"tokenizer\":\"%s\",\"parameters\":%zu,\"state_bytes\":%zu,"
+             "\"kv_dtype\":\"%s\",\"state_bytes_per_token\":%zu,"
              "\"fingerprint\":\"%016llx\",\"tgt_len\":%d,\"clamp_len\":%d,\"prefill_chunk\":%d,"
              "\"max_prompt_tokens\":%lld},\"max_model_len\":%lld}",
              c->vocab_size, c->n_layer, c->d_model, c->n_head, c->mem_len,
              c->same_length ? "true" : "false", c->tokenizer == XL_TOKENIZER_WORDS ? "words" : "bytes",
              xl_model_param_count(a->model), xl_model_state_bytes(a->model),
+             xl_kv_dtype_name(xl_model_kv_dtype(a->model)), xl_model_state_bytes_per_token(a->model),
              (unsigned long long)xl_model_fingerprint(a->model), c->tgt_len, c->clamp_len,
              a->prefill_chunk, a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens);
 }

@@ -31,6 +31,9 @@ typedef struct {
   int max_batch;      /* largest decode batch measured */
   int recurrence;     /* run the Table 9 comparison */
   char cpus[128];     /* --cpu: comma-separated paths; empty = XLSERVE_CPU, else auto */
+  xl_kv_dtype kv[XL_KV_DTYPE_COUNT]; /* --kv-dtype: memory dtypes compared, f32 first */
+  int n_kv;           /* 0: no memory dtype table */
+  int decode_rows;    /* 0: --kv-only (just the memory dtype table after the SGEMM) */
   int thread_clock;   /* --clock thread: this thread's CPU time instead of wall time */
 } bench_opts;
 
@@ -108,27 +111,53 @@ static int prefill(xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t
   return 1;
 }
 
-/* Aggregate tokens/s of one-token decoding for `batch` sessions stepped together (one forward
- * per step, log-probs out for each), every memory already full. */
-static double bench_decode(xl_model *m, int batch, const bench_opts *o, xl_rng *rng) {
+/* A state of m with a full memory (mem_len random tokens fed), or NULL with a message. */
+static xl_state *full_state(xl_model *m, xl_rng *rng) {
   const xl_config *c = xl_model_config(m);
   xl_workspace *ws = NULL;
+  xl_state *st = NULL;
+  xl_error err;
+  int n_warm = c->mem_len > 0 ? c->mem_len : 1;
+  int32_t *t = malloc((size_t)n_warm * sizeof *t);
+  int ok = t && !xl_workspace_new(m, &ws, &err) && !xl_state_new(m, &st, &err);
+  if (ok) {
+    random_tokens(t, n_warm, c->vocab_size, rng);
+    ok = prefill(m, ws, st, t, n_warm);
+  }
+  if (!ok) {
+    xl_state_free(st);
+    st = NULL;
+  }
+  free(t);
+  xl_workspace_free(ws);
+  return st;
+}
+
+/* Aggregate tokens/s of one-token decoding for `batch` sessions stepped together (one forward
+ * per step, log-probs out for each), every memory full: each session a copy of `full` (a state
+ * of m with a full memory; NULL: one is made). */
+static double bench_decode(xl_model *m, const xl_state *full, int batch, const bench_opts *o,
+                           xl_rng *rng) {
+  const xl_config *c = xl_model_config(m);
+  xl_workspace *ws = NULL;
+  xl_state *made = full ? NULL : full_state(m, rng);
   xl_error err;
   double rate = -1;
-  int n_warm = c->mem_len > 0 ? c->mem_len : 1;
-  int32_t *t = malloc((size_t)n_warm * sizeof *t), *step = malloc((size_t)batch * sizeof *step);
+  int n_tok = c->vocab_size < 4096 ? c->vocab_size : 4096;
+  int32_t *t = malloc((size_t)n_tok * sizeof *t), *step = malloc((size_t)batch * sizeof *step);
   float *lp = malloc((size_t)batch * c->vocab_size * sizeof *lp);
   xl_state **st = calloc((size_t)batch, sizeof *st);
   xl_feed *items = calloc((size_t)batch, sizeof *items);
-  if (!t || !step || !lp || !st || !items || xl_workspace_new(m, &ws, &err)) goto out;
-  random_tokens(t, n_warm, c->vocab_size, rng);
+  if (!full) full = made;
+  if (!full || !t || !step || !lp || !st || !items || xl_workspace_new(m, &ws, &err)) goto out;
+  random_tokens(t, n_tok, c->vocab_size, rng);
   for (int b = 0; b < batch; b++)
-    if (xl_state_new(m, &st[b], &err) || !prefill(m, ws, st[b], t, n_warm)) goto out;
+    if (xl_state_clone(full, &st[b], &err)) goto out;
   int steps = 0;
   double t0 = bench_now(o), el;
   do {
     for (int b = 0; b < batch; b++) {
-      step[b] = t[(steps + 7 * b) % n_warm];
+      step[b] = t[(steps + 7 * b) % n_tok];
       items[b] = (xl_feed){st[b], &step[b], 1, NULL, NULL, lp + (size_t)b * c->vocab_size, NULL};
     }
     if (xl_forward(m, ws, items, batch, &err)) goto out;
@@ -143,8 +172,63 @@ out:
   free(t);
   free(step);
   free(lp);
+  xl_state_free(made);
   xl_workspace_free(ws);
   return rate;
+}
+
+/* The session memory dtypes side by side: per dtype (a model loaded with it), bytes per
+ * session and decode rates at each batch, every session a copy of one full memory (made once
+ * in F32, converted into each dtype by a state blob round trip), each rate beside F32's. */
+static int bench_kv_dtypes(xl_model *m, const bench_opts *o, xl_rng *rng) {
+  static const int BATCHES[] = {1, 4, 16, 32, 64};
+  const char *path = xl_cpu_path();
+  int nb = 0;
+  while (nb < 5 && BATCHES[nb] <= o->max_batch) nb++;
+  xl_state *full32 = full_state(m, rng);
+  uint8_t *blob = NULL;
+  size_t blob_len = 0;
+  xl_error err;
+  if (!full32 || xl_state_serialize(full32, &blob, &blob_len, &err)) {
+    xl_state_free(full32);
+    return 1;
+  }
+  printf("\nsession memory dtypes on cpu path %s (decode, memory full, aggregate tokens/s; each\n"
+         "beside f32 in this run)\n%-9s %-5s %14s %12s", path, "cpu path", "kv", "bytes/session",
+         "bytes/token");
+  for (int i = 0; i < nb; i++) printf(" %9s%-3d %6s", "batch ", BATCHES[i], "x f32");
+  printf("\n");
+  double base[5] = {0};
+  int rc = 0;
+  for (int d = 0; d < o->n_kv && !rc; d++) {
+    xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+    lo.kv_dtype = o->kv[d];
+    xl_model *md = cli_load_model("bench", o->model_dir, &lo);
+    xl_state *full = NULL;
+    if (!md || xl_state_deserialize(md, blob, blob_len, &full, &err)) {
+      if (md) fprintf(stderr, "xlserve bench: %s\n", err.message);
+      xl_model_free(md);
+      rc = 1;
+      break;
+    }
+    printf("%-9s %-5s %14zu %12zu", path, xl_kv_dtype_name(o->kv[d]), xl_model_state_bytes(md),
+           xl_model_state_bytes_per_token(md));
+    fflush(stdout);
+    for (int i = 0; i < nb && !rc; i++) {
+      double r = bench_decode(md, full, BATCHES[i], o, rng);
+      if (r < 0) rc = 1;
+      if (o->kv[d] == XL_KV_F32) base[i] = r;
+      if (base[i] > 0) printf(" %12.1f %5.2fx", r, r / base[i]);
+      else printf(" %12.1f %6s", r, "");
+      fflush(stdout);
+    }
+    printf("\n");
+    xl_state_free(full);
+    xl_model_free(md);
+  }
+  free(blob);
+  xl_state_free(full32);
+  return rc;
 }
 
 /* Tokens/s of segment evaluation: segments of tgt_len scored against targets, memory warm. */
@@ -230,8 +314,8 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
          "", "", sgemm, 100.0);
   static const int BATCHES[] = {1, 4, 16, 32, 64};
   double dec1 = 0, decode_flops = flops_per_token(c, c->mem_len + 1);
-  for (int i = 0; i < 5 && BATCHES[i] <= o->max_batch; i++) {
-    double d = bench_decode(m, BATCHES[i], o, &rng);
+  for (int i = 0; i < 5 && BATCHES[i] <= o->max_batch && o->decode_rows; i++) {
+    double d = bench_decode(m, NULL, BATCHES[i], o, &rng);
     if (d < 0) {
       xl_model_free(m);
       return 1;
@@ -242,6 +326,14 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
     printf("%-9s %-58s %12.1f %9.1fx %9.1f %8.0f%%\n", path, label, d, d / dec1,
            d * decode_flops / 1e9, 100 * d * decode_flops / 1e9 / sgemm);
     fflush(stdout);
+  }
+  if (o->n_kv && bench_kv_dtypes(m, o, &rng)) {
+    xl_model_free(m);
+    return 1;
+  }
+  if (!o->decode_rows) {
+    xl_model_free(m);
+    return 0;
   }
   double seg = bench_segments(m, tgt_len, o, &rng);
   /* attended positions per query: mem_len + 1 under same_length, else mem_len + i + 1 */
@@ -284,7 +376,7 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
 
 int cli_bench_main(int argc, char **argv) {
   const char *cmd = "bench";
-  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", 0};
+  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", {XL_KV_F32}, 0, 1, 0};
   int tgt_len = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -292,19 +384,45 @@ int cli_bench_main(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf("usage: xlserve bench [--model DIR] [--threads N] [--seconds S] [--tgt-len L]\n"
              "                     [--max-batch B] [--no-recurrence] [--quick] [--cpu P1,P2,..]\n"
+             "                     [--kv-dtype D1,D2,..] [--kv-only]\n"
              "  --seconds S       minimum time per measurement (default 2)\n"
              "  --max-batch B     largest decode batch (1, 4, 16, 32, 64 up to B; default 64)\n"
              "  --no-recurrence   skip the recurrence-vs-recompute table\n"
              "  --cpu P1,P2,..    CPU paths to measure, one block each (auto, avx512, avx2, neon,\n"
              "                    portable; default: XLSERVE_CPU, else auto)\n"
              "  --clock thread    time by this thread's CPU time, not wall time (needs --threads 1;\n"
-             "                    for a shared, busy machine)\n");
+             "                    for a shared, busy machine)\n"
+             "  --kv-dtype D1,..  also a table of session memory dtypes (f32, bf16, int8; f32 is\n"
+             "                    always measured, first): bytes per session, decode rates beside f32\n"
+             "  --kv-only         with --kv-dtype: only that table (no decode rows, segments,\n"
+             "                    recurrence)\n");
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &o.model_dir);
     else if (!strcmp(a, "--threads")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 256, &o.threads);
     else if (!strcmp(a, "--tgt-len")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 1 << 16, &tgt_len);
     else if (!strcmp(a, "--max-batch")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 4096, &o.max_batch);
     else if (!strcmp(a, "--no-recurrence")) o.recurrence = 0;
+    else if (!strcmp(a, "--kv-only")) o.decode_rows = 0;
+    else if (!strcmp(a, "--kv-dtype")) {
+      const char *v;
+      char list[64];
+      if ((ok = cli_str_arg(cmd, argc, argv, &i, &v))) {
+        snprintf(list, sizeof list, "%s", v);
+        o.n_kv = 1; /* f32 first: the column every ratio is against */
+        char *sv = NULL;
+        for (char *p = strtok_r(list, ",", &sv); p && ok; p = strtok_r(NULL, ",", &sv)) {
+          xl_kv_dtype dt;
+          if (xl_kv_dtype_parse(p, &dt)) {
+            fprintf(stderr, "xlserve bench: --kv-dtype: '%s' is not one of f32, bf16, int8\n", p);
+            ok = 0;
+          } else if (dt != XL_KV_F32 && o.n_kv < XL_KV_DTYPE_COUNT) {
+            int seen = 0;
+            for (int k = 0; k < o.n_kv; k++) seen |= o.kv[k] == dt;
+            if (!seen) o.kv[o.n_kv++] = dt;
+          }
+        }
+      }
+    }
     else if (!strcmp(a, "--clock")) {
       const char *v;
       if ((ok = cli_str_arg(cmd, argc, argv, &i, &v))) {
@@ -335,6 +453,10 @@ int cli_bench_main(int argc, char **argv) {
       return 2;
     }
     if (!ok) return 2;
+  }
+  if (!o.decode_rows && !o.n_kv) {
+    fprintf(stderr, "xlserve bench: --kv-only needs --kv-dtype\n");
+    return 2;
   }
   if (o.thread_clock && o.threads != 1) {
     fprintf(stderr, "xlserve bench: --clock thread needs --threads 1 (other threads' time is "

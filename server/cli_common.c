@@ -159,3 +159,12 @@ int cli_select_cpu(const char *cmd, const char *flag) {
   else fprintf(stderr, "xlserve %s: XLSERVE_CPU=%s: %s\n", cmd, env, err.message);
   return 0;
 }
+
+int cli_kv_dtype(const char *cmd, const char *flag, xl_kv_dtype *out) {
+  const char *env = getenv("XLSERVE_KV_DTYPE"), *name = flag ? flag : env;
+  *out = XL_KV_F32;
+  if (!name || !*name || !xl_kv_dtype_parse(name, out)) return 1;
+  if (flag) fprintf(stderr, "xlserve %s: --kv-dtype %s: not one of f32, bf16, int8\n", cmd, flag);
+  else fprintf(stderr, "xlserve %s: XLSERVE_KV_DTYPE=%s: not one of f32, bf16, int8\n", cmd, env);
+  return 0;
+}

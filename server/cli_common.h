@@ -31,6 +31,10 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
  * unknown or this CPU cannot run it. */
 int cli_select_cpu(const char *cmd, const char *flag);
 
+/* The memory dtype: `flag` (--kv-dtype) if given, else XLSERVE_KV_DTYPE, else f32. Prints
+ * "xlserve CMD: --kv-dtype NAME: ..." and returns 0 for a name that is not f32, bf16, int8. */
+int cli_kv_dtype(const char *cmd, const char *flag, xl_kv_dtype *out);
+
 /* Threads for OpenBLAS (0 = leave the library's default). */
 void cli_set_blas_threads(int n);
 

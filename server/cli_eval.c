@@ -18,7 +18,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: xlserve eval [--model DIR] (--text FILE | --ids FILE) [--tgt-len L]\n"
           "                    [--mem-len M] [--clamp-len C] [--same-length | --no-same-length]\n"
-          "                    [--dump-nll OUT] [--threads N] [--cpu PATH]\n"
+          "                    [--dump-nll OUT] [--threads N] [--cpu PATH] [--kv-dtype D]\n"
           "  --text FILE       text to tokenize with the model's tokenizer\n"
           "  --ids FILE        whitespace-separated token ids\n"
           "  --tgt-len L       segment length (default: config tgt_len, else 128); 1 = one-token\n"
@@ -27,12 +27,13 @@ static void usage(FILE *f) {
           "  --dump-nll OUT    natural-log NLL of every predicted token, one per line\n"
           "  --threads N       OpenBLAS threads (default: the library's)\n"
           "  --cpu PATH        kernels: auto, avx512, avx2, neon, portable (default: XLSERVE_CPU,\n"
-          "                    else auto)\n");
+          "                    else auto)\n"
+          "  --kv-dtype D      memory dtype: f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n");
 }
 
 int cli_eval_main(int argc, char **argv) {
   const char *cmd = "eval", *model_dir = NULL, *text_path = NULL, *ids_path = NULL,
-             *dump_path = NULL, *cpu = NULL;
+             *dump_path = NULL, *cpu = NULL, *kv = NULL;
   int tgt_len = 0, threads = 0;
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
   for (int i = 1; i < argc; i++) {
@@ -43,6 +44,7 @@ int cli_eval_main(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
     else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
+    else if (!strcmp(a, "--kv-dtype")) ok = cli_str_arg(cmd, argc, argv, &i, &kv);
     else if (!strcmp(a, "--text")) ok = cli_str_arg(cmd, argc, argv, &i, &text_path);
     else if (!strcmp(a, "--ids")) ok = cli_str_arg(cmd, argc, argv, &i, &ids_path);
     else if (!strcmp(a, "--dump-nll")) ok = cli_str_arg(cmd, argc, argv, &i, &dump_path);
@@ -63,7 +65,7 @@ int cli_eval_main(int argc, char **argv) {
     fprintf(stderr, "xlserve eval: give exactly one of --text FILE or --ids FILE\n");
     return 2;
   }
-  if (!cli_select_cpu(cmd, cpu)) return 2;
+  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype)) return 2;
   cli_set_blas_threads(threads);
   xl_model *m = cli_load_model(cmd, model_dir, &opts);
   if (!m) return 1;

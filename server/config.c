@@ -278,6 +278,11 @@ static int validate(const config *c, FILE *err) {
     fprintf(err, "xlserve: option cpu: %s\n", e.message);
     return -1;
   }
+  xl_kv_dtype kv;
+  if (xl_kv_dtype_parse(c->kv_dtype, &kv)) {
+    fprintf(err, "xlserve: option kv_dtype: '%s' is not one of f32, bf16, int8\n", c->kv_dtype);
+    return -1;
+  }
   if (!*c->host) {
     fprintf(err, "xlserve: option host: empty\n");
     return -1;

@@ -30,6 +30,11 @@
     "Kernel family of the forward pass: auto (the best this CPU runs), avx512, avx2 (AVX2 + "     \
     "FMA), neon (aarch64) or portable (plain C). A family this CPU cannot run is an error at "   \
     "start; the ready log line and `xlserve info` name the one in use.")                          \
+  X(kv_dtype, STR, "f32", 0, 0,                                                                 \
+    "Element type of each session's memory (its cached keys and values): f32 (exact), bf16 "      \
+    "(half the bytes; rounded to nearest even) or int8 (about a quarter: one scale per position " \
+    "and head). Saved sessions of another dtype are converted when they load; `xlserve info "    \
+    "--kv-dtype X` prints the bytes per session.")                                               \
   X(blas_threads, INT, "1", 0, 256,                                                              \
     "OpenBLAS threads (0 = leave OpenBLAS's own default); OpenBLAS only runs the prompt "         \
     "attention. Keep workers x blas_threads <= cores.")                                          \

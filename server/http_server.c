@@ -589,8 +589,9 @@ static void early_checks(req *r) {
   r->body_limit = (size_t)a->cfg->max_body_bytes;
   size_t rl = strlen(rest);
   if (rt.id == ROUTE_SESSIONS && !strcmp(r->method, "PUT") && rl > 6 &&
-      !strcmp(rest + rl - 6, "/state") && a->model) /* a session's envelope: up to a full state */
-    r->body_limit += xl_model_state_bytes(a->model) + ((size_t)1 << 20);
+      !strcmp(rest + rl - 6, "/state") && a->model) /* a session's envelope: up to a full state
+                                                       (of any memory dtype) */
+    r->body_limit += xl_model_state_blob_max_bytes(a->model) + ((size_t)1 << 20);
   const char *cl = hdr(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (cl) {
     char *end;

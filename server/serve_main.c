@@ -155,6 +155,7 @@ static void load_model(uv_work_t *w) {
   app *a = w->data;
   memset(&a->load_err, 0, sizeof a->load_err);
   xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+  (void)xl_kv_dtype_parse(a->cfg->kv_dtype, &lo.kv_dtype); /* checked by config_load */
   a->load_rc = xl_model_load(a->cfg->model, &lo, &a->model, &a->load_err) == XL_OK ? 0 : -1;
 }
 

@@ -79,6 +79,35 @@ int main(int argc, char **argv) {
   seed[0] = 1;
   snprintf(path, sizeof path, "%s/partial_repair", argv[1]);
   if (tl_write_file(path, seed, n + 1)) return fail(path);
+  /* the wrapped state with a narrow memory (bf16, int8: version-2 blobs naming their dtype),
+   * which the fuzzer's f32 model widens on load */
+  for (int d = XL_KV_BF16; d < XL_KV_DTYPE_COUNT; d++) {
+    xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+    lo.kv_dtype = (xl_kv_dtype)d;
+    xl_model *mn;
+    xl_workspace *wn;
+    xl_state *sn;
+    if (xl_model_load(dir, &lo, &mn, &err) || xl_workspace_new(mn, &wn, &err) ||
+        xl_state_new(mn, &sn, &err))
+      return fail("the model (narrow memory)");
+    xl_feed fn = {sn, t, 9, NULL, NULL, NULL, NULL};
+    if (xl_forward(mn, wn, &fn, 1, &err) != XL_OK) return fail("xl_forward (narrow memory)");
+    free(blob);
+    free(seed);
+    if (xl_state_serialize(sn, &blob, &n, &err) != XL_OK) return fail("xl_state_serialize (narrow)");
+    seed = malloc(n + 1);
+    if (!seed) return fail("malloc");
+    for (int repair = 0; repair < 2; repair++) {
+      seed[0] = (uint8_t)repair;
+      memcpy(seed + 1, blob, n);
+      snprintf(path, sizeof path, "%s/valid_%s%s", argv[1], xl_kv_dtype_name((xl_kv_dtype)d),
+               repair ? "_repair" : "");
+      if (tl_write_file(path, seed, n + 1)) return fail(path);
+    }
+    xl_state_free(sn);
+    xl_workspace_free(wn);
+    xl_model_free(mn);
+  }
   char src[2048];
   snprintf(src, sizeof src, "%s/model.safetensors", dir);
   snprintf(path, sizeof path, "%s/valid", argv[2]);
