@@ -33,6 +33,9 @@ typedef struct app {
   uv_loop_t *loop;
   app_phase phase;
   int exit_code;
+  /* the daemon (serve_main.c): called when a request ends; stops the loop once a drain has
+   * nothing left to wait for */
+  void (*check_drained)(struct app *a);
   /* model (set once loaded; immutable afterwards) */
   xl_model *model;
   char *model_name;
@@ -190,14 +193,5 @@ void gen_on_done(req *r);
 void gen_on_job_done(req *r, job *j); /* a DONE event of any of r's jobs */
 void gen_cancel(req *r, int by_drain);
 
-/* serve_main.c */
-void app_check_drained(app *a);
-
-/* app_store.c: the session store in the daemon */
-int app_store_open(app *a, char *err, size_t cap);   /* main thread, before listening */
-int app_store_start(app *a, char *err, size_t cap);  /* once the model is loaded */
-void app_store_expire(app *a);                       /* TTL timer */
-void app_store_shutdown(app *a);                     /* do_shutdown, after the workers */
-void app_store_free(app *a);                         /* after the loop ended */
 
 #endif

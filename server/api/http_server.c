@@ -112,7 +112,7 @@ static void req_free(req *r) {
   free(r->store_err);
   free(r->path);
   free(r);
-  app_check_drained(a);
+  a->check_drained(a);
 }
 
 void req_unref(req *r) {
@@ -761,6 +761,8 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
   abort();
 }
 
+static void pump_cb(void *a) { http_pump(a); }
+
 int http_start(app *a, char *err, size_t errcap) {
   const config *c = a->cfg;
   struct sockaddr_storage ss;
@@ -780,7 +782,12 @@ int http_start(app *a, char *err, size_t errcap) {
     return -1;
   }
   MHD_set_panic_func(mhd_panic, a);
-  a->guard = guard_new(a);
+  guard_settings gs = {.loop = a->loop, .header_timeout = c->header_timeout,
+                       .idle_timeout = c->idle_timeout,
+                       .max_per_client = c->max_connections_per_client,
+                       .proxies = a->proxies, .n_proxies = a->n_proxies,
+                       .pump = pump_cb, .pump_arg = a};
+  a->guard = guard_new(&gs);
   a->mhd = MHD_start_daemon(
       flags, 0, guard_accept_policy, a->guard, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
       MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a,

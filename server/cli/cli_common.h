@@ -31,7 +31,4 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
  * unknown or this CPU cannot run it. */
 int cli_select_cpu(const char *cmd, const char *flag);
 
-/* Threads for OpenBLAS (0 = leave the library's default). */
-void cli_set_blas_threads(int n);
-
 #endif

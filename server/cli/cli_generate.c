@@ -58,7 +58,7 @@ int cli_generate_main(int argc, char **argv) {
     return 2;
   }
   if (!cli_select_cpu(cmd, cpu)) return 2;
-  cli_set_blas_threads(threads);
+  xl_set_blas_threads(threads);
   xl_model *m = cli_load_model(cmd, model_dir, NULL);
   if (!m) return 1;
   const int vocab = xl_model_config(m)->vocab_size;

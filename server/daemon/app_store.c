@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "app_store.h"
 #include "util.h"
 #include "xlog.h"
 
