@@ -264,7 +264,7 @@ static void make_others(req *r, int groups, int per, int32_t **ptoks, size_t *pn
   r->others_left = r->n_others;
 }
 
-void api_generate(req *r, job_kind kind) {
+static void api_generate(req *r, job_kind kind) {
   app *a = r->a;
   api_error e;
   if (!r->have_g) { /* parsed once: the handler runs again after a session restore */
@@ -707,3 +707,7 @@ static void gen_finish(req *r) {
   }
   req_unref(r);
 }
+
+void api_completions(req *r) { api_generate(r, JOB_COMPLETION); }
+
+void api_chat_completions(req *r) { api_generate(r, JOB_CHAT); }

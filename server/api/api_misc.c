@@ -7,6 +7,7 @@
 
 #include "app.h"
 #include "util.h"
+#include "web_ui.h"
 
 void api_health(req *r) {
   app *a = r->a;
@@ -33,7 +34,7 @@ void api_metrics(req *r) {
   g.draining = a->phase >= APP_DRAINING;
   buf b;
   buf_init(&b);
-  metrics_render(&b, &g);
+  metrics_render(&b, &g, ROUTE_NAMES, ROUTE_N);
   req_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
   buf_free(&b);
 }
@@ -55,7 +56,8 @@ static void model_obj(buf *b, app *a) {
              a->prefill_chunk, a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens);
 }
 
-void api_models(req *r, const char *id) {
+/* GET /v1/models and /v1/models/{id} (id NULL: the list) */
+static void models(req *r, const char *id) {
   app *a = r->a;
   if (!a->model) {
     req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
@@ -63,7 +65,7 @@ void api_models(req *r, const char *id) {
   }
   buf b;
   buf_init(&b);
-  if (*id) {
+  if (id) {
     if (strcmp(id, a->model_name)) {
       buf_free(&b);
       req_error(r, 404, "invalid_request_error", "model_not_found", "model",
@@ -78,3 +80,9 @@ void api_models(req *r, const char *id) {
   }
   req_reply_json(r, 200, &b);
 }
+
+void api_models_list(req *r) { models(r, NULL); }
+
+void api_model_get(req *r) { models(r, r->param); }
+
+void api_ui(req *r) { req_queue_response(r, 200, web_ui_response()); }

@@ -328,125 +328,151 @@ static void list(req *r) {
   st_list_stored(r->a->sessions, r->owner, (int)limit, on_listed, r);
 }
 
-void api_sessions(req *r, const char *rest) {
-  app *a = r->a;
-  xl_error xe;
-  memset(&xe, 0, sizeof xe);
-  if (!*rest) {
-    if (!strcmp(r->method, "POST")) create(r);
-    else list(r);
-    return;
-  }
-  /* rest = "/{id}" or "/{id}/fork" or "/{id}/state" */
-  const char *id = rest + 1;
-  const char *slash = strchr(id, '/');
-  size_t idlen = slash ? (size_t)(slash - id) : strlen(id);
+/* The {id} of the request's path into sid (and the request's log field); 0 after a 400 reply
+ * when it is not a valid session id. */
+static int take_id(req *r, char sid[129]) {
+  const char *id = r->param ? r->param : "";
+  size_t idlen = r->param_len;
   if (!session_id_valid(id, idlen)) {
     req_error(r, 400, "invalid_request_error", "invalid_value", "session_id",
               "session ids are 1-128 characters of [A-Za-z0-9._-]");
-    return;
+    return 0;
   }
-  char sid[129];
   memcpy(sid, id, idlen);
   sid[idlen] = 0;
   snprintf(r->session_id, sizeof r->session_id, "%s", sid);
-  int is_fork = slash && !strcmp(slash, "/fork");
-  int is_state = slash && !strcmp(slash, "/state");
+  return 1;
+}
+
+void api_sessions_list(req *r) { list(r); }
+
+void api_sessions_create(req *r) { create(r); }
+
+/* DELETE /v1/sessions/{id} */
+void api_session_delete(req *r) {
+  app *a = r->a;
+  char sid[129];
+  if (!take_id(r, sid)) return;
   session *s = NULL;
-
-  if (!strcmp(r->method, "DELETE")) {
-    st_status st = st_lookup(a->sessions, sid, r->owner, &s); /* no restore needed */
-    if (st == ST_FOUND) {
-      if (s->busy) {
-        busy(r, sid, "delete it when it is idle");
-        return;
-      }
-      r->refs++;
-      if (st_delete(a->sessions, s, on_deleted, r)) {
-        req_wait_reply(r);
-        return;
-      }
-      r->refs--;
-      deleted_body(r, sid);
-    } else if (st == ST_EXPIRED) {
-      st_forget_tombstone(a->sessions, sid, r->owner);
-      deleted_body(r, sid);
-    } else if (st == ST_MISSING && st_persistent(a->sessions)) {
-      r->refs++;
-      req_wait_reply(r);
-      st_remove_stored(a->sessions, sid, r->owner, on_row_removed, r);
-    } else {
-      req_session_error(r, sid, ST_MISSING);
-    }
-    return;
-  }
-
-  if (is_state && !strcmp(r->method, "PUT")) {
-    st_status st = req_find_session(r, sid, &s);
-    if (st == ST_PENDING) return;
-    if (st == ST_FOUND && s->busy) {
-      busy(r, sid, "import when it is idle");
-      return;
-    }
-    if (st == ST_STORE_ERROR) {
-      req_session_error(r, sid, st);
-      return;
-    }
-    if (!r->body.len) {
-      req_error(r, 400, "invalid_request_error", "invalid_state", "body",
-                "the body must be a session state (GET /v1/sessions/{id}/state)");
-      return;
-    }
-    /* FOUND, MISSING, EXPIRED, or a refused row of this key: replaced by the import */
-    if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid, r->owner);
-    r->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
-    size_t n = r->body.len;
-    uint8_t *bytes = (uint8_t *)buf_steal(&r->body);
-    r->refs++;
-    req_wait_reply(r);
-    st_import(a->sessions, sid, r->owner, bytes, n, on_imported, r);
-    return;
-  }
-
-  st_status st = req_find_session(r, sid, &s);
-  if (st == ST_PENDING) return;
-  if (st != ST_FOUND) {
-    req_session_error(r, sid, st);
-    return;
-  }
-  if (is_fork) {
+  st_status st = st_lookup(a->sessions, sid, r->owner, &s); /* no restore needed */
+  if (st == ST_FOUND) {
     if (s->busy) {
-      busy(r, sid, "fork it when it is idle");
+      busy(r, sid, "delete it when it is idle");
       return;
     }
-    session *f = st_fork(a->sessions, s, &xe);
-    if (!f) {
-      req_error(r, 500, "server_error", "session_fork_failed", NULL, "%s", xe.message);
-      return;
-    }
-    snprintf(r->session_id, sizeof r->session_id, "%s", f->id);
-    fork_ctx *fc = xcalloc(1, sizeof *fc);
-    fc->r = r;
-    snprintf(fc->parent, sizeof fc->parent, "%s", sid);
     r->refs++;
-    if (st_persist(a->sessions, f, on_fork_saved, fc)) {
+    if (st_delete(a->sessions, s, on_deleted, r)) {
       req_wait_reply(r);
       return;
     }
     r->refs--;
-    free(fc);
-    reply_obj(r, 201, f, sid);
-    return;
-  }
-  if (is_state) { /* GET: export */
-    if (s->busy) {
-      busy(r, sid, "export it when it is idle");
-      return;
-    }
+    deleted_body(r, sid);
+  } else if (st == ST_EXPIRED) {
+    st_forget_tombstone(a->sessions, sid, r->owner);
+    deleted_body(r, sid);
+  } else if (st == ST_MISSING && st_persistent(a->sessions)) {
     r->refs++;
     req_wait_reply(r);
-    st_export(a->sessions, s, on_exported, r);
+    st_remove_stored(a->sessions, sid, r->owner, on_row_removed, r);
+  } else {
+    req_session_error(r, sid, ST_MISSING);
+  }
+}
+
+/* PUT /v1/sessions/{id}/state */
+void api_session_import(req *r) {
+  app *a = r->a;
+  char sid[129];
+  if (!take_id(r, sid)) return;
+  session *s = NULL;
+  st_status st = req_find_session(r, sid, &s);
+  if (st == ST_PENDING) return;
+  if (st == ST_FOUND && s->busy) {
+    busy(r, sid, "import when it is idle");
     return;
   }
-  reply_obj(r, 200, s, NULL);
+  if (st == ST_STORE_ERROR) {
+    req_session_error(r, sid, st);
+    return;
+  }
+  if (!r->body.len) {
+    req_error(r, 400, "invalid_request_error", "invalid_state", "body",
+              "the body must be a session state (GET /v1/sessions/{id}/state)");
+    return;
+  }
+  /* FOUND, MISSING, EXPIRED, or a refused row of this key: replaced by the import */
+  if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid, r->owner);
+  r->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
+  size_t n = r->body.len;
+  uint8_t *bytes = (uint8_t *)buf_steal(&r->body);
+  r->refs++;
+  req_wait_reply(r);
+  st_import(a->sessions, sid, r->owner, bytes, n, on_imported, r);
+}
+
+/* The session of the path's {id}, in RAM or restored from the store; NULL when the request
+ * waits for the store (it runs again) or was answered (not found, store error, bad id). */
+static session *found_session(req *r, char sid[129]) {
+  if (!take_id(r, sid)) return NULL;
+  session *s = NULL;
+  st_status st = req_find_session(r, sid, &s);
+  if (st == ST_PENDING) return NULL;
+  if (st != ST_FOUND) {
+    req_session_error(r, sid, st);
+    return NULL;
+  }
+  return s;
+}
+
+/* GET /v1/sessions/{id} */
+void api_session_get(req *r) {
+  char sid[129];
+  session *s = found_session(r, sid);
+  if (s) reply_obj(r, 200, s, NULL);
+}
+
+/* POST /v1/sessions/{id}/fork */
+void api_session_fork(req *r) {
+  app *a = r->a;
+  char sid[129];
+  session *s = found_session(r, sid);
+  if (!s) return;
+  if (s->busy) {
+    busy(r, sid, "fork it when it is idle");
+    return;
+  }
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  session *f = st_fork(a->sessions, s, &xe);
+  if (!f) {
+    req_error(r, 500, "server_error", "session_fork_failed", NULL, "%s", xe.message);
+    return;
+  }
+  snprintf(r->session_id, sizeof r->session_id, "%s", f->id);
+  fork_ctx *fc = xcalloc(1, sizeof *fc);
+  fc->r = r;
+  snprintf(fc->parent, sizeof fc->parent, "%s", sid);
+  r->refs++;
+  if (st_persist(a->sessions, f, on_fork_saved, fc)) {
+    req_wait_reply(r);
+    return;
+  }
+  r->refs--;
+  free(fc);
+  reply_obj(r, 201, f, sid);
+}
+
+/* GET /v1/sessions/{id}/state */
+void api_session_export(req *r) {
+  app *a = r->a;
+  char sid[129];
+  session *s = found_session(r, sid);
+  if (!s) return;
+  if (s->busy) {
+    busy(r, sid, "export it when it is idle");
+    return;
+  }
+  r->refs++;
+  req_wait_reply(r);
+  st_export(a->sessions, s, on_exported, r);
 }

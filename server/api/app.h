@@ -20,6 +20,7 @@
 #include "http_cors.h"
 #include "job.h"
 #include "metrics.h"
+#include "routes.h"
 #include "scheduler.h"
 #include "session_table.h"
 #include "xl.h"
@@ -95,7 +96,10 @@ struct req {
   int refs; /* MHD (until NOTIFY_COMPLETED), response (until its free callback), job, handles */
   req *prev, *next;
   req_phase phase;
-  route_id route;
+  route_id route;     /* the metrics label (ROUTE_OTHER until matched) */
+  const route *rt;    /* the routes table's row (NULL: none matched) */
+  const char *param;  /* its path parameter, inside `path` (NULL: none) */
+  size_t param_len;
   char method[16];
   char *path;
   char request_id[80];
@@ -173,16 +177,12 @@ void req_wait_restore(req *r); /* suspend until the store answered (then dispatc
 void req_wait_reply(req *r);   /* suspend until a callback defers the reply */
 void req_watch_disconnect(req *r);
 
-/* api_*.c: handlers, called by the access handler on the final call */
-void api_health(req *r);
-void api_metrics(req *r);
-void api_models(req *r, const char *id);
-void api_tokenizer(req *r, const char *which); /* "tokenize", "detokenize" or "info" */
-void api_version(req *r);
+/* Queues a prepared response (headers of every reply added); takes resp. */
+void req_queue_response(req *r, int status, struct MHD_Response *resp);
+
+/* api_*.c: helpers of the handlers (the handlers themselves: routes.h) */
 /* The text of token ids (streaming detokeniser: word models' line starts, whole UTF-8). */
 void detok_ids(const xl_model *m, const int32_t *ids, size_t n, buf *out);
-void api_generate(req *r, job_kind kind);
-void api_sessions(req *r, const char *rest); /* rest: "" or "/{id}" or "/{id}/fork|state" */
 /* The session id for r: RAM, then the store (ST_PENDING: r waits and is dispatched again). */
 st_status req_find_session(req *r, const char *id, session **s);
 /* Answers a lookup status other than FOUND and PENDING (MISSING: 404 not found). */

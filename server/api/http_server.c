@@ -260,6 +260,8 @@ static void queue(req *r, int status, struct MHD_Response *resp) {
   set_phase(r, REQ_REPLIED);
 }
 
+void req_queue_response(req *r, int status, struct MHD_Response *resp) { queue(r, status, resp); }
+
 void req_reply(req *r, int status, const char *ctype, const char *body, size_t len) {
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -475,55 +477,6 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
   return r;
 }
 
-typedef struct route {
-  route_id id;
-  const char *allow;
-  int needs_auth;
-  int needs_model;
-} route;
-
-/* Maps the path (prefix stripped) to a route; rest gets the part after a prefix route. */
-static int match(const char *p, route *rt, const char **rest) {
-  *rest = "";
-  if (!strcmp(p, "/")) *rt = (route){ROUTE_UI, "GET, HEAD", 0, 0}; /* the page; its API calls need the key */
-  else if (!strcmp(p, "/health")) *rt = (route){ROUTE_HEALTH, "GET, HEAD", 0, 0};
-  else if (!strcmp(p, "/metrics")) *rt = (route){ROUTE_METRICS, "GET, HEAD", 0, 0};
-  else if (!strcmp(p, "/v1/models")) *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
-  else if (!strncmp(p, "/v1/models/", 11) && p[11]) {
-    *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
-    *rest = p + 11;
-  } else if (!strcmp(p, "/tokenize") || !strcmp(p, "/v1/tokenize")) {
-    *rt = (route){ROUTE_TOKENIZER, "POST", 1, 1};
-    *rest = "tokenize";
-  } else if (!strcmp(p, "/detokenize") || !strcmp(p, "/v1/detokenize")) {
-    *rt = (route){ROUTE_TOKENIZER, "POST", 1, 1};
-    *rest = "detokenize";
-  } else if (!strcmp(p, "/tokenizer_info") || !strcmp(p, "/v1/tokenizer_info")) {
-    *rt = (route){ROUTE_TOKENIZER, "GET, HEAD", 1, 1};
-    *rest = "info";
-  } else if (!strcmp(p, "/version") || !strcmp(p, "/v1/version")) {
-    *rt = (route){ROUTE_VERSION, "GET, HEAD", 0, 0};
-  } else if (!strcmp(p, "/v1/completions")) *rt = (route){ROUTE_COMPLETIONS, "POST", 1, 1};
-  else if (!strcmp(p, "/v1/chat/completions")) *rt = (route){ROUTE_CHAT, "POST", 1, 1};
-  else if (!strcmp(p, "/v1/sessions")) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, POST", 1, 1};
-  else if (!strncmp(p, "/v1/sessions/", 13) && p[13]) {
-    *rest = p + 12; /* "/{id}..." */
-    const char *slash = strchr(p + 13, '/');
-    if (!slash) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, DELETE", 1, 1};
-    else if (!strcmp(slash, "/fork")) *rt = (route){ROUTE_SESSIONS, "POST", 1, 1};
-    else if (!strcmp(slash, "/state")) *rt = (route){ROUTE_SESSIONS, "GET, PUT", 1, 1};
-    else return 0;
-  } else return 0;
-  return 1;
-}
-
-static int method_allowed(const char *allow, const char *m) {
-  size_t n = strlen(m);
-  for (const char *p = allow; (p = strstr(p, m)); p += n)
-    if ((p == allow || p[-1] == ' ') && (p[n] == 0 || p[n] == ',')) return 1;
-  return 0;
-}
-
 /* First call: headers only. Replies at once when the request cannot succeed. */
 static void early_checks(req *r) {
   app *a = r->a;
@@ -538,27 +491,27 @@ static void early_checks(req *r) {
     path += pl;
     if (!*path) path = "/";
   }
-  route rt;
-  const char *rest;
-  if (!match(path, &rt, &rest)) {
+  route_match m;
+  if (!routes_match(path, r->method, &m)) {
     req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
               r->method, path);
     return;
   }
-  r->route = rt.id;
+  r->route = m.id;
   if (!strcmp(r->method, "OPTIONS")) { /* a CORS preflight (never needs a key), or a plain query */
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     char allow[128];
-    snprintf(allow, sizeof allow, "%s, OPTIONS", rt.allow);
+    snprintf(allow, sizeof allow, "%s, OPTIONS", m.allow);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-    cors_add_preflight_headers(&a->cors, hdr(r, "Origin"), rt.allow,
+    cors_add_preflight_headers(&a->cors, hdr(r, "Origin"), m.allow,
                                hdr(r, "Access-Control-Request-Headers"), resp);
     queue(r, 204, resp);
     return;
   }
-  if (!method_allowed(rt.allow, r->method)) {
+  const route *rt = m.row;
+  if (!rt) {
     char msg[160];
-    snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, rt.allow);
+    snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, m.allow);
     buf b;
     buf_init(&b);
     error_body(&b, "invalid_request_error", "method_not_allowed", NULL, msg);
@@ -567,29 +520,30 @@ static void early_checks(req *r) {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rt.allow);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, m.allow);
     queue(r, 405, resp);
     return;
   }
-  if (rt.needs_auth && !auth_check(&a->keys, hdr(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
+  r->rt = rt;
+  r->param = m.param;
+  r->param_len = m.param_len;
+  if (rt->needs_key && !auth_check(&a->keys, hdr(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
     req_error(r, 401, "authentication_error", "invalid_api_key", NULL,
               "missing or invalid API key (send 'Authorization: Bearer KEY')");
     return;
   }
-  if (rt.id != ROUTE_METRICS && rt.id != ROUTE_HEALTH && a->phase >= APP_DRAINING) {
+  if (!rt->while_draining && a->phase >= APP_DRAINING) {
     r->retry_after = "5";
     req_error(r, 503, "server_error", "draining", NULL, "the server is shutting down");
     return;
   }
-  if (rt.needs_model && a->phase == APP_LOADING) {
+  if (rt->needs_model && a->phase == APP_LOADING) {
     r->retry_after = "2";
     req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
     return;
   }
   r->body_limit = (size_t)a->cfg->max_body_bytes;
-  size_t rl = strlen(rest);
-  if (rt.id == ROUTE_SESSIONS && !strcmp(r->method, "PUT") && rl > 6 &&
-      !strcmp(rest + rl - 6, "/state") && a->model) /* a session's envelope: up to a full state */
+  if (rt->body == BODY_SESSION_STATE && a->model) /* a session's envelope: up to a full state */
     r->body_limit += xl_model_state_bytes(a->model) + ((size_t)1 << 20);
   const char *cl = hdr(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (cl) {
@@ -619,25 +573,10 @@ static void reply_malformed(req *r, const char *problem) {
   queue(r, 400, resp);
 }
 
+/* The handler of the row early_checks matched (a request that reaches here has one). */
 static void dispatch(req *r) {
-  app *a = r->a;
-  const char *path = r->path + strlen(a->cfg->path_prefix);
-  if (!*path) path = "/"; /* "/prefix" alone is the page, as in early_checks */
-  route rt = {.id = ROUTE_OTHER}; /* match() leaves it unset for an unknown path: 404 below */
-  const char *rest;
-  match(path, &rt, &rest);
-  switch (rt.id) {
-    case ROUTE_UI: queue(r, 200, web_ui_response()); break;
-    case ROUTE_HEALTH: api_health(r); break;
-    case ROUTE_METRICS: api_metrics(r); break;
-    case ROUTE_MODELS: api_models(r, rest); break;
-    case ROUTE_TOKENIZER: api_tokenizer(r, rest); break;
-    case ROUTE_VERSION: api_version(r); break;
-    case ROUTE_COMPLETIONS: api_generate(r, JOB_COMPLETION); break;
-    case ROUTE_CHAT: api_generate(r, JOB_CHAT); break;
-    case ROUTE_SESSIONS: api_sessions(r, rest); break;
-    default: req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route"); break;
-  }
+  if (r->rt) r->rt->handler(r);
+  else req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route");
 }
 
 static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
