@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "json_writer.h"
 #include "util.h"
 #include "web_ui.h"
 
@@ -39,21 +40,34 @@ void api_metrics(req *r) {
   buf_free(&b);
 }
 
-static void model_obj(buf *b, app *a) {
+static void model_obj(json_writer *w, app *a) {
   const xl_config *c = xl_model_config(a->model);
-  buf_adds(b, "{\"id\":");
-  json_escape(b, a->model_name, strlen(a->model_name));
-  buf_printf(b,
-             ",\"object\":\"model\",\"created\":0,\"owned_by\":\"xlserve\",\"xlserve\":{"
-             "\"vocab_size\":%d,\"n_layer\":%d,\"d_model\":%d,\"n_head\":%d,\"mem_len\":%d,"
-             "\"same_length\":%s,\"tokenizer\":\"%s\",\"parameters\":%zu,\"state_bytes\":%zu,"
-             "\"fingerprint\":\"%016llx\",\"tgt_len\":%d,\"clamp_len\":%d,\"prefill_chunk\":%d,"
-             "\"max_prompt_tokens\":%lld},\"max_model_len\":%lld}",
-             c->vocab_size, c->n_layer, c->d_model, c->n_head, c->mem_len,
-             c->same_length ? "true" : "false", c->tokenizer == XL_TOKENIZER_WORDS ? "words" : "bytes",
-             xl_model_param_count(a->model), xl_model_state_bytes(a->model),
-             (unsigned long long)xl_model_fingerprint(a->model), c->tgt_len, c->clamp_len,
-             a->prefill_chunk, a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens);
+  char fp[17];
+  snprintf(fp, sizeof fp, "%016llx", (unsigned long long)xl_model_fingerprint(a->model));
+  jw_object(w);
+  jw_kstring(w, "id", a->model_name);
+  jw_kstring(w, "object", "model");
+  jw_kint(w, "created", 0);
+  jw_kstring(w, "owned_by", "xlserve");
+  jw_key(w, "xlserve");
+  jw_object(w);
+  jw_kint(w, "vocab_size", c->vocab_size);
+  jw_kint(w, "n_layer", c->n_layer);
+  jw_kint(w, "d_model", c->d_model);
+  jw_kint(w, "n_head", c->n_head);
+  jw_kint(w, "mem_len", c->mem_len);
+  jw_kbool(w, "same_length", c->same_length);
+  jw_kstring(w, "tokenizer", c->tokenizer == XL_TOKENIZER_WORDS ? "words" : "bytes");
+  jw_kuint(w, "parameters", xl_model_param_count(a->model));
+  jw_kuint(w, "state_bytes", xl_model_state_bytes(a->model));
+  jw_kstring(w, "fingerprint", fp);
+  jw_kint(w, "tgt_len", c->tgt_len);
+  jw_kint(w, "clamp_len", c->clamp_len);
+  jw_kint(w, "prefill_chunk", a->prefill_chunk);
+  jw_kint(w, "max_prompt_tokens", a->cfg->max_prompt_tokens);
+  jw_end(w);
+  jw_kint(w, "max_model_len", a->cfg->max_prompt_tokens);
+  jw_end(w);
 }
 
 /* GET /v1/models and /v1/models/{id} (id NULL: the list) */
@@ -63,20 +77,25 @@ static void models(req *r, const char *id) {
     req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
     return;
   }
+  if (id && strcmp(id, a->model_name)) {
+    req_error(r, 404, "invalid_request_error", "model_not_found", "model",
+              "model '%s' does not exist (this server serves '%s')", id, a->model_name);
+    return;
+  }
   buf b;
   buf_init(&b);
+  json_writer w;
+  jw_init(&w, &b);
   if (id) {
-    if (strcmp(id, a->model_name)) {
-      buf_free(&b);
-      req_error(r, 404, "invalid_request_error", "model_not_found", "model",
-                "model '%s' does not exist (this server serves '%s')", id, a->model_name);
-      return;
-    }
-    model_obj(&b, a);
+    model_obj(&w, a);
   } else {
-    buf_adds(&b, "{\"object\":\"list\",\"data\":[");
-    model_obj(&b, a);
-    buf_adds(&b, "]}");
+    jw_object(&w);
+    jw_kstring(&w, "object", "list");
+    jw_key(&w, "data");
+    jw_array(&w);
+    model_obj(&w, a);
+    jw_end(&w);
+    jw_end(&w);
   }
   req_reply_json(r, 200, &b);
 }

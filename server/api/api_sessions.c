@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "json_writer.h"
 #include "util.h"
 
 static const char *mode_name(int m) {
@@ -23,32 +24,46 @@ static const char *mode_name(int m) {
   }
 }
 
-static void session_obj(buf *b, const session *s) {
+/* The fields every session object starts with, in RAM or only in the store. */
+static void session_head(json_writer *w, const char *id, long long created, long long last_used,
+                         unsigned long long tokens, int positions, unsigned long long turns,
+                         int mode, int messages) {
+  jw_kstring(w, "id", id);
+  jw_kstring(w, "object", "session");
+  jw_kint(w, "created", created);
+  jw_kint(w, "last_used", last_used);
+  jw_kuint(w, "tokens", tokens);
+  jw_kint(w, "memory_positions", positions);
+  jw_kuint(w, "turns", turns);
+  jw_kstring(w, "mode", mode_name(mode));
+  jw_kint(w, "messages", messages);
+}
+
+/* A session in RAM: its fields, the object left open (a fork adds its parent). */
+static void session_fields(json_writer *w, const session *s) {
   uint64_t tokens = s->busy ? s->snap_tokens : session_tokens(s);
   int mem = s->busy ? s->snap_mem : xl_state_mem_length(s->state);
-  buf_adds(b, "{\"id\":");
-  json_escape(b, s->id, strlen(s->id));
-  buf_printf(b,
-             ",\"object\":\"session\",\"created\":%lld,\"last_used\":%lld,\"tokens\":%llu,"
-             "\"memory_positions\":%d,\"turns\":%llu,\"mode\":\"%s\",\"messages\":%d,"
-             "\"busy\":%s,\"in_ram\":true,\"ram_bytes\":%zu",
-             (long long)s->created, (long long)s->last_used, (unsigned long long)tokens, mem,
-             (unsigned long long)s->turns, mode_name(s->chat), s->n_msgs,
-             s->busy ? "true" : "false", s->ram);
-  if (!s->busy) buf_printf(b, ",\"transcript_digest\":\"%016llx\"", (unsigned long long)s->digest);
-  buf_addc(b, '}');
+  session_head(w, s->id, (long long)s->created, (long long)s->last_used, tokens, mem, s->turns,
+               s->chat, s->n_msgs);
+  jw_kbool(w, "busy", s->busy);
+  jw_kbool(w, "in_ram", 1);
+  jw_kuint(w, "ram_bytes", s->ram);
+  if (!s->busy) {
+    char digest[17];
+    snprintf(digest, sizeof digest, "%016llx", (unsigned long long)s->digest);
+    jw_kstring(w, "transcript_digest", digest);
+  }
 }
 
 /* A stored session that is not in RAM (its row's metadata). */
-static void row_obj(buf *b, const store_row *w) {
-  buf_adds(b, "{\"id\":");
-  json_escape(b, w->id, strlen(w->id));
-  buf_printf(b,
-             ",\"object\":\"session\",\"created\":%lld,\"last_used\":%lld,\"tokens\":%llu,"
-             "\"memory_positions\":%d,\"turns\":%llu,\"mode\":\"%s\",\"messages\":%d,"
-             "\"busy\":false,\"in_ram\":false,\"ram_bytes\":0}",
-             (long long)w->created, (long long)w->last_used, (unsigned long long)w->tokens,
-             w->positions, (unsigned long long)w->turns, mode_name(w->mode), w->messages);
+static void row_obj(json_writer *jw, const store_row *w) {
+  jw_object(jw);
+  session_head(jw, w->id, (long long)w->created, (long long)w->last_used, w->tokens,
+               w->positions, w->turns, w->mode, w->messages);
+  jw_kbool(jw, "busy", 0);
+  jw_kbool(jw, "in_ram", 0);
+  jw_kuint(jw, "ram_bytes", 0);
+  jw_end(jw);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -127,13 +142,12 @@ static void busy(req *r, const char *id, const char *what) {
 static void reply_obj(req *r, int status, session *s, const char *forked_from) {
   buf b;
   buf_init(&b);
-  session_obj(&b, s);
-  if (forked_from) {
-    b.len--; /* reopen the object to add its parent */
-    buf_adds(&b, ",\"forked_from\":");
-    json_escape(&b, forked_from, strlen(forked_from));
-    buf_addc(&b, '}');
-  }
+  json_writer w;
+  jw_init(&w, &b);
+  jw_object(&w);
+  session_fields(&w, s);
+  if (forked_from) jw_kstring(&w, "forked_from", forked_from);
+  jw_end(&w);
   req_reply_json(r, status, &b);
   buf_free(&b);
 }
@@ -172,9 +186,13 @@ static void on_fork_saved(void *ctx, int status, const char *msg) {
 static void deleted_body(req *r, const char *id) {
   buf b;
   buf_init(&b);
-  buf_adds(&b, "{\"id\":");
-  json_escape(&b, id, strlen(id));
-  buf_adds(&b, ",\"object\":\"session.deleted\",\"deleted\":true}");
+  json_writer w;
+  jw_init(&w, &b);
+  jw_object(&w);
+  jw_kstring(&w, "id", id);
+  jw_kstring(&w, "object", "session.deleted");
+  jw_kbool(&w, "deleted", 1);
+  jw_end(&w);
   req_reply_json(r, 200, &b);
   buf_free(&b);
 }
@@ -265,13 +283,23 @@ static void list_reply(req *r, const store_row *rows, int n_rows) {
   if (k > limit) k = limit;
   buf b;
   buf_init(&b);
-  buf_adds(&b, "{\"object\":\"list\",\"data\":[");
+  json_writer w;
+  jw_init(&w, &b);
+  jw_object(&w);
+  jw_kstring(&w, "object", "list");
+  jw_key(&w, "data");
+  jw_array(&w);
   for (size_t i = 0; i < k; i++) {
-    if (i) buf_addc(&b, ',');
-    if (items[i].s) session_obj(&b, items[i].s);
-    else row_obj(&b, items[i].w);
+    if (items[i].s) {
+      jw_object(&w);
+      session_fields(&w, items[i].s);
+      jw_end(&w);
+    } else {
+      row_obj(&w, items[i].w);
+    }
   }
-  buf_adds(&b, "]}");
+  jw_end(&w);
+  jw_end(&w);
   free(items);
   free(ram);
   req_reply_json(r, 200, &b);

@@ -20,6 +20,7 @@
 
 #include "app.h"
 #include "http_guard.h"
+#include "json_writer.h"
 #include "util.h"
 #include "web_ui.h"
 #include "xlog.h"
@@ -284,17 +285,17 @@ void req_reply_json(req *r, int status, buf *body) {
 
 void error_body(buf *b, const char *type, const char *code, const char *param,
                        const char *msg) {
-  buf_adds(b, "{\"error\":{\"message\":");
-  json_escape(b, msg, strlen(msg));
-  buf_adds(b, ",\"type\":");
-  json_escape(b, type, strlen(type));
-  buf_adds(b, ",\"param\":");
-  if (param && *param) json_escape(b, param, strlen(param));
-  else buf_adds(b, "null");
-  buf_adds(b, ",\"code\":");
-  if (code) json_escape(b, code, strlen(code));
-  else buf_adds(b, "null");
-  buf_adds(b, "}}");
+  json_writer w;
+  jw_init(&w, b);
+  jw_object(&w);
+  jw_key(&w, "error");
+  jw_object(&w);
+  jw_kstring(&w, "message", msg);
+  jw_kstring(&w, "type", type);
+  jw_kstring(&w, "param", param && *param ? param : NULL);
+  jw_kstring(&w, "code", code);
+  jw_end(&w);
+  jw_end(&w);
 }
 
 static void verror(req *r, int status, const char *type, const char *code, const char *param,
