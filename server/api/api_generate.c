@@ -518,7 +518,7 @@ static void api_generate(req *r, job_kind kind) {
     free(all);
   }
   r->job_running = 1;
-  r->refs++; /* the job's reference, dropped in gen_on_done */
+  req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
     if (j->stream) req_start_stream(r);
@@ -641,13 +641,13 @@ void gen_on_done(req *r) {
     int fed = j->pos > 0 || j->decoding;
     uint8_t *core = j->snap;
     j->snap = NULL;
-    r->refs++; /* the commit's, if it waits */
+    req_ref(r); /* the commit's, if it waits */
     int w = st_turn_end(a->sessions, r->sess, core, j->snap_len, fed, on_turn_committed, r);
     if (w == 1) {
       r->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
     } else {
-      r->refs--;
+      req_unref(r); /* not the last: the job's is still held */
       if (w < 0) r->store_err = xstrdup("the turn's state could not be serialised");
     }
   }

@@ -94,10 +94,7 @@ st_status req_find_session(req *r, const char *id, session **s) {
     }
   }
   st_status st = st_find(a->sessions, id, r->owner, s, on_lookup, r);
-  if (st == ST_PENDING) {
-    r->refs++; /* on_lookup's */
-    req_wait_restore(r);
-  }
+  if (st == ST_PENDING) req_wait_restore(r);
   return st;
 }
 
@@ -325,12 +322,10 @@ static void create(req *r) {
     return;
   }
   snprintf(r->session_id, sizeof r->session_id, "%s", s->id);
-  r->refs++;
   if (st_persist(a->sessions, s, on_created_saved, r)) {
     req_wait_reply(r);
     return;
   }
-  r->refs--;
   reply_obj(r, 201, s, NULL);
 }
 
@@ -351,7 +346,6 @@ static void list(req *r) {
     list_reply(r, NULL, 0);
     return;
   }
-  r->refs++;
   req_wait_reply(r);
   st_list_stored(r->a->sessions, r->owner, (int)limit, on_listed, r);
 }
@@ -388,18 +382,15 @@ void api_session_delete(req *r) {
       busy(r, sid, "delete it when it is idle");
       return;
     }
-    r->refs++;
     if (st_delete(a->sessions, s, on_deleted, r)) {
       req_wait_reply(r);
       return;
     }
-    r->refs--;
     deleted_body(r, sid);
   } else if (st == ST_EXPIRED) {
     st_forget_tombstone(a->sessions, sid, r->owner);
     deleted_body(r, sid);
   } else if (st == ST_MISSING && st_persistent(a->sessions)) {
-    r->refs++;
     req_wait_reply(r);
     st_remove_stored(a->sessions, sid, r->owner, on_row_removed, r);
   } else {
@@ -433,7 +424,6 @@ void api_session_import(req *r) {
   r->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
   size_t n = r->body.len;
   uint8_t *bytes = (uint8_t *)buf_steal(&r->body);
-  r->refs++;
   req_wait_reply(r);
   st_import(a->sessions, sid, r->owner, bytes, n, on_imported, r);
 }
@@ -480,12 +470,10 @@ void api_session_fork(req *r) {
   fork_ctx *fc = xcalloc(1, sizeof *fc);
   fc->r = r;
   snprintf(fc->parent, sizeof fc->parent, "%s", sid);
-  r->refs++;
   if (st_persist(a->sessions, f, on_fork_saved, fc)) {
     req_wait_reply(r);
     return;
   }
-  r->refs--;
   free(fc);
   reply_obj(r, 201, f, sid);
 }
@@ -500,7 +488,6 @@ void api_session_export(req *r) {
     busy(r, sid, "export it when it is idle");
     return;
   }
-  r->refs++;
   req_wait_reply(r);
   st_export(a->sessions, s, on_exported, r);
 }

@@ -161,6 +161,9 @@ void http_pump(app *a);
 void http_quiesce(app *a);       /* stop accepting: close the listen socket */
 void http_stop(app *a);          /* resume everything, stop MHD */
 void req_kick(req *r);           /* resume a suspended connection (loop thread, outside MHD) */
+/* A holder of the request besides MHD (a job, a callback): the request is freed when the last
+ * holder lets go. The req_wait_* helpers take their callback's reference themselves. */
+void req_ref(req *r);
 void req_unref(req *r);
 void req_reply(req *r, int status, const char *content_type, const char *body, size_t len);
 /* Takes body's bytes; a request that waits (REQ_WAITING) gets it through req_defer_reply. */
@@ -173,8 +176,13 @@ void req_error_from(req *r, const api_error *e);
 void req_start_stream(req *r);
 void req_suspend_for_job(req *r);
 void req_defer_reply(req *r, int status, buf *body); /* non-stream: store and resume */
-void req_wait_restore(req *r); /* suspend until the store answered (then dispatched again) */
-void req_wait_reply(req *r);   /* suspend until a callback defers the reply */
+/* Suspend until the store answered the lookup (then dispatched again); takes a reference for
+ * the lookup's callback, which drops it with req_unref. */
+void req_wait_restore(req *r);
+/* Suspend until a callback defers the reply; takes a reference for that callback, which drops
+ * it with req_unref after req_defer_reply. Call it before (or right after) starting the operation
+ * whose callback answers, never after that callback could have run. */
+void req_wait_reply(req *r);
 void req_watch_disconnect(req *r);
 
 /* Queues a prepared response (headers of every reply added); takes resp. */

@@ -116,6 +116,8 @@ static void req_free(req *r) {
   a->check_drained(a);
 }
 
+void req_ref(req *r) { r->refs++; }
+
 void req_unref(req *r) {
   if (--r->refs == 0) req_free(r);
 }
@@ -382,12 +384,14 @@ void req_defer_reply(req *r, int status, buf *body) {
 }
 
 void req_wait_restore(req *r) {
+  r->refs++; /* the lookup callback's, dropped when it has run */
   set_phase(r, REQ_RESTORING);
   r->suspended = 1;
   MHD_suspend_connection(r->conn);
 }
 
 void req_wait_reply(req *r) {
+  r->refs++; /* the callback's, dropped when it has run */
   set_phase(r, REQ_WAITING);
   r->suspended = 1;
   MHD_suspend_connection(r->conn);
