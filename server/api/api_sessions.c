@@ -429,8 +429,9 @@ void api_session_import(req *r) {
 }
 
 /* The session of the path's {id}, in RAM or restored from the store; NULL when the request
- * waits for the store (it runs again) or was answered (not found, store error, bad id). */
-static session *found_session(req *r, char sid[129]) {
+ * waits for the store (it runs again) or was answered (not found, store error, bad id, or busy
+ * when `busy_what` says what to do instead; NULL: a busy session will do). */
+static session *found_session(req *r, char sid[129], const char *busy_what) {
   if (!take_id(r, sid)) return NULL;
   session *s = NULL;
   st_status st = req_find_session(r, sid, &s);
@@ -439,13 +440,17 @@ static session *found_session(req *r, char sid[129]) {
     req_session_error(r, sid, st);
     return NULL;
   }
+  if (busy_what && s->busy) {
+    busy(r, sid, busy_what);
+    return NULL;
+  }
   return s;
 }
 
 /* GET /v1/sessions/{id} */
 void api_session_get(req *r) {
   char sid[129];
-  session *s = found_session(r, sid);
+  session *s = found_session(r, sid, NULL);
   if (s) reply_obj(r, 200, s, NULL);
 }
 
@@ -453,12 +458,8 @@ void api_session_get(req *r) {
 void api_session_fork(req *r) {
   app *a = r->a;
   char sid[129];
-  session *s = found_session(r, sid);
+  session *s = found_session(r, sid, "fork it when it is idle");
   if (!s) return;
-  if (s->busy) {
-    busy(r, sid, "fork it when it is idle");
-    return;
-  }
   xl_error xe;
   memset(&xe, 0, sizeof xe);
   session *f = st_fork(a->sessions, s, &xe);
@@ -482,12 +483,8 @@ void api_session_fork(req *r) {
 void api_session_export(req *r) {
   app *a = r->a;
   char sid[129];
-  session *s = found_session(r, sid);
+  session *s = found_session(r, sid, "export it when it is idle");
   if (!s) return;
-  if (s->busy) {
-    busy(r, sid, "export it when it is idle");
-    return;
-  }
   req_wait_reply(r);
   st_export(a->sessions, s, on_exported, r);
 }
