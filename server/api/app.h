@@ -149,6 +149,16 @@ struct req {
   int dc_open;
   uv_timer_t ping;
   int ping_open;
+  /* the handler's hooks (api_generate.c sets them; NULL: none). The HTTP code calls them and
+   * knows no generation, job or session behind them. */
+  void (*on_close)(req *r);  /* the client left or MHD ended the request: stop its work */
+  void (*on_free)(req *r);   /* the record is being freed: release what the handler hung on it */
+  /* the access log's work fields, from "tokens_in" to "finish" (dur: the request's seconds) */
+  void (*log_fields)(req *r, buf *line, double dur);
+  /* stream (req_start_stream): move up to max bytes of the body produced so far into out;
+   * append bytes to it (0: there is no stream to append to) */
+  size_t (*stream_take)(req *r, char *out, size_t max);
+  int (*stream_put)(req *r, const char *bytes, size_t n);
   /* log */
   int status;
   int counted; /* in xlserve_requests_total */

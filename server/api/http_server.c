@@ -79,17 +79,12 @@ static void req_free(req *r) {
     buf_printf(&l, ",\"status\":%d,\"session\":", status);
     if (r->session_id[0]) json_escape(&l, r->session_id, strlen(r->session_id));
     else buf_adds(&l, "null");
-    job *j = r->job; /* a generation's: its DONE was handled (the job holds a reference) */
-    int tin = j ? j->n_prompt : 0, tout = j ? j->n_gen : 0;
-    for (int i = 0; i < r->n_others; i++) tin += r->others[i]->n_prompt, tout += r->others[i]->n_gen;
-    buf_printf(&l, ",\"tokens_in\":%d,\"tokens_out\":%d", tin, tout); /* all choices */
-    if (j && j->t_sched) buf_printf(&l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
-    else buf_adds(&l, ",\"queue_ms\":null");
-    if (j && j->t_first_token)
-      buf_printf(&l, ",\"ttft_ms\":%.3f", (j->t_first_token - j->t_arrival) * 1e3);
-    else buf_adds(&l, ",\"ttft_ms\":null");
-    buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
-    if (j) buf_printf(&l, ",\"finish\":\"%s\"", finish_name(j->finish));
+    if (r->log_fields) {
+      r->log_fields(r, &l, dur);
+    } else { /* no work was done for it */
+      buf_adds(&l, ",\"tokens_in\":0,\"tokens_out\":0,\"queue_ms\":null,\"ttft_ms\":null");
+      buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
+    }
     if (r->err_code) buf_printf(&l, ",\"error\":\"%s\"", r->err_code);
     if (r->client_gone) buf_adds(&l, ",\"client_gone\":true");
     if (r->sess_reset) buf_adds(&l, ",\"session_reset\":true");
@@ -102,11 +97,7 @@ static void req_free(req *r) {
   else a->reqs = r->next;
   if (r->next) r->next->prev = r->prev;
   a->n_reqs--;
-  for (int i = 0; i < r->n_others; i++) job_free(r->others[i]);
-  free(r->others);
-  job_free(r->job);
-  if (r->have_g) gen_request_free(&r->g);
-  if (r->have_plan) chat_plan_free(&r->plan);
+  if (r->on_free) r->on_free(r);
   buf_free(&r->body);
   buf_free(&r->reply_body);
   free(r->lk_msg);
@@ -146,7 +137,7 @@ void req_kick(req *r) {
 
 static void client_left(req *r) {
   r->client_gone = 1;
-  if (r->job_running) gen_cancel(r, 0);
+  if (r->on_close) r->on_close(r);
   req_kick(r);
   http_pump(r->a);
 }
@@ -154,10 +145,8 @@ static void client_left(req *r) {
 /* An SSE comment (": ping") on a stream: keeps proxies' read timers fed while it waits, and
  * makes a peer that closed for good answer with a reset. */
 static void stream_ping(req *r) {
-  if (!r->job || r->stream_complete || r->client_gone) return;
-  pthread_mutex_lock(&r->job->mu);
-  buf_adds(&r->job->out, ": ping\n\n");
-  pthread_mutex_unlock(&r->job->mu);
+  if (!r->stream_put || r->stream_complete || r->client_gone) return;
+  if (!r->stream_put(r, ": ping\n\n", 8)) return;
   req_kick(r);
   http_pump(r->a);
 }
@@ -323,20 +312,13 @@ void req_error_from(req *r, const api_error *e) {
   req_error(r, e->status, e->type, e->code, e->param, "%s", e->message);
 }
 
-/* SSE body: copies what the job produced; suspends when there is nothing (never returns 0
- * without suspending); -1 after the last bytes; -2 when the client is gone. */
+/* SSE body: copies what the handler produced (stream_take); suspends when there is nothing
+ * (never returns 0 without suspending); -1 after the last bytes; -2 when the client is gone. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   (void)pos;
   req *r = cls;
-  job *j = r->job;
   if (r->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
-  pthread_mutex_lock(&j->mu);
-  size_t n = j->out.len < max ? j->out.len : max;
-  if (n) {
-    memcpy(out, j->out.p, n);
-    buf_consume(&j->out, n);
-  }
-  pthread_mutex_unlock(&j->mu);
+  size_t n = r->stream_take(r, out, max);
   if (n) return (ssize_t)n;
   if (r->stream_complete) return MHD_CONTENT_READER_END_OF_STREAM;
   r->suspended = 1;
@@ -667,7 +649,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
       r->client_gone = 1;
   }
   close_watchers(r);
-  if (r->job_running) gen_cancel(r, 0);
+  if (r->on_close) r->on_close(r);
   req_unref(r);
 }
 
