@@ -13,7 +13,7 @@
 # -DCMAKE_INSTALL_PREFIX (not `cmake --install --prefix`), for the unit to point at the binary.
 #
 # The default model of an installed binary: xlserve looks for ../share/xlserve beside its own
-# executable (server/default_model.h) and then uses XL_INSTALLED_MODEL_REL below, relative to
+# executable (server/base/default_model.h) and then uses XL_INSTALLED_MODEL_REL below, relative to
 # the binary, so a DESTDIR or relocated tree works; a binary elsewhere (the build tree) uses
 # XL_DEFAULT_MODEL_DIR (the source tree's models/austen-byte).
 include(GNUInstallDirs)

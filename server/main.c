@@ -7,12 +7,14 @@
 #include "cli.h"
 
 #ifdef XL_NO_SERVER /* -DXL_WITH_SERVER=OFF: the CLI tools only */
-int serve_main(int argc, char **argv) {
+static int serve_main(int argc, char **argv) {
   (void)argc;
   (void)argv;
   fprintf(stderr, "xlserve serve: this build has no server (configured with XL_WITH_SERVER=OFF)\n");
   return 2;
 }
+#else
+#include "serve_main.h"
 #endif
 
 typedef struct {

@@ -9,7 +9,7 @@
 #                                                                          over HTTP (integration)
 #   gcc-release   build-gcc-release/ Release (-O3), gcc                    C unit tests
 #   gcc-debug     build-gcc-debug/   Debug, gcc                            C unit tests
-#   clang         build-clang/       RelWithDebInfo, clang                 C unit tests
+#   clang         build-clang/       RelWithDebInfo, clang                 C unit tests, the include rule (layers)
 #   fuzz          build-fuzz/        clang, libFuzzer + ASan/UBSan         each fuzzer for
 #                                                                          XL_FUZZ_SECONDS (60)
 #   then the scripts in EXTRA_STAGES below (and in $XL_EXTRA_STAGES), one stage each.
@@ -138,13 +138,13 @@ stage() {
 
 for s in "${stages[@]}"; do
   case $s in
-    gcc) stage gcc build '^(unit|pytest)\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_SANITIZE=OFF ;;
+    gcc) stage gcc build '^(unit|pytest|layers)\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_SANITIZE=OFF ;;
     asan) stage asan build-asan '^(unit|pytest)\.' -DCMAKE_BUILD_TYPE=Debug -DXL_SANITIZE=ON ;;
     tsan) stage tsan build-tsan '^(unit\.|pytest\.integration$)' -DCMAKE_BUILD_TYPE=RelWithDebInfo \
             -DXL_TSAN=ON ;;
     gcc-release) stage gcc-release build-gcc-release '^unit\.' -DCMAKE_BUILD_TYPE=Release ;;
     gcc-debug) stage gcc-debug build-gcc-debug '^unit\.' -DCMAKE_BUILD_TYPE=Debug ;;
-    clang) CC=clang stage clang build-clang '^unit\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
+    clang) CC=clang stage clang build-clang '^(unit|layers)\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
     fuzz)
       if [ "${XL_SKIP_FUZZ:-0}" = 1 ]; then
         skipped+=("fuzz (XL_SKIP_FUZZ=1)")

@@ -1,5 +1,5 @@
 # server/web/embed.cmake: turns the chat page (server/web/index.html) into web_page.h, a C byte
-# array that server/web_ui.c compiles in. Run by the build (server/CMakeLists.txt) whenever the
+# array that server/http/web_ui.c compiles in. Run by the build (server/http/CMakeLists.txt) whenever the
 # page changes: cmake -DIN=index.html -DOUT=web_page.h -P embed.cmake
 file(READ "${IN}" hex HEX)
 string(LENGTH "${hex}" n)

@@ -1,7 +1,7 @@
 /*
- * fuzz_request.c: libFuzzer target for request-body validation (server/api_parse.c): any bytes
- * as the body of /v1/completions or /v1/chat/completions are a validated request or a 4xx
- * error naming a field, never a crash or a leak. The first byte picks the endpoint.
+ * fuzz_request.c: libFuzzer target for request-body validation (server/api/api_parse.c): any
+ * bytes as the body of /v1/completions or /v1/chat/completions are a validated request or a
+ * 4xx error naming a field, never a crash or a leak. The first byte picks the endpoint.
  */
 #include <stdint.h>
 #include <string.h>

@@ -123,7 +123,8 @@ def test_accepts_again_after_the_limit_was_held(start_daemon, tiny_model):
     for s in queued:
         s.close()
     assert len(answered) == 5, after
-    # the spec says within a second; the margin is for a loaded test machine
+    # once the limit frees, waiting clients are answered within a second; the margin is for a
+    # loaded test machine
     assert answered[-1] < 2.0 and st == 200 and t_new < 2.0
 
 

@@ -1,5 +1,5 @@
 /*
- * test_server_json.c: the structured-output automaton (server/json_constraint.c). Documents
+ * test_server_json.c: the structured-output automaton (server/engine/json_constraint.c). Documents
  * that are valid (and validate) are accepted byte by byte and end complete; invalid ones are
  * refused at the first byte that cannot continue them; unsupported schemas are refused with a
  * message; and random walks through the allowed bytes always produce documents that jansson

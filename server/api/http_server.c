@@ -20,6 +20,7 @@
 
 #include "app.h"
 #include "http_guard.h"
+#include "json_writer.h"
 #include "util.h"
 #include "web_ui.h"
 #include "xlog.h"
@@ -78,17 +79,12 @@ static void req_free(req *r) {
     buf_printf(&l, ",\"status\":%d,\"session\":", status);
     if (r->session_id[0]) json_escape(&l, r->session_id, strlen(r->session_id));
     else buf_adds(&l, "null");
-    job *j = r->job; /* a generation's: its DONE was handled (the job holds a reference) */
-    int tin = j ? j->n_prompt : 0, tout = j ? j->n_gen : 0;
-    for (int i = 0; i < r->n_others; i++) tin += r->others[i]->n_prompt, tout += r->others[i]->n_gen;
-    buf_printf(&l, ",\"tokens_in\":%d,\"tokens_out\":%d", tin, tout); /* all choices */
-    if (j && j->t_sched) buf_printf(&l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
-    else buf_adds(&l, ",\"queue_ms\":null");
-    if (j && j->t_first_token)
-      buf_printf(&l, ",\"ttft_ms\":%.3f", (j->t_first_token - j->t_arrival) * 1e3);
-    else buf_adds(&l, ",\"ttft_ms\":null");
-    buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
-    if (j) buf_printf(&l, ",\"finish\":\"%s\"", finish_name(j->finish));
+    if (r->log_fields) {
+      r->log_fields(r, &l, dur);
+    } else { /* no work was done for it */
+      buf_adds(&l, ",\"tokens_in\":0,\"tokens_out\":0,\"queue_ms\":null,\"ttft_ms\":null");
+      buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
+    }
     if (r->err_code) buf_printf(&l, ",\"error\":\"%s\"", r->err_code);
     if (r->client_gone) buf_adds(&l, ",\"client_gone\":true");
     if (r->sess_reset) buf_adds(&l, ",\"session_reset\":true");
@@ -101,19 +97,17 @@ static void req_free(req *r) {
   else a->reqs = r->next;
   if (r->next) r->next->prev = r->prev;
   a->n_reqs--;
-  for (int i = 0; i < r->n_others; i++) job_free(r->others[i]);
-  free(r->others);
-  job_free(r->job);
-  if (r->have_g) gen_request_free(&r->g);
-  if (r->have_plan) chat_plan_free(&r->plan);
+  if (r->on_free) r->on_free(r);
   buf_free(&r->body);
   buf_free(&r->reply_body);
   free(r->lk_msg);
   free(r->store_err);
   free(r->path);
   free(r);
-  app_check_drained(a);
+  a->check_drained(a);
 }
+
+void req_ref(req *r) { r->refs++; }
 
 void req_unref(req *r) {
   if (--r->refs == 0) req_free(r);
@@ -143,7 +137,7 @@ void req_kick(req *r) {
 
 static void client_left(req *r) {
   r->client_gone = 1;
-  if (r->job_running) gen_cancel(r, 0);
+  if (r->on_close) r->on_close(r);
   req_kick(r);
   http_pump(r->a);
 }
@@ -151,10 +145,8 @@ static void client_left(req *r) {
 /* An SSE comment (": ping") on a stream: keeps proxies' read timers fed while it waits, and
  * makes a peer that closed for good answer with a reset. */
 static void stream_ping(req *r) {
-  if (!r->job || r->stream_complete || r->client_gone) return;
-  pthread_mutex_lock(&r->job->mu);
-  buf_adds(&r->job->out, ": ping\n\n");
-  pthread_mutex_unlock(&r->job->mu);
+  if (!r->stream_put || r->stream_complete || r->client_gone) return;
+  if (!r->stream_put(r, ": ping\n\n", 8)) return;
   req_kick(r);
   http_pump(r->a);
 }
@@ -260,6 +252,8 @@ static void queue(req *r, int status, struct MHD_Response *resp) {
   set_phase(r, REQ_REPLIED);
 }
 
+void req_queue_response(req *r, int status, struct MHD_Response *resp) { queue(r, status, resp); }
+
 void req_reply(req *r, int status, const char *ctype, const char *body, size_t len) {
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -282,17 +276,17 @@ void req_reply_json(req *r, int status, buf *body) {
 
 void error_body(buf *b, const char *type, const char *code, const char *param,
                        const char *msg) {
-  buf_adds(b, "{\"error\":{\"message\":");
-  json_escape(b, msg, strlen(msg));
-  buf_adds(b, ",\"type\":");
-  json_escape(b, type, strlen(type));
-  buf_adds(b, ",\"param\":");
-  if (param && *param) json_escape(b, param, strlen(param));
-  else buf_adds(b, "null");
-  buf_adds(b, ",\"code\":");
-  if (code) json_escape(b, code, strlen(code));
-  else buf_adds(b, "null");
-  buf_adds(b, "}}");
+  json_writer w;
+  jw_init(&w, b);
+  jw_object(&w);
+  jw_key(&w, "error");
+  jw_object(&w);
+  jw_kstring(&w, "message", msg);
+  jw_kstring(&w, "type", type);
+  jw_kstring(&w, "param", param && *param ? param : NULL);
+  jw_kstring(&w, "code", code);
+  jw_end(&w);
+  jw_end(&w);
 }
 
 static void verror(req *r, int status, const char *type, const char *code, const char *param,
@@ -318,20 +312,13 @@ void req_error_from(req *r, const api_error *e) {
   req_error(r, e->status, e->type, e->code, e->param, "%s", e->message);
 }
 
-/* SSE body: copies what the job produced; suspends when there is nothing (never returns 0
- * without suspending); -1 after the last bytes; -2 when the client is gone. */
+/* SSE body: copies what the handler produced (stream_take); suspends when there is nothing
+ * (never returns 0 without suspending); -1 after the last bytes; -2 when the client is gone. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   (void)pos;
   req *r = cls;
-  job *j = r->job;
   if (r->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
-  pthread_mutex_lock(&j->mu);
-  size_t n = j->out.len < max ? j->out.len : max;
-  if (n) {
-    memcpy(out, j->out.p, n);
-    buf_consume(&j->out, n);
-  }
-  pthread_mutex_unlock(&j->mu);
+  size_t n = r->stream_take(r, out, max);
   if (n) return (ssize_t)n;
   if (r->stream_complete) return MHD_CONTENT_READER_END_OF_STREAM;
   r->suspended = 1;
@@ -379,12 +366,14 @@ void req_defer_reply(req *r, int status, buf *body) {
 }
 
 void req_wait_restore(req *r) {
+  r->refs++; /* the lookup callback's, dropped when it has run */
   set_phase(r, REQ_RESTORING);
   r->suspended = 1;
   MHD_suspend_connection(r->conn);
 }
 
 void req_wait_reply(req *r) {
+  r->refs++; /* the callback's, dropped when it has run */
   set_phase(r, REQ_WAITING);
   r->suspended = 1;
   MHD_suspend_connection(r->conn);
@@ -475,55 +464,6 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
   return r;
 }
 
-typedef struct route {
-  route_id id;
-  const char *allow;
-  int needs_auth;
-  int needs_model;
-} route;
-
-/* Maps the path (prefix stripped) to a route; rest gets the part after a prefix route. */
-static int match(const char *p, route *rt, const char **rest) {
-  *rest = "";
-  if (!strcmp(p, "/")) *rt = (route){ROUTE_UI, "GET, HEAD", 0, 0}; /* the page; its API calls need the key */
-  else if (!strcmp(p, "/health")) *rt = (route){ROUTE_HEALTH, "GET, HEAD", 0, 0};
-  else if (!strcmp(p, "/metrics")) *rt = (route){ROUTE_METRICS, "GET, HEAD", 0, 0};
-  else if (!strcmp(p, "/v1/models")) *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
-  else if (!strncmp(p, "/v1/models/", 11) && p[11]) {
-    *rt = (route){ROUTE_MODELS, "GET, HEAD", 1, 0};
-    *rest = p + 11;
-  } else if (!strcmp(p, "/tokenize") || !strcmp(p, "/v1/tokenize")) {
-    *rt = (route){ROUTE_TOKENIZER, "POST", 1, 1};
-    *rest = "tokenize";
-  } else if (!strcmp(p, "/detokenize") || !strcmp(p, "/v1/detokenize")) {
-    *rt = (route){ROUTE_TOKENIZER, "POST", 1, 1};
-    *rest = "detokenize";
-  } else if (!strcmp(p, "/tokenizer_info") || !strcmp(p, "/v1/tokenizer_info")) {
-    *rt = (route){ROUTE_TOKENIZER, "GET, HEAD", 1, 1};
-    *rest = "info";
-  } else if (!strcmp(p, "/version") || !strcmp(p, "/v1/version")) {
-    *rt = (route){ROUTE_VERSION, "GET, HEAD", 0, 0};
-  } else if (!strcmp(p, "/v1/completions")) *rt = (route){ROUTE_COMPLETIONS, "POST", 1, 1};
-  else if (!strcmp(p, "/v1/chat/completions")) *rt = (route){ROUTE_CHAT, "POST", 1, 1};
-  else if (!strcmp(p, "/v1/sessions")) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, POST", 1, 1};
-  else if (!strncmp(p, "/v1/sessions/", 13) && p[13]) {
-    *rest = p + 12; /* "/{id}..." */
-    const char *slash = strchr(p + 13, '/');
-    if (!slash) *rt = (route){ROUTE_SESSIONS, "GET, HEAD, DELETE", 1, 1};
-    else if (!strcmp(slash, "/fork")) *rt = (route){ROUTE_SESSIONS, "POST", 1, 1};
-    else if (!strcmp(slash, "/state")) *rt = (route){ROUTE_SESSIONS, "GET, PUT", 1, 1};
-    else return 0;
-  } else return 0;
-  return 1;
-}
-
-static int method_allowed(const char *allow, const char *m) {
-  size_t n = strlen(m);
-  for (const char *p = allow; (p = strstr(p, m)); p += n)
-    if ((p == allow || p[-1] == ' ') && (p[n] == 0 || p[n] == ',')) return 1;
-  return 0;
-}
-
 /* First call: headers only. Replies at once when the request cannot succeed. */
 static void early_checks(req *r) {
   app *a = r->a;
@@ -538,27 +478,27 @@ static void early_checks(req *r) {
     path += pl;
     if (!*path) path = "/";
   }
-  route rt;
-  const char *rest;
-  if (!match(path, &rt, &rest)) {
+  route_match m;
+  if (!routes_match(path, r->method, &m)) {
     req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
               r->method, path);
     return;
   }
-  r->route = rt.id;
+  r->route = m.id;
   if (!strcmp(r->method, "OPTIONS")) { /* a CORS preflight (never needs a key), or a plain query */
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     char allow[128];
-    snprintf(allow, sizeof allow, "%s, OPTIONS", rt.allow);
+    snprintf(allow, sizeof allow, "%s, OPTIONS", m.allow);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-    cors_add_preflight_headers(&a->cors, hdr(r, "Origin"), rt.allow,
+    cors_add_preflight_headers(&a->cors, hdr(r, "Origin"), m.allow,
                                hdr(r, "Access-Control-Request-Headers"), resp);
     queue(r, 204, resp);
     return;
   }
-  if (!method_allowed(rt.allow, r->method)) {
+  const route *rt = m.row;
+  if (!rt) {
     char msg[160];
-    snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, rt.allow);
+    snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, m.allow);
     buf b;
     buf_init(&b);
     error_body(&b, "invalid_request_error", "method_not_allowed", NULL, msg);
@@ -567,30 +507,31 @@ static void early_checks(req *r) {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rt.allow);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, m.allow);
     queue(r, 405, resp);
     return;
   }
-  if (rt.needs_auth && !auth_check(&a->keys, hdr(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
+  r->rt = rt;
+  r->param = m.param;
+  r->param_len = m.param_len;
+  if (rt->needs_key && !auth_check(&a->keys, hdr(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
     req_error(r, 401, "authentication_error", "invalid_api_key", NULL,
               "missing or invalid API key (send 'Authorization: Bearer KEY')");
     return;
   }
-  if (rt.id != ROUTE_METRICS && rt.id != ROUTE_HEALTH && a->phase >= APP_DRAINING) {
+  if (!rt->while_draining && a->phase >= APP_DRAINING) {
     r->retry_after = "5";
     req_error(r, 503, "server_error", "draining", NULL, "the server is shutting down");
     return;
   }
-  if (rt.needs_model && a->phase == APP_LOADING) {
+  if (rt->needs_model && a->phase == APP_LOADING) {
     r->retry_after = "2";
     req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
     return;
   }
   r->body_limit = (size_t)a->cfg->max_body_bytes;
-  size_t rl = strlen(rest);
-  if (rt.id == ROUTE_SESSIONS && !strcmp(r->method, "PUT") && rl > 6 &&
-      !strcmp(rest + rl - 6, "/state") && a->model) /* a session's envelope: up to a full state
-                                                       (of any memory dtype) */
+  if (rt->body == BODY_SESSION_STATE && a->model) /* a session's envelope: up to a full state
+                                                      (of any memory dtype) */
     r->body_limit += xl_model_state_blob_max_bytes(a->model) + ((size_t)1 << 20);
   const char *cl = hdr(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (cl) {
@@ -620,25 +561,10 @@ static void reply_malformed(req *r, const char *problem) {
   queue(r, 400, resp);
 }
 
+/* The handler of the row early_checks matched (a request that reaches here has one). */
 static void dispatch(req *r) {
-  app *a = r->a;
-  const char *path = r->path + strlen(a->cfg->path_prefix);
-  if (!*path) path = "/"; /* "/prefix" alone is the page, as in early_checks */
-  route rt = {.id = ROUTE_OTHER}; /* match() leaves it unset for an unknown path: 404 below */
-  const char *rest;
-  match(path, &rt, &rest);
-  switch (rt.id) {
-    case ROUTE_UI: queue(r, 200, web_ui_response()); break;
-    case ROUTE_HEALTH: api_health(r); break;
-    case ROUTE_METRICS: api_metrics(r); break;
-    case ROUTE_MODELS: api_models(r, rest); break;
-    case ROUTE_TOKENIZER: api_tokenizer(r, rest); break;
-    case ROUTE_VERSION: api_version(r); break;
-    case ROUTE_COMPLETIONS: api_generate(r, JOB_COMPLETION); break;
-    case ROUTE_CHAT: api_generate(r, JOB_CHAT); break;
-    case ROUTE_SESSIONS: api_sessions(r, rest); break;
-    default: req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route"); break;
-  }
+  if (r->rt) r->rt->handler(r);
+  else req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route");
 }
 
 static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
@@ -724,7 +650,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
       r->client_gone = 1;
   }
   close_watchers(r);
-  if (r->job_running) gen_cancel(r, 0);
+  if (r->on_close) r->on_close(r);
   req_unref(r);
 }
 
@@ -762,6 +688,8 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
   abort();
 }
 
+static void pump_cb(void *a) { http_pump(a); }
+
 int http_start(app *a, char *err, size_t errcap) {
   const config *c = a->cfg;
   struct sockaddr_storage ss;
@@ -781,7 +709,12 @@ int http_start(app *a, char *err, size_t errcap) {
     return -1;
   }
   MHD_set_panic_func(mhd_panic, a);
-  a->guard = guard_new(a);
+  guard_settings gs = {.loop = a->loop, .header_timeout = c->header_timeout,
+                       .idle_timeout = c->idle_timeout,
+                       .max_per_client = c->max_connections_per_client,
+                       .proxies = a->proxies, .n_proxies = a->n_proxies,
+                       .pump = pump_cb, .pump_arg = a};
+  a->guard = guard_new(&gs);
   a->mhd = MHD_start_daemon(
       flags, 0, guard_accept_policy, a->guard, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
       MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a,

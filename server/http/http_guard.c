@@ -29,7 +29,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include "app.h"
+#include "metrics.h"
 #include "strmap.h"
 #include "util.h"
 #include "xlog.h"
@@ -51,7 +51,7 @@ struct conn_rec {
 };
 
 struct http_guard {
-  app *a;
+  guard_settings set;
   uv_timer_t timer;
   wait_list lists[3]; /* first, later, ended */
   strmap per_addr; /* numeric address -> open connections (as intptr_t) */
@@ -116,12 +116,12 @@ static void warn_limited(http_guard *g) {
   if (g->cut_unlogged)
     xlog_msg("warn", "header_timeout",
              "closed %ld connection(s) that sent no complete request head within the deadline "
-             "(header_timeout %llds)", g->cut_unlogged, g->a->cfg->header_timeout);
+             "(header_timeout %llds)", g->cut_unlogged, g->set.header_timeout);
   if (g->refused_unlogged)
     xlog_msg("warn", "client_connection_limit",
              "refused %ld connection(s) from addresses already holding "
              "max_connections_per_client (%lld)", g->refused_unlogged,
-             g->a->cfg->max_connections_per_client);
+             g->set.max_per_client);
   g->cut_unlogged = g->refused_unlogged = 0;
 }
 
@@ -143,7 +143,7 @@ static void on_deadline(uv_timer_t *t) {
   }
   if (cut) warn_limited(g);
   arm(g);
-  if (cut) http_pump(g->a);
+  if (cut) g->set.pump(g->set.pump_arg);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -160,10 +160,10 @@ static void addr_key(const struct sockaddr *sa, char *out, size_t cap) {
 
 /* Addresses the per-client limit does not apply to: a trusted proxy speaks for many clients,
  * and this host's own loopback address (a proxy, tool or benchmark on the same machine). */
-static int is_exempt(const app *a, const char *addr) {
+static int is_exempt(const http_guard *g, const char *addr) {
   if (!strcmp(addr, "127.0.0.1") || !strcmp(addr, "::1")) return 1;
-  for (int i = 0; i < a->n_proxies; i++)
-    if (!strcmp(a->proxies[i], addr)) return 1;
+  for (int i = 0; i < g->set.n_proxies; i++)
+    if (!strcmp(g->set.proxies[i], addr)) return 1;
   return 0;
 }
 
@@ -171,10 +171,10 @@ static long addr_count(http_guard *g, const char *addr) {
   return (long)(intptr_t)strmap_get(&g->per_addr, addr);
 }
 
-http_guard *guard_new(app *a) {
+http_guard *guard_new(const guard_settings *set) {
   http_guard *g = xcalloc(1, sizeof *g);
-  g->a = a;
-  uv_timer_init(a->loop, &g->timer);
+  g->set = *set;
+  uv_timer_init(set->loop, &g->timer);
   g->timer.data = g;
   strmap_init(&g->per_addr);
   g->warned_at = -1e9;
@@ -193,11 +193,11 @@ void guard_free(http_guard *g) {
 enum MHD_Result guard_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
   (void)addrlen;
   http_guard *g = cls;
-  long long limit = g->a->cfg->max_connections_per_client;
+  long long limit = g->set.max_per_client;
   if (limit <= 0) return MHD_YES;
   char key[INET6_ADDRSTRLEN];
   addr_key(addr, key, sizeof key);
-  if (!key[0] || is_exempt(g->a, key) || addr_count(g, key) < limit) return MHD_YES;
+  if (!key[0] || is_exempt(g, key) || addr_count(g, key) < limit) return MHD_YES;
   ctr_add(&g_metrics.connections_refused_per_client, 1);
   g->refused_unlogged++;
   warn_limited(g);
@@ -210,13 +210,13 @@ void guard_conn_started(http_guard *g, struct MHD_Connection *c, void **socket_c
   cr->fd = fi ? fi->connect_fd : -1;
   const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   addr_key(ai ? ai->client_addr : NULL, cr->addr, sizeof cr->addr);
-  if (g->a->cfg->max_connections_per_client > 0 && cr->addr[0] &&
-      !is_exempt(g->a, cr->addr)) {
+  if (g->set.max_per_client > 0 && cr->addr[0] &&
+      !is_exempt(g, cr->addr)) {
     strmap_put(&g->per_addr, cr->addr, (void *)(intptr_t)(addr_count(g, cr->addr) + 1));
     cr->counted = 1;
   }
   *socket_context = cr;
-  cr->deadline = now_mono() + (double)g->a->cfg->header_timeout;
+  cr->deadline = now_mono() + (double)g->set.header_timeout;
   wait_head(g, cr, LIST_FIRST);
 }
 
@@ -255,9 +255,9 @@ void guard_request_done(http_guard *g, struct MHD_Connection *c) {
     wait_head(g, cr, LIST_ENDED);
     return;
   }
-  long long idle = g->a->cfg->idle_timeout;
+  long long idle = g->set.idle_timeout;
   if (idle <= 0) return; /* kept-alive connections may wait for ever: no deadline */
-  cr->deadline = now_mono() + (double)(idle + g->a->cfg->header_timeout);
+  cr->deadline = now_mono() + (double)(idle + g->set.header_timeout);
   wait_head(g, cr, LIST_LATER);
 }
 

@@ -21,24 +21,12 @@ typedef struct histogram {
   atomic_uint_fast64_t sum_micro;                    /* sum of observations x 1e6 */
 } histogram;
 
-typedef enum {
-  ROUTE_OTHER,
-  ROUTE_HEALTH,
-  ROUTE_METRICS,
-  ROUTE_MODELS,
-  ROUTE_COMPLETIONS,
-  ROUTE_CHAT,
-  ROUTE_SESSIONS,
-  ROUTE_UI, /* the chat page at / */
-  ROUTE_TOKENIZER, /* /tokenize, /detokenize, /tokenizer_info */
-  ROUTE_VERSION,
-  ROUTE_N
-} route_id;
-
-extern const char *const ROUTE_NAMES[ROUTE_N];
+/* Requests are counted by route and status; the routes (their ids and names) belong to whoever
+ * routes them: metrics only has room for this many. */
+#define METRICS_ROUTES_MAX 16
 
 typedef struct metrics {
-  atomic_uint_fast64_t requests[ROUTE_N][600];
+  atomic_uint_fast64_t requests[METRICS_ROUTES_MAX][600]; /* [route id][HTTP status] */
   atomic_uint_fast64_t tokens_in, tokens_out;
   atomic_uint_fast64_t cancelled, rejected_queue_full;
   atomic_uint_fast64_t connections_head_timeout, connections_refused_per_client;
@@ -67,6 +55,8 @@ typedef struct metrics_gauges {
   int ready, draining;
 } metrics_gauges;
 
-void metrics_render(buf *out, const metrics_gauges *g);
+/* route_names[i]: the label of requests[i] (n_routes <= METRICS_ROUTES_MAX). */
+void metrics_render(buf *out, const metrics_gauges *g, const char *const *route_names,
+                    int n_routes);
 
 #endif

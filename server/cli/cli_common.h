@@ -35,7 +35,4 @@ int cli_select_cpu(const char *cmd, const char *flag);
  * "xlserve CMD: --kv-dtype NAME: ..." and returns 0 for a name that is not f32, bf16, int8. */
 int cli_kv_dtype(const char *cmd, const char *flag, xl_kv_dtype *out);
 
-/* Threads for OpenBLAS (0 = leave the library's default). */
-void cli_set_blas_threads(int n);
-
 #endif

@@ -14,10 +14,24 @@
 
 #include <microhttpd.h>
 
-struct app;
+#include <uv.h>
+
 typedef struct http_guard http_guard;
 
-http_guard *guard_new(struct app *a);
+/* What the guard enforces; fixed for the daemon's life (the guard keeps a copy; `proxies` is
+ * borrowed and must outlive it). */
+typedef struct guard_settings {
+  uv_loop_t *loop;
+  long long header_timeout;      /* seconds for a request head (option header_timeout) */
+  long long idle_timeout;        /* seconds a kept-alive connection may wait (idle_timeout) */
+  long long max_per_client;      /* connections per client address; <= 0: no limit */
+  char *const *proxies;          /* trusted proxies' addresses: exempt from the limit */
+  int n_proxies;
+  void (*pump)(void *pump_arg);  /* called after the guard closed sockets: let MHD notice */
+  void *pump_arg;
+} guard_settings;
+
+http_guard *guard_new(const guard_settings *set);
 /* After MHD_stop_daemon (every connection record is gone by then). */
 void guard_free(http_guard *g);
 

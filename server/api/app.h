@@ -20,6 +20,7 @@
 #include "http_cors.h"
 #include "job.h"
 #include "metrics.h"
+#include "routes.h"
 #include "scheduler.h"
 #include "session_table.h"
 #include "xl.h"
@@ -33,6 +34,9 @@ typedef struct app {
   uv_loop_t *loop;
   app_phase phase;
   int exit_code;
+  /* the daemon (serve_main.c): called when a request ends; stops the loop once a drain has
+   * nothing left to wait for */
+  void (*check_drained)(struct app *a);
   /* model (set once loaded; immutable afterwards) */
   xl_model *model;
   char *model_name;
@@ -96,7 +100,10 @@ struct req {
   int refs; /* MHD (until NOTIFY_COMPLETED), response (until its free callback), job, handles */
   req *prev, *next;
   req_phase phase;
-  route_id route;
+  route_id route;     /* the metrics label (ROUTE_OTHER until matched) */
+  const route *rt;    /* the routes table's row (NULL: none matched) */
+  const char *param;  /* its path parameter, inside `path` (NULL: none) */
+  size_t param_len;
   char method[16];
   char *path;
   char request_id[80];
@@ -147,6 +154,16 @@ struct req {
   int dc_open;
   uv_timer_t ping;
   int ping_open;
+  /* the handler's hooks (api_generate.c sets them; NULL: none). The HTTP code calls them and
+   * knows no generation, job or session behind them. */
+  void (*on_close)(req *r);  /* the client left or MHD ended the request: stop its work */
+  void (*on_free)(req *r);   /* the record is being freed: release what the handler hung on it */
+  /* the access log's work fields, from "tokens_in" to "finish" (dur: the request's seconds) */
+  void (*log_fields)(req *r, buf *line, double dur);
+  /* stream (req_start_stream): move up to max bytes of the body produced so far into out;
+   * append bytes to it (0: there is no stream to append to) */
+  size_t (*stream_take)(req *r, char *out, size_t max);
+  int (*stream_put)(req *r, const char *bytes, size_t n);
   /* log */
   int status;
   int counted; /* in xlserve_requests_total */
@@ -159,6 +176,9 @@ void http_pump(app *a);
 void http_quiesce(app *a);       /* stop accepting: close the listen socket */
 void http_stop(app *a);          /* resume everything, stop MHD */
 void req_kick(req *r);           /* resume a suspended connection (loop thread, outside MHD) */
+/* A holder of the request besides MHD (a job, a callback): the request is freed when the last
+ * holder lets go. The req_wait_* helpers take their callback's reference themselves. */
+void req_ref(req *r);
 void req_unref(req *r);
 void req_reply(req *r, int status, const char *content_type, const char *body, size_t len);
 /* Takes body's bytes; a request that waits (REQ_WAITING) gets it through req_defer_reply. */
@@ -171,20 +191,21 @@ void req_error_from(req *r, const api_error *e);
 void req_start_stream(req *r);
 void req_suspend_for_job(req *r);
 void req_defer_reply(req *r, int status, buf *body); /* non-stream: store and resume */
-void req_wait_restore(req *r); /* suspend until the store answered (then dispatched again) */
-void req_wait_reply(req *r);   /* suspend until a callback defers the reply */
+/* Suspend until the store answered the lookup (then dispatched again); takes a reference for
+ * the lookup's callback, which drops it with req_unref. */
+void req_wait_restore(req *r);
+/* Suspend until a callback defers the reply; takes a reference for that callback, which drops
+ * it with req_unref after req_defer_reply. Call it before (or right after) starting the operation
+ * whose callback answers, never after that callback could have run. */
+void req_wait_reply(req *r);
 void req_watch_disconnect(req *r);
 
-/* api_*.c: handlers, called by the access handler on the final call */
-void api_health(req *r);
-void api_metrics(req *r);
-void api_models(req *r, const char *id);
-void api_tokenizer(req *r, const char *which); /* "tokenize", "detokenize" or "info" */
-void api_version(req *r);
+/* Queues a prepared response (headers of every reply added); takes resp. */
+void req_queue_response(req *r, int status, struct MHD_Response *resp);
+
+/* api_*.c: helpers of the handlers (the handlers themselves: routes.h) */
 /* The text of token ids (streaming detokeniser: word models' line starts, whole UTF-8). */
 void detok_ids(const xl_model *m, const int32_t *ids, size_t n, buf *out);
-void api_generate(req *r, job_kind kind);
-void api_sessions(req *r, const char *rest); /* rest: "" or "/{id}" or "/{id}/fork|state" */
 /* The session id for r: RAM, then the store (ST_PENDING: r waits and is dispatched again). */
 st_status req_find_session(req *r, const char *id, session **s);
 /* Answers a lookup status other than FOUND and PENDING (MISSING: 404 not found). */
@@ -195,14 +216,5 @@ void gen_on_done(req *r);
 void gen_on_job_done(req *r, job *j); /* a DONE event of any of r's jobs */
 void gen_cancel(req *r, int by_drain);
 
-/* serve_main.c */
-void app_check_drained(app *a);
-
-/* app_store.c: the session store in the daemon */
-int app_store_open(app *a, char *err, size_t cap);   /* main thread, before listening */
-int app_store_start(app *a, char *err, size_t cap);  /* once the model is loaded */
-void app_store_expire(app *a);                       /* TTL timer */
-void app_store_shutdown(app *a);                     /* do_shutdown, after the workers */
-void app_store_free(app *a);                         /* after the loop ended */
 
 #endif

@@ -7,10 +7,6 @@
 
 metrics g_metrics;
 
-const char *const ROUTE_NAMES[ROUTE_N] = {"other",       "health",           "metrics", "models",
-                                          "completions", "chat_completions", "sessions", "ui",
-                                          "tokenizer",   "version"};
-
 static void hist_init(histogram *h, const char *name, const char *help, const double *b, int n) {
   h->name = name, h->help = help, h->n_bounds = n;
   memcpy(h->bounds, b, sizeof(double) * (size_t)n);
@@ -90,15 +86,16 @@ static void hist_render(buf *o, histogram *h) {
              (unsigned long long)cum);
 }
 
-void metrics_render(buf *o, const metrics_gauges *g) {
+void metrics_render(buf *o, const metrics_gauges *g, const char *const *route_names,
+                    int n_routes) {
   metrics *m = &g_metrics;
   buf_adds(o, "# HELP xlserve_requests_total HTTP requests by route and status.\n"
               "# TYPE xlserve_requests_total counter\n");
-  for (int r = 0; r < ROUTE_N; r++)
+  for (int r = 0; r < n_routes && r < METRICS_ROUTES_MAX; r++)
     for (int s = 100; s < 600; s++) {
       uint64_t v = ld(&m->requests[r][s]);
       if (v)
-        buf_printf(o, "xlserve_requests_total{route=\"%s\",status=\"%d\"} %llu\n", ROUTE_NAMES[r],
+        buf_printf(o, "xlserve_requests_total{route=\"%s\",status=\"%d\"} %llu\n", route_names[r],
                    s, (unsigned long long)v);
     }
   counter(o, "xlserve_prompt_tokens_total", "Tokens fed from prompts.", ld(&m->tokens_in));

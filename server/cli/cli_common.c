@@ -4,7 +4,6 @@
  */
 #include "cli_common.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,10 +144,6 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n_ou
   free(text);
   *n_out = n;
   return ids;
-}
-
-void cli_set_blas_threads(int n) {
-  if (n > 0) openblas_set_num_threads(n);
 }
 
 int cli_select_cpu(const char *cmd, const char *flag) {

@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "app.h"
-#include "cli.h"
-#include "cli_common.h"
+#include "app_store.h"
+#include "serve_main.h"
 #include "sd_notify.h"
 #include "util.h"
 #include "xlog.h"
@@ -94,7 +94,7 @@ static void schedule_stop(app *a, uint64_t ms) {
   uv_timer_start(&stop_timer, do_shutdown, ms, 0); /* never from inside MHD_run */
 }
 
-void app_check_drained(app *a) {
+static void app_check_drained(app *a) {
   if (a->phase != APP_DRAINING) return;
   /* requests still arriving do not count: MHD_stop_daemon closes them */
   if (a->n_reqs - a->n_new == 0 && a->n_jobs == 0 && a->load_rc != 1) schedule_stop(a, 0);
@@ -292,6 +292,7 @@ int serve_main(int argc, char **argv) {
   app a;
   memset(&a, 0, sizeof a);
   a.cfg = &cfg;
+  a.check_drained = app_check_drained;
   a.load_rc = 1; /* loading */
   char err[512];
   int rc = 2;
@@ -304,7 +305,7 @@ int serve_main(int argc, char **argv) {
     fprintf(stderr, "xlserve: option cors_origins: %s\n", err);
     goto out_early;
   }
-  cli_set_blas_threads((int)cfg.blas_threads);
+  xl_set_blas_threads((int)cfg.blas_threads);
   xl_error cpu_err;
   if (xl_cpu_select(cfg.cpu, &cpu_err)) { /* validated with the config: only a safety net */
     fprintf(stderr, "xlserve: option cpu: %s\n", cpu_err.message);

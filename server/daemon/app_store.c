@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "app_store.h"
 #include "store_redis.h"
 #include "util.h"
 #include "xlog.h"

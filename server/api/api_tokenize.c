@@ -191,12 +191,22 @@ void api_version(req *r) {
   buf_free(&b);
 }
 
-void api_tokenizer(req *r, const char *which) {
-  if (!r->a->model) {
-    req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
-    return;
-  }
-  if (!strcmp(which, "tokenize")) tokenize(r);
-  else if (!strcmp(which, "detokenize")) detokenize(r);
-  else tokenizer_info(r);
+/* The model is loaded (needs_model) once the request runs, but a request that arrived just
+ * before the load failed still finds none. */
+static int have_model(req *r) {
+  if (r->a->model) return 1;
+  req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
+  return 0;
+}
+
+void api_tokenize(req *r) {
+  if (have_model(r)) tokenize(r);
+}
+
+void api_detokenize(req *r) {
+  if (have_model(r)) detokenize(r);
+}
+
+void api_tokenizer_info(req *r) {
+  if (have_model(r)) tokenizer_info(r);
 }

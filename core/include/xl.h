@@ -279,6 +279,10 @@ const char *xl_cpu_path(void);           /* the path in use: "avx512", "avx2", .
 int xl_cpu_can_run(const char *path);    /* 1 yes, 0 not this CPU/build, -1 unknown name */
 size_t xl_cpu_runnable(char *out, size_t cap); /* "avx512, avx2, portable": the paths it runs */
 
+/* Threads for the BLAS library's matrix products (0 = leave the library's default). Call it
+ * before the first forward pass; the CLI tools and the daemon both do. */
+void xl_set_blas_threads(int n);
+
 #ifdef __cplusplus
 }
 #endif

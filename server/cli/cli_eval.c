@@ -66,7 +66,7 @@ int cli_eval_main(int argc, char **argv) {
     return 2;
   }
   if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype)) return 2;
-  cli_set_blas_threads(threads);
+  xl_set_blas_threads(threads);
   xl_model *m = cli_load_model(cmd, model_dir, &opts);
   if (!m) return 1;
   const xl_config *c = xl_model_config(m);

@@ -1,6 +1,7 @@
 /*
- * xl_le.h: little-endian integer fields of the byte formats (state blobs here, session
- * envelopes in server/): fixed byte order whatever the host. Pure inline functions, any thread.
+ * xl_le.h: little-endian integer fields of the byte formats (core's state blobs, the server's
+ * session envelopes): fixed byte order whatever the host. Public (core/include) so that a format
+ * built on top of a state blob writes its fields the same way. Pure inline functions, any thread.
  */
 #ifndef XL_LE_H
 #define XL_LE_H

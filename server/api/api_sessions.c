@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "json_writer.h"
 #include "util.h"
 
 static const char *mode_name(int m) {
@@ -23,32 +24,46 @@ static const char *mode_name(int m) {
   }
 }
 
-static void session_obj(buf *b, const session *s) {
+/* The fields every session object starts with, in RAM or only in the store. */
+static void session_head(json_writer *w, const char *id, long long created, long long last_used,
+                         unsigned long long tokens, int positions, unsigned long long turns,
+                         int mode, int messages) {
+  jw_kstring(w, "id", id);
+  jw_kstring(w, "object", "session");
+  jw_kint(w, "created", created);
+  jw_kint(w, "last_used", last_used);
+  jw_kuint(w, "tokens", tokens);
+  jw_kint(w, "memory_positions", positions);
+  jw_kuint(w, "turns", turns);
+  jw_kstring(w, "mode", mode_name(mode));
+  jw_kint(w, "messages", messages);
+}
+
+/* A session in RAM: its fields, the object left open (a fork adds its parent). */
+static void session_fields(json_writer *w, const session *s) {
   uint64_t tokens = s->busy ? s->snap_tokens : session_tokens(s);
   int mem = s->busy ? s->snap_mem : xl_state_mem_length(s->state);
-  buf_adds(b, "{\"id\":");
-  json_escape(b, s->id, strlen(s->id));
-  buf_printf(b,
-             ",\"object\":\"session\",\"created\":%lld,\"last_used\":%lld,\"tokens\":%llu,"
-             "\"memory_positions\":%d,\"turns\":%llu,\"mode\":\"%s\",\"messages\":%d,"
-             "\"busy\":%s,\"in_ram\":true,\"ram_bytes\":%zu",
-             (long long)s->created, (long long)s->last_used, (unsigned long long)tokens, mem,
-             (unsigned long long)s->turns, mode_name(s->chat), s->n_msgs,
-             s->busy ? "true" : "false", s->ram);
-  if (!s->busy) buf_printf(b, ",\"transcript_digest\":\"%016llx\"", (unsigned long long)s->digest);
-  buf_addc(b, '}');
+  session_head(w, s->id, (long long)s->created, (long long)s->last_used, tokens, mem, s->turns,
+               s->chat, s->n_msgs);
+  jw_kbool(w, "busy", s->busy);
+  jw_kbool(w, "in_ram", 1);
+  jw_kuint(w, "ram_bytes", s->ram);
+  if (!s->busy) {
+    char digest[17];
+    snprintf(digest, sizeof digest, "%016llx", (unsigned long long)s->digest);
+    jw_kstring(w, "transcript_digest", digest);
+  }
 }
 
 /* A stored session that is not in RAM (its row's metadata). */
-static void row_obj(buf *b, const store_row *w) {
-  buf_adds(b, "{\"id\":");
-  json_escape(b, w->id, strlen(w->id));
-  buf_printf(b,
-             ",\"object\":\"session\",\"created\":%lld,\"last_used\":%lld,\"tokens\":%llu,"
-             "\"memory_positions\":%d,\"turns\":%llu,\"mode\":\"%s\",\"messages\":%d,"
-             "\"busy\":false,\"in_ram\":false,\"ram_bytes\":0}",
-             (long long)w->created, (long long)w->last_used, (unsigned long long)w->tokens,
-             w->positions, (unsigned long long)w->turns, mode_name(w->mode), w->messages);
+static void row_obj(json_writer *jw, const store_row *w) {
+  jw_object(jw);
+  session_head(jw, w->id, (long long)w->created, (long long)w->last_used, w->tokens,
+               w->positions, w->turns, w->mode, w->messages);
+  jw_kbool(jw, "busy", 0);
+  jw_kbool(jw, "in_ram", 0);
+  jw_kuint(jw, "ram_bytes", 0);
+  jw_end(jw);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -81,10 +96,7 @@ st_status req_find_session(req *r, const char *id, session **s) {
     }
   }
   st_status st = st_find(a->sessions, id, r->owner, s, on_lookup, r);
-  if (st == ST_PENDING) {
-    r->refs++; /* on_lookup's */
-    req_wait_restore(r);
-  }
+  if (st == ST_PENDING) req_wait_restore(r);
   return st;
 }
 
@@ -130,13 +142,12 @@ static void busy(req *r, const char *id, const char *what) {
 static void reply_obj(req *r, int status, session *s, const char *forked_from) {
   buf b;
   buf_init(&b);
-  session_obj(&b, s);
-  if (forked_from) {
-    b.len--; /* reopen the object to add its parent */
-    buf_adds(&b, ",\"forked_from\":");
-    json_escape(&b, forked_from, strlen(forked_from));
-    buf_addc(&b, '}');
-  }
+  json_writer w;
+  jw_init(&w, &b);
+  jw_object(&w);
+  session_fields(&w, s);
+  if (forked_from) jw_kstring(&w, "forked_from", forked_from);
+  jw_end(&w);
   req_reply_json(r, status, &b);
   buf_free(&b);
 }
@@ -175,9 +186,13 @@ static void on_fork_saved(void *ctx, int status, const char *msg) {
 static void deleted_body(req *r, const char *id) {
   buf b;
   buf_init(&b);
-  buf_adds(&b, "{\"id\":");
-  json_escape(&b, id, strlen(id));
-  buf_adds(&b, ",\"object\":\"session.deleted\",\"deleted\":true}");
+  json_writer w;
+  jw_init(&w, &b);
+  jw_object(&w);
+  jw_kstring(&w, "id", id);
+  jw_kstring(&w, "object", "session.deleted");
+  jw_kbool(&w, "deleted", 1);
+  jw_end(&w);
   req_reply_json(r, 200, &b);
   buf_free(&b);
 }
@@ -268,13 +283,23 @@ static void list_reply(req *r, const store_row *rows, int n_rows) {
   if (k > limit) k = limit;
   buf b;
   buf_init(&b);
-  buf_adds(&b, "{\"object\":\"list\",\"data\":[");
+  json_writer w;
+  jw_init(&w, &b);
+  jw_object(&w);
+  jw_kstring(&w, "object", "list");
+  jw_key(&w, "data");
+  jw_array(&w);
   for (size_t i = 0; i < k; i++) {
-    if (i) buf_addc(&b, ',');
-    if (items[i].s) session_obj(&b, items[i].s);
-    else row_obj(&b, items[i].w);
+    if (items[i].s) {
+      jw_object(&w);
+      session_fields(&w, items[i].s);
+      jw_end(&w);
+    } else {
+      row_obj(&w, items[i].w);
+    }
   }
-  buf_adds(&b, "]}");
+  jw_end(&w);
+  jw_end(&w);
   free(items);
   free(ram);
   req_reply_json(r, 200, &b);
@@ -300,12 +325,10 @@ static void create(req *r) {
     return;
   }
   snprintf(r->session_id, sizeof r->session_id, "%s", s->id);
-  r->refs++;
   if (st_persist(a->sessions, s, on_created_saved, r)) {
     req_wait_reply(r);
     return;
   }
-  r->refs--;
   reply_obj(r, 201, s, NULL);
 }
 
@@ -326,130 +349,145 @@ static void list(req *r) {
     list_reply(r, NULL, 0);
     return;
   }
-  r->refs++;
   req_wait_reply(r);
   st_list_stored(r->a->sessions, r->owner, (int)limit, on_listed, r);
 }
 
-void api_sessions(req *r, const char *rest) {
-  app *a = r->a;
-  xl_error xe;
-  memset(&xe, 0, sizeof xe);
-  if (!*rest) {
-    if (!strcmp(r->method, "POST")) create(r);
-    else list(r);
-    return;
-  }
-  /* rest = "/{id}" or "/{id}/fork" or "/{id}/state" */
-  const char *id = rest + 1;
-  const char *slash = strchr(id, '/');
-  size_t idlen = slash ? (size_t)(slash - id) : strlen(id);
+/* The {id} of the request's path into sid (and the request's log field); 0 after a 400 reply
+ * when it is not a valid session id. */
+static int take_id(req *r, char sid[129]) {
+  const char *id = r->param ? r->param : "";
+  size_t idlen = r->param_len;
   if (!session_id_valid(id, idlen)) {
     req_error(r, 400, "invalid_request_error", "invalid_value", "session_id",
               "session ids are 1-128 characters of [A-Za-z0-9._-]");
-    return;
+    return 0;
   }
-  char sid[129];
   memcpy(sid, id, idlen);
   sid[idlen] = 0;
   snprintf(r->session_id, sizeof r->session_id, "%s", sid);
-  int is_fork = slash && !strcmp(slash, "/fork");
-  int is_state = slash && !strcmp(slash, "/state");
+  return 1;
+}
+
+void api_sessions_list(req *r) { list(r); }
+
+void api_sessions_create(req *r) { create(r); }
+
+/* DELETE /v1/sessions/{id} */
+void api_session_delete(req *r) {
+  app *a = r->a;
+  char sid[129];
+  if (!take_id(r, sid)) return;
   session *s = NULL;
-
-  if (!strcmp(r->method, "DELETE")) {
-    st_status st = st_lookup(a->sessions, sid, r->owner, &s); /* no restore needed */
-    if (st == ST_FOUND) {
-      if (s->busy) {
-        busy(r, sid, "delete it when it is idle");
-        return;
-      }
-      r->refs++;
-      if (st_delete(a->sessions, s, on_deleted, r)) {
-        req_wait_reply(r);
-        return;
-      }
-      r->refs--;
-      deleted_body(r, sid);
-    } else if (st == ST_EXPIRED) {
-      st_forget_tombstone(a->sessions, sid, r->owner);
-      deleted_body(r, sid);
-    } else if (st == ST_MISSING && st_persistent(a->sessions)) {
-      r->refs++;
+  st_status st = st_lookup(a->sessions, sid, r->owner, &s); /* no restore needed */
+  if (st == ST_FOUND) {
+    if (s->busy) {
+      busy(r, sid, "delete it when it is idle");
+      return;
+    }
+    if (st_delete(a->sessions, s, on_deleted, r)) {
       req_wait_reply(r);
-      st_remove_stored(a->sessions, sid, r->owner, on_row_removed, r);
-    } else {
-      req_session_error(r, sid, ST_MISSING);
-    }
-    return;
-  }
-
-  if (is_state && !strcmp(r->method, "PUT")) {
-    st_status st = req_find_session(r, sid, &s);
-    if (st == ST_PENDING) return;
-    if (st == ST_FOUND && s->busy) {
-      busy(r, sid, "import when it is idle");
       return;
     }
-    if (st == ST_STORE_ERROR) {
-      req_session_error(r, sid, st);
-      return;
-    }
-    if (!r->body.len) {
-      req_error(r, 400, "invalid_request_error", "invalid_state", "body",
-                "the body must be a session state (GET /v1/sessions/{id}/state)");
-      return;
-    }
-    /* FOUND, MISSING, EXPIRED, or a refused row of this key: replaced by the import */
-    if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid, r->owner);
-    r->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
-    size_t n = r->body.len;
-    uint8_t *bytes = (uint8_t *)buf_steal(&r->body);
-    r->refs++;
+    deleted_body(r, sid);
+  } else if (st == ST_EXPIRED) {
+    st_forget_tombstone(a->sessions, sid, r->owner);
+    deleted_body(r, sid);
+  } else if (st == ST_MISSING && st_persistent(a->sessions)) {
     req_wait_reply(r);
-    st_import(a->sessions, sid, r->owner, bytes, n, on_imported, r);
-    return;
+    st_remove_stored(a->sessions, sid, r->owner, on_row_removed, r);
+  } else {
+    req_session_error(r, sid, ST_MISSING);
   }
+}
 
+/* PUT /v1/sessions/{id}/state */
+void api_session_import(req *r) {
+  app *a = r->a;
+  char sid[129];
+  if (!take_id(r, sid)) return;
+  session *s = NULL;
   st_status st = req_find_session(r, sid, &s);
   if (st == ST_PENDING) return;
-  if (st != ST_FOUND) {
+  if (st == ST_FOUND && s->busy) {
+    busy(r, sid, "import when it is idle");
+    return;
+  }
+  if (st == ST_STORE_ERROR) {
     req_session_error(r, sid, st);
     return;
   }
-  if (is_fork) {
-    if (s->busy) {
-      busy(r, sid, "fork it when it is idle");
-      return;
-    }
-    session *f = st_fork(a->sessions, s, &xe);
-    if (!f) {
-      req_error(r, 500, "server_error", "session_fork_failed", NULL, "%s", xe.message);
-      return;
-    }
-    snprintf(r->session_id, sizeof r->session_id, "%s", f->id);
-    fork_ctx *fc = xcalloc(1, sizeof *fc);
-    fc->r = r;
-    snprintf(fc->parent, sizeof fc->parent, "%s", sid);
-    r->refs++;
-    if (st_persist(a->sessions, f, on_fork_saved, fc)) {
-      req_wait_reply(r);
-      return;
-    }
-    r->refs--;
-    free(fc);
-    reply_obj(r, 201, f, sid);
+  if (!r->body.len) {
+    req_error(r, 400, "invalid_request_error", "invalid_state", "body",
+              "the body must be a session state (GET /v1/sessions/{id}/state)");
     return;
   }
-  if (is_state) { /* GET: export */
-    if (s->busy) {
-      busy(r, sid, "export it when it is idle");
-      return;
-    }
-    r->refs++;
+  /* FOUND, MISSING, EXPIRED, or a refused row of this key: replaced by the import */
+  if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid, r->owner);
+  r->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
+  size_t n = r->body.len;
+  uint8_t *bytes = (uint8_t *)buf_steal(&r->body);
+  req_wait_reply(r);
+  st_import(a->sessions, sid, r->owner, bytes, n, on_imported, r);
+}
+
+/* The session of the path's {id}, in RAM or restored from the store; NULL when the request
+ * waits for the store (it runs again) or was answered (not found, store error, bad id, or busy
+ * when `busy_what` says what to do instead; NULL: a busy session will do). */
+static session *found_session(req *r, char sid[129], const char *busy_what) {
+  if (!take_id(r, sid)) return NULL;
+  session *s = NULL;
+  st_status st = req_find_session(r, sid, &s);
+  if (st == ST_PENDING) return NULL;
+  if (st != ST_FOUND) {
+    req_session_error(r, sid, st);
+    return NULL;
+  }
+  if (busy_what && s->busy) {
+    busy(r, sid, busy_what);
+    return NULL;
+  }
+  return s;
+}
+
+/* GET /v1/sessions/{id} */
+void api_session_get(req *r) {
+  char sid[129];
+  session *s = found_session(r, sid, NULL);
+  if (s) reply_obj(r, 200, s, NULL);
+}
+
+/* POST /v1/sessions/{id}/fork */
+void api_session_fork(req *r) {
+  app *a = r->a;
+  char sid[129];
+  session *s = found_session(r, sid, "fork it when it is idle");
+  if (!s) return;
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  session *f = st_fork(a->sessions, s, &xe);
+  if (!f) {
+    req_error(r, 500, "server_error", "session_fork_failed", NULL, "%s", xe.message);
+    return;
+  }
+  snprintf(r->session_id, sizeof r->session_id, "%s", f->id);
+  fork_ctx *fc = xcalloc(1, sizeof *fc);
+  fc->r = r;
+  snprintf(fc->parent, sizeof fc->parent, "%s", sid);
+  if (st_persist(a->sessions, f, on_fork_saved, fc)) {
     req_wait_reply(r);
-    st_export(a->sessions, s, on_exported, r);
     return;
   }
-  reply_obj(r, 200, s, NULL);
+  free(fc);
+  reply_obj(r, 201, f, sid);
+}
+
+/* GET /v1/sessions/{id}/state */
+void api_session_export(req *r) {
+  app *a = r->a;
+  char sid[129];
+  session *s = found_session(r, sid, "export it when it is idle");
+  if (!s) return;
+  req_wait_reply(r);
+  st_export(a->sessions, s, on_exported, r);
 }

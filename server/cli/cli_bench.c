@@ -475,7 +475,7 @@ int cli_bench_main(int argc, char **argv) {
     if (!cli_select_cpu(cmd, NULL)) return 2;
     paths[n_paths++] = NULL;
   }
-  cli_set_blas_threads(o.threads);
+  xl_set_blas_threads(o.threads);
   int rc = 0;
   for (int i = 0; i < n_paths && !rc; i++) {
     if (paths[i] && !cli_select_cpu(cmd, paths[i])) return 2;

@@ -62,7 +62,7 @@ int cli_generate_main(int argc, char **argv) {
   }
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
   if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype)) return 2;
-  cli_set_blas_threads(threads);
+  xl_set_blas_threads(threads);
   xl_model *m = cli_load_model(cmd, model_dir, &opts);
   if (!m) return 1;
   const int vocab = xl_model_config(m)->vocab_size;

@@ -9,6 +9,5 @@ int cli_info_main(int argc, char **argv);
 int cli_generate_main(int argc, char **argv);
 int cli_eval_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
-int serve_main(int argc, char **argv); /* the daemon: server/serve_main.c */
 
 #endif

@@ -264,9 +264,64 @@ static void make_others(req *r, int groups, int per, int32_t **ptoks, size_t *pn
   r->others_left = r->n_others;
 }
 
-void api_generate(req *r, job_kind kind) {
+/* ---- the request's hooks: what the HTTP code calls without knowing the generation ---- */
+
+static void hook_close(req *r) {
+  if (r->job_running) gen_cancel(r, 0);
+}
+
+static void hook_free(req *r) {
+  for (int i = 0; i < r->n_others; i++) job_free(r->others[i]);
+  free(r->others);
+  job_free(r->job);
+  if (r->have_g) gen_request_free(&r->g);
+  if (r->have_plan) chat_plan_free(&r->plan);
+}
+
+static void hook_log(req *r, buf *l, double dur) {
+  job *j = r->job; /* its DONE was handled (the job holds a reference) */
+  int tin = j ? j->n_prompt : 0, tout = j ? j->n_gen : 0;
+  for (int i = 0; i < r->n_others; i++) tin += r->others[i]->n_prompt, tout += r->others[i]->n_gen;
+  buf_printf(l, ",\"tokens_in\":%d,\"tokens_out\":%d", tin, tout); /* all choices */
+  if (j && j->t_sched) buf_printf(l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
+  else buf_adds(l, ",\"queue_ms\":null");
+  if (j && j->t_first_token)
+    buf_printf(l, ",\"ttft_ms\":%.3f", (j->t_first_token - j->t_arrival) * 1e3);
+  else buf_adds(l, ",\"ttft_ms\":null");
+  buf_printf(l, ",\"duration_ms\":%.3f", dur * 1e3);
+  if (j) buf_printf(l, ",\"finish\":\"%s\"", finish_name(j->finish));
+}
+
+/* The SSE bytes the request's jobs produced (job.out of the first job: every choice's sink). */
+static size_t hook_stream_take(req *r, char *out, size_t max) {
+  job *j = r->job;
+  pthread_mutex_lock(&j->mu);
+  size_t n = j->out.len < max ? j->out.len : max;
+  if (n) {
+    memcpy(out, j->out.p, n);
+    buf_consume(&j->out, n);
+  }
+  pthread_mutex_unlock(&j->mu);
+  return n;
+}
+
+static int hook_stream_put(req *r, const char *bytes, size_t n) {
+  job *j = r->job;
+  if (!j) return 0;
+  pthread_mutex_lock(&j->mu);
+  buf_add(&j->out, bytes, n);
+  pthread_mutex_unlock(&j->mu);
+  return 1;
+}
+
+static void api_generate(req *r, job_kind kind) {
   app *a = r->a;
   api_error e;
+  r->on_close = hook_close;
+  r->on_free = hook_free;
+  r->log_fields = hook_log;
+  r->stream_take = hook_stream_take;
+  r->stream_put = hook_stream_put;
   if (!r->have_g) { /* parsed once: the handler runs again after a session restore */
     r->have_g = 1;
     if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &r->g, &e)) {
@@ -518,7 +573,7 @@ void api_generate(req *r, job_kind kind) {
     free(all);
   }
   r->job_running = 1;
-  r->refs++; /* the job's reference, dropped in gen_on_done */
+  req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
     if (j->stream) req_start_stream(r);
@@ -642,13 +697,13 @@ void gen_on_done(req *r) {
     int fed = j->pos > 0 || j->decoding;
     uint8_t *core = j->snap;
     j->snap = NULL;
-    r->refs++; /* the commit's, if it waits */
+    req_ref(r); /* the commit's, if it waits */
     int w = st_turn_end(a->sessions, r->sess, core, j->snap_len, fed, on_turn_committed, r);
     if (w == 1) {
       r->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
     } else {
-      r->refs--;
+      req_unref(r); /* not the last: the job's is still held */
       if (w < 0) r->store_err = xstrdup("the turn's state could not be serialised");
     }
   }
@@ -720,3 +775,7 @@ static void gen_finish(req *r) {
   }
   req_unref(r);
 }
+
+void api_completions(req *r) { api_generate(r, JOB_COMPLETION); }
+
+void api_chat_completions(req *r) { api_generate(r, JOB_CHAT); }
