@@ -84,14 +84,24 @@ typedef struct xl_config {
   xl_tokenizer_kind tokenizer;
 } xl_config;
 
+/* How the big weight matrices (attention q/k/v, output and position projections, the
+ * feed-forward layers, the adaptive input/softmax tables and projections) are held in RAM:
+ * F32 (as stored), bf16 (round-to-nearest-even; a bf16 file is used in place), or int8 with
+ * one F32 scale per 32 weights of a row. LayerNorm parameters, biases and r_w_bias/r_r_bias
+ * stay F32 in every case; so do activations. */
+typedef enum { XL_WEIGHTS_F32 = 0, XL_WEIGHTS_BF16 = 1, XL_WEIGHTS_INT8 = 2 } xl_weights;
+const char *xl_weights_name(xl_weights w);    /* "f32", "bf16", "int8" */
+int xl_weights_parse(const char *name);       /* the xl_weights, or -1 for an unknown name */
+
 /* Overrides applied at load time (xlserve eval --mem-len etc.). -1 = keep config.json's. */
 typedef struct xl_load_options {
   int mem_len;
   int clamp_len;
   int same_length;
+  xl_weights weights; /* XL_WEIGHTS_F32 by default */
 } xl_load_options;
 
-#define XL_LOAD_OPTIONS_DEFAULT {-1, -1, -1}
+#define XL_LOAD_OPTIONS_DEFAULT {-1, -1, -1, XL_WEIGHTS_F32}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Model: weights (mmapped, F32; F16/BF16 converted at load) + config + tokenizer. */
@@ -109,6 +119,8 @@ size_t xl_model_param_count(const xl_model *model);   /* distinct parameters (ti
 size_t xl_model_state_bytes(const xl_model *model);   /* RAM of one full xl_state */
 uint64_t xl_model_fingerprint(const xl_model *model); /* hash of config + weights (+ overrides) */
 const char *xl_model_dir(const xl_model *model);
+xl_weights xl_model_weights(const xl_model *model);    /* the weight type chosen at load */
+size_t xl_model_weight_bytes(const xl_model *model);   /* RAM of the weights in that type */
 
 /* ---------------------------------------------------------------------------------------- */
 /* State: one session's memory. Holds, per layer, the keys and values of the last mem_len

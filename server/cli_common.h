@@ -31,6 +31,10 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
  * unknown or this CPU cannot run it. */
 int cli_select_cpu(const char *cmd, const char *flag);
 
+/* Sets opts->weights from `flag` (--weights) if given, else XLSERVE_WEIGHTS, else f32. Prints
+ * "xlserve CMD: --weights NAME: unknown weight type ..." and returns 0 for an unknown name. */
+int cli_select_weights(const char *cmd, const char *flag, xl_load_options *opts);
+
 /* Threads for OpenBLAS (0 = leave the library's default). */
 void cli_set_blas_threads(int n);
 
