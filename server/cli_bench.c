@@ -10,6 +10,9 @@
  * SGEMM's GFLOP/s, measured in the same run with the same thread count. Every row names the CPU
  * path (kernel family) it ran on; --cpu avx512,avx2,portable measures several paths in one run,
  * one block each (its own SGEMM first, so each share compares like with like).
+ * --weights bf16,int8 measures instead, per path, decode at batch 1 and 16 and segment
+ * evaluation with the model loaded once per weight type, F32 first, each type's rate beside
+ * F32's as a ratio (one run, side by side).
  * Main thread.
  */
 #include <stdio.h>
@@ -32,6 +35,8 @@ typedef struct {
   int recurrence;     /* run the Table 9 comparison */
   char cpus[128];     /* --cpu: comma-separated paths; empty = XLSERVE_CPU, else auto */
   int thread_clock;   /* --clock thread: this thread's CPU time instead of wall time */
+  char weights[64];   /* --weights: comma-separated types compared with f32; empty = off */
+  int mem_len;        /* --mem-len: override for the weights comparison (-1 = config's) */
 } bench_opts;
 
 /* Seconds on the clock the measurements use. The thread's CPU time (--clock thread, with
@@ -122,8 +127,9 @@ static double bench_decode(xl_model *m, int batch, const bench_opts *o, xl_rng *
   xl_feed *items = calloc((size_t)batch, sizeof *items);
   if (!t || !step || !lp || !st || !items || xl_workspace_new(m, &ws, &err)) goto out;
   random_tokens(t, n_warm, c->vocab_size, rng);
-  for (int b = 0; b < batch; b++)
-    if (xl_state_new(m, &st[b], &err) || !prefill(m, ws, st[b], t, n_warm)) goto out;
+  if (xl_state_new(m, &st[0], &err) || !prefill(m, ws, st[0], t, n_warm)) goto out;
+  for (int b = 1; b < batch; b++) /* the same full memory: one prefill, copied */
+    if (xl_state_clone(st[0], &st[b], &err)) goto out;
   int steps = 0;
   double t0 = bench_now(o), el;
   do {
@@ -282,9 +288,48 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
   return rc;
 }
 
+/* The weight types side by side on the path in use: decode batch 1 and 16, segments; F32 first
+ * and every rate as a ratio to F32's, measured in this run. */
+static int bench_weights(const bench_opts *o, int tgt_len, int first) {
+  char list[80];
+  snprintf(list, sizeof list, "f32,%s", o->weights);
+  double base[3] = {0, 0, 0};
+  int done[3] = {0, 0, 0};
+  char *save = NULL;
+  for (char *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+    xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+    lo.weights = (xl_weights)xl_weights_parse(w); /* checked before */
+    lo.mem_len = o->mem_len;
+    if (done[lo.weights]++) continue;
+    xl_model *m = cli_load_model("bench", o->model_dir, &lo);
+    if (!m) return 1;
+    const xl_config *c = xl_model_config(m);
+    int tl = tgt_len ? tgt_len : c->tgt_len > 0 ? c->tgt_len : 128, b16 = o->max_batch >= 16;
+    if (first && lo.weights == XL_WEIGHTS_F32)
+      printf("xlserve bench --weights: %s (n_layer %d, d_model %d, d_inner %d, vocab %d, mem_len "
+             "%d), BLAS threads %d, %s\n\n%-9s %-7s %10s %14s %7s %14s %7s %14s %7s\n",
+             xl_model_dir(m), c->n_layer, c->d_model, c->d_inner, c->vocab_size, c->mem_len,
+             o->threads, o->thread_clock ? "thread CPU time" : "wall-clock time", "cpu path",
+             "weights", "MiB", "decode b1 t/s", "x f32", "decode b16 t/s", "x f32",
+             "segment t/s", "x f32");
+    xl_rng rng;
+    xl_rng_seed(&rng, 1234);
+    double r[3] = {bench_decode(m, 1, o, &rng), b16 ? bench_decode(m, 16, o, &rng) : 0,
+                   bench_segments(m, tl, o, &rng)};
+    double mib = xl_model_weight_bytes(m) / 1048576.0;
+    xl_model_free(m);
+    if (r[0] < 0 || r[1] < 0 || r[2] < 0) return 1;
+    if (lo.weights == XL_WEIGHTS_F32) memcpy(base, r, sizeof base);
+    printf("%-9s %-7s %10.1f %14.2f %6.2fx %14.2f %6.2fx %14.1f %6.2fx\n", xl_cpu_path(), w, mib,
+           r[0], r[0] / base[0], r[1], b16 ? r[1] / base[1] : 0.0, r[2], r[2] / base[2]);
+    fflush(stdout);
+  }
+  return 0;
+}
+
 int cli_bench_main(int argc, char **argv) {
   const char *cmd = "bench";
-  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", 0};
+  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", 0, "", -1};
   int tgt_len = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -298,13 +343,28 @@ int cli_bench_main(int argc, char **argv) {
              "  --cpu P1,P2,..    CPU paths to measure, one block each (auto, avx512, avx2, neon,\n"
              "                    portable; default: XLSERVE_CPU, else auto)\n"
              "  --clock thread    time by this thread's CPU time, not wall time (needs --threads 1;\n"
-             "                    for a shared, busy machine)\n");
+             "                    for a shared, busy machine)\n"
+             "  --weights W1,..   instead of the table: decode (batch 1, 16) and segments with\n"
+             "                    each weight type (bf16, int8) beside f32, as ratios\n"
+             "  --mem-len M       memory length for --weights (default: the model's)\n");
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &o.model_dir);
     else if (!strcmp(a, "--threads")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 256, &o.threads);
     else if (!strcmp(a, "--tgt-len")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 1 << 16, &tgt_len);
     else if (!strcmp(a, "--max-batch")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 4096, &o.max_batch);
     else if (!strcmp(a, "--no-recurrence")) o.recurrence = 0;
+    else if (!strcmp(a, "--mem-len")) ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 20, &o.mem_len);
+    else if (!strcmp(a, "--weights")) {
+      const char *v;
+      char copy[64], *save = NULL;
+      if ((ok = cli_str_arg(cmd, argc, argv, &i, &v)) && (!*v || strlen(v) >= sizeof o.weights))
+        ok = 0;
+      if (ok) snprintf(copy, sizeof copy, "%s", v);
+      for (char *w = ok ? strtok_r(copy, ",", &save) : NULL; w; w = strtok_r(NULL, ",", &save))
+        if (xl_weights_parse(w) < 0) ok = 0;
+      if (!ok) fprintf(stderr, "xlserve bench: --weights: give weight types, e.g. bf16,int8\n");
+      else snprintf(o.weights, sizeof o.weights, "%s", v);
+    }
     else if (!strcmp(a, "--clock")) {
       const char *v;
       if ((ok = cli_str_arg(cmd, argc, argv, &i, &v))) {
@@ -357,7 +417,7 @@ int cli_bench_main(int argc, char **argv) {
   int rc = 0;
   for (int i = 0; i < n_paths && !rc; i++) {
     if (paths[i] && !cli_select_cpu(cmd, paths[i])) return 2;
-    rc = bench_path(&o, tgt_len, i == 0);
+    rc = *o.weights ? bench_weights(&o, tgt_len, i == 0) : bench_path(&o, tgt_len, i == 0);
   }
   return rc;
 }
