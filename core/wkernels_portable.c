@@ -23,8 +23,14 @@ static inline void matmul(int q8, const float *x, int M, int K, int ldx, const v
       const float *s = q8 ? S + (size_t)o * nb : NULL;
       float acc[8] = {0};
       int k = 0;
-      for (; k + 8 <= K; k += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[k + l] * weight_at(q8, w, s, k + l);
+      for (; k + 8 <= K; k += 8) /* 8 divides the int8 block: one scale per chunk */
+        if (q8) {
+          const int8_t *qk = (const int8_t *)w + k;
+          const float sc = s[k / XL_Q8_BLOCK];
+          for (int l = 0; l < 8; l++) acc[l] += a[k + l] * ((float)qk[l] * sc);
+        } else {
+          for (int l = 0; l < 8; l++) acc[l] += a[k + l] * weight_at(0, w, s, k + l);
+        }
       for (int l = 0; k < K; k++, l++) acc[l] += a[k] * weight_at(q8, w, s, k);
       y[(size_t)r * ldy + o] =
           ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
