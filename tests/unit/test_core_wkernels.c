@@ -247,11 +247,103 @@ static void test_models(void) {
   CHECK(xl_weights_parse("bf16") == XL_WEIGHTS_BF16 && xl_weights_parse("int4") == -1);
 }
 
+/* dir_out/model.safetensors = dir_in's with every 2-D matrix whose name contains "weight"
+ * stored as BF16 (RNE), the rest (LayerNorm, biases, r biases) kept F32; config copied. */
+static int write_bf16_copy(const char *dir_in, const char *dir_out) {
+  char path[512], hdr[65536];
+  xl_safetensors st;
+  xl_error err;
+  snprintf(path, sizeof path, "%s/model.safetensors", dir_in);
+  if (xl_safetensors_open(path, &st, &err)) return -1;
+  size_t off = 0, total = 0;
+  int len = snprintf(hdr, sizeof hdr, "{");
+  for (int i = 0; i < st.n_tensors; i++) {
+    const xl_tensor_entry *t = &st.tensors[i];
+    int narrow = t->ndim == 2 && strstr(t->name, "weight") && t->dtype == XL_DT_F32;
+    size_t nb = narrow ? t->nbytes / 2 : t->nbytes;
+    char shape[64];
+    if (t->ndim == 2)
+      snprintf(shape, sizeof shape, "%lld,%lld", (long long)t->shape[0], (long long)t->shape[1]);
+    else
+      snprintf(shape, sizeof shape, "%lld", (long long)t->shape[0]);
+    len += snprintf(hdr + len, sizeof hdr - (size_t)len,
+                    "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                    i ? "," : "", t->name, narrow ? "BF16" : "F32", shape, off, off + nb);
+    off += nb;
+  }
+  total = off;
+  len += snprintf(hdr + len, sizeof hdr - (size_t)len, "}");
+  while (len % 8) hdr[len++] = ' ';
+  uint8_t *data = malloc(total + 1);
+  off = 0;
+  for (int i = 0; i < st.n_tensors; i++) {
+    const xl_tensor_entry *t = &st.tensors[i];
+    int narrow = t->ndim == 2 && strstr(t->name, "weight") && t->dtype == XL_DT_F32;
+    if (!narrow) {
+      memcpy(data + off, t->data, t->nbytes);
+      off += t->nbytes;
+      continue;
+    }
+    for (size_t k = 0; k < t->nbytes / 4; k++, off += 2) {
+      float f;
+      memcpy(&f, t->data + 4 * k, 4);
+      uint16_t h = xl_f32_to_bf16(f);
+      data[off] = (uint8_t)(h & 0xFF);
+      data[off + 1] = (uint8_t)(h >> 8);
+    }
+  }
+  xl_safetensors_close(&st);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir_out);
+  FILE *f = fopen(path, "wb");
+  uint64_t hl = (uint64_t)len;
+  uint8_t le[8];
+  for (int i = 0; i < 8; i++) le[i] = (uint8_t)(hl >> (8 * i));
+  int ok = f && fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len &&
+           fwrite(data, 1, total, f) == total;
+  if (f) fclose(f);
+  free(data);
+  char src[512], dst[512], buf[8192];
+  snprintf(src, sizeof src, "%s/config.json", dir_in);
+  snprintf(dst, sizeof dst, "%s/config.json", dir_out);
+  FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
+  size_t n = a ? fread(buf, 1, sizeof buf, a) : 0;
+  ok = ok && a && b && n > 0 && fwrite(buf, 1, n, b) == n;
+  if (a) fclose(a);
+  if (b) fclose(b);
+  return ok ? 0 : -1;
+}
+
+/* A BF16 file under --weights bf16: its matrices are used in place (no copy: the weight bytes
+ * are the file's BF16 bytes), with the same results as the F32 file narrowed at load. */
+static void test_bf16_file_in_place(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  const char *d32 = tl_tmpdir("f32file"), *d16 = tl_tmpdir("bf16file");
+  CHECK(tl_write_model(d32, &spec) == 0);
+  CHECK(write_bf16_copy(d32, d16) == 0);
+  xl_model *a = load_as(d32, XL_WEIGHTS_BF16), *b = load_as(d16, XL_WEIGHTS_BF16);
+  CHECK(a && b);
+  if (!a || !b) return;
+  CHECK(xl_model_weight_bytes(a) == xl_model_weight_bytes(b));
+  /* in place: b's matrices point into its file mapping */
+  const uint8_t *lo = b->st.map, *hi = lo + b->st.map_len, *q = b->layers[0].qkv_w.data;
+  CHECK(q >= lo && q < hi);
+  CHECK((const uint8_t *)a->layers[0].qkv_w.data < (const uint8_t *)a->st.map ||
+        (const uint8_t *)a->layers[0].qkv_w.data >= (const uint8_t *)a->st.map + a->st.map_len);
+  float *la = malloc(sizeof(float) * STEPS * V), *lb = malloc(sizeof(float) * STEPS * V);
+  CHECK(decode(a, la) == 0 && decode(b, lb) == 0);
+  CHECK(!memcmp(la, lb, sizeof(float) * STEPS * V));
+  free(la);
+  free(lb);
+  xl_model_free(a);
+  xl_model_free(b);
+}
+
 int main(void) {
   RUN(test_narrowing);
   RUN(test_matmul_bf16);
   RUN(test_matmul_int8);
   RUN(test_family_follows_cpu_path);
   RUN(test_models);
+  RUN(test_bf16_file_in_place);
   return tl_summary();
 }
