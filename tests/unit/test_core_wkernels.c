@@ -6,7 +6,8 @@
  * blocks) against a double-precision reference on the widened/dequantised weights and against
  * the portable family; each row's outputs bit-identical alone and inside any batch; and whole
  * models loaded with --weights bf16/int8: close to F32, fewer weight bytes, a decode step the
- * same alone and batched, an unknown weight type refused.
+ * same alone and batched, an unknown weight type refused; and a BF16 file under bf16 weights
+ * used in place, with the results of the F32 file narrowed at load.
  */
 #include <float.h>
 #include <math.h>
