@@ -17,18 +17,20 @@ static int cluster_of(const int *ends, int n, int id) {
   return c;
 }
 
-void xl_embed(const xl_model *m, const int32_t *tokens, int n, float *x /* [n, d_model] */) {
+void xl_embed(const xl_model *m, const int32_t *tokens, int n, float *x /* [n, d_model] */,
+              float *scratch /* [d_embed] */) {
   const int dm = m->cfg.d_model;
   for (int r = 0; r < n; r++) {
     int id = tokens[r], c = 0;
     while (c < m->n_emb_clusters - 1 && id >= m->emb[c].end) c++;
     const xl_emb_cluster *e = &m->emb[c];
-    const float *row = e->table + (size_t)(id - e->begin) * e->d_emb; /* [d_emb] */
     float *xr = x + (size_t)r * dm;
-    if (e->proj) /* x[d_model] = proj[d_model, d_emb] row */
-      xl_matmul_nt(row, 1, e->d_emb, e->d_emb, e->proj, dm, e->d_emb, xr, dm);
-    else
-      memcpy(xr, row, (size_t)dm * sizeof(float));
+    if (e->proj.data) { /* x[d_model] = proj[d_model, d_emb] row */
+      xl_wmat_row(&e->table, id - e->begin, scratch); /* [d_emb] */
+      xl_matmul_w(scratch, 1, e->d_emb, e->d_emb, &e->proj, dm, xr, dm);
+    } else {
+      xl_wmat_row(&e->table, id - e->begin, xr);
+    }
     for (int j = 0; j < dm; j++) xr[j] *= m->emb_scale;
   }
 }
@@ -40,11 +42,11 @@ static void tail_logprobs(const xl_model *m, int c, const float *h, const float 
   const float *ph = h;
   const int dm = m->cfg.d_model;
   if (o->proj) { /* ph[d_emb] = h[d_model] proj[d_model, d_emb] */
-    xl_matmul_nt(h, 1, dm, dm, o->proj_t, o->d_emb, dm, tmp_proj, o->d_emb);
+    xl_matmul_w(h, 1, dm, dm, &o->proj_t, o->d_emb, tmp_proj, o->d_emb);
     ph = tmp_proj;
   }
   int n = o->end - o->begin; /* logits[n] = W[n, d_emb] ph + b */
-  xl_matmul_nt(ph, 1, o->d_emb, o->d_emb, o->weight, n, o->d_emb, out, n);
+  xl_matmul_w(ph, 1, o->d_emb, o->d_emb, &o->weight, n, out, n);
   for (int i = 0; i < n; i++) out[i] += o->bias[i];
   xl_log_softmax_inplace(out, n);
   float cluster_lp = head_row[m->out[0].end + c - 1];
@@ -84,12 +86,12 @@ void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const 
     const float *src = hb;
     int lds = dm;
     if (o0->proj) { /* ph[b, d0] = hb[b, dm] proj0[dm, d0] */
-      xl_matmul_nt(hb, b, dm, dm, o0->proj_t, d0, dm, ph, d0);
+      xl_matmul_w(hb, b, dm, dm, &o0->proj_t, d0, ph, d0);
       src = ph;
       lds = d0;
     }
     /* head[b, head_n] = src W0^T + b0 | src cluster_weight^T + cluster_bias */
-    xl_matmul_nt(src, b, d0, lds, o0->weight, short_n, d0, head, head_n);
+    xl_matmul_w(src, b, d0, lds, &o0->weight, short_n, head, head_n);
     if (nc) xl_matmul_nt(src, b, d0, lds, m->cluster_weight, nc, d0, head + short_n, head_n);
     for (int r = 0; r < b; r++) {
       float *hr = head + (size_t)r * head_n;

@@ -6,7 +6,8 @@
 
 #include "internal.h"
 
-void xl_embed(const xl_model *m, const int32_t *tokens, int n, float *x /* [n, d_model] */);
+void xl_embed(const xl_model *m, const int32_t *tokens, int n, float *x /* [n, d_model] */,
+              float *scratch /* [d_embed] */);
 
 size_t xl_output_scratch_floats(const xl_model *m);
 /* For rows of hidden [rows, d_model]: if full && full[r], the whole log-distribution

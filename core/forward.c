@@ -138,7 +138,7 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
   p->ext_pos = p->pos_rows > m->n_pos_cached;
   float *attn = xl_ws_get(ws, WS_ATTN, xl_attn_scratch_floats(m, max_klen, p->pos_rows));
   p->x = xl_ws_get(ws, WS_X, N * dm);
-  p->xn = xl_ws_get(ws, WS_XN, N * dm);
+  p->xn = xl_ws_get(ws, WS_XN, N * (size_t)(dm > c->d_embed ? dm : c->d_embed)); /* + embed scratch */
   p->qkv = xl_ws_get(ws, WS_QKV, N * 3 * hd);
   p->av = xl_ws_get(ws, WS_AV, N * hd);
   p->ff = xl_ws_get(ws, WS_FF, N * c->d_inner);
@@ -176,7 +176,7 @@ static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_i
     xl_layer_norm(p->x, rows, dm, L->attn_ln_g, L->attn_ln_b, c->layer_norm_epsilon, p->xn);
     src = p->xn;
   }
-  xl_linear(src, rows, dm, L->qkv_w, NULL, 3 * hd, p->qkv, 3 * hd); /* [N, 3*H*Dh] */
+  xl_linear_w(src, rows, dm, &L->qkv_w, NULL, 3 * hd, p->qkv, 3 * hd); /* [N, 3*H*Dh] */
 
   xl_pos_table pt = {L->pos_k, L->pos_bias, m->n_pos_cached};
   if (p->ext_pos) {
@@ -206,7 +206,7 @@ static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_i
       it.pos_q = p->dec_p + (size_t)d++ * c->n_head * p->dec_pos;
     xl_attend(m, l, &it, &pt, &p->sc);
   }
-  xl_linear(p->av, rows, hd, L->o_w, NULL, dm, p->xn, dm); /* attn_out [N, d_model] */
+  xl_linear_w(p->av, rows, hd, &L->o_w, NULL, dm, p->xn, dm); /* attn_out [N, d_model] */
   for (size_t k = 0; k < p->rows * dm; k++) p->x[k] += p->xn[k];
   if (!c->pre_lnorm)
     xl_layer_norm(p->x, rows, dm, L->attn_ln_g, L->attn_ln_b, c->layer_norm_epsilon, p->x);
@@ -222,9 +222,9 @@ static void feed_forward_sublayer(const xl_model *m, int l, fwd_plan *p) {
     xl_layer_norm(p->x, rows, dm, L->ff_ln_g, L->ff_ln_b, c->layer_norm_epsilon, p->xn);
     src = p->xn;
   }
-  xl_linear(src, rows, dm, L->ff1_w, L->ff1_b, c->d_inner, p->ff, c->d_inner); /* [N, d_inner] */
+  xl_linear_w(src, rows, dm, &L->ff1_w, L->ff1_b, c->d_inner, p->ff, c->d_inner); /* [N, d_inner] */
   relu_inplace(p->ff, p->rows * c->d_inner);
-  xl_linear(p->ff, rows, c->d_inner, L->ff2_w, L->ff2_b, dm, p->xn, dm);        /* [N, d_model] */
+  xl_linear_w(p->ff, rows, c->d_inner, &L->ff2_w, L->ff2_b, dm, p->xn, dm);        /* [N, d_model] */
   for (size_t k = 0; k < p->rows * dm; k++) p->x[k] += p->xn[k];
   if (!c->pre_lnorm)
     xl_layer_norm(p->x, rows, dm, L->ff_ln_g, L->ff_ln_b, c->layer_norm_epsilon, p->x);
@@ -288,7 +288,7 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
 
   size_t row = 0; /* embedding: every item's tokens, rows in item order */
   for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens)
-    xl_embed(m, items[i].tokens, items[i].n_tokens, p.x + row * dm);
+    xl_embed(m, items[i].tokens, items[i].n_tokens, p.x + row * dm, p.xn);
 
   for (int l = 0; l < m->cfg.n_layer; l++) {
     attention_sublayer(m, l, items, n_items, &p);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "wkernels.h"
 #include "xl.h"
 
 /* ---- errors / hashing ---------------------------------------------------------------- */
@@ -48,16 +49,16 @@ xl_tensor_entry *xl_safetensors_find(xl_safetensors *st, const char *name);
 
 /* ---- model --------------------------------------------------------------------------- */
 typedef struct {
-  const float *qkv_w;      /* [3*H*Dh, d_model]: rows q | k | v */
-  const float *o_w;        /* [d_model, H*Dh] */
-  const float *r_w;        /* [H*Dh, d_model] */
+  xl_wmat qkv_w;           /* [3*H*Dh, d_model]: rows q | k | v */
+  xl_wmat o_w;             /* [d_model, H*Dh] */
+  xl_wmat r_w;             /* [H*Dh, d_model] */
   const float *attn_ln_g;  /* [d_model] */
   const float *attn_ln_b;  /* [d_model] */
   const float *r_w_bias;   /* [H, Dh] u: content bias (shared pointer unless untie_r) */
   const float *r_r_bias;   /* [H, Dh] v: position bias */
-  const float *ff1_w;      /* [d_inner, d_model] */
+  xl_wmat ff1_w;           /* [d_inner, d_model] */
   const float *ff1_b;      /* [d_inner] */
-  const float *ff2_w;      /* [d_model, d_inner] */
+  xl_wmat ff2_w;           /* [d_model, d_inner] */
   const float *ff2_b;      /* [d_model] */
   const float *ff_ln_g;    /* [d_model] */
   const float *ff_ln_b;    /* [d_model] */
@@ -69,17 +70,19 @@ typedef struct {
 typedef struct {                 /* one adaptive-input cluster (a single one if div_val == 1) */
   int begin, end;                /* token ids [begin, end) */
   int d_emb;                     /* d_embed // div_val**i */
-  const float *table;            /* [end-begin, d_emb] */
-  const float *proj;             /* [d_model, d_emb] or NULL (div_val == 1, d_embed == d_model) */
+  xl_wmat table;                 /* [end-begin, d_emb] */
+  const float *proj_f32;         /* [d_model, d_emb] as bound (load only), or NULL (div_val == 1,
+                                    d_embed == d_model) */
+  xl_wmat proj;                  /* proj_f32 in the weight type (data NULL when none) */
 } xl_emb_cluster;
 
 typedef struct {                 /* one adaptive-softmax cluster: 0 = head shortlist */
   int begin, end;                /* token ids [begin, end) */
   int d_emb;
-  const float *weight;           /* [end-begin, d_emb] */
+  xl_wmat weight;                /* [end-begin, d_emb] */
   const float *bias;             /* [end-begin] */
-  const float *proj;             /* [d_model, d_emb] or NULL */
-  const float *proj_t;           /* [d_emb, d_model]: proj transposed (owned), for x proj */
+  const float *proj;             /* [d_model, d_emb] F32 as bound (load only), or NULL */
+  xl_wmat proj_t;                /* [d_emb, d_model]: proj transposed (owned), for x proj */
 } xl_out_cluster;
 
 #define XL_MAX_PATH 4096
@@ -101,6 +104,9 @@ struct xl_model {
   void **owned;                  /* converted/realigned tensors, freed with the model */
   int n_owned, cap_owned;
   size_t n_params;
+  xl_weights weights;            /* the type of every xl_wmat above */
+  size_t narrowed_params;        /* parameters held in xl_wmats narrower than F32 ... */
+  size_t narrowed_bytes;         /* ... and the bytes they take (weights + scales) */
   uint64_t fingerprint;
   xl_kv_dtype kv_dtype;          /* memory dtype of its states (a load option) */
   /* tokenizer (words) */

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bf16.h"
+
 typedef struct xl_kv_kernels {
   const char *name; /* the family: "avx512", "avx2", "neon", "portable" */
   /* s[j] = sum_k q[k] * bf16(rows[k * ld + j]), j < n, k = 0..dh-1 in order */
@@ -42,16 +44,5 @@ extern const xl_kv_kernels xl_kv_kernels_neon;
 
 /* The table of the family xl_kern() names (kvkernels_portable.c). Any thread. */
 const xl_kv_kernels *xl_kv_kern(void);
-
-/* bfloat16 <-> float: widening is exact; narrowing rounds to nearest even (NaN stays NaN). */
-static inline float xl_bf16_to_f32(uint16_t b) {
-  union { uint32_t u; float f; } v = {(uint32_t)b << 16};
-  return v.f;
-}
-static inline uint16_t xl_f32_to_bf16(float f) {
-  union { float f; uint32_t u; } v = {f};
-  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u); /* quiet NaN */
-  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
 
 #endif /* XL_KVKERNELS_H */

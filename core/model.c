@@ -53,7 +53,7 @@ static size_t count_params(const xl_model *m) {
   size_t n = 0;
   for (int i = 0; i < m->n_emb_clusters; i++) {
     const xl_emb_cluster *e = &m->emb[i];
-    n += (size_t)(e->end - e->begin) * e->d_emb + (e->proj ? (size_t)c->d_model * e->d_emb : 0);
+    n += (size_t)(e->end - e->begin) * e->d_emb + (e->proj_f32 ? (size_t)c->d_model * e->d_emb : 0);
   }
   for (int i = 0; i < m->n_out_clusters; i++) {
     const xl_out_cluster *o = &m->out[i];
@@ -113,6 +113,11 @@ xl_code xl_model_load(const char *dir, const xl_load_options *opts, xl_model **o
   snprintf(path, sizeof path, "%s/config.json", dir);
   if ((rc = xl_config_load(path, &m->cfg, err))) goto fail;
   if (opts) {
+    if (!xl_weights_name(opts->weights)) {
+      rc = xl_fail(err, XL_ARG, "unknown weight type %d (f32, bf16 or int8)", (int)opts->weights);
+      goto fail;
+    }
+    m->weights = opts->weights;
     if (opts->mem_len >= 0) m->cfg.mem_len = opts->mem_len;
     if (opts->clamp_len != -1) m->cfg.clamp_len = opts->clamp_len;
     if (opts->same_length >= 0) m->cfg.same_length = opts->same_length != 0;
@@ -178,6 +183,11 @@ const xl_config *xl_model_config(const xl_model *m) { return &m->cfg; }
 size_t xl_model_param_count(const xl_model *m) { return m->n_params; }
 uint64_t xl_model_fingerprint(const xl_model *m) { return m->fingerprint; }
 const char *xl_model_dir(const xl_model *m) { return m->dir; }
+xl_weights xl_model_weights(const xl_model *m) { return m->weights; }
+
+size_t xl_model_weight_bytes(const xl_model *m) {
+  return (m->n_params - m->narrowed_params) * sizeof(float) + m->narrowed_bytes;
+}
 
 size_t xl_model_state_bytes(const xl_model *m) {
   size_t layer = m->cfg.mem_len ? xl_kv_layer_bytes(m, m->kv_dtype, m->cfg.mem_len) : 0;

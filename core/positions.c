@@ -29,7 +29,7 @@ void xl_positional_project(const xl_model *m, int l, int n_rows, float *pos_k, f
   const xl_layer *L = &m->layers[l];
   int hd = m->hd, dh = c->d_head;
   xl_sinusoid(c->d_model, n_rows, scratch_r);                   /* R: [n_rows, d_model] */
-  xl_linear(scratch_r, n_rows, c->d_model, L->r_w, NULL, hd, pos_k, hd); /* [n_rows, H*Dh] */
+  xl_linear_w(scratch_r, n_rows, c->d_model, &L->r_w, NULL, hd, pos_k, hd); /* [n_rows, H*Dh] */
   for (int h = 0; h < c->n_head; h++) {
     const float *v = L->r_r_bias + (size_t)h * dh;
     float *pb = pos_bias + (size_t)h * n_rows;                  /* [H, n_rows] */

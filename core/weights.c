@@ -4,6 +4,7 @@
  * F32 (and realigning unaligned F32) into owned buffers, and resolving tied weights and
  * projections (stored once or twice). Called once at load (any thread).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,10 +45,10 @@ static xl_code own(xl_model *m, void *p, xl_error *err) {
   return XL_OK;
 }
 
-/* Looks up `name` with the expected shape (ndim 1 or 2; d1 ignored for ndim 1). Missing and
- * !required: *out = NULL, XL_OK. */
-static xl_code tensor(xl_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                      int required, const float **out, xl_error *err) {
+/* Looks up `name` with the expected shape (ndim 1 or 2; d1 ignored for ndim 1) and marks it
+ * used. Missing and !required: *out = NULL, XL_OK. */
+static xl_code lookup(xl_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
+                      int required, xl_tensor_entry **out, xl_error *err) {
   *out = NULL;
   xl_tensor_entry *t = xl_safetensors_find(&m->st, name);
   if (!t) {
@@ -67,6 +68,36 @@ static xl_code tensor(xl_model *m, const char *name, int ndim, int64_t d0, int64
                    m->st.path, name, got, want);
   }
   t->used = 1;
+  *out = t;
+  return XL_OK;
+}
+
+/* out[0..n) = elements [i0, i0 + n) of t as F32 */
+static void entry_floats(const xl_tensor_entry *t, size_t i0, size_t n, float *out) {
+  const uint8_t *p = t->data;
+  for (size_t i = i0; i < i0 + n; i++) {
+    uint32_t bits;
+    if (t->dtype == XL_DT_F32) {
+      memcpy(&out[i - i0], p + 4 * i, 4);
+      continue;
+    }
+    uint16_t h = (uint16_t)(p[2 * i] | (p[2 * i + 1] << 8));
+    if (t->dtype == XL_DT_F16) {
+      out[i - i0] = half_to_float(h);
+    } else {
+      bits = (uint32_t)h << 16;
+      memcpy(&out[i - i0], &bits, 4);
+    }
+  }
+}
+
+/* `name` as F32: the mapping itself when it holds aligned F32, else an owned converted copy. */
+static xl_code tensor(xl_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
+                      int required, const float **out, xl_error *err) {
+  *out = NULL;
+  xl_tensor_entry *t;
+  xl_code rc = lookup(m, name, ndim, d0, d1, required, &t, err);
+  if (rc || !t) return rc;
   size_t n = (size_t)d0 * (size_t)(ndim == 1 ? 1 : d1);
   if (t->dtype == XL_DT_F32 && ((uintptr_t)t->data & 3u) == 0) {
     *out = (const float *)(const void *)t->data;
@@ -74,33 +105,118 @@ static xl_code tensor(xl_model *m, const char *name, int ndim, int64_t d0, int64
   }
   float *f = malloc(n * sizeof *f + 1);
   if (!f) return xl_fail(err, XL_NOMEM, "out of memory converting tensor '%s'", name);
-  const uint8_t *p = t->data;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t bits;
-    if (t->dtype == XL_DT_F32) {
-      memcpy(&f[i], p + 4 * i, 4);
-      continue;
-    }
-    uint16_t h = (uint16_t)(p[2 * i] | (p[2 * i + 1] << 8));
-    if (t->dtype == XL_DT_F16) {
-      f[i] = half_to_float(h);
-    } else {
-      bits = (uint32_t)h << 16;
-      memcpy(&f[i], &bits, 4);
-    }
-  }
+  entry_floats(t, 0, n, f);
   *out = f;
   return own(m, f, err);
 }
 
-/* out[cols, rows] = src[rows, cols]^T, owned by the model. */
-static xl_code transposed(xl_model *m, const float *src, int rows, int cols, const float **out,
-                          xl_error *err) {
+/* A weight matrix [rows, cols] in m->weights from its rows as F32 (from the file entry t, or
+ * from src when t is NULL), narrowed one row at a time: no F32 copy of the whole matrix. */
+static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, const float *src,
+                      int rows, int cols, xl_wmat *out, xl_error *err) {
+  const int nb = xl_q8_blocks(cols);
+  const size_t n = (size_t)rows * cols;
+  const int q8 = m->weights == XL_WEIGHTS_INT8;
+  size_t bytes = n * (q8 ? 1 : 2);
+  void *data = malloc(bytes + 1);
+  float *scales = q8 ? malloc((size_t)rows * nb * sizeof *scales + 1) : NULL;
+  float *row = malloc((size_t)cols * sizeof *row + 1);
+  xl_code rc = XL_OK;
+  if (!data || (q8 && !scales) || !row) {
+    free(data);
+    free(scales);
+    free(row);
+    return xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
+  }
+  for (int r = 0; r < rows && !rc; r++) {
+    const float *x = row;
+    if (t) entry_floats(t, (size_t)r * cols, (size_t)cols, row);
+    else x = src + (size_t)r * cols;
+    if (!q8) {
+      uint16_t *h = (uint16_t *)data + (size_t)r * cols;
+      for (int c = 0; c < cols; c++) h[c] = xl_f32_to_bf16(x[c]);
+      continue;
+    }
+    for (int c = 0; c < cols; c++)
+      if (!isfinite(x[c])) {
+        rc = xl_fail(err, XL_TENSOR,
+                     "%s: tensor '%s' holds a non-finite value (row %d, column %d); int8 "
+                     "weights need finite ones",
+                     m->st.path, name, r, c);
+        break;
+      }
+    for (int b = 0; b < nb && !rc; b++) {
+      int c0 = b * XL_Q8_BLOCK, w = cols - c0 < XL_Q8_BLOCK ? cols - c0 : XL_Q8_BLOCK;
+      scales[(size_t)r * nb + b] = xl_q8_block(x + c0, w, (int8_t *)data + (size_t)r * cols + c0);
+    }
+  }
+  free(row);
+  if (rc) {
+    free(data);
+    free(scales);
+    return rc;
+  }
+  if ((rc = own(m, data, err))) { /* own() frees what it cannot hold */
+    free(scales);
+    return rc;
+  }
+  if (scales && (rc = own(m, scales, err))) return rc;
+  *out = (xl_wmat){m->weights, data, scales, cols};
+  m->narrowed_bytes += bytes + (q8 ? (size_t)rows * nb * sizeof *scales : 0);
+  m->narrowed_params += n;
+  return XL_OK;
+}
+
+/* `name` [d0, d1] as a weight matrix in m->weights: F32 as tensor(); bf16 in place when the
+ * file holds aligned bf16, else narrowed row by row; int8 quantised row by row. */
+static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, int required,
+                       xl_wmat *out, xl_error *err) {
+  memset(out, 0, sizeof *out);
+  if (m->weights == XL_WEIGHTS_F32) {
+    const float *f;
+    xl_code rc = tensor(m, name, 2, d0, d1, required, &f, err);
+    if (!rc && f) *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1};
+    return rc;
+  }
+  xl_tensor_entry *t;
+  xl_code rc = lookup(m, name, 2, d0, d1, required, &t, err);
+  if (rc || !t) return rc;
+  if (m->weights == XL_WEIGHTS_BF16 && t->dtype == XL_DT_BF16 && ((uintptr_t)t->data & 1u) == 0) {
+    *out = (xl_wmat){XL_WEIGHTS_BF16, t->data, NULL, (int)d1};
+    m->narrowed_bytes += t->nbytes;
+    m->narrowed_params += (size_t)d0 * d1;
+    return XL_OK;
+  }
+  return narrow(m, name, t, NULL, (int)d0, (int)d1, out, err);
+}
+
+/* An F32 matrix (a projection) in the weight type; counted in the weight bytes if `counted`. */
+static xl_code wmat_of(xl_model *m, const char *what, const float *src, int rows, int cols,
+                       int counted, xl_wmat *out, xl_error *err) {
+  if (m->weights == XL_WEIGHTS_F32) {
+    *out = (xl_wmat){XL_WEIGHTS_F32, src, NULL, cols};
+    return XL_OK;
+  }
+  size_t b = m->narrowed_bytes, p = m->narrowed_params;
+  xl_code rc = narrow(m, what, NULL, src, rows, cols, out, err);
+  if (!counted) m->narrowed_bytes = b, m->narrowed_params = p;
+  return rc;
+}
+
+/* out[cols, rows] = src[rows, cols]^T in the weight type, owned by the model (the F32
+ * transposition is temporary unless the weights are F32). */
+static xl_code transposed(xl_model *m, const float *src, int rows, int cols, int counted,
+                          xl_wmat *out, xl_error *err) {
   float *t = malloc((size_t)rows * cols * sizeof *t + 1);
   if (!t) return xl_fail(err, XL_NOMEM, "out of memory transposing a projection");
   xl_transpose(src, rows, cols, t);
-  *out = t;
-  return own(m, t, err);
+  if (m->weights == XL_WEIGHTS_F32) {
+    *out = (xl_wmat){XL_WEIGHTS_F32, t, NULL, rows};
+    return own(m, t, err);
+  }
+  xl_code rc = wmat_of(m, "a transposed projection", t, cols, rows, counted, out, err);
+  free(t);
+  return rc;
 }
 
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
@@ -115,14 +231,17 @@ static xl_code bind_layer(xl_model *m, int l, const float *shared_u, const float
 #define T(field, suffix, nd, a, b)                                                         \
   if ((rc = tensor(m, NAME(n, "%s.%d.%s", pre, l, suffix), nd, a, b, 1, &L->field, err)))  \
     return rc;
-  T(qkv_w, "dec_attn.qkv_net.weight", 2, 3 * m->hd, c->d_model);
-  T(o_w, "dec_attn.o_net.weight", 2, c->d_model, m->hd);
-  T(r_w, "dec_attn.r_net.weight", 2, m->hd, c->d_model);
+#define W(field, suffix, a, b)                                                             \
+  if ((rc = wtensor(m, NAME(n, "%s.%d.%s", pre, l, suffix), a, b, 1, &L->field, err)))     \
+    return rc;
+  W(qkv_w, "dec_attn.qkv_net.weight", 3 * m->hd, c->d_model);
+  W(o_w, "dec_attn.o_net.weight", c->d_model, m->hd);
+  W(r_w, "dec_attn.r_net.weight", m->hd, c->d_model);
   T(attn_ln_g, "dec_attn.layer_norm.weight", 1, c->d_model, 0);
   T(attn_ln_b, "dec_attn.layer_norm.bias", 1, c->d_model, 0);
-  T(ff1_w, "pos_ff.CoreNet.0.weight", 2, c->d_inner, c->d_model);
+  W(ff1_w, "pos_ff.CoreNet.0.weight", c->d_inner, c->d_model);
   T(ff1_b, "pos_ff.CoreNet.0.bias", 1, c->d_inner, 0);
-  T(ff2_w, "pos_ff.CoreNet.3.weight", 2, c->d_model, c->d_inner);
+  W(ff2_w, "pos_ff.CoreNet.3.weight", c->d_model, c->d_inner);
   T(ff2_b, "pos_ff.CoreNet.3.bias", 1, c->d_model, 0);
   T(ff_ln_g, "pos_ff.layer_norm.weight", 1, c->d_model, 0);
   T(ff_ln_b, "pos_ff.layer_norm.bias", 1, c->d_model, 0);
@@ -141,6 +260,7 @@ static xl_code bind_layer(xl_model *m, int l, const float *shared_u, const float
     L->r_r_bias = shared_v;
   }
 #undef T
+#undef W
   return XL_OK;
 }
 
@@ -158,12 +278,14 @@ static xl_code bind_embedding(xl_model *m, xl_error *err) {
     e->begin = 0;
     e->end = c->vocab_size;
     e->d_emb = c->d_embed;
-    if ((rc = tensor(m, "transformer.word_emb.emb_layers.0.weight", 2, c->vocab_size, c->d_embed,
-                     1, &e->table, err)))
+    if ((rc = wtensor(m, "transformer.word_emb.emb_layers.0.weight", c->vocab_size, c->d_embed,
+                      1, &e->table, err)))
       return rc;
     if (c->d_embed != c->d_model &&
-        (rc = tensor(m, "transformer.word_emb.emb_projs.0", 2, c->d_model, c->d_embed, 1,
-                     &e->proj, err)))
+        ((rc = tensor(m, "transformer.word_emb.emb_projs.0", 2, c->d_model, c->d_embed, 1,
+                      &e->proj_f32, err)) ||
+         (rc = wmat_of(m, "transformer.word_emb.emb_projs.0", e->proj_f32, c->d_model,
+                       c->d_embed, 1, &e->proj, err))))
       return rc;
   } else {
     m->n_emb_clusters = c->n_cutoffs + 1;
@@ -173,14 +295,25 @@ static xl_code bind_embedding(xl_model *m, xl_error *err) {
       e->begin = ends[i];
       e->end = ends[i + 1];
       e->d_emb = d;
-      if ((rc = tensor(m, NAME(n, "transformer.word_emb.emb_layers.%d.weight", i), 2,
-                       e->end - e->begin, d, 1, &e->table, err)) ||
+      if ((rc = wtensor(m, NAME(n, "transformer.word_emb.emb_layers.%d.weight", i),
+                        e->end - e->begin, d, 1, &e->table, err)) ||
           (rc = tensor(m, NAME(n, "transformer.word_emb.emb_projs.%d", i), 2, c->d_model, d, 1,
-                       &e->proj, err)))
+                       &e->proj_f32, err)) ||
+          (rc = wmat_of(m, n, e->proj_f32, c->d_model, d, 1, &e->proj, err)))
         return rc;
     }
   }
   return XL_OK;
+}
+
+/* A softmax cluster's weight: bound, or with tied embeddings only checked if stored (the
+ * embedding table is used; a stored copy is not converted). */
+static xl_code out_weight(xl_model *m, const char *name, int rows, int cols, xl_wmat *out,
+                          xl_error *err) {
+  memset(out, 0, sizeof *out);
+  if (!m->cfg.tie_word_embeddings) return wtensor(m, name, rows, cols, 1, out, err);
+  xl_tensor_entry *ignored;
+  return lookup(m, name, 2, rows, cols, 0, &ignored, err);
 }
 
 static xl_code bind_softmax(xl_model *m, xl_error *err) {
@@ -193,11 +326,11 @@ static xl_code bind_softmax(xl_model *m, xl_error *err) {
   for (int i = 0; i < c->n_cutoffs; i++) ends[i + 1] = c->cutoffs[i];
   ends[c->n_cutoffs + 1] = c->vocab_size;
 
-  const float *w_all = NULL, *b_all = NULL; /* div_val == 1: one Linear(d_embed, vocab) */
+  xl_wmat w_all = {0}; /* div_val == 1: one Linear(d_embed, vocab) */
+  const float *b_all = NULL;
   if (c->div_val == 1) {
-    const float *stored;
-    if ((rc = tensor(m, "crit.out_layers.0.weight", 2, c->vocab_size, c->d_embed,
-                     !c->tie_word_embeddings, &stored, err)))
+    xl_wmat stored;
+    if ((rc = out_weight(m, "crit.out_layers.0.weight", c->vocab_size, c->d_embed, &stored, err)))
       return rc;
     w_all = c->tie_word_embeddings ? m->emb[0].table : stored;
     if ((rc = tensor(m, "crit.out_layers.0.bias", 1, c->vocab_size, 0, 1, &b_all, err)))
@@ -210,13 +343,13 @@ static xl_code bind_softmax(xl_model *m, xl_error *err) {
     o->end = ends[i + 1];
     if (c->div_val == 1) {
       o->d_emb = c->d_embed;
-      o->weight = w_all + (size_t)o->begin * c->d_embed;
+      o->weight = xl_wmat_from_row(&w_all, o->begin);
       o->bias = b_all + o->begin;
     } else {
       o->d_emb = d;
-      const float *stored;
-      if ((rc = tensor(m, NAME(n, "crit.out_layers.%d.weight", i), 2, o->end - o->begin, d,
-                       !c->tie_word_embeddings, &stored, err)) ||
+      xl_wmat stored;
+      if ((rc = out_weight(m, NAME(n, "crit.out_layers.%d.weight", i), o->end - o->begin, d,
+                           &stored, err)) ||
           (rc = tensor(m, NAME(n, "crit.out_layers.%d.bias", i), 1, o->end - o->begin, 0, 1,
                        &o->bias, err)))
         return rc;
@@ -230,8 +363,8 @@ static xl_code bind_softmax(xl_model *m, xl_error *err) {
       if ((rc = tensor(m, NAME(n, "crit.out_projs.%d", i), 2, c->d_model, o->d_emb, !tied,
                        &stored, err)))
         return rc;
-      o->proj = tied ? m->emb[c->div_val == 1 ? 0 : i].proj : stored;
-      if ((rc = transposed(m, o->proj, c->d_model, o->d_emb, &o->proj_t, err))) return rc;
+      o->proj = tied ? m->emb[c->div_val == 1 ? 0 : i].proj_f32 : stored;
+      if ((rc = transposed(m, o->proj, c->d_model, o->d_emb, !tied, &o->proj_t, err))) return rc;
     }
   }
   if (c->n_cutoffs > 0) {

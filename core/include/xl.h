@@ -93,6 +93,15 @@ typedef enum { XL_KV_F32 = 0, XL_KV_BF16 = 1, XL_KV_INT8 = 2 } xl_kv_dtype;
 const char *xl_kv_dtype_name(xl_kv_dtype dtype);          /* "f32", "bf16", "int8" */
 int xl_kv_dtype_parse(const char *name, xl_kv_dtype *out); /* 0, or -1 for an unknown name */
 
+/* How the big weight matrices (attention q/k/v, output and position projections, the
+ * feed-forward layers, the adaptive input/softmax tables and projections) are held in RAM:
+ * F32 (as stored), bf16 (round-to-nearest-even; a bf16 file is used in place), or int8 with
+ * one F32 scale per 32 weights of a row. LayerNorm parameters, biases and r_w_bias/r_r_bias
+ * stay F32 in every case; so do activations. */
+typedef enum { XL_WEIGHTS_F32 = 0, XL_WEIGHTS_BF16 = 1, XL_WEIGHTS_INT8 = 2 } xl_weights;
+const char *xl_weights_name(xl_weights w);    /* "f32", "bf16", "int8" */
+int xl_weights_parse(const char *name);       /* the xl_weights, or -1 for an unknown name */
+
 /* Overrides applied at load time (xlserve eval --mem-len etc.). -1 = keep config.json's.
  * kv_dtype: the memory dtype of every state of the model (not part of its fingerprint: a state
  * blob of one dtype loads into a model of another, converted). */
@@ -101,9 +110,10 @@ typedef struct xl_load_options {
   int clamp_len;
   int same_length;
   xl_kv_dtype kv_dtype;
+  xl_weights weights; /* XL_WEIGHTS_F32 by default */
 } xl_load_options;
 
-#define XL_LOAD_OPTIONS_DEFAULT {-1, -1, -1, XL_KV_F32}
+#define XL_LOAD_OPTIONS_DEFAULT {-1, -1, -1, XL_KV_F32, XL_WEIGHTS_F32}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Model: weights (mmapped, F32; F16/BF16 converted at load) + config + tokenizer. */
@@ -127,6 +137,8 @@ xl_kv_dtype xl_model_kv_dtype(const xl_model *model);
 size_t xl_model_state_blob_max_bytes(const xl_model *model);
 uint64_t xl_model_fingerprint(const xl_model *model); /* hash of config + weights (+ overrides) */
 const char *xl_model_dir(const xl_model *model);
+xl_weights xl_model_weights(const xl_model *model);    /* the weight type chosen at load */
+size_t xl_model_weight_bytes(const xl_model *model);   /* RAM of the weights in that type */
 
 /* ---------------------------------------------------------------------------------------- */
 /* State: one session's memory. Holds, per layer, the keys and values of the last mem_len

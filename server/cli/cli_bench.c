@@ -10,6 +10,10 @@
  * SGEMM's GFLOP/s, measured in the same run with the same thread count. Every row names the CPU
  * path (kernel family) it ran on; --cpu avx512,avx2,portable measures several paths in one run,
  * one block each (its own SGEMM first, so each share compares like with like).
+ * --weights bf16,int8 measures instead, per path, decode at batch 1 and 16 and segment
+ * evaluation with the model loaded once per weight type, F32 first, each type's rate beside
+ * F32's as a ratio (one run, side by side, the types measured in turns); with --kv-dtype, each
+ * weight type paired with the memory dtype at its place in that list.
  * Main thread.
  */
 #include <stdio.h>
@@ -35,6 +39,8 @@ typedef struct {
   int n_kv;           /* 0: no memory dtype table */
   int decode_rows;    /* 0: --kv-only (just the memory dtype table after the SGEMM) */
   int thread_clock;   /* --clock thread: this thread's CPU time instead of wall time */
+  char weights[64];   /* --weights: comma-separated types compared with f32; empty = off */
+  int mem_len;        /* --mem-len: override for the weights comparison (-1 = config's) */
 } bench_opts;
 
 /* Seconds on the clock the measurements use. The thread's CPU time (--clock thread, with
@@ -374,9 +380,72 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
   return rc;
 }
 
+/* The weight types side by side on the path in use: decode batch 1 and 16, segments; F32 first
+ * and every rate as a ratio to F32's, measured in this run. With --kv-dtype too, the weight
+ * type at place k of its list runs with the memory dtype at place k of its own list (the last
+ * one repeating; f32 weights with f32 memory): --weights bf16,int8 --kv-dtype bf16,int8
+ * compares f32+f32, bf16+bf16 and int8+int8. The models are loaded together and measured in
+ * turns (each measurement: every type, then the next), twice, keeping each one's best: a busy
+ * machine's slow spells then hit every type rather than one. */
+#define BENCH_ROUNDS 2
+static int bench_weights(const bench_opts *o, int tgt_len, int first) {
+  char list[80];
+  snprintf(list, sizeof list, "f32,%s", o->weights);
+  xl_model *m[3] = {NULL, NULL, NULL}; /* in list order, f32 first; a repeated type is skipped */
+  int n = 0, rc = 1;
+  char *save = NULL;
+  for (char *w = strtok_r(list, ",", &save); w && n < 3; w = strtok_r(NULL, ",", &save)) {
+    xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+    lo.weights = (xl_weights)xl_weights_parse(w); /* checked before */
+    lo.mem_len = o->mem_len;
+    if (o->n_kv > 1) lo.kv_dtype = o->kv[n < o->n_kv ? n : o->n_kv - 1];
+    int seen = 0;
+    for (int k = 0; k < n; k++) seen |= xl_model_weights(m[k]) == lo.weights;
+    if (seen) continue;
+    if (!(m[n] = cli_load_model("bench", o->model_dir, &lo))) goto out;
+    n++;
+  }
+  const xl_config *c = xl_model_config(m[0]);
+  int tl = tgt_len ? tgt_len : c->tgt_len > 0 ? c->tgt_len : 128, b16 = o->max_batch >= 16;
+  if (first)
+    printf("xlserve bench --weights: %s (n_layer %d, d_model %d, d_inner %d, vocab %d, mem_len "
+           "%d), BLAS threads %d, %s, best of %d interleaved rounds\n\n"
+           "%-9s %-7s %-5s %10s %14s %7s %14s %7s %14s %7s\n",
+           xl_model_dir(m[0]), c->n_layer, c->d_model, c->d_inner, c->vocab_size, c->mem_len,
+           o->threads, o->thread_clock ? "thread CPU time" : "wall-clock time", BENCH_ROUNDS,
+           "cpu path", "weights", "kv", "MiB", "decode b1 t/s", "x f32", "decode b16 t/s", "x f32",
+           "segment t/s", "x f32");
+  double best[3][3] = {{0}}; /* [model][decode b1, decode b16, segments] */
+  for (int round = 0; round < BENCH_ROUNDS; round++)
+    for (int k = 0; k < 3; k++)
+      for (int i = 0; i < n; i++) {
+        if (k == 1 && !b16) continue;
+        xl_rng rng;
+        xl_rng_seed(&rng, 1234);
+        double r = k == 0 ? bench_decode(m[i], NULL, 1, o, &rng)
+                   : k == 1 ? bench_decode(m[i], NULL, 16, o, &rng)
+                            : bench_segments(m[i], tl, o, &rng);
+        if (r < 0) goto out;
+        if (r > best[i][k]) best[i][k] = r;
+      }
+  const double *base = best[0];
+  for (int i = 0; i < n; i++) {
+    const double *r = best[i];
+    printf("%-9s %-7s %-5s %10.1f %14.2f %6.2fx %14.2f %6.2fx %14.1f %6.2fx\n", xl_cpu_path(),
+           xl_weights_name(xl_model_weights(m[i])), xl_kv_dtype_name(xl_model_kv_dtype(m[i])),
+           xl_model_weight_bytes(m[i]) / 1048576.0, r[0], r[0] / base[0], r[1],
+           b16 ? r[1] / base[1] : 0.0, r[2], r[2] / base[2]);
+  }
+  fflush(stdout);
+  rc = 0;
+out:
+  for (int i = 0; i < 3; i++) xl_model_free(m[i]);
+  return rc;
+}
+
 int cli_bench_main(int argc, char **argv) {
   const char *cmd = "bench";
-  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", {XL_KV_F32}, 0, 1, 0};
+  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", {XL_KV_F32}, 0, 1, 0, "", -1};
   int tgt_len = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -384,7 +453,7 @@ int cli_bench_main(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf("usage: xlserve bench [--model DIR] [--threads N] [--seconds S] [--tgt-len L]\n"
              "                     [--max-batch B] [--no-recurrence] [--quick] [--cpu P1,P2,..]\n"
-             "                     [--kv-dtype D1,D2,..] [--kv-only]\n"
+             "                     [--kv-dtype D1,D2,..] [--kv-only] [--weights W1,..] [--mem-len M]\n"
              "  --seconds S       minimum time per measurement (default 2)\n"
              "  --max-batch B     largest decode batch (1, 4, 16, 32, 64 up to B; default 64)\n"
              "  --no-recurrence   skip the recurrence-vs-recompute table\n"
@@ -395,7 +464,11 @@ int cli_bench_main(int argc, char **argv) {
              "  --kv-dtype D1,..  also a table of session memory dtypes (f32, bf16, int8; f32 is\n"
              "                    always measured, first): bytes per session, decode rates beside f32\n"
              "  --kv-only         with --kv-dtype: only that table (no decode rows, segments,\n"
-             "                    recurrence)\n");
+             "                    recurrence)\n"
+             "  --weights W1,..   instead of the table: decode (batch 1, 16) and segments with\n"
+             "                    each weight type (bf16, int8) beside f32, as ratios; with\n"
+             "                    --kv-dtype, each paired with the memory dtype at its place\n"
+             "  --mem-len M       memory length for --weights (default: the model's)\n");
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &o.model_dir);
     else if (!strcmp(a, "--threads")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 256, &o.threads);
@@ -422,6 +495,18 @@ int cli_bench_main(int argc, char **argv) {
           }
         }
       }
+    }
+    else if (!strcmp(a, "--mem-len")) ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 20, &o.mem_len);
+    else if (!strcmp(a, "--weights")) {
+      const char *v;
+      char copy[64], *save = NULL;
+      if ((ok = cli_str_arg(cmd, argc, argv, &i, &v)) && (!*v || strlen(v) >= sizeof o.weights))
+        ok = 0;
+      if (ok) snprintf(copy, sizeof copy, "%s", v);
+      for (char *w = ok ? strtok_r(copy, ",", &save) : NULL; w; w = strtok_r(NULL, ",", &save))
+        if (xl_weights_parse(w) < 0) ok = 0;
+      if (!ok) fprintf(stderr, "xlserve bench: --weights: give weight types, e.g. bf16,int8\n");
+      else snprintf(o.weights, sizeof o.weights, "%s", v);
     }
     else if (!strcmp(a, "--clock")) {
       const char *v;
@@ -479,7 +564,7 @@ int cli_bench_main(int argc, char **argv) {
   int rc = 0;
   for (int i = 0; i < n_paths && !rc; i++) {
     if (paths[i] && !cli_select_cpu(cmd, paths[i])) return 2;
-    rc = bench_path(&o, tgt_len, i == 0);
+    rc = *o.weights ? bench_weights(&o, tgt_len, i == 0) : bench_path(&o, tgt_len, i == 0);
   }
   return rc;
 }

@@ -35,4 +35,8 @@ int cli_select_cpu(const char *cmd, const char *flag);
  * "xlserve CMD: --kv-dtype NAME: ..." and returns 0 for a name that is not f32, bf16, int8. */
 int cli_kv_dtype(const char *cmd, const char *flag, xl_kv_dtype *out);
 
+/* Sets opts->weights from `flag` (--weights) if given, else XLSERVE_WEIGHTS, else f32. Prints
+ * "xlserve CMD: --weights NAME: unknown weight type ..." and returns 0 for an unknown name. */
+int cli_select_weights(const char *cmd, const char *flag, xl_load_options *opts);
+
 #endif

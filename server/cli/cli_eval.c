@@ -19,6 +19,7 @@ static void usage(FILE *f) {
           "usage: xlserve eval [--model DIR] (--text FILE | --ids FILE) [--tgt-len L]\n"
           "                    [--mem-len M] [--clamp-len C] [--same-length | --no-same-length]\n"
           "                    [--dump-nll OUT] [--threads N] [--cpu PATH] [--kv-dtype D]\n"
+          "                    [--weights W]\n"
           "  --text FILE       text to tokenize with the model's tokenizer\n"
           "  --ids FILE        whitespace-separated token ids\n"
           "  --tgt-len L       segment length (default: config tgt_len, else 128); 1 = one-token\n"
@@ -28,12 +29,14 @@ static void usage(FILE *f) {
           "  --threads N       OpenBLAS threads (default: the library's)\n"
           "  --cpu PATH        kernels: auto, avx512, avx2, neon, portable (default: XLSERVE_CPU,\n"
           "                    else auto)\n"
-          "  --kv-dtype D      memory dtype: f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n");
+          "  --kv-dtype D      memory dtype: f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n"
+          "  --weights W       f32, bf16 or int8 weight matrices (default: XLSERVE_WEIGHTS, else\n"
+          "                    f32)\n");
 }
 
 int cli_eval_main(int argc, char **argv) {
   const char *cmd = "eval", *model_dir = NULL, *text_path = NULL, *ids_path = NULL,
-             *dump_path = NULL, *cpu = NULL, *kv = NULL;
+             *dump_path = NULL, *cpu = NULL, *kv = NULL, *weights = NULL;
   int tgt_len = 0, threads = 0;
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
   for (int i = 1; i < argc; i++) {
@@ -45,6 +48,7 @@ int cli_eval_main(int argc, char **argv) {
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
     else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
     else if (!strcmp(a, "--kv-dtype")) ok = cli_str_arg(cmd, argc, argv, &i, &kv);
+    else if (!strcmp(a, "--weights")) ok = cli_str_arg(cmd, argc, argv, &i, &weights);
     else if (!strcmp(a, "--text")) ok = cli_str_arg(cmd, argc, argv, &i, &text_path);
     else if (!strcmp(a, "--ids")) ok = cli_str_arg(cmd, argc, argv, &i, &ids_path);
     else if (!strcmp(a, "--dump-nll")) ok = cli_str_arg(cmd, argc, argv, &i, &dump_path);
@@ -65,7 +69,9 @@ int cli_eval_main(int argc, char **argv) {
     fprintf(stderr, "xlserve eval: give exactly one of --text FILE or --ids FILE\n");
     return 2;
   }
-  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype)) return 2;
+  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype) ||
+      !cli_select_weights(cmd, weights, &opts))
+    return 2;
   xl_set_blas_threads(threads);
   xl_model *m = cli_load_model(cmd, model_dir, &opts);
   if (!m) return 1;
@@ -122,8 +128,9 @@ int cli_eval_main(int argc, char **argv) {
     if (dump) fprintf(dump, "%.9g\n", -(double)lp[i]);
   }
   double mean = total / (double)(n - 1);
-  printf("model %s  tokens %zu  tgt_len %d  mem_len %d  clamp_len %d  same_length %d\n",
-         xl_model_dir(m), n, tgt_len, c->mem_len, c->clamp_len, c->same_length);
+  printf("model %s  tokens %zu  tgt_len %d  mem_len %d  clamp_len %d  same_length %d  weights %s\n",
+         xl_model_dir(m), n, tgt_len, c->mem_len, c->clamp_len, c->same_length,
+         xl_weights_name(xl_model_weights(m)));
   if (c->tokenizer == XL_TOKENIZER_BYTES)
     printf("nll/token %.6f  bits/byte %.4f  tokens/s %.1f\n", mean, mean / log(2.0),
            (double)(n - 1) / secs);

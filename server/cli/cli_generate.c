@@ -17,15 +17,16 @@ static void usage(FILE *f) {
           "usage: xlserve generate [--model DIR] (--prompt TEXT | --prompt-file FILE) [-n N]\n"
           "                        [--seed S] [--temperature T] [--top-k K] [--top-p P]\n"
           "                        [--min-p P] [--repetition-penalty R] [--threads N]\n"
-          "                        [--cpu PATH] [--kv-dtype D]\n"
+          "                        [--cpu PATH] [--kv-dtype D] [--weights W]\n"
           "  defaults: -n 200, temperature 1, top-k 0 (off), top-p 1 (off), seed from time\n"
           "  --cpu PATH: kernels auto, avx512, avx2, neon, portable (default: XLSERVE_CPU, else auto)\n"
-          "  --kv-dtype D: memory dtype f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n");
+          "  --kv-dtype D: memory dtype f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n"
+          "  --weights W: f32, bf16 or int8 weight matrices (default: XLSERVE_WEIGHTS, else f32)\n");
 }
 
 int cli_generate_main(int argc, char **argv) {
   const char *cmd = "generate", *model_dir = NULL, *prompt = NULL, *prompt_file = NULL, *cpu = NULL,
-             *kv = NULL;
+             *kv = NULL, *weights = NULL;
   int n_new = 200, threads = 0, seeded = 0;
   uint64_t seed = 0;
   xl_sampling sp = XL_SAMPLING_DEFAULT;
@@ -38,6 +39,7 @@ int cli_generate_main(int argc, char **argv) {
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
     else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
     else if (!strcmp(a, "--kv-dtype")) ok = cli_str_arg(cmd, argc, argv, &i, &kv);
+    else if (!strcmp(a, "--weights")) ok = cli_str_arg(cmd, argc, argv, &i, &weights);
     else if (!strcmp(a, "--prompt")) ok = cli_str_arg(cmd, argc, argv, &i, &prompt);
     else if (!strcmp(a, "--prompt-file")) ok = cli_str_arg(cmd, argc, argv, &i, &prompt_file);
     else if (!strcmp(a, "-n")) ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 24, &n_new);
@@ -61,7 +63,9 @@ int cli_generate_main(int argc, char **argv) {
     return 2;
   }
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
-  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype)) return 2;
+  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype) ||
+      !cli_select_weights(cmd, weights, &opts))
+    return 2;
   xl_set_blas_threads(threads);
   xl_model *m = cli_load_model(cmd, model_dir, &opts);
   if (!m) return 1;

@@ -10,21 +10,25 @@
 #include "cli_common.h"
 
 int cli_info_main(int argc, char **argv) {
-  const char *cmd = "info", *model_dir = NULL, *cpu = NULL, *kv = NULL;
+  const char *cmd = "info", *model_dir = NULL, *cpu = NULL, *kv = NULL, *weights = NULL;
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int ok = 1;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf("usage: xlserve info [--model DIR] [--mem-len M] [--cpu PATH] [--kv-dtype D]\n"
+             "                   [--weights W]\n"
              "  --cpu PATH  kernels: auto, avx512, avx2, neon, portable (default: XLSERVE_CPU,\n"
              "              else auto); printed as 'cpu path' with the paths this CPU runs\n"
              "  --kv-dtype D  memory dtype f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32);\n"
-             "              the state lines give its bytes per session and per token\n");
+             "              the state lines give its bytes per session and per token\n"
+             "  --weights W f32, bf16 or int8 weight matrices (default: XLSERVE_WEIGHTS, else\n"
+             "              f32); their RAM is printed as 'weights'\n");
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
     else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
     else if (!strcmp(a, "--kv-dtype")) ok = cli_str_arg(cmd, argc, argv, &i, &kv);
+    else if (!strcmp(a, "--weights")) ok = cli_str_arg(cmd, argc, argv, &i, &weights);
     else if (!strcmp(a, "--mem-len"))
       ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 20, &opts.mem_len);
     else {
@@ -33,7 +37,9 @@ int cli_info_main(int argc, char **argv) {
     }
     if (!ok) return 2;
   }
-  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype)) return 2;
+  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype) ||
+      !cli_select_weights(cmd, weights, &opts))
+    return 2;
   xl_model *m = cli_load_model(cmd, model_dir, &opts);
   if (!m) return 1;
   const xl_config *c = xl_model_config(m);
@@ -56,6 +62,9 @@ int cli_info_main(int argc, char **argv) {
   printf("r biases         %s\n", c->untie_r ? "per layer (untie_r)" : "shared");
   printf("tied embeddings  %s\n", c->tie_word_embeddings ? "yes" : "no");
   printf("parameters       %zu (%.2f M)\n", xl_model_param_count(m), xl_model_param_count(m) / 1e6);
+  size_t wb = xl_model_weight_bytes(m);
+  printf("weights          %s: %zu bytes (%.2f MiB)\n", xl_weights_name(xl_model_weights(m)), wb,
+         wb / 1048576.0);
   size_t sb = xl_model_state_bytes(m), tb = xl_model_state_bytes_per_token(m);
   const char *kvd = xl_kv_dtype_name(xl_model_kv_dtype(m));
   printf("kv dtype         %s\n", kvd);

@@ -156,6 +156,7 @@ static void load_model(uv_work_t *w) {
   memset(&a->load_err, 0, sizeof a->load_err);
   xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
   (void)xl_kv_dtype_parse(a->cfg->kv_dtype, &lo.kv_dtype); /* checked by config_load */
+  lo.weights = (xl_weights)xl_weights_parse(a->cfg->weights); /* checked by the config */
   a->load_rc = xl_model_load(a->cfg->model, &lo, &a->model, &a->load_err) == XL_OK ? 0 : -1;
 }
 
@@ -221,9 +222,10 @@ static void model_loaded(uv_work_t *w, int status) {
   a->load_rc = 0;
   xlog_msg("info", "ready",
            "model %s (%s): %d layers, d_model %d, mem_len %d, vocab %d, same_length %d; %lld "
-           "workers, max_batch %lld, prefill_chunk %d; cpu %s",
+           "workers, max_batch %lld, prefill_chunk %d; weights %s; cpu %s",
            a->model_name, a->cfg->model, mc->n_layer, mc->d_model, mc->mem_len, mc->vocab_size,
-           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk, xl_cpu_path());
+           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk,
+           xl_weights_name(xl_model_weights(a->model)), xl_cpu_path());
   if (a->phase == APP_LOADING) {
     a->phase = APP_READY; /* /health says 200 from here on: only then READY=1 */
     sdn_notifyf("READY=1\nSTATUS=serving %s on %s port %u", a->model_name, a->cfg->host, a->port);

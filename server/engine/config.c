@@ -283,6 +283,10 @@ static int validate(const config *c, FILE *err) {
     fprintf(err, "xlserve: option kv_dtype: '%s' is not one of f32, bf16, int8\n", c->kv_dtype);
     return -1;
   }
+  if (xl_weights_parse(c->weights) < 0) {
+    fprintf(err, "xlserve: option weights: '%s' is not one of f32, bf16, int8\n", c->weights);
+    return -1;
+  }
   if (!*c->host) {
     fprintf(err, "xlserve: option host: empty\n");
     return -1;

@@ -1,0 +1,72 @@
+/*
+ * wkernels.h: weight matrices stored narrower than F32 (bf16, or int8 with one F32 scale per
+ * block of 32 weights along a row) and the table of kernels that multiply F32 activations by
+ * them, one table per CPU family (wkernels_*.c), following the family cpu.c chose for the F32
+ * kernels. Activations and sums stay F32: a bf16 weight is widened exactly, an int8 weight
+ * becomes (float)q * scale (one rounding); then the same fused multiply-adds as the F32 GEMM.
+ * Every entry is a pure function of its arguments: any thread.
+ *
+ * Contract shared by all families (as kernels.h): batch invariance (a row's outputs are
+ * computed by the same arithmetic whatever M is and wherever the row sits), and IEEE
+ * arithmetic only on the activations (no float-to-int conversion of activations).
+ */
+#ifndef XL_WKERNELS_H
+#define XL_WKERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bf16.h"
+
+#include "xl.h"
+
+#define XL_Q8_BLOCK 32 /* int8 weights per scale, along a row */
+
+/* One weight matrix [rows, cols] (a torch Linear's [out, in]) in the model's weight type. */
+typedef struct xl_wmat {
+  xl_weights type;       /* XL_WEIGHTS_F32, _BF16 or _INT8 */
+  const void *data;      /* [rows, cols]: float, uint16_t (bf16 bits) or int8_t */
+  const float *scales;   /* int8: [rows, xl_q8_blocks(cols)]; else NULL */
+  int cols;              /* elements per row (the row stride too) */
+} xl_wmat;
+
+static inline int xl_q8_blocks(int cols) { return (cols + XL_Q8_BLOCK - 1) / XL_Q8_BLOCK; }
+
+typedef struct xl_wkernels {
+  const char *name;
+  /* y[M, N] = x[M, K] W[N, K]^T, W bf16 with row stride ldw; M, N > 0 */
+  void (*matmul_bf16)(const float *x, int M, int K, int ldx, const uint16_t *W, int N, int ldw,
+                      float *y, int ldy);
+  /* the same with W int8, row o's block b scaled by S[o * xl_q8_blocks(ldw) + b] */
+  void (*matmul_q8)(const float *x, int M, int K, int ldx, const int8_t *W, const float *S, int N,
+                    int ldw, float *y, int ldy);
+} xl_wkernels;
+
+extern const xl_wkernels xl_wkernels_portable;
+#if defined(__x86_64__)
+extern const xl_wkernels xl_wkernels_avx2;
+extern const xl_wkernels xl_wkernels_avx512;
+#endif
+#if defined(__aarch64__)
+extern const xl_wkernels xl_wkernels_neon;
+#endif
+
+/* The table of the family in use (the one xl_kern() returns). */
+const xl_wkernels *xl_wkern(void);
+
+/* y[M, N] = x[M, K] W[N, K]^T for any weight type (F32 goes to the F32 kernels, unchanged). */
+void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N, float *y,
+                 int ldy);
+/* y[rows, out] = x[rows, in] W^T (+ b), W [out, in]. */
+void xl_linear_w(const float *x, int rows, int in, const xl_wmat *W, const float *b, int out,
+                 float *y, int ldy);
+/* out[0..cols) = row r of W as F32. */
+void xl_wmat_row(const xl_wmat *W, int r, float *out);
+/* The view of W from row r on. */
+xl_wmat xl_wmat_from_row(const xl_wmat *W, int r);
+
+/* int8 of one block of n <= 32 finite values: q[i] = round(x[i] / s) in [-127, 127] with
+ * s = max|x| / 127 (0 for an all-zero block); returns s. */
+float xl_q8_block(const float *x, int n, int8_t *q);
+
+#endif /* XL_WKERNELS_H */

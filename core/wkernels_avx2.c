@@ -1,0 +1,124 @@
+/*
+ * wkernels_avx2.c: the AVX2+FMA family of the narrow-weight kernels (wkernels.h). Tiles of up
+ * to 4 rows x 2 outputs (a lone decode row: 1 row x 4 outputs), 16 registers being what AVX2
+ * has: each 8-weight chunk of the weight rows is widened (bf16) or dequantised (int8, times
+ * the block's scale) once and multiplied into the rows' accumulators; each (row, output)
+ * accumulator is summed by the same reduction, so a row's result does not depend on the batch.
+ * Compiled with target attributes, chosen at run time with the AVX2 F32 family; x86-64 only.
+ * Any thread; pure functions.
+ */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "wkernels.h"
+
+#define T __attribute__((target("avx2,fma"), always_inline)) static inline
+#define ROW_BLOCK 64   /* rows of x kept hot while the weight rows stream past */
+#define PREFETCH 4096  /* bytes ahead in each weight row (the next groups of rows) */
+#define L 8            /* lanes */
+
+/* L weights of a row from column k as F32; s: the row's block scales (int8) */
+T __m256 load_w(int q8, const void *w, const float *s, int k) {
+  if (!q8) {
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  __m128i q = _mm_loadl_epi64((const __m128i *)((const int8_t *)w + k));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                       _mm256_set1_ps(s[k / XL_Q8_BLOCK]));
+}
+
+/* the 8 lanes' sum by a fixed tree: halves, then quarters, then pairs */
+T float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+/* y[r + i, o + j] for i < rc, j < oc (rc <= RB, oc <= OB; missing ones repeat the first) */
+T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void *W,
+            const float *S, int nb, int ldw, int o, int oc, int K, int prefetch, float *y,
+            int ldy) {
+  const float *a[4];
+  const char *w[4];
+  const float *s[4];
+  const size_t esz = q8 ? 1 : 2;
+  for (int i = 0; i < RB; i++) a[i] = x + (size_t)(i < rc ? i : 0) * ldx;
+  for (int j = 0; j < OB; j++) {
+    size_t row = (size_t)o + (j < oc ? j : 0);
+    w[j] = (const char *)W + row * ldw * esz;
+    s[j] = q8 ? S + row * nb : NULL;
+  }
+  __m256 acc[4][4];
+  for (int i = 0; i < RB; i++)
+    for (int j = 0; j < OB; j++) acc[i][j] = _mm256_setzero_ps();
+  const int kv = K & ~(L - 1);
+  for (int k = 0; k < kv; k += L) {
+    __m256 b[4];
+    for (int j = 0; j < OB; j++) {
+      if (prefetch) /* an integer address: past the matrix's end it is only a hint */
+        _mm_prefetch((const char *)((uintptr_t)w[j] + k * esz + PREFETCH), _MM_HINT_T0);
+      b[j] = load_w(q8, w[j], s[j], k);
+    }
+    for (int i = 0; i < RB; i++) {
+      __m256 v = _mm256_loadu_ps(a[i] + k);
+      for (int j = 0; j < OB; j++) acc[i][j] = _mm256_fmadd_ps(v, b[j], acc[i][j]);
+    }
+  }
+  if (kv < K) { /* the tail, zero-padded to L lanes */
+    __m256 b[4];
+    for (int j = 0; j < OB; j++) {
+      _Alignas(32) char pad[2 * L] = {0};
+      memcpy(pad, w[j] + kv * esz, (size_t)(K - kv) * esz);
+      b[j] = load_w(q8, pad, q8 ? s[j] + kv / XL_Q8_BLOCK : NULL, 0);
+    }
+    for (int i = 0; i < RB; i++) {
+      _Alignas(32) float xp[L] = {0};
+      memcpy(xp, a[i] + kv, (size_t)(K - kv) * sizeof *xp);
+      __m256 v = _mm256_load_ps(xp);
+      for (int j = 0; j < OB; j++) acc[i][j] = _mm256_fmadd_ps(v, b[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < rc; i++)
+    for (int j = 0; j < oc; j++) y[(size_t)i * ldy + o + j] = hsum(acc[i][j]);
+}
+
+T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, const float *S,
+              int N, int ldw, float *y, int ldy) {
+  const int nb = xl_q8_blocks(ldw);
+  if (M == 1) { /* a lone row (decode): 4 weight rows at a time, the same per-element sums */
+    for (int o = 0; o < N; o += 4)
+      tile(q8, 1, 4, x, 1, ldx, W, S, nb, ldw, o, N - o < 4 ? N - o : 4, K, 1, y, ldy);
+    return;
+  }
+  for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
+    int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
+    for (int o = 0; o < N; o += 2) {
+      int oc = N - o < 2 ? N - o : 2;
+      for (int r = r0; r < r1; r += 4) {
+        int rc = r1 - r < 4 ? r1 - r : 4;
+        tile(q8, 4, 2, x + (size_t)r * ldx, rc, ldx, W, S, nb, ldw, o, oc, K, r == r0,
+             y + (size_t)r * ldy, ldy);
+      }
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) static void matmul_bf16(const float *x, int M, int K,
+                                                            int ldx, const uint16_t *W, int N,
+                                                            int ldw, float *y, int ldy) {
+  matmul(0, x, M, K, ldx, W, NULL, N, ldw, y, ldy);
+}
+
+__attribute__((target("avx2,fma"))) static void matmul_q8(const float *x, int M, int K, int ldx,
+                                                          const int8_t *W, const float *S, int N,
+                                                          int ldw, float *y, int ldy) {
+  matmul(1, x, M, K, ldx, W, S, N, ldw, y, ldy);
+}
+
+const xl_wkernels xl_wkernels_avx2 = {"avx2", matmul_bf16, matmul_q8};
+#undef T
+#endif /* __x86_64__ */

@@ -1,0 +1,100 @@
+/*
+ * wmat.c: weight matrices in the model's weight type (wkernels.h): the type names, the choice
+ * of the narrow-weight kernel table (the family of xl_kern()), the GEMM and Linear over any
+ * type, row reads (the embedding lookup) and the load-time narrowing of F32 values (bf16
+ * rounding, int8 blocks). Any thread; pure functions.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const WEIGHT_NAMES[] = {"f32", "bf16", "int8"};
+
+const char *xl_weights_name(xl_weights w) {
+  return (unsigned)w < sizeof WEIGHT_NAMES / sizeof *WEIGHT_NAMES ? WEIGHT_NAMES[w] : NULL;
+}
+
+int xl_weights_parse(const char *name) {
+  for (int i = 0; name && i < (int)(sizeof WEIGHT_NAMES / sizeof *WEIGHT_NAMES); i++)
+    if (!strcmp(name, WEIGHT_NAMES[i])) return i;
+  return -1;
+}
+
+const xl_wkernels *xl_wkern(void) {
+  const xl_kernels *k = xl_kern();
+#if defined(__x86_64__)
+  if (k == &xl_kernels_avx512) return &xl_wkernels_avx512;
+  if (k == &xl_kernels_avx2) return &xl_wkernels_avx2;
+#endif
+#if defined(__aarch64__)
+  if (k == &xl_kernels_neon) return &xl_wkernels_neon;
+#endif
+  (void)k;
+  return &xl_wkernels_portable;
+}
+
+void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N, float *y,
+                 int ldy) {
+  if (M <= 0 || N <= 0) return;
+  switch (W->type) {
+  case XL_WEIGHTS_BF16:
+    xl_wkern()->matmul_bf16(x, M, K, ldx, W->data, N, W->cols, y, ldy);
+    break;
+  case XL_WEIGHTS_INT8:
+    xl_wkern()->matmul_q8(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
+    break;
+  default:
+    xl_matmul_nt(x, M, K, ldx, W->data, N, W->cols, y, ldy);
+  }
+}
+
+void xl_linear_w(const float *x, int rows, int in, const xl_wmat *W, const float *b, int out,
+                 float *y, int ldy) {
+  xl_matmul_w(x, rows, in, in, W, out, y, ldy); /* y[rows, out] = x[rows, in] W^T */
+  if (b && rows > 0) xl_kern()->add_bias(y, rows, out, ldy, b);
+}
+
+void xl_wmat_row(const xl_wmat *W, int r, float *out) {
+  const size_t at = (size_t)r * W->cols;
+  switch (W->type) {
+  case XL_WEIGHTS_BF16: {
+    const uint16_t *h = (const uint16_t *)W->data + at;
+    for (int c = 0; c < W->cols; c++) out[c] = xl_bf16_to_f32(h[c]);
+    break;
+  }
+  case XL_WEIGHTS_INT8: {
+    const int8_t *q = (const int8_t *)W->data + at;
+    const float *s = W->scales + (size_t)r * xl_q8_blocks(W->cols);
+    for (int c = 0; c < W->cols; c++) out[c] = (float)q[c] * s[c / XL_Q8_BLOCK];
+    break;
+  }
+  default:
+    memcpy(out, (const float *)W->data + at, (size_t)W->cols * sizeof *out);
+  }
+}
+
+xl_wmat xl_wmat_from_row(const xl_wmat *W, int r) {
+  xl_wmat v = *W;
+  const size_t at = (size_t)r * W->cols;
+  switch (W->type) {
+  case XL_WEIGHTS_BF16: v.data = (const uint16_t *)W->data + at; break;
+  case XL_WEIGHTS_INT8:
+    v.data = (const int8_t *)W->data + at;
+    v.scales = W->scales + (size_t)r * xl_q8_blocks(W->cols);
+    break;
+  default: v.data = (const float *)W->data + at;
+  }
+  return v;
+}
+
+float xl_q8_block(const float *x, int n, int8_t *q) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+  float s = amax / 127.0f;
+  for (int i = 0; i < n; i++) {
+    float v = s > 0.0f ? nearbyintf(x[i] / s) : 0.0f;
+    q[i] = (int8_t)fminf(fmaxf(v, -127.0f), 127.0f);
+  }
+  return s;
+}

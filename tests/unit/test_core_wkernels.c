@@ -1,0 +1,350 @@
+/*
+ * test_core_wkernels.c: bf16 and int8 weights (wkernels.h) on the kernel family in use
+ * (XLSERVE_CPU picks it: ctest runs this once per family of the machine). The narrowing itself
+ * (bf16 round-to-nearest-even with NaN/Inf/overflow, int8 block scales); the GEMM with bf16 and
+ * int8 weights for 1..70 rows and awkward sizes (every tail of every lane count, partial int8
+ * blocks) against a double-precision reference on the widened/dequantised weights and against
+ * the portable family; each row's outputs bit-identical alone and inside any batch; and whole
+ * models loaded with --weights bf16/int8: close to F32, fewer weight bytes, a decode step the
+ * same alone and batched, an unknown weight type refused; and a BF16 file under bf16 weights
+ * used in place, with the results of the F32 file narrowed at load.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testlib.h"
+
+static float float_of(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void test_narrowing(void) {
+  CHECK(xl_f32_to_bf16(1.0f) == 0x3F80);
+  CHECK(xl_f32_to_bf16(float_of(0x3F808000u)) == 0x3F80); /* tie: to the even neighbour */
+  CHECK(xl_f32_to_bf16(float_of(0x3F818000u)) == 0x3F82); /* tie, odd below: up */
+  CHECK(xl_f32_to_bf16(float_of(0x3F808001u)) == 0x3F81); /* above the tie: up */
+  CHECK(xl_f32_to_bf16(-0.0f) == 0x8000);
+  CHECK(xl_f32_to_bf16(INFINITY) == 0x7F80);
+  CHECK(xl_f32_to_bf16(FLT_MAX) == 0x7F80); /* rounds past the largest bf16: Inf */
+  CHECK(isnan(xl_bf16_to_f32(xl_f32_to_bf16(NAN))));
+  CHECK(isnan(xl_bf16_to_f32(xl_f32_to_bf16(float_of(0x7F800001u))))); /* low-payload NaN */
+  for (uint32_t u = 0x3E000000u; u < 0x3E000000u + 100000u; u += 7) { /* error <= half a step */
+    float f = float_of(u), g = xl_bf16_to_f32(xl_f32_to_bf16(f));
+    if (!(fabsf(f - g) <= ldexpf(1.0f, -8) * fabsf(f))) {
+      CHECK(fabsf(f - g) <= ldexpf(1.0f, -8) * fabsf(f));
+      break;
+    }
+  }
+  float x[32];
+  int8_t q[32];
+  for (int i = 0; i < 32; i++) x[i] = (float)(i - 13) * 0.1f;
+  float s = xl_q8_block(x, 32, q);
+  CHECK_NEAR(s, 1.8f / 127.0f, 1e-7);
+  CHECK(q[31] == 127 && q[13] == 0 && q[0] == -92);
+  int bad = 0;
+  for (int i = 0; i < 32; i++) bad += fabsf((float)q[i] * s - x[i]) > 0.5f * s * 1.0001f;
+  CHECK(bad == 0);
+  memset(x, 0, sizeof x);
+  x[3] = -0.0f;
+  CHECK(xl_q8_block(x, 5, q) == 0.0f);
+  CHECK(q[0] == 0 && q[3] == 0 && q[4] == 0);
+  x[0] = -2.0f; /* the largest magnitude negative: -127 */
+  s = xl_q8_block(x, 5, q);
+  CHECK(q[0] == -127 && s == 2.0f / 127.0f);
+}
+
+static float frand(unsigned *s) {
+  *s = *s * 1103515245u + 12345u;
+  return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+#define MAXM 70
+#define MAXN 33
+#define MAXK 100
+#define LD 100
+
+/* weights [MAXN, LD] in both narrow types, and their exact F32 values */
+typedef struct {
+  uint16_t bf[MAXN * LD];
+  int8_t q[MAXN * LD];
+  float s[MAXN * 4]; /* xl_q8_blocks(LD) = 4 scales per row */
+  float wbf[MAXN * LD], wq[MAXN * LD];
+} weights;
+
+static void make_weights(weights *w, unsigned seed) {
+  float row[LD];
+  for (int o = 0; o < MAXN; o++) {
+    for (int k = 0; k < LD; k++) row[k] = frand(&seed) * (o % 3 ? 1.0f : 1e-3f);
+    for (int k = 0; k < LD; k++) {
+      w->bf[o * LD + k] = xl_f32_to_bf16(row[k]);
+      w->wbf[o * LD + k] = xl_bf16_to_f32(w->bf[o * LD + k]);
+    }
+    for (int b = 0; b < 4; b++) {
+      int n = LD - 32 * b < 32 ? LD - 32 * b : 32;
+      w->s[o * 4 + b] = xl_q8_block(row + 32 * b, n, w->q + o * LD + 32 * b);
+    }
+    for (int k = 0; k < LD; k++) w->wq[o * LD + k] = (float)w->q[o * LD + k] * w->s[o * 4 + k / 32];
+  }
+}
+
+static void run(const xl_wkernels *k, int q8, const float *x, int M, int K, const weights *w,
+                int N, float *y, int ldy) {
+  if (q8) k->matmul_q8(x, M, K, LD, w->q, w->s, N, LD, y, ldy);
+  else k->matmul_bf16(x, M, K, LD, w->bf, N, LD, y, ldy);
+}
+
+/* the family in use vs double on the exact weights and vs portable; a row alone == in a batch */
+static void check_matmul(int q8) {
+  static const int Ms[] = {1, 2, 3, 4, 5, 7, 9, 17, 70};
+  static const int Ns[] = {1, 2, 3, 4, 5, 8, 9, 13, 33};
+  static const int Ks[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 100};
+  const xl_wkernels *k = xl_wkern();
+  weights *w = malloc(sizeof *w);
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
+        *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1);
+  unsigned seed = 7;
+  for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed);
+  make_weights(w, 3);
+  const float *wf = q8 ? w->wq : w->wbf;
+  int bad_ref = 0, bad_port = 0, bad_inv = 0;
+  for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+    for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+      for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+        int M = Ms[a], N = Ns[b], K = Ks[c], ldy = N + 3;
+        run(k, q8, x, M, K, w, N, y, ldy);
+        run(&xl_wkernels_portable, q8, x, M, K, w, N, yp, ldy);
+        for (int r = 0; r < M; r++) {
+          for (int o = 0; o < N; o++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < K; i++) {
+              ref += (double)x[r * LD + i] * wf[o * LD + i];
+              mag += fabs((double)x[r * LD + i] * wf[o * LD + i]);
+            }
+            bad_ref += fabs(ref - y[r * ldy + o]) > 1e-6 * mag + 1e-30;
+            bad_port += fabs(yp[r * ldy + o] - y[r * ldy + o]) > 2e-6 * mag + 1e-30;
+          }
+          run(k, q8, x + r * LD, 1, K, w, N, y1, N); /* the row alone */
+          bad_inv += memcmp(y1, y + r * ldy, (size_t)N * sizeof *y1) != 0;
+        }
+      }
+  if (bad_ref || bad_port || bad_inv)
+    fprintf(stderr, "%s %s: %d off the reference, %d off portable, %d rows batch-dependent\n",
+            k->name, q8 ? "int8" : "bf16", bad_ref, bad_port, bad_inv);
+  CHECK(bad_ref == 0);
+  CHECK(bad_port == 0);
+  CHECK(bad_inv == 0);
+  free(w);
+  free(x);
+  free(y);
+  free(yp);
+  free(y1);
+}
+
+static void test_matmul_bf16(void) { check_matmul(0); }
+static void test_matmul_int8(void) { check_matmul(1); }
+
+/* The family in use is the one cpu.c chose (XLSERVE_CPU), for both tables. */
+static void test_family_follows_cpu_path(void) {
+  CHECK(!strcmp(xl_wkern()->name, xl_cpu_path()));
+}
+
+static xl_model *load_as(const char *dir, xl_weights w) {
+  xl_load_options o = XL_LOAD_OPTIONS_DEFAULT;
+  o.weights = w;
+  xl_model *m = NULL;
+  xl_error err;
+  if (xl_model_load(dir, &o, &m, &err)) {
+    fprintf(stderr, "load %s: %s\n", xl_weights_name(w), err.message);
+    return NULL;
+  }
+  return m;
+}
+
+#define STEPS 30
+#define V 256
+
+/* log-probs after each of STEPS tokens, fed one at a time; the last step is fed batched with
+ * another session too and must give the same distribution bit for bit */
+static int decode(xl_model *m, float *lp /* [STEPS, V] */) {
+  xl_workspace *ws;
+  xl_state *a, *b;
+  xl_error err;
+  if (xl_workspace_new(m, &ws, &err) || xl_state_new(m, &a, &err) || xl_state_new(m, &b, &err))
+    return -1;
+  int32_t t[STEPS];
+  for (int i = 0; i < STEPS; i++) t[i] = (int32_t)((i * 53 + 5) % V);
+  for (int i = 0; i < STEPS; i++) {
+    xl_feed f = {a, t + i, 1, NULL, NULL, lp + (size_t)i * V, NULL};
+    if (xl_forward(m, ws, &f, 1, &err)) return -1;
+  }
+  /* again, with session b fed beside it at its last step (and a 5-token chunk before) */
+  xl_state_reset(a);
+  for (int i = 0; i < STEPS - 1; i++) {
+    xl_feed f = {a, t + i, 1, NULL, NULL, NULL, NULL};
+    if (xl_forward(m, ws, &f, 1, &err)) return -1;
+  }
+  float last[V], other[V];
+  int32_t chunk[5] = {1, 2, 3, 4, 5};
+  xl_feed items[2] = {{b, chunk, 5, NULL, NULL, other, NULL},
+                      {a, t + STEPS - 1, 1, NULL, NULL, last, NULL}};
+  if (xl_forward(m, ws, items, 2, &err)) return -1;
+  int same = !memcmp(last, lp + (size_t)(STEPS - 1) * V, sizeof last);
+  xl_state_free(a);
+  xl_state_free(b);
+  xl_workspace_free(ws);
+  return same ? 0 : 1;
+}
+
+static void test_models(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  spec.d_model = 64;
+  spec.d_inner = 136; /* not a multiple of 32: partial int8 blocks in the second FF layer */
+  spec.mem_len = 12;  /* the memory wraps */
+  const char *dir = tl_tmpdir("wtypes");
+  CHECK(tl_write_model(dir, &spec) == 0);
+  xl_model *m[3];
+  float *lp[3];
+  for (int w = 0; w < 3; w++) {
+    m[w] = load_as(dir, (xl_weights)w);
+    lp[w] = malloc(sizeof(float) * STEPS * V);
+    CHECK(m[w] != NULL);
+    if (!m[w]) return;
+    CHECK(xl_model_weights(m[w]) == (xl_weights)w);
+    CHECK(decode(m[w], lp[w]) == 0); /* runs, and the batched step is the lone step */
+  }
+  /* F32 bytes: every parameter; bf16 halves the big matrices, int8 quarters them + scales */
+  size_t b0 = xl_model_weight_bytes(m[0]), b1 = xl_model_weight_bytes(m[1]),
+         b2 = xl_model_weight_bytes(m[2]);
+  CHECK(b0 == xl_model_param_count(m[0]) * sizeof(float));
+  CHECK(b1 < b0 * 0.6 && b2 < b1 * 0.7);
+  CHECK(xl_model_fingerprint(m[1]) == xl_model_fingerprint(m[0])); /* the same model file */
+  double worst[3] = {0, 0, 0};
+  for (int w = 1; w < 3; w++)
+    for (size_t k = 0; k < (size_t)STEPS * V; k++) {
+      double d = fabs((double)lp[w][k] - lp[0][k]);
+      if (!(d <= worst[w])) worst[w] = d; /* a NaN counts as worst */
+    }
+  fprintf(stderr, "max |delta log-prob| vs f32: bf16 %.3g, int8 %.3g\n", worst[1], worst[2]);
+  /* the narrow types are used, and stay close (a random model's logits are large: its
+   * distributions are peaked; the trained model's bounds are in tests/tools) */
+  CHECK(worst[1] > 0 && worst[1] < 0.25);
+  CHECK(worst[2] > 0 && worst[2] < 0.6);
+  for (int w = 0; w < 3; w++) {
+    xl_model_free(m[w]);
+    free(lp[w]);
+  }
+  xl_load_options o = XL_LOAD_OPTIONS_DEFAULT;
+  o.weights = (xl_weights)7;
+  xl_model *bad = NULL;
+  xl_error err;
+  CHECK_CODE(xl_model_load(dir, &o, &bad, &err), XL_ARG);
+  CHECK(bad == NULL && strstr(err.message, "weight type") != NULL);
+  CHECK(xl_weights_parse("bf16") == XL_WEIGHTS_BF16 && xl_weights_parse("int4") == -1);
+}
+
+/* dir_out/model.safetensors = dir_in's with every 2-D matrix whose name contains "weight"
+ * stored as BF16 (RNE), the rest (LayerNorm, biases, r biases) kept F32; config copied. */
+static int write_bf16_copy(const char *dir_in, const char *dir_out) {
+  char path[512], hdr[65536];
+  xl_safetensors st;
+  xl_error err;
+  snprintf(path, sizeof path, "%s/model.safetensors", dir_in);
+  if (xl_safetensors_open(path, &st, &err)) return -1;
+  size_t off = 0, total = 0;
+  int len = snprintf(hdr, sizeof hdr, "{");
+  for (int i = 0; i < st.n_tensors; i++) {
+    const xl_tensor_entry *t = &st.tensors[i];
+    int narrow = t->ndim == 2 && strstr(t->name, "weight") && t->dtype == XL_DT_F32;
+    size_t nb = narrow ? t->nbytes / 2 : t->nbytes;
+    char shape[64];
+    if (t->ndim == 2)
+      snprintf(shape, sizeof shape, "%lld,%lld", (long long)t->shape[0], (long long)t->shape[1]);
+    else
+      snprintf(shape, sizeof shape, "%lld", (long long)t->shape[0]);
+    len += snprintf(hdr + len, sizeof hdr - (size_t)len,
+                    "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                    i ? "," : "", t->name, narrow ? "BF16" : "F32", shape, off, off + nb);
+    off += nb;
+  }
+  total = off;
+  len += snprintf(hdr + len, sizeof hdr - (size_t)len, "}");
+  while (len % 8) hdr[len++] = ' ';
+  uint8_t *data = malloc(total + 1);
+  off = 0;
+  for (int i = 0; i < st.n_tensors; i++) {
+    const xl_tensor_entry *t = &st.tensors[i];
+    int narrow = t->ndim == 2 && strstr(t->name, "weight") && t->dtype == XL_DT_F32;
+    if (!narrow) {
+      memcpy(data + off, t->data, t->nbytes);
+      off += t->nbytes;
+      continue;
+    }
+    for (size_t k = 0; k < t->nbytes / 4; k++, off += 2) {
+      float f;
+      memcpy(&f, t->data + 4 * k, 4);
+      uint16_t h = xl_f32_to_bf16(f);
+      data[off] = (uint8_t)(h & 0xFF);
+      data[off + 1] = (uint8_t)(h >> 8);
+    }
+  }
+  xl_safetensors_close(&st);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir_out);
+  FILE *f = fopen(path, "wb");
+  uint64_t hl = (uint64_t)len;
+  uint8_t le[8];
+  for (int i = 0; i < 8; i++) le[i] = (uint8_t)(hl >> (8 * i));
+  int ok = f && fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len &&
+           fwrite(data, 1, total, f) == total;
+  if (f) fclose(f);
+  free(data);
+  char src[512], dst[512], buf[8192];
+  snprintf(src, sizeof src, "%s/config.json", dir_in);
+  snprintf(dst, sizeof dst, "%s/config.json", dir_out);
+  FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
+  size_t n = a ? fread(buf, 1, sizeof buf, a) : 0;
+  ok = ok && a && b && n > 0 && fwrite(buf, 1, n, b) == n;
+  if (a) fclose(a);
+  if (b) fclose(b);
+  return ok ? 0 : -1;
+}
+
+/* A BF16 file under --weights bf16: its matrices are used in place (no copy: the weight bytes
+ * are the file's BF16 bytes), with the same results as the F32 file narrowed at load. */
+static void test_bf16_file_in_place(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  const char *d32 = tl_tmpdir("f32file"), *d16 = tl_tmpdir("bf16file");
+  CHECK(tl_write_model(d32, &spec) == 0);
+  CHECK(write_bf16_copy(d32, d16) == 0);
+  xl_model *a = load_as(d32, XL_WEIGHTS_BF16), *b = load_as(d16, XL_WEIGHTS_BF16);
+  CHECK(a && b);
+  if (!a || !b) return;
+  CHECK(xl_model_weight_bytes(a) == xl_model_weight_bytes(b));
+  /* in place: b's matrices point into its file mapping */
+  const uint8_t *lo = b->st.map, *hi = lo + b->st.map_len, *q = b->layers[0].qkv_w.data;
+  CHECK(q >= lo && q < hi);
+  CHECK((const uint8_t *)a->layers[0].qkv_w.data < (const uint8_t *)a->st.map ||
+        (const uint8_t *)a->layers[0].qkv_w.data >= (const uint8_t *)a->st.map + a->st.map_len);
+  float *la = malloc(sizeof(float) * STEPS * V), *lb = malloc(sizeof(float) * STEPS * V);
+  CHECK(decode(a, la) == 0 && decode(b, lb) == 0);
+  CHECK(!memcmp(la, lb, sizeof(float) * STEPS * V));
+  free(la);
+  free(lb);
+  xl_model_free(a);
+  xl_model_free(b);
+}
+
+int main(void) {
+  RUN(test_narrowing);
+  RUN(test_matmul_bf16);
+  RUN(test_matmul_int8);
+  RUN(test_family_follows_cpu_path);
+  RUN(test_models);
+  RUN(test_bf16_file_in_place);
+  return tl_summary();
+}
