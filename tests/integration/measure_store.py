@@ -305,6 +305,7 @@ def cmd_deltas(a):
             for name, d in ds:  # a first short turn each (workspaces at this shape)
                 turn(d.port, "m", prompt(10), 4)
             io0 = {name: proc_io(d.proc.pid) for name, d in ds}
+            load0 = "%.1f %.1f %.1f" % os.getloadavg()
             lat = {name: [] for name, _ in ds}
             snaps = {name: set() for name, _ in ds}
             for i in range(a.turns):
@@ -321,9 +322,10 @@ def cmd_deltas(a):
             base = statistics.median(lat["off"])
             print("rep %d: state %d bytes (%.1f MiB), memory filled with %d tokens (%.1f s per "
                   "daemon); %d turns per mode (10-token prompt + 4 tokens, non-streamed, "
-                  "1 worker); a turn's 14 positions: %d bytes (%.2f MiB)" % (
+                  "1 worker); a turn's 14 positions: %d bytes (%.2f MiB); load average at "
+                  "the start %s, at the end %s" % (
                       rep_i + 1, sb, sb / 2**20, M + 8, t_fill, a.turns, pos_bytes,
-                      pos_bytes / 2**20))
+                      pos_bytes / 2**20, load0, "%.1f %.1f %.1f" % os.getloadavg()))
             for name, d in ds:
                 xs = lat[name]
                 med = statistics.median(xs)
