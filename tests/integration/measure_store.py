@@ -65,7 +65,8 @@ def turn(port, sid, prompt, n):
     t0 = time.monotonic()
     st, _, b = X.post_json(port, "/v1/completions",
                            {"prompt": prompt, "max_tokens": n, "temperature": 0},
-                           headers={"X-Session-Id": sid} if sid else {})
+                           headers={"X-Session-Id": sid} if sid else {},
+                           timeout=3600)  # a big model's full memory on a loaded machine
     dt = time.monotonic() - t0
     assert st == 200, b
     return dt
