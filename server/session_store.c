@@ -419,6 +419,8 @@ static void *compaction_main(void *arg) {
     session *s = NULL;
     compaction *c = xcalloc(1, sizeof *c);
     store_status status = load_row(st, st->cconn, k.id, k.owner, 1, &s, &c->row, err, sizeof err);
+    snprintf(c->row.id, sizeof c->row.id, "%s", k.id); /* the swap's key */
+    memcpy(c->row.owner, k.owner, 32);
     int ok = status == STORE_OK;
     if (ok) {
       size_t ml = 0, cl = 0;
