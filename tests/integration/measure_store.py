@@ -104,7 +104,8 @@ def cmd_turn(a):
                 lat[name].append(turn(d.port, "m", "%16d" % i, 16))
         base = statistics.median(lat["off"])
         print("state %d bytes (%.2f MiB); %d turns per mode (16-byte prompt, 16 tokens, "
-              "non-streamed)" % (sb, sb / 2**20, a.turns))
+              "non-streamed); load average at the end %s" % (
+                  sb, sb / 2**20, a.turns, "%.1f %.1f %.1f" % os.getloadavg()))
         for name, d in ds:
             m = metrics(d.port)
             med = statistics.median(lat[name])
@@ -147,7 +148,8 @@ def cmd_restore(a):
         rs = m["xlserve_store_read_seconds_sum"] - m0["xlserve_store_read_seconds_sum"]
         print("state %d bytes (%.2f MiB); %d sessions, a turn each (1-byte prompt, 1 token); "
               "durability turn; evicted: a 1 MiB budget pushed every session out of RAM before "
-              "its turn" % (sb, sb / 2**20, a.sessions))
+              "its turn; load average at the end %s" % (
+                  sb, sb / 2**20, a.sessions, "%.1f %.1f %.1f" % os.getloadavg()))
         for name in ds:
             print("  %-18s turn median %6.2f ms  p90 %6.2f ms" % (
                 name, 1e3 * statistics.median(lat[name]), 1e3 * pct(lat[name], 0.9)))
