@@ -324,6 +324,7 @@ def kill9_rounds(model, tmp_path, n_sessions, rounds, seed, tol):
                 break
             stop = threading.Event()
             errors = []
+            acked = set()  # sessions with a turn acknowledged in this round
 
             def worker(sid, seed):
                 r = random.Random(seed)
@@ -340,6 +341,7 @@ def kill9_rounds(model, tmp_path, n_sessions, rounds, seed, tol):
                         assert st == 200, b
                         done[sid] = done[sid] + p + gen(b)
                         del inflight[sid]
+                        acked.add(sid)
                 except BaseException as e:  # reported by the main thread
                     errors.append(e)
 
@@ -347,6 +349,10 @@ def kill9_rounds(model, tmp_path, n_sessions, rounds, seed, tol):
                    for sid in done]
             for th in ths:
                 th.start()
+            # the kill at a random moment once every session has had a turn acknowledged in
+            # this round (a slow build on a loaded machine could otherwise be killed before
+            # any turn completes, round after round)
+            X.wait_until(lambda: len(acked) == len(done) or errors, 120, "a turn per session")
             time.sleep(rnd.uniform(0.4, 1.2))
             d.proc.kill()
             d.proc.wait()
