@@ -1,8 +1,10 @@
 /*
  * session_store.c: the store front: one store thread, its FIFO of operations, group commit,
- * the async-save delay, rebuilding sessions from a snapshot and its deltas, compaction between
- * batches, and completions back to the loop thread (see session_store.h).
- * Threads: submit/poll/start/shutdown/free on the loop thread; the rest on the store thread.
+ * the async-save delay, rebuilding sessions from a snapshot and its deltas, compaction (rebuilt
+ * and encoded on a compaction thread, swapped in by the store thread between batches), and
+ * completions back to the loop thread (see session_store.h).
+ * Threads: submit/poll/start/shutdown/free on the loop thread; compaction_main on the
+ * compaction thread; the rest on the store thread.
  */
 #include "session_store.h"
 
@@ -20,6 +22,15 @@
 #include "util.h"
 #include "xlog.h"
 
+/* A compaction's new snapshot, built on the compaction thread, waiting for the store thread
+ * to swap it in. */
+typedef struct compaction {
+  store_row row;       /* key, metadata, the snapshot (meta/state point at the owned buffers) */
+  uint64_t old_snap_id; /* the snapshot it was built from */
+  uint8_t *meta, *state;
+  struct compaction *next;
+} compaction;
+
 struct session_store {
   store_backend *b;
   store_conn *conn;
@@ -27,7 +38,7 @@ struct session_store {
   store_opts o;
   pthread_t th;
   int started;
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* the queue, and the compaction state below */
   pthread_cond_t cv;
   store_op *head, *tail;
   long n_sync; /* queued ops other than async saves */
@@ -40,9 +51,20 @@ struct session_store {
   atomic_long count;
   atomic_long compactions;
   atomic_ullong bytes_written;
-  /* store thread: rows whose deltas outgrew their snapshot, to compact between batches */
+  /* compaction (under mu): rows whose deltas outgrew their snapshot, waiting for the
+   * compaction thread (which rebuilds and encodes them on its own connection); the row it is
+   * building (in_flight, until the store thread swapped it in or dropped it; again: a delta
+   * asked for it meanwhile); the built snapshots waiting for the store thread's swap */
+  pthread_t cth;
+  int c_started;
+  store_conn *cconn;
+  pthread_cond_t ccv;
+  atomic_int cstop;
   store_key *to_compact;
   int n_compact, cap_compact;
+  store_key in_flight;
+  int busy, again;
+  compaction *ready;
 };
 
 #define COMPACT_RATIO 1.0
@@ -83,7 +105,9 @@ session_store *store_new(store_backend *backend, const store_opts *o, void (*not
   if (st->o.compact_max_deltas <= 0) st->o.compact_max_deltas = COMPACT_MAX_DELTAS;
   pthread_mutex_init(&st->mu, NULL);
   pthread_cond_init(&st->cv, NULL);
+  pthread_cond_init(&st->ccv, NULL);
   pthread_mutex_init(&st->done_mu, NULL);
+  atomic_init(&st->cstop, 0);
   st->notify = notify;
   st->notify_arg = arg;
   atomic_init(&st->count, 0);
@@ -136,23 +160,44 @@ static uint64_t new_snap_id(void) {
   return v;
 }
 
-/* A stored row rebuilt: its snapshot decoded and its deltas applied in order (they must run
- * from the snapshot's version to the row's, without a gap). *row gets the row's metadata (its
- * blobs are no longer valid). Store thread. */
-static store_status load_row(session_store *st, const char *id, const uint8_t owner[32],
-                             session **out, store_row *row, char *err, size_t cap) {
+/* Whether a row's deltas outgrew its snapshot: their bytes above compact_ratio x the
+ * snapshot's (and above compact_min_bytes), or compact_max_deltas of them. */
+static int outgrown(const session_store *st, const store_row *r) {
+  return r->n_deltas >= st->o.compact_max_deltas ||
+         ((double)r->delta_bytes > st->o.compact_ratio * (double)r->snap_bytes &&
+          r->delta_bytes > (uint64_t)st->o.compact_min_bytes);
+}
+
+/* A stored row rebuilt on connection c (the store thread's, or the compaction thread's): its
+ * snapshot decoded and its deltas applied in order (they must run from the snapshot's version
+ * to the row's, without a gap). *row gets the row's metadata (its blobs are no longer valid).
+ * for_compaction: a row whose deltas no longer outgrow its snapshot is not rebuilt (answered
+ * STORE_ABSENT), and a shutdown stops the rebuild (STORE_ERROR). */
+static store_status load_row(session_store *st, store_conn *c, const char *id,
+                             const uint8_t owner[32], int for_compaction, session **out,
+                             store_row *row, char *err, size_t cap) {
   const store_backend_ops *B = st->b->ops;
   *out = NULL;
   memset(row, 0, sizeof *row);
-  int rc = B->get(st->conn, id, owner, row, err, cap);
+  int rc = B->get(c, id, owner, row, err, cap);
   if (rc < 0) return STORE_ERROR;
   if (rc == 1) return STORE_ABSENT;
+  if (for_compaction && (row->n_deltas == 0 || !outgrown(st, row))) {
+    B->release(c);
+    row->meta = row->state = NULL;
+    return STORE_ABSENT;
+  }
   session *s = NULL;
   store_status status = from_codec(
       sess_decode(st->model, row->meta, row->meta_len, row->state, row->state_len, &s, err, cap));
   uint64_t expect = row->snap_seq;
   store_delta d;
-  while (status == STORE_OK && (rc = B->next_delta(st->conn, &d, err, cap)) == 0) {
+  while (status == STORE_OK && (rc = B->next_delta(c, &d, err, cap)) == 0) {
+    if (for_compaction && atomic_load(&st->cstop)) {
+      snprintf(err, cap, "stopped by the shutdown");
+      status = STORE_ERROR;
+      break;
+    }
     if (d.seq != expect + 1) {
       snprintf(err, cap, "session log: delta %llu follows version %llu (a delta is missing)",
                (unsigned long long)d.seq, (unsigned long long)expect);
@@ -169,7 +214,7 @@ static store_status load_row(session_store *st, const char *id, const uint8_t ow
              (unsigned long long)expect, (unsigned long long)row->seq);
     status = STORE_INVALID;
   }
-  B->release(st->conn);
+  B->release(c);
   row->meta = row->state = NULL;
   if (status != STORE_OK) {
     session_free(s);
@@ -197,7 +242,7 @@ static int exec_op(session_store *st, store_op *op) {
       }
       double t0 = now_mono();
       store_row row;
-      op->status = load_row(st, op->id, op->owner, &op->out, &row, err, cap);
+      op->status = load_row(st, st->conn, op->id, op->owner, 0, &op->out, &row, err, cap);
       if (op->status != STORE_ABSENT) hist_observe(&g_metrics.store_read, now_mono() - t0);
       return 0;
     }
@@ -327,66 +372,126 @@ static int exec_op(session_store *st, store_op *op) {
   return 0;
 }
 
-/* After a delta's commit: queues its row for compaction when its deltas outgrew the bound. */
-static void want_compaction(session_store *st, const store_op *op) {
-  const store_row *a = &op->after;
-  int over = a->n_deltas >= st->o.compact_max_deltas ||
-             ((double)a->delta_bytes > st->o.compact_ratio * (double)a->snap_bytes &&
-              a->delta_bytes > (uint64_t)st->o.compact_min_bytes);
-  if (!over) return;
+static int same_key(const store_key *k, const char *id, const uint8_t owner[32]) {
+  return !strcmp(k->id, id) && !memcmp(k->owner, owner, 32);
+}
+
+/* Queues a row for the compaction thread (mu held). A row already queued is not queued twice;
+ * the row being built is marked to be looked at again after its swap (the deltas appended
+ * meanwhile may outgrow the new snapshot too). */
+static void queue_compaction(session_store *st, const char *id, const uint8_t owner[32]) {
+  if (st->busy && same_key(&st->in_flight, id, owner)) {
+    st->again = 1;
+    return;
+  }
   for (int i = 0; i < st->n_compact; i++)
-    if (!strcmp(st->to_compact[i].id, op->id) && !memcmp(st->to_compact[i].owner, op->owner, 32))
-      return;
+    if (same_key(&st->to_compact[i], id, owner)) return;
   if (st->n_compact == COMPACT_QUEUE) return; /* its next delta asks again */
   if (st->n_compact == st->cap_compact) {
     st->cap_compact = st->cap_compact ? 2 * st->cap_compact : 16;
     st->to_compact = xrealloc(st->to_compact, sizeof *st->to_compact * (size_t)st->cap_compact);
   }
   store_key *k = &st->to_compact[st->n_compact++];
-  snprintf(k->id, sizeof k->id, "%s", op->id);
-  memcpy(k->owner, op->owner, 32);
+  snprintf(k->id, sizeof k->id, "%s", id);
+  memcpy(k->owner, owner, 32);
+  pthread_cond_signal(&st->ccv);
 }
 
-/* Folds one row's deltas into a new snapshot, in one transaction (store thread, between
- * batches). A row that changed meanwhile (deleted, replaced) is left as it is; a failure leaves
- * the row as it was (its deltas still rebuild it). */
-static void compact_one(session_store *st, const store_key *k) {
-  const store_backend_ops *B = st->b->ops;
-  char err[400] = "";
-  session *s = NULL;
-  store_row row;
-  store_status status = load_row(st, k->id, k->owner, &s, &row, err, sizeof err);
-  if (status != STORE_OK) {
-    if (status != STORE_ABSENT)
-      xlog_msg("error", "store_error", "compacting session %s: %s", k->id, err);
-    return;
-  }
-  if (row.n_deltas == 0 || row.seq == row.snap_seq) {
-    session_free(s);
-    return;
-  }
-  uint8_t *meta = NULL, *core = NULL;
-  size_t ml = 0, cl = 0;
-  int rc = sess_encode(s, st->model, &meta, &ml, &core, &cl, err, sizeof err);
-  session_free(s);
-  if (rc == 0) {
-    uint64_t old = row.snap_id;
-    row.meta = meta, row.meta_len = ml, row.state = core, row.state_len = cl;
-    row.snap_id = new_snap_id();
-    if (B->begin(st->conn, err, sizeof err)) {
-      rc = -1;
-    } else if ((rc = B->compact(st->conn, &row, old, err, sizeof err)) < 0 ||
-               B->commit(st->conn, err, sizeof err)) {
-      B->rollback(st->conn);
-      rc = -1;
-    } else if (rc == 0) {
-      atomic_fetch_add_explicit(&st->compactions, 1, memory_order_relaxed);
-      atomic_fetch_add_explicit(&st->bytes_written, ml + cl, memory_order_relaxed);
+/* After a delta's commit (store thread): its row goes to the compaction thread when its deltas
+ * outgrew the bound. */
+static void want_compaction(session_store *st, const store_op *op) {
+  if (!outgrown(st, &op->after)) return;
+  pthread_mutex_lock(&st->mu);
+  queue_compaction(st, op->id, op->owner);
+  pthread_mutex_unlock(&st->mu);
+}
+
+static void compaction_free(compaction *c) {
+  if (!c) return;
+  free(c->meta);
+  free(c->state);
+  free(c);
+}
+
+/* The compaction thread, on its own connection: takes a queued row, rebuilds it from its
+ * snapshot and deltas (a read; the store thread keeps committing meanwhile), encodes the new
+ * snapshot and hands it to the store thread, whose swap writes it. The next row waits until
+ * that swap is done. A row that changed meanwhile (deleted, replaced) is left as it is by the
+ * swap; a failure leaves the row as it was (its deltas still rebuild it). */
+static void *compaction_main(void *arg) {
+  session_store *st = arg;
+  pthread_mutex_lock(&st->mu);
+  for (;;) {
+    while (!atomic_load(&st->cstop) && (st->n_compact == 0 || st->busy))
+      pthread_cond_wait(&st->ccv, &st->mu);
+    if (atomic_load(&st->cstop)) break;
+    store_key k = st->to_compact[0];
+    memmove(st->to_compact, st->to_compact + 1, sizeof k * (size_t)--st->n_compact);
+    st->in_flight = k;
+    st->busy = 1;
+    st->again = 0;
+    pthread_mutex_unlock(&st->mu);
+
+    char err[400] = "";
+    session *s = NULL;
+    compaction *c = xcalloc(1, sizeof *c);
+    store_status status = load_row(st, st->cconn, k.id, k.owner, 1, &s, &c->row, err, sizeof err);
+    snprintf(c->row.id, sizeof c->row.id, "%s", k.id); /* the swap's key */
+    memcpy(c->row.owner, k.owner, 32);
+    int ok = status == STORE_OK;
+    if (ok) {
+      size_t ml = 0, cl = 0;
+      ok = sess_encode(s, st->model, &c->meta, &ml, &c->state, &cl, err, sizeof err) == 0;
+      session_free(s);
+      s = NULL;
+      c->old_snap_id = c->row.snap_id;
+      c->row.meta = c->meta, c->row.meta_len = ml, c->row.state = c->state, c->row.state_len = cl;
+      c->row.snap_id = new_snap_id();
+      if (!ok) status = STORE_ERROR;
+    }
+    if (status == STORE_ERROR && !atomic_load(&st->cstop))
+      xlog_msg("error", "store_error", "compacting session %s: %s", k.id, err);
+    if (ok && st->o.compact_hook) st->o.compact_hook(st->o.compact_hook_arg, k.id, c->row.seq);
+
+    pthread_mutex_lock(&st->mu);
+    if (ok && !st->stop) { /* the store thread swaps it in, then clears busy */
+      c->next = st->ready;
+      st->ready = c;
+      pthread_cond_signal(&st->cv);
+    } else {
+      compaction_free(c);
+      st->busy = 0;
     }
   }
-  if (rc < 0) xlog_msg("error", "store_error", "compacting session %s: %s", k->id, err);
-  free(meta);
-  free(core);
+  pthread_mutex_unlock(&st->mu);
+  return NULL;
+}
+
+/* The swap (store thread, a transaction of its own): the new snapshot replaces the old one and
+ * the deltas it folded, only if the row's snapshot is still the one it was built from and the
+ * row has reached its version; deltas appended meanwhile stay and continue it. */
+static void swap_in(session_store *st, compaction *c) {
+  const store_backend_ops *B = st->b->ops;
+  char err[400] = "";
+  int rc;
+  if (B->begin(st->conn, err, sizeof err)) {
+    rc = -1;
+  } else if ((rc = B->compact(st->conn, &c->row, c->old_snap_id, err, sizeof err)) < 0 ||
+             B->commit(st->conn, err, sizeof err)) {
+    B->rollback(st->conn);
+    rc = -1;
+  } else if (rc == 0) {
+    atomic_fetch_add_explicit(&st->compactions, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->bytes_written, c->row.meta_len + c->row.state_len,
+                              memory_order_relaxed);
+  }
+  if (rc < 0) xlog_msg("error", "store_error", "compacting session %s: %s", c->row.id, err);
+  pthread_mutex_lock(&st->mu);
+  st->busy = 0;
+  if (st->again) queue_compaction(st, c->row.id, c->row.owner);
+  pthread_cond_signal(&st->ccv);
+  pthread_mutex_unlock(&st->mu);
+  compaction_free(c);
 }
 
 static void fail_writes(store_op **ops, int n, const char *why) {
@@ -500,8 +605,20 @@ static void post_done(session_store *st, store_op *first) {
 static void *store_main(void *arg) {
   session_store *st = arg;
   store_op **ops = xmalloc(sizeof *ops * (size_t)st->o.max_batch);
+  int ran_batch = 0;
   pthread_mutex_lock(&st->mu);
   for (;;) {
+    /* a compaction's swap (only its write is left to do): when no turn waits, or after a
+     * batch (turns queued meanwhile wait for one swap at most) */
+    if (st->ready && !st->stop && (st->n_sync == 0 || ran_batch)) {
+      ran_batch = 0;
+      compaction *c = st->ready;
+      st->ready = c->next;
+      pthread_mutex_unlock(&st->mu);
+      swap_in(st, c);
+      pthread_mutex_lock(&st->mu);
+      continue;
+    }
     if (!st->head) {
       if (st->stop) break;
       pthread_cond_wait(&st->cv, &st->mu);
@@ -546,16 +663,11 @@ static void *store_main(void *arg) {
       run_batch(st, ops, n);
     }
     post_done(st, first);
-    if (st->n_compact && !late) { /* one per batch: turns queued meanwhile wait for one only */
-      store_key k = st->to_compact[0];
-      memmove(st->to_compact, st->to_compact + 1, sizeof k * (size_t)--st->n_compact);
-      compact_one(st, &k);
-    }
+    ran_batch = 1;
     pthread_mutex_lock(&st->mu);
   }
-  /* compactions still wanted at exit are dropped (the deltas rebuild their rows; the next
-   * delta of each asks again) */
-  st->n_compact = 0;
+  /* compactions still wanted or built at exit are dropped (the deltas rebuild their rows; the
+   * next delta of each asks again) */
   pthread_mutex_unlock(&st->mu);
   free(ops);
   return NULL;
@@ -572,12 +684,29 @@ int store_start(session_store *st, const xl_model *model, char *err, size_t cap)
     long c = st->b->ops->count(st->conn);
     atomic_store(&st->count, c > 0 ? c : 0);
   }
+  if (st->b) { /* the compaction thread reads and rebuilds on a connection of its own */
+    st->cconn = st->b->ops->connect(st->b->cfg, err, cap);
+    if (!st->cconn) {
+      st->b->ops->disconnect(st->conn);
+      st->conn = NULL;
+      return -1;
+    }
+  }
   int rc = thread_create_nosig(&st->th, store_main, st);
   if (rc) {
     snprintf(err, cap, "cannot create the store thread: %s", strerror(rc));
     return -1;
   }
   st->started = 1;
+  if (st->b) {
+    rc = thread_create_nosig(&st->cth, compaction_main, st);
+    if (rc) {
+      snprintf(err, cap, "cannot create the compaction thread: %s", strerror(rc));
+      store_shutdown(st, 0);
+      return -1;
+    }
+    st->c_started = 1;
+  }
   return 0;
 }
 
@@ -622,14 +751,36 @@ void store_shutdown(session_store *st, double deadline) {
   pthread_mutex_lock(&st->mu);
   st->stop = 1;
   st->deadline = deadline;
+  atomic_store(&st->cstop, 1); /* a rebuild in progress stops at its next delta */
   pthread_cond_broadcast(&st->cv);
+  pthread_cond_broadcast(&st->ccv);
   pthread_mutex_unlock(&st->mu);
   pthread_join(st->th, NULL);
-  st->started = 0;
+  if (st->c_started) pthread_join(st->cth, NULL);
+  st->started = st->c_started = 0;
+  while (st->ready) { /* built, not swapped in: dropped (the deltas rebuild the row) */
+    compaction *c = st->ready;
+    st->ready = c->next;
+    compaction_free(c);
+  }
+  st->n_compact = 0;
+  st->busy = 0;
+  if (st->cconn) {
+    st->b->ops->disconnect(st->cconn);
+    st->cconn = NULL;
+  }
   if (st->conn) {
     st->b->ops->disconnect(st->conn);
     st->conn = NULL;
   }
+}
+
+int store_compactions_pending(session_store *st) {
+  if (!st) return 0;
+  pthread_mutex_lock(&st->mu);
+  int n = st->n_compact + st->busy;
+  pthread_mutex_unlock(&st->mu);
+  return n;
 }
 
 void store_free(session_store *st) {
@@ -638,6 +789,7 @@ void store_free(session_store *st) {
   store_poll(st); /* callbacks of ops still listed (none when the caller polled) */
   pthread_mutex_destroy(&st->mu);
   pthread_cond_destroy(&st->cv);
+  pthread_cond_destroy(&st->ccv);
   pthread_mutex_destroy(&st->done_mu);
   free(st->to_compact);
   free(st);

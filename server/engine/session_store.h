@@ -28,14 +28,19 @@
  * ring counters), so a turn writes what it added, not the whole state. Every write gives the
  * row a new version (seq): a snapshot save sets it, a delta appends seq = the row's seq + 1 and
  * only if the row is still at seq - 1 (a conditional commit: a lost or reordered write is a
- * conflict, never a gap). Loading applies the deltas to the snapshot in order. Compaction (on
- * the store thread, after a turn's batch committed) folds a row's deltas into a new snapshot
- * when they outgrow it (bytes above the snapshot's size, or a count), in one transaction,
- * conditional on the snapshot it read being still the row's (snap_id). A backend keeps, per
- * row: the snapshot, the deltas after it (seq snap_seq + 1 .. seq), and the counters below.
+ * conflict, never a gap). Loading applies the deltas to the snapshot in order. Compaction folds
+ * a row's deltas into a new snapshot when they outgrow it (bytes above the snapshot's size, or
+ * a count): a compaction thread, on a connection of its own, reads the row, rebuilds and
+ * encodes it while the store thread keeps committing turns; the store thread then swaps the
+ * new snapshot in, in a transaction of its own (backend `compact`), conditional on the snapshot
+ * it was built from being still the row's (snap_id): the deltas it folded go, the deltas
+ * appended meanwhile stay and continue it. A backend keeps, per row: the snapshot, the deltas
+ * after it (seq snap_seq + 1 .. seq), and the counters below; it must allow a read on one
+ * connection while another connection writes.
  *
  * Threads: store_new/start/shutdown/free and store_submit/store_poll on the loop (main)
- * thread; everything else of the front on the store thread; store_count from any thread.
+ * thread; the compaction thread (rebuild and encode, reads only) and the store thread (every
+ * write, the swap included) run the rest; store_count and the counters from any thread.
  * A session passed in an op (SAVE/EXPORT with `sess`) is held for the op (busy, or owned with
  * free_sess): the store thread is then its only user until the op completes.
  */
@@ -235,6 +240,10 @@ typedef struct store_opts {
   double compact_ratio;
   long compact_min_bytes;
   int compact_max_deltas;
+  /* tests: called on the compaction thread between a compaction's rebuild (snapshot + deltas
+   * up to version seq, encoded) and its swap; may block (NULL: none) */
+  void (*compact_hook)(void *arg, const char *id, uint64_t seq);
+  void *compact_hook_arg;
 } store_opts;
 
 /* backend NULL: no persistence (only EXPORT and DECODE are meaningful; the others answer
@@ -257,6 +266,8 @@ long store_count(const session_store *st); /* rows, as of the last operation (an
 /* Compactions done and bytes handed to the backend (snapshots + deltas), for tests and the
  * store's measurements (any thread). */
 long store_compactions(const session_store *st);
+/* Compactions queued or in progress (tests; any thread). */
+int store_compactions_pending(session_store *st);
 uint64_t store_bytes_written(const session_store *st);
 
 #endif

@@ -2,8 +2,9 @@
  * store_sqlite.c: the embedded session store backend: SQLite in WAL mode, one file
  * (state_dir/sessions.db), one row per session (see session_store.h for the ops).
  * store_sqlite_open runs on the main thread at start (directory, lock, schema); every other
- * function runs on the store thread that owns the connection (one connection per thread,
- * opened with SQLITE_OPEN_NOMUTEX).
+ * function runs on the thread that owns the connection (one connection per thread, opened
+ * with SQLITE_OPEN_NOMUTEX): the store thread (every write) and the compaction thread (reads:
+ * get, next_delta, release; WAL lets them run while the store thread commits).
  *
  * Schema (PRAGMA user_version = 3):
  *   sessions(owner BLOB(32), id TEXT, fingerprint INTEGER, created REAL, last_used REAL,

@@ -65,7 +65,8 @@ def turn(port, sid, prompt, n):
     t0 = time.monotonic()
     st, _, b = X.post_json(port, "/v1/completions",
                            {"prompt": prompt, "max_tokens": n, "temperature": 0},
-                           headers={"X-Session-Id": sid} if sid else {})
+                           headers={"X-Session-Id": sid} if sid else {},
+                           timeout=3600)  # a big model's full memory on a loaded machine
     dt = time.monotonic() - t0
     assert st == 200, b
     return dt
@@ -103,7 +104,8 @@ def cmd_turn(a):
                 lat[name].append(turn(d.port, "m", "%16d" % i, 16))
         base = statistics.median(lat["off"])
         print("state %d bytes (%.2f MiB); %d turns per mode (16-byte prompt, 16 tokens, "
-              "non-streamed)" % (sb, sb / 2**20, a.turns))
+              "non-streamed); load average at the end %s" % (
+                  sb, sb / 2**20, a.turns, "%.1f %.1f %.1f" % os.getloadavg()))
         for name, d in ds:
             m = metrics(d.port)
             med = statistics.median(lat[name])
@@ -146,7 +148,8 @@ def cmd_restore(a):
         rs = m["xlserve_store_read_seconds_sum"] - m0["xlserve_store_read_seconds_sum"]
         print("state %d bytes (%.2f MiB); %d sessions, a turn each (1-byte prompt, 1 token); "
               "durability turn; evicted: a 1 MiB budget pushed every session out of RAM before "
-              "its turn" % (sb, sb / 2**20, a.sessions))
+              "its turn; load average at the end %s" % (
+                  sb, sb / 2**20, a.sessions, "%.1f %.1f %.1f" % os.getloadavg()))
         for name in ds:
             print("  %-18s turn median %6.2f ms  p90 %6.2f ms" % (
                 name, 1e3 * statistics.median(lat[name]), 1e3 * pct(lat[name], 0.9)))
@@ -305,6 +308,7 @@ def cmd_deltas(a):
             for name, d in ds:  # a first short turn each (workspaces at this shape)
                 turn(d.port, "m", prompt(10), 4)
             io0 = {name: proc_io(d.proc.pid) for name, d in ds}
+            load0 = "%.1f %.1f %.1f" % os.getloadavg()
             lat = {name: [] for name, _ in ds}
             snaps = {name: set() for name, _ in ds}
             for i in range(a.turns):
@@ -321,9 +325,10 @@ def cmd_deltas(a):
             base = statistics.median(lat["off"])
             print("rep %d: state %d bytes (%.1f MiB), memory filled with %d tokens (%.1f s per "
                   "daemon); %d turns per mode (10-token prompt + 4 tokens, non-streamed, "
-                  "1 worker); a turn's 14 positions: %d bytes (%.2f MiB)" % (
+                  "1 worker); a turn's 14 positions: %d bytes (%.2f MiB); load average at "
+                  "the start %s, at the end %s" % (
                       rep_i + 1, sb, sb / 2**20, M + 8, t_fill, a.turns, pos_bytes,
-                      pos_bytes / 2**20))
+                      pos_bytes / 2**20, load0, "%.1f %.1f %.1f" % os.getloadavg()))
             for name, d in ds:
                 xs = lat[name]
                 med = statistics.median(xs)

@@ -265,24 +265,28 @@ def test_restarts_kills_and_compactions_continue_bit_for_bit(medium_model, tmp_p
 def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
     """One session, 150 turns of 30 tokens (each delta about a quarter of the 0.5 MiB state, so
     a compaction every few turns): the row (snapshot + deltas) stays within twice the state plus
-    a turn, the database file stops growing (freed pages are reused), and the WAL stays bounded
-    while far more than its size goes through it."""
+    the turns committed while its compaction was being rebuilt (they do not wait for it: a few
+    turns at this shape, more under load, so the worst row is held to three states and the
+    typical one to two), the database file stops growing (freed pages are reused), and the WAL
+    stays bounded while far more than its size goes through it."""
     sd = tmp_path / "state"
     d = start_daemon(medium_model, *store_args(sd, "--access-log", "false", "--no-store-fsync"))
     sb = json.loads(X.request(d.port, "GET", "/v1/models")[2])["data"][0]["xlserve"]["state_bytes"]
     r = random.Random(8)
     delta = 4 * 2 * 30 * 128 * 4  # the positions of one turn (4 layers, H*Dh 128)
     path = os.path.join(str(sd), "sessions.db")
-    sizes, worst_row = [], 0
+    sizes, rows = [], []
     for i in range(150):
         ok(d.port, "s", "".join(r.choice("abcdefgh ") for _ in range(26)), 4)
         db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
         snap, deltas = db.execute("SELECT snap_bytes, delta_bytes FROM sessions").fetchone()
         db.close()
-        worst_row = max(worst_row, snap + deltas)
+        rows.append(snap + deltas)
         if i in (74, 149):
             sizes.append((os.path.getsize(path), os.path.getsize(path + "-wal")))
-    assert worst_row <= 2 * sb + 2 * (delta + 4096), (worst_row, sb)
+    rows.sort()
+    assert rows[-1] <= 3 * sb, (rows[-1], sb)
+    assert rows[len(rows) // 2] <= 2 * sb + delta + 4096, (rows[len(rows) // 2], sb)
     (db75, wal75), (db150, wal150) = sizes
     assert db150 <= max(db75, 3 * sb) + (1 << 20), sizes  # not growing with turns
     assert wal150 <= 24 << 20 and wal75 <= 24 << 20, sizes  # 150 turns wrote ~35 MiB through it
@@ -320,6 +324,7 @@ def kill9_rounds(model, tmp_path, n_sessions, rounds, seed, tol):
                 break
             stop = threading.Event()
             errors = []
+            acked = set()  # sessions with a turn acknowledged in this round
 
             def worker(sid, seed):
                 r = random.Random(seed)
@@ -336,6 +341,7 @@ def kill9_rounds(model, tmp_path, n_sessions, rounds, seed, tol):
                         assert st == 200, b
                         done[sid] = done[sid] + p + gen(b)
                         del inflight[sid]
+                        acked.add(sid)
                 except BaseException as e:  # reported by the main thread
                     errors.append(e)
 
@@ -343,6 +349,10 @@ def kill9_rounds(model, tmp_path, n_sessions, rounds, seed, tol):
                    for sid in done]
             for th in ths:
                 th.start()
+            # the kill at a random moment once every session has had a turn acknowledged in
+            # this round (a slow build on a loaded machine could otherwise be killed before
+            # any turn completes, round after round)
+            X.wait_until(lambda: len(acked) == len(done) or errors, 120, "a turn per session")
             time.sleep(rnd.uniform(0.4, 1.2))
             d.proc.kill()
             d.proc.wait()

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "metrics.h"
@@ -1068,6 +1069,7 @@ static void deltas_rebuild(int sqlite_backend, int async) {
     }
   }
   CHECK(all_equal && checks > 10);
+  PUMP_UNTIL(store_compactions_pending(st) == 0, 60, usleep(2000));
   CHECK(store_compactions(st) > 5);
   store_conn *c = b->ops->connect(b->cfg, err, sizeof err);
   store_row r;
@@ -1095,6 +1097,122 @@ static void test_deltas_rebuild_and_compact(void) {
   deltas_rebuild(1, 1);
   deltas_rebuild(0, 0);
   deltas_rebuild(0, 1);
+}
+
+/* A compaction held between its rebuild and its swap (the store's test hook). */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int reached, released;
+  uint64_t seq; /* the version the first compaction folded up to */
+} hold_state;
+
+static void hold_compaction(void *arg, const char *id, uint64_t seq) {
+  (void)id;
+  hold_state *h = arg;
+  pthread_mutex_lock(&h->mu);
+  int me = ++h->reached;
+  if (me == 1) h->seq = seq;
+  pthread_cond_broadcast(&h->cv);
+  double until = now_mono() + 120;
+  while (h->released < me && now_mono() < until) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
+static int hold_reached(hold_state *h) {
+  pthread_mutex_lock(&h->mu);
+  int n = h->reached;
+  pthread_mutex_unlock(&h->mu);
+  return n;
+}
+
+static void hold_release(hold_state *h, int upto) {
+  pthread_mutex_lock(&h->mu);
+  h->released = upto;
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* Turns commit while a compaction of their session is in flight: the compaction is held
+ * between its rebuild and its swap (the store's test hook, so a compaction that never ends
+ * rather than a timing), and the session's turns (durability turn) and another session's are
+ * acknowledged meanwhile; the store's rebuild equals RAM while it is held; after the swap the
+ * row is the new snapshot (the version the compaction read) followed by the deltas appended
+ * meanwhile, and rebuilds bit for bit. On SQLite and on the second backend. */
+static void turns_during_compaction(int sqlite_backend) {
+  store_backend *b = NULL;
+  char err[512];
+  if (sqlite_backend) {
+    b = store_sqlite_open(tl_tmpdir("compaction_held"), 0, err, sizeof err);
+  } else {
+    b = calloc(1, sizeof *b);
+    b->ops = &MEM_OPS;
+  }
+  CHECK(b != NULL);
+  if (!b) return;
+  hold_state h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  store_opts o = {.async_commit_ms = 2, .max_batch = 64, .compact_ratio = 1.0,
+                  .compact_min_bytes = 1L << 40, .compact_max_deltas = 4,
+                  .compact_hook = hold_compaction, .compact_hook_arg = &h};
+  session_store *st = store_new(b, &o, notify, NULL);
+  CHECK(store_start(st, M, err, sizeof err) == 0);
+  session_table *t = st_new(M, (size_t)1 << 30, 0, 100, st, DUR_TURN);
+  uint8_t owner[32];
+  memset(owner, sqlite_backend ? 0x71 : 0x72, 32);
+  xl_error xe;
+  session *s = st_create(t, "held", owner, &xe);
+  session *other = st_create(t, "bystander", owner, &xe);
+  CHECK(s && other);
+  if (!s || !other) return;
+  int seed = 0;
+  /* a snapshot, then deltas until the fourth asks for a compaction */
+  for (int i = 0; i < 5; i++) {
+    cb_state c = {0};
+    turn_of(st, t, s, 3 + i, seed++, 1, &c);
+    CHECK(c.status == 0);
+  }
+  PUMP_UNTIL(hold_reached(&h) >= 1, 60, usleep(2000));
+  uint64_t folded = h.seq;
+  CHECK(folded >= 4 && folded <= s->store_seq);
+  long done0 = store_compactions(st);
+  /* held: the turns of that session and of another are acknowledged meanwhile */
+  int acked = 0;
+  for (int i = 0; i < 6; i++) {
+    cb_state c = {0}, d = {0};
+    turn_of(st, t, s, 2 + i, seed++, 1, &c);
+    turn_of(st, t, other, 4, seed++, 1, &d);
+    acked += c.calls == 1 && c.status == 0 && d.calls == 1 && d.status == 0;
+  }
+  CHECK(acked == 6);
+  CHECK(hold_reached(&h) == 1 && store_compactions(st) == done0); /* still held */
+  CHECK(store_equals_ram(st, s));
+  hold_release(&h, 1);
+  PUMP_UNTIL(store_compactions(st) == done0 + 1, 60, usleep(2000));
+  /* the turns appended meanwhile asked again: that compaction is held now, so the row is the
+   * first swap's */
+  store_conn *c = b->ops->connect(b->cfg, err, sizeof err);
+  store_row r;
+  CHECK(b->ops->get(c, "held", owner, &r, err, sizeof err) == 0);
+  CHECK(r.snap_seq == folded && r.seq == s->store_seq &&
+        r.n_deltas == (int)(r.seq - folded) && r.n_deltas >= 6);
+  b->ops->release(c);
+  if (sqlite_backend) b->ops->disconnect(c);
+  CHECK(store_equals_ram(st, s));
+  hold_release(&h, 1000);
+  PUMP_UNTIL(store_compactions_pending(st) == 0, 60, usleep(2000));
+  CHECK(store_equals_ram(st, s));
+  CHECK(store_equals_ram(st, other));
+  end_store(st, b, t);
+}
+
+static void test_turns_commit_during_a_compaction(void) {
+  turns_during_compaction(1);
+  turns_during_compaction(0);
 }
 
 /* The schema of the first store format (user_version 1: rows keyed by id alone), as that
@@ -1250,6 +1368,7 @@ int main(void) {
   RUN(test_fork_keeps_its_parent);
   RUN(test_sqlite_migrates_v1);
   RUN(test_deltas_rebuild_and_compact);
+  RUN(test_turns_commit_during_a_compaction);
   xl_workspace_free(WS);
   xl_model_free(M);
   xl_model_free(M2);
