@@ -399,6 +399,21 @@ static redisReply *run_script(store_conn *c, int script, const keys *k, const ar
   return r;
 }
 
+/* Reads and drops the replies of n pipelined commands; -1 (the connection dropped) when the
+ * connection fails before all came. */
+static int discard_replies(store_conn *c, int n, char *err, size_t cap) {
+  for (int i = 0; i < n; i++) {
+    redisReply *r = NULL;
+    if (redisGetReply(c->rc, (void **)&r) != REDIS_OK || !r) {
+      snprintf(err, cap, "Redis: %s", c->rc->errstr);
+      drop_conn(c, err);
+      return -1;
+    }
+    freeReplyObject(r);
+  }
+  return 0;
+}
+
 /* Pipelined index updates after a write of k (last used: when). Best effort: a failure is
  * returned (the connection is then dropped) but the row is written. */
 static int touch_indexes(store_conn *c, const keys *k, const char *id, double when, char *err,
@@ -414,16 +429,7 @@ static int touch_indexes(store_conn *c, const keys *k, const char *id, double wh
   size_t l2[] = {4, strlen(k->owner_set), strlen(score), strlen(id)};
   redisAppendCommandArgv(c->rc, 4, a1, l1);
   redisAppendCommandArgv(c->rc, 4, a2, l2);
-  for (int i = 0; i < 2; i++) {
-    redisReply *r = NULL;
-    if (redisGetReply(c->rc, (void **)&r) != REDIS_OK || !r) {
-      snprintf(err, cap, "Redis: %s", c->rc->errstr);
-      drop_conn(c, err);
-      return -1;
-    }
-    freeReplyObject(r);
-  }
-  return 0;
+  return discard_replies(c, 2, err, cap);
 }
 
 static void row_fields(args *a, const store_row *row) {
@@ -676,16 +682,7 @@ static int unindex(store_conn *c, const keys *k, const char *id, char *err, size
   size_t l2[] = {4, strlen(k->owner_set), strlen(id)};
   redisAppendCommandArgv(c->rc, 3, a1, l1);
   redisAppendCommandArgv(c->rc, 3, a2, l2);
-  for (int i = 0; i < 2; i++) {
-    redisReply *r = NULL;
-    if (redisGetReply(c->rc, (void **)&r) != REDIS_OK || !r) {
-      snprintf(err, cap, "Redis: %s", c->rc->errstr);
-      drop_conn(c, err);
-      return -1;
-    }
-    freeReplyObject(r);
-  }
-  return 0;
+  return discard_replies(c, 2, err, cap);
 }
 
 static int rdel(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap) {
