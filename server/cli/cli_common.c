@@ -146,20 +146,45 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n_ou
   return ids;
 }
 
-int cli_select_cpu(const char *cmd, const char *flag) {
-  const char *env = getenv("XLSERVE_CPU"), *name = flag ? flag : env;
-  xl_error err;
-  if (xl_cpu_select(name, &err) == XL_OK) return 1;
-  if (flag) fprintf(stderr, "xlserve %s: --cpu %s: %s\n", cmd, flag, err.message);
-  else fprintf(stderr, "xlserve %s: XLSERVE_CPU=%s: %s\n", cmd, env, err.message);
+int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, cli_engine_flags *f, int *ok) {
+  const char *a = argv[*i], **to = !strcmp(a, "--model")      ? &f->model_dir
+                                   : !strcmp(a, "--cpu")      ? &f->cpu
+                                   : !strcmp(a, "--kv-dtype") ? &f->kv_dtype
+                                   : !strcmp(a, "--weights")  ? &f->weights
+                                                              : NULL;
+  if (!to) return 0;
+  *ok = cli_str_arg(cmd, argc, argv, i, to);
+  return 1;
+}
+
+/* The value of a choice: `flag` if given, else the environment variable `env`, else NULL. */
+static const char *flag_or_env(const char *flag, const char *env) { return flag ? flag : getenv(env); }
+
+/* Prints "xlserve CMD: --FLAG NAME: problem" or "xlserve CMD: ENV=NAME: problem"; returns 0. */
+static int bad_choice(const char *cmd, const char *flag_name, const char *flag, const char *env,
+                      const char *problem) {
+  if (flag) fprintf(stderr, "xlserve %s: %s %s: %s\n", cmd, flag_name, flag, problem);
+  else fprintf(stderr, "xlserve %s: %s=%s: %s\n", cmd, env, getenv(env), problem);
   return 0;
 }
 
-int cli_kv_dtype(const char *cmd, const char *flag, xl_kv_dtype *out) {
-  const char *env = getenv("XLSERVE_KV_DTYPE"), *name = flag ? flag : env;
-  *out = XL_KV_F32;
-  if (!name || !*name || !xl_kv_dtype_parse(name, out)) return 1;
-  if (flag) fprintf(stderr, "xlserve %s: --kv-dtype %s: not one of f32, bf16, int8\n", cmd, flag);
-  else fprintf(stderr, "xlserve %s: XLSERVE_KV_DTYPE=%s: not one of f32, bf16, int8\n", cmd, env);
-  return 0;
+int cli_select_cpu(const char *cmd, const char *flag) {
+  xl_error err;
+  if (xl_cpu_select(flag_or_env(flag, "XLSERVE_CPU"), &err) == XL_OK) return 1;
+  return bad_choice(cmd, "--cpu", flag, "XLSERVE_CPU", err.message);
+}
+
+int cli_engine_select(const char *cmd, const cli_engine_flags *f, xl_load_options *opts) {
+  if (!cli_select_cpu(cmd, f->cpu)) return 0;
+  const char *kv = flag_or_env(f->kv_dtype, "XLSERVE_KV_DTYPE");
+  opts->kv_dtype = XL_KV_F32;
+  if (kv && *kv && xl_kv_dtype_parse(kv, &opts->kv_dtype))
+    return bad_choice(cmd, "--kv-dtype", f->kv_dtype, "XLSERVE_KV_DTYPE",
+                      "not one of f32, bf16, int8");
+  const char *w = flag_or_env(f->weights, "XLSERVE_WEIGHTS");
+  int wt = w && *w ? xl_weights_parse(w) : XL_WEIGHTS_F32;
+  if (wt < 0) return bad_choice(cmd, "--weights", f->weights, "XLSERVE_WEIGHTS",
+                                "not one of f32, bf16, int8");
+  opts->weights = (xl_weights)wt;
+  return 1;
 }

@@ -31,12 +31,19 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
  * unknown or this CPU cannot run it. */
 int cli_select_cpu(const char *cmd, const char *flag);
 
-/* The memory dtype: `flag` (--kv-dtype) if given, else XLSERVE_KV_DTYPE, else f32. Prints
- * "xlserve CMD: --kv-dtype NAME: ..." and returns 0 for a name that is not f32, bf16, int8. */
-int cli_kv_dtype(const char *cmd, const char *flag, xl_kv_dtype *out);
+/* The flags every model-loading subcommand takes: --model DIR, --cpu PATH, --kv-dtype D,
+ * --weights W (NULL: not given; the XLSERVE_CPU / XLSERVE_KV_DTYPE / XLSERVE_WEIGHTS variables,
+ * then the defaults, stand in). */
+typedef struct cli_engine_flags {
+  const char *model_dir, *cpu, *kv_dtype, *weights;
+} cli_engine_flags;
 
-/* Sets opts->weights from `flag` (--weights) if given, else XLSERVE_WEIGHTS, else f32. Prints
- * "xlserve CMD: --weights NAME: unknown weight type ..." and returns 0 for an unknown name. */
-int cli_select_weights(const char *cmd, const char *flag, xl_load_options *opts);
+/* 1 when argv[*i] is one of those flags (its value taken, *ok = 0 on a missing value); 0 when
+ * it is some other option. */
+int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, cli_engine_flags *f, int *ok);
+
+/* Selects the kernel family and sets opts->kv_dtype and opts->weights. Prints "xlserve CMD:
+ * --FLAG NAME: problem" (or "ENV=NAME: problem") and returns 0 for a name that is not valid. */
+int cli_engine_select(const char *cmd, const cli_engine_flags *f, xl_load_options *opts);
 
 #endif

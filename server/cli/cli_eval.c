@@ -35,8 +35,8 @@ static void usage(FILE *f) {
 }
 
 int cli_eval_main(int argc, char **argv) {
-  const char *cmd = "eval", *model_dir = NULL, *text_path = NULL, *ids_path = NULL,
-             *dump_path = NULL, *cpu = NULL, *kv = NULL, *weights = NULL;
+  const char *cmd = "eval", *text_path = NULL, *ids_path = NULL, *dump_path = NULL;
+  cli_engine_flags ef = {NULL, NULL, NULL, NULL};
   int tgt_len = 0, threads = 0;
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
   for (int i = 1; i < argc; i++) {
@@ -45,11 +45,9 @@ int cli_eval_main(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
-    else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
-    else if (!strcmp(a, "--kv-dtype")) ok = cli_str_arg(cmd, argc, argv, &i, &kv);
-    else if (!strcmp(a, "--weights")) ok = cli_str_arg(cmd, argc, argv, &i, &weights);
-    else if (!strcmp(a, "--text")) ok = cli_str_arg(cmd, argc, argv, &i, &text_path);
+    } else if (cli_engine_arg(cmd, argc, argv, &i, &ef, &ok)) {
+      /* --model, --cpu, --kv-dtype, --weights */
+    } else if (!strcmp(a, "--text")) ok = cli_str_arg(cmd, argc, argv, &i, &text_path);
     else if (!strcmp(a, "--ids")) ok = cli_str_arg(cmd, argc, argv, &i, &ids_path);
     else if (!strcmp(a, "--dump-nll")) ok = cli_str_arg(cmd, argc, argv, &i, &dump_path);
     else if (!strcmp(a, "--tgt-len")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 1 << 20, &tgt_len);
@@ -69,11 +67,9 @@ int cli_eval_main(int argc, char **argv) {
     fprintf(stderr, "xlserve eval: give exactly one of --text FILE or --ids FILE\n");
     return 2;
   }
-  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype) ||
-      !cli_select_weights(cmd, weights, &opts))
-    return 2;
+  if (!cli_engine_select(cmd, &ef, &opts)) return 2;
   xl_set_blas_threads(threads);
-  xl_model *m = cli_load_model(cmd, model_dir, &opts);
+  xl_model *m = cli_load_model(cmd, ef.model_dir, &opts);
   if (!m) return 1;
   const xl_config *c = xl_model_config(m);
   if (tgt_len == 0) tgt_len = c->tgt_len > 0 ? c->tgt_len : 128;

@@ -25,8 +25,8 @@ static void usage(FILE *f) {
 }
 
 int cli_generate_main(int argc, char **argv) {
-  const char *cmd = "generate", *model_dir = NULL, *prompt = NULL, *prompt_file = NULL, *cpu = NULL,
-             *kv = NULL, *weights = NULL;
+  const char *cmd = "generate", *prompt = NULL, *prompt_file = NULL;
+  cli_engine_flags ef = {NULL, NULL, NULL, NULL};
   int n_new = 200, threads = 0, seeded = 0;
   uint64_t seed = 0;
   xl_sampling sp = XL_SAMPLING_DEFAULT;
@@ -36,11 +36,9 @@ int cli_generate_main(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
-    else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
-    else if (!strcmp(a, "--kv-dtype")) ok = cli_str_arg(cmd, argc, argv, &i, &kv);
-    else if (!strcmp(a, "--weights")) ok = cli_str_arg(cmd, argc, argv, &i, &weights);
-    else if (!strcmp(a, "--prompt")) ok = cli_str_arg(cmd, argc, argv, &i, &prompt);
+    } else if (cli_engine_arg(cmd, argc, argv, &i, &ef, &ok)) {
+      /* --model, --cpu, --kv-dtype, --weights */
+    } else if (!strcmp(a, "--prompt")) ok = cli_str_arg(cmd, argc, argv, &i, &prompt);
     else if (!strcmp(a, "--prompt-file")) ok = cli_str_arg(cmd, argc, argv, &i, &prompt_file);
     else if (!strcmp(a, "-n")) ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 24, &n_new);
     else if (!strcmp(a, "--seed")) ok = seeded = cli_u64_arg(cmd, argc, argv, &i, &seed);
@@ -63,11 +61,9 @@ int cli_generate_main(int argc, char **argv) {
     return 2;
   }
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
-  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype) ||
-      !cli_select_weights(cmd, weights, &opts))
-    return 2;
+  if (!cli_engine_select(cmd, &ef, &opts)) return 2;
   xl_set_blas_threads(threads);
-  xl_model *m = cli_load_model(cmd, model_dir, &opts);
+  xl_model *m = cli_load_model(cmd, ef.model_dir, &opts);
   if (!m) return 1;
   const int vocab = xl_model_config(m)->vocab_size;
   int rc = 1;

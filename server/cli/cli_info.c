@@ -10,7 +10,8 @@
 #include "cli_common.h"
 
 int cli_info_main(int argc, char **argv) {
-  const char *cmd = "info", *model_dir = NULL, *cpu = NULL, *kv = NULL, *weights = NULL;
+  const char *cmd = "info";
+  cli_engine_flags ef = {NULL, NULL, NULL, NULL};
   xl_load_options opts = XL_LOAD_OPTIONS_DEFAULT;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -25,11 +26,9 @@ int cli_info_main(int argc, char **argv) {
              "  --weights W f32, bf16 or int8 weight matrices (default: XLSERVE_WEIGHTS, else\n"
              "              f32); their RAM is printed as 'weights'\n");
       return 0;
-    } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &model_dir);
-    else if (!strcmp(a, "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpu);
-    else if (!strcmp(a, "--kv-dtype")) ok = cli_str_arg(cmd, argc, argv, &i, &kv);
-    else if (!strcmp(a, "--weights")) ok = cli_str_arg(cmd, argc, argv, &i, &weights);
-    else if (!strcmp(a, "--mem-len"))
+    } else if (cli_engine_arg(cmd, argc, argv, &i, &ef, &ok)) {
+      /* --model, --cpu, --kv-dtype, --weights */
+    } else if (!strcmp(a, "--mem-len"))
       ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 20, &opts.mem_len);
     else {
       fprintf(stderr, "xlserve info: unknown option '%s'\n", a);
@@ -37,10 +36,8 @@ int cli_info_main(int argc, char **argv) {
     }
     if (!ok) return 2;
   }
-  if (!cli_select_cpu(cmd, cpu) || !cli_kv_dtype(cmd, kv, &opts.kv_dtype) ||
-      !cli_select_weights(cmd, weights, &opts))
-    return 2;
-  xl_model *m = cli_load_model(cmd, model_dir, &opts);
+  if (!cli_engine_select(cmd, &ef, &opts)) return 2;
+  xl_model *m = cli_load_model(cmd, ef.model_dir, &opts);
   if (!m) return 1;
   const xl_config *c = xl_model_config(m);
   char runnable[64];
