@@ -65,9 +65,16 @@ struct session_store {
   store_key in_flight;
   int busy, again;
   compaction *ready;
+  /* backpressure (under mu): a row whose deltas went far past its bound while its compaction
+   * was queued or running: the store thread writes nothing more until that compaction is
+   * swapped in, so a row's size stays bounded when turns come faster than compactions */
+  store_key held_back;
+  int holding;
 };
 
 #define COMPACT_RATIO 1.0
+/* deltas above (compact_ratio + COMPACT_HOLD_MARGIN) x the snapshot: hold writes back */
+#define COMPACT_HOLD_MARGIN 0.5
 #define COMPACT_MIN_BYTES (64L << 10)
 #define COMPACT_MAX_DELTAS 256
 #define COMPACT_QUEUE 1024
@@ -397,12 +404,30 @@ static void queue_compaction(session_store *st, const char *id, const uint8_t ow
   pthread_cond_signal(&st->ccv);
 }
 
+/* Whether the row of key k has a compaction queued, being built or waiting for its swap (mu
+ * held). */
+static int compaction_pending(const session_store *st, const store_key *k) {
+  if (st->busy && same_key(&st->in_flight, k->id, k->owner)) return 1;
+  for (int i = 0; i < st->n_compact; i++)
+    if (same_key(&st->to_compact[i], k->id, k->owner)) return 1;
+  return 0; /* a built one is in_flight until its swap */
+}
+
 /* After a delta's commit (store thread): its row goes to the compaction thread when its deltas
- * outgrew the bound. */
+ * outgrew the bound; when they are far past it (the compaction has not kept up), the store
+ * thread holds further writes back until that compaction is swapped in. */
 static void want_compaction(session_store *st, const store_op *op) {
   if (!outgrown(st, &op->after)) return;
   pthread_mutex_lock(&st->mu);
   queue_compaction(st, op->id, op->owner);
+  const store_row *r = &op->after;
+  if (!st->holding && r->delta_bytes > (uint64_t)st->o.compact_min_bytes &&
+      (double)r->delta_bytes >
+          (st->o.compact_ratio + COMPACT_HOLD_MARGIN) * (double)r->snap_bytes) {
+    snprintf(st->held_back.id, sizeof st->held_back.id, "%s", op->id);
+    memcpy(st->held_back.owner, op->owner, 32);
+    st->holding = compaction_pending(st, &st->held_back);
+  }
   pthread_mutex_unlock(&st->mu);
 }
 
@@ -461,6 +486,7 @@ static void *compaction_main(void *arg) {
     } else {
       compaction_free(c);
       st->busy = 0;
+      pthread_cond_signal(&st->cv); /* a store thread holding writes back for it looks again */
     }
   }
   pthread_mutex_unlock(&st->mu);
@@ -608,9 +634,20 @@ static void *store_main(void *arg) {
   int ran_batch = 0;
   pthread_mutex_lock(&st->mu);
   for (;;) {
+    /* writes held back for a row far past its bound: until its compaction is swapped in (or
+     * dropped); built snapshots are swapped in meanwhile */
+    if (st->holding && (st->stop || atomic_load(&st->cstop) ||
+                        !compaction_pending(st, &st->held_back))) {
+      st->holding = 0;
+      continue;
+    }
+    if (st->holding && !st->ready) {
+      pthread_cond_wait(&st->cv, &st->mu);
+      continue;
+    }
     /* a compaction's swap (only its write is left to do): when no turn waits, or after a
-     * batch (turns queued meanwhile wait for one swap at most) */
-    if (st->ready && !st->stop && (st->n_sync == 0 || ran_batch)) {
+     * batch (turns queued meanwhile wait for one swap at most), or when writes are held */
+    if (st->ready && !st->stop && (st->n_sync == 0 || ran_batch || st->holding)) {
       ran_batch = 0;
       compaction *c = st->ready;
       st->ready = c->next;

@@ -264,11 +264,12 @@ def test_restarts_kills_and_compactions_continue_bit_for_bit(medium_model, tmp_p
 
 def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
     """One session, 150 turns of 30 tokens (each delta about a quarter of the 0.5 MiB state, so
-    a compaction every few turns): the row (snapshot + deltas) stays within twice the state plus
-    the turns committed while its compaction was being rebuilt (they do not wait for it: a few
-    turns at this shape, more under load, so the worst row is held to three states and the
-    typical one to two), the database file stops growing (freed pages are reused), and the WAL
-    stays bounded while far more than its size goes through it."""
+    a compaction every few turns): the row (snapshot + deltas) stays bounded however far the
+    compaction thread falls behind the turns: a compaction is asked for at deltas of one
+    snapshot, turns keep committing while it is rebuilt, and writes are held back once the
+    deltas pass 1.5 snapshots, so the worst row is 2.5 states plus the turn that crossed, the
+    typical one two states plus a turn; the database file stops growing (freed pages are
+    reused), and the WAL stays bounded while far more than its size goes through it."""
     sd = tmp_path / "state"
     d = start_daemon(medium_model, *store_args(sd, "--access-log", "false", "--no-store-fsync"))
     sb = json.loads(X.request(d.port, "GET", "/v1/models")[2])["data"][0]["xlserve"]["state_bytes"]
@@ -285,7 +286,7 @@ def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
         if i in (74, 149):
             sizes.append((os.path.getsize(path), os.path.getsize(path + "-wal")))
     rows.sort()
-    assert rows[-1] <= 3 * sb, (rows[-1], sb)
+    assert rows[-1] <= 2.5 * sb + delta + 16384, (rows[-1], sb)
     assert rows[len(rows) // 2] <= 2 * sb + delta + 4096, (rows[len(rows) // 2], sb)
     (db75, wal75), (db150, wal150) = sizes
     assert db150 <= max(db75, 3 * sb) + (1 << 20), sizes  # not growing with turns

@@ -1215,6 +1215,87 @@ static void test_turns_commit_during_a_compaction(void) {
   turns_during_compaction(0);
 }
 
+/* Writes are held back behind a compaction that does not keep up: the compaction is held
+ * between its rebuild and its swap (the test hook) while the session's turns keep coming; the
+ * turns are acknowledged until the deltas pass 1.5 snapshots, then the next one waits (not
+ * acknowledged while held: the row stops growing) and is acknowledged after the swap, and the
+ * store rebuilds the session bit for bit. On SQLite and on the second backend. */
+static void writes_held_back(int sqlite_backend) {
+  store_backend *b = NULL;
+  char err[512];
+  if (sqlite_backend) {
+    b = store_sqlite_open(tl_tmpdir("compaction_lagging"), 0, err, sizeof err);
+  } else {
+    b = calloc(1, sizeof *b);
+    b->ops = &MEM_OPS;
+  }
+  CHECK(b != NULL);
+  if (!b) return;
+  hold_state h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  store_opts o = {.async_commit_ms = 2, .max_batch = 64, .compact_ratio = 1.0,
+                  .compact_min_bytes = 1, .compact_max_deltas = 100000,
+                  .compact_hook = hold_compaction, .compact_hook_arg = &h};
+  session_store *st = store_new(b, &o, notify, NULL);
+  CHECK(store_start(st, M, err, sizeof err) == 0);
+  session_table *t = st_new(M, (size_t)1 << 30, 0, 100, st, DUR_TURN);
+  uint8_t owner[32];
+  memset(owner, sqlite_backend ? 0x73 : 0x74, 32);
+  xl_error xe;
+  session *s = st_create(t, "lagging", owner, &xe);
+  CHECK(s != NULL);
+  if (!s) return;
+  int seed = 100;
+  cb_state first = {0};
+  turn_of(st, t, s, 20, seed++, 1, &first); /* the snapshot: 20 positions (deltas: 2 each) */
+  CHECK(first.status == 0);
+  for (int i = 0; i < 200 && hold_reached(&h) == 0; i++) { /* until a compaction is held */
+    cb_state c = {0};
+    turn_of(st, t, s, 2, seed++, 1, &c);
+    CHECK(c.status == 0);
+  }
+  CHECK(hold_reached(&h) == 1);
+  cb_state c = {0};
+  int acked = 0;
+  for (int i = 0; i < 200; i++) { /* turns while it is held: acknowledged until the bound */
+    memset(&c, 0, sizeof c);
+    st_acquire(t, s); /* a turn committed with a callback, not waited for */
+    feed(s, 2, seed++, NULL);
+    s->turns++;
+    session_push_msg(s, ROLE_USER, (uint64_t)seed);
+    uint8_t *core;
+    size_t cl;
+    CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK);
+    CHECK(st_turn_end(t, s, core, cl, 1, on_done, &c) == 1);
+    /* a write that is not held back takes milliseconds; a held one is not done in 2 s */
+    for (double until = now_mono() + 2; !c.calls && now_mono() < until;) {
+      pump(st);
+      usleep(1000);
+    }
+    if (!c.calls) break;
+    acked++;
+  }
+  CHECK(acked > 0 && !c.calls); /* some turns went through, then one was held back */
+  store_conn *rc = b->ops->connect(b->cfg, err, sizeof err);
+  store_row r;
+  CHECK(b->ops->get(rc, "lagging", owner, &r, err, sizeof err) == 0);
+  CHECK((double)r.delta_bytes > 1.5 * (double)r.snap_bytes); /* held for cause */
+  CHECK((double)r.delta_bytes <= 2.0 * (double)r.snap_bytes); /* and not much later */
+  b->ops->release(rc);
+  if (sqlite_backend) b->ops->disconnect(rc);
+  CHECK(hold_reached(&h) == 1); /* still the same compaction */
+  hold_release(&h, 1000);
+  PUMP_UNTIL(c.calls, 60, pump(st));
+  CHECK(c.calls == 1 && c.status == 0);
+  PUMP_UNTIL(store_compactions_pending(st) == 0, 60, usleep(2000));
+  CHECK(store_equals_ram(st, s));
+  end_store(st, b, t);
+}
+
+static void test_writes_held_back_behind_a_lagging_compaction(void) {
+  writes_held_back(1);
+  writes_held_back(0);
+}
+
 /* The schema of the first store format (user_version 1: rows keyed by id alone), as that
  * version's store_sqlite.c created it. */
 static const char *V1_SCHEMA =
@@ -1369,6 +1450,7 @@ int main(void) {
   RUN(test_sqlite_migrates_v1);
   RUN(test_deltas_rebuild_and_compact);
   RUN(test_turns_commit_during_a_compaction);
+  RUN(test_writes_held_back_behind_a_lagging_compaction);
   xl_workspace_free(WS);
   xl_model_free(M);
   xl_model_free(M2);
