@@ -453,7 +453,8 @@ int cli_bench_main(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       printf("usage: xlserve bench [--model DIR] [--threads N] [--seconds S] [--tgt-len L]\n"
              "                     [--max-batch B] [--no-recurrence] [--quick] [--cpu P1,P2,..]\n"
-             "                     [--kv-dtype D1,D2,..] [--kv-only] [--weights W1,..] [--mem-len M]\n"
+             "                     [--clock wall|thread] [--kv-dtype D1,D2,..] [--kv-only]\n"
+             "                     [--weights W1,..] [--mem-len M]\n"
              "  --seconds S       minimum time per measurement (default 2)\n"
              "  --max-batch B     largest decode batch (1, 4, 16, 32, 64 up to B; default 64)\n"
              "  --no-recurrence   skip the recurrence-vs-recompute table\n"
