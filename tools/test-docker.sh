@@ -2,8 +2,9 @@
 # tools/test-docker.sh: CI's container stage. Builds the image of docker/Dockerfile and runs it
 # on a real Docker engine: tests/deploy/test_docker_run.py (XL_DOCKER=1: health, a stream, a
 # session across `docker restart`, the HEALTHCHECK following the port, a root-owned state
-# directory, `docker stop` during streams exiting 0 with the streams finished, and the compose
-# file under docker-compose 1.29 with nginx in front). Run as root on Debian 12, from anywhere:
+# directory, `docker stop` during streams exiting 0 with the streams finished, the compose
+# file under docker-compose 1.29 with nginx in front, and the replicas compose file: Redis,
+# three replicas, nginx, failover after a kill). Run as root on Debian 12, from anywhere:
 #   tools/test-docker.sh
 # What it sets up when missing:
 #   - docker.io, docker-compose, debootstrap (apt-get; Debian's docker.io 20.10, compose 1.29);
@@ -12,7 +13,7 @@
 #   - the Dockerfile's base image (FROM debian:12): Docker Hub may be unreachable, so it is made
 #     with `debootstrap --variant=minbase bookworm` + `docker import` under that name, with the
 #     same apt sources as Debian's image. Kept for the next run.
-# Everything else it makes (images xlserve-ci-RUN[-nginx], containers, volumes, networks, the
+# Everything else it makes (images xlserve-ci-RUN[-nginx|-redis], containers, volumes, networks, the
 # compose project) is removed at the end, also on failure or timeout, except the newest build
 # stage image (the compiled tree, label org.xlserve.stage=build: Docker's build cache), which
 # makes the next run's build a matter of seconds when the C sources did not change.
@@ -35,8 +36,9 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 RUN_ID="xlci$$"
 IMAGE="xlserve-ci-$RUN_ID"
 NGINX_IMAGE="xlserve-ci-$RUN_ID-nginx"
+REDIS_IMAGE="xlserve-ci-$RUN_ID-redis"
 WORK=$(mktemp -d /tmp/xl-test-docker.XXXXXX)
-export IMAGE NGINX_IMAGE WORK MIRROR   # (for the step functions)
+export IMAGE NGINX_IMAGE REDIS_IMAGE WORK MIRROR   # (for the step functions)
 T_START=$(date +%s)
 STEPS=()            # "name=seconds" for the summary
 DOCKERD_PID=""
@@ -78,13 +80,16 @@ cleanup() {
       # the test's compose project (its fixture removes it; this is for a killed run)
       XLSERVE_IMAGE=$IMAGE XLSERVE_NGINX_IMAGE=$NGINX_IMAGE timeout 120 docker-compose \
         -f docker/compose.yaml -p "$RUN_ID" down -v --timeout 5 >/dev/null 2>&1
+      XLSERVE_IMAGE=$IMAGE XLSERVE_NGINX_IMAGE=$NGINX_IMAGE XLSERVE_REDIS_IMAGE=$REDIS_IMAGE \
+        timeout 120 docker-compose -f docker/compose-replicas.yaml -p "${RUN_ID}r" down -v \
+        --timeout 5 >/dev/null 2>&1
     fi
     ids=$(docker ps -aq --filter "label=xlserve.test.run=$RUN_ID")
     [ -n "$ids" ] && timeout 120 docker rm -f -v $ids >/dev/null 2>&1
     vols=$(docker volume ls -q --filter "label=xlserve.test.run=$RUN_ID")
     [ -n "$vols" ] && timeout 60 docker volume rm -f $vols >/dev/null 2>&1
     if [ "${XL_DOCKER_KEEP_IMAGES:-0}" != 1 ]; then
-      timeout 120 docker rmi -f "$IMAGE" "$NGINX_IMAGE" >/dev/null 2>&1
+      timeout 120 docker rmi -f "$IMAGE" "$NGINX_IMAGE" "$REDIS_IMAGE" >/dev/null 2>&1
       # the build stage's cache (the compile): the newest kept for the next run, older removed
       old=$(docker images -q --filter dangling=true --filter label=org.xlserve.stage=build |
             tail -n +2)
@@ -166,10 +171,11 @@ else
   run_step base-image 1200 make_base
 fi
 
-# ---- the images (the default target, and nginx for compose)
+# ---- the images (the default target, and nginx and redis for the compose files)
 build() {
   docker build -f docker/Dockerfile -t "$IMAGE" . >"$WORK/build.log" 2>&1 &&
-    docker build -f docker/Dockerfile --target nginx -t "$NGINX_IMAGE" . >>"$WORK/build.log" 2>&1 ||
+    docker build -f docker/Dockerfile --target nginx -t "$NGINX_IMAGE" . >>"$WORK/build.log" 2>&1 &&
+    docker build -f docker/Dockerfile --target redis -t "$REDIS_IMAGE" . >>"$WORK/build.log" 2>&1 ||
     { tail -40 "$WORK/build.log" >&2; return 1; }
   say "image $IMAGE: $(($(docker image inspect -f '{{.Size}}' "$IMAGE") / 1000000)) MB"
 }
@@ -177,6 +183,7 @@ run_step build "$BUILD_TIMEOUT" build
 
 # ---- the container checks
 run_step containers 1200 env XL_DOCKER=1 XL_DOCKER_IMAGE="$IMAGE" XL_DOCKER_NGINX_IMAGE="$NGINX_IMAGE" \
+  XL_DOCKER_REDIS_IMAGE="$REDIS_IMAGE" \
   XL_DOCKER_RUN="$RUN_ID" XL_SOURCE_DIR="$ROOT" PYTHONPATH="$ROOT/tools${PYTHONPATH:+:$PYTHONPATH}" \
   "$PYTHON" -m pytest -q -p no:cacheprovider -s -rs tests/deploy/test_docker_run.py
 STEP=done

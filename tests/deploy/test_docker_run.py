@@ -1,6 +1,6 @@
 """The Docker image and the compose file, run for real on a Docker engine. Only when XL_DOCKER=1
-(tools/test-docker.sh sets it, after building the images it names in XL_DOCKER_IMAGE and
-XL_DOCKER_NGINX_IMAGE); skipped otherwise, so the default ctest needs no engine.
+(tools/test-docker.sh sets it, after building the images it names in XL_DOCKER_IMAGE,
+XL_DOCKER_NGINX_IMAGE and XL_DOCKER_REDIS_IMAGE); skipped otherwise, so the default ctest needs no engine.
 Checks: the image holds no apt lists; health; a streamed completion; a session across `docker
 restart`; the HEALTHCHECK follows the port set by flag, config file or variable (and the path
 prefix); a root-owned host directory as the state volume (a clear error, or with --user 0 the
@@ -10,7 +10,10 @@ README's, lets them finish and exits 0; the compose file under
 docker-compose (1.29 on Debian 12): nginx on its own network in front, answering again after the
 daemon's container restarts, and `docker-compose stop` letting a stream through nginx finish.
 Every container, volume and compose project made here is removed at the end (labels and
-names carry XL_DOCKER_RUN); every wait is a bounded loop on a condition."""
+names carry XL_DOCKER_RUN); every wait is a bounded loop on a condition.
+The replicas compose file (Redis, three replicas, nginx): the replica that served a
+conversation killed, the next turn through nginx continues it from Redis.
+"""
 import json
 import os
 import re
@@ -30,9 +33,11 @@ pytestmark = pytest.mark.skipif(os.environ.get("XL_DOCKER") != "1",
 
 IMAGE = os.environ.get("XL_DOCKER_IMAGE", "xlserve:latest")
 NGINX_IMAGE = os.environ.get("XL_DOCKER_NGINX_IMAGE", "xlserve-nginx:latest")
+REDIS_IMAGE = os.environ.get("XL_DOCKER_REDIS_IMAGE", "xlserve-redis:latest")
 RUN_ID = os.environ.get("XL_DOCKER_RUN", "xlci%d" % os.getpid())
 LABEL = "xlserve.test.run=" + RUN_ID
 COMPOSE_FILE = os.path.join(ROOT, "docker", "compose.yaml")
+REPLICAS_FILE = os.path.join(ROOT, "docker", "compose-replicas.yaml")
 DEFAULT_STOP_TIMEOUT = 10   # docker stop's default before SIGKILL
 LONG_DRAIN = 120            # the stop tests' drain_timeout (see there)
 
@@ -467,3 +472,62 @@ def test_compose_nginx_in_front_on_its_own_network(compose_project):
     assert int(inspect(nginx, "{{.State.ExitCode}}")) == 0, logs(nginx)
     assert stop_s > DEFAULT_STOP_TIMEOUT, (
         "streams ended after %.1f s: too short to show the grace period matters" % stop_s)
+
+
+def test_compose_replicas_failover_keeps_the_conversation(tmp_path):
+    """docker/compose-replicas.yaml as shipped (redis, three replicas, nginx with the replicas
+    config): a conversation through nginx; the replica that served it is killed (SIGKILL); the
+    next turn, through nginx, is served by another replica from Redis: the session continues
+    (its tokens grow by exactly the turn's, no reset; a reset or a fresh session would hold only
+    the second turn's)."""
+    exe = shutil.which("docker-compose")
+    if not exe:
+        pytest.skip("docker-compose is not installed")
+    s = __import__("socket").socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    project = RUN_ID + "r"
+    env = dict(os.environ, XLSERVE_IMAGE=IMAGE, XLSERVE_NGINX_IMAGE=NGINX_IMAGE,
+               XLSERVE_REDIS_IMAGE=REDIS_IMAGE, XLSERVE_HTTP_PORT=str(port))
+
+    def compose(*args, timeout=300, check=True):
+        r = subprocess.run([exe, "-f", REPLICAS_FILE, "-p", project, *args], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert r.returncode == 0, "docker-compose %s: %s%s" % (" ".join(args), r.stdout,
+                                                                   r.stderr)
+        return r
+    try:
+        compose("up", "-d", "--no-build", timeout=400)   # nginx starts once all are healthy
+        wait_http_ok(port, timeout=120)
+        sid = {"X-Session-Id": "compose-replicas-1"}
+        first = "Emma Woodhouse, handsome, clever, and rich"
+        st, b1 = request(port, "POST", "/v1/completions",
+                         {"prompt": first, "max_tokens": 8, "temperature": 0},
+                         headers=dict(sid, **{"X-Request-Id": "xlci-rep-1"}))
+        assert st == 200, b1
+        b1 = json.loads(b1)
+        t1 = b1["xlserve"]["session_tokens"]
+        assert t1 == b1["usage"]["total_tokens"] and not b1["xlserve"]["session_reset"], b1
+        served = None
+        for svc in ("xlserve-1", "xlserve-2", "xlserve-3"):
+            cid = compose("ps", "-q", svc).stdout.strip()
+            if '"request_id":"xlci-rep-1"' in docker("logs", cid).stderr:
+                served = cid
+        assert served, "no replica logged the first turn"
+        t_kill = time.monotonic()
+        docker("kill", served)                             # SIGKILL
+        second = " She had lived nearly twenty-one years"
+        st, b2 = request(port, "POST", "/v1/completions",
+                         {"prompt": second, "max_tokens": 8, "temperature": 0}, headers=sid,
+                         timeout=120)
+        failover_s = time.monotonic() - t_kill
+        assert st == 200, b2
+        b2 = json.loads(b2)
+        assert not b2["xlserve"]["session_reset"], b2
+        assert b2["xlserve"]["session_tokens"] == t1 + b2["usage"]["total_tokens"], (t1, b2)
+        print("compose replicas: kill -9 of the serving replica -> next turn served in %.2f s"
+              % failover_s)
+    finally:
+        compose("down", "-v", "--timeout", "45", timeout=180, check=False)
