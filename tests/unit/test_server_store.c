@@ -1025,6 +1025,15 @@ static void turn_of(session_store *st, session_table *t, session *s, int n, int 
   if (wait) PUMP_UNTIL(c->calls, 60, pump(st));
 }
 
+/* A SQLite store in a fresh directory named `dir`, or (sqlite_backend 0) the second backend. */
+static store_backend *open_backend(int sqlite_backend, const char *dir) {
+  char err[512];
+  if (sqlite_backend) return store_sqlite_open(tl_tmpdir(dir), 0, err, sizeof err);
+  store_backend *b = calloc(1, sizeof *b);
+  if (b) b->ops = &MEM_OPS;
+  return b;
+}
+
 /* A session's durable form is a snapshot plus its turns' deltas: after every few of 120 turns
  * of 1 to 40 tokens (the ring of 24 wrapping over and over, a reset among them) the store
  * rebuilds the RAM session bit for bit; deltas outgrowing the snapshot are compacted while
@@ -1032,14 +1041,8 @@ static void turn_of(session_store *st, session_table *t, session *s, int n, int 
  * its bound, and a restored session continues identically. On SQLite and on the second
  * backend, durability turn and async. */
 static void deltas_rebuild(int sqlite_backend, int async) {
-  store_backend *b = NULL;
   char err[512];
-  if (sqlite_backend) {
-    b = store_sqlite_open(tl_tmpdir(async ? "deltas_async" : "deltas_turn"), 0, err, sizeof err);
-  } else {
-    b = calloc(1, sizeof *b);
-    b->ops = &MEM_OPS;
-  }
+  store_backend *b = open_backend(sqlite_backend, async ? "deltas_async" : "deltas_turn");
   CHECK(b != NULL);
   if (!b) return;
   store_opts o = {.async_commit_ms = 2, .max_batch = 64, .compact_ratio = 1.0,
@@ -1145,14 +1148,8 @@ static void hold_release(hold_state *h, int upto) {
  * row is the new snapshot (the version the compaction read) followed by the deltas appended
  * meanwhile, and rebuilds bit for bit. On SQLite and on the second backend. */
 static void turns_during_compaction(int sqlite_backend) {
-  store_backend *b = NULL;
   char err[512];
-  if (sqlite_backend) {
-    b = store_sqlite_open(tl_tmpdir("compaction_held"), 0, err, sizeof err);
-  } else {
-    b = calloc(1, sizeof *b);
-    b->ops = &MEM_OPS;
-  }
+  store_backend *b = open_backend(sqlite_backend, "compaction_held");
   CHECK(b != NULL);
   if (!b) return;
   hold_state h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -1221,14 +1218,8 @@ static void test_turns_commit_during_a_compaction(void) {
  * acknowledged while held: the row stops growing) and is acknowledged after the swap, and the
  * store rebuilds the session bit for bit. On SQLite and on the second backend. */
 static void writes_held_back(int sqlite_backend) {
-  store_backend *b = NULL;
   char err[512];
-  if (sqlite_backend) {
-    b = store_sqlite_open(tl_tmpdir("compaction_lagging"), 0, err, sizeof err);
-  } else {
-    b = calloc(1, sizeof *b);
-    b->ops = &MEM_OPS;
-  }
+  store_backend *b = open_backend(sqlite_backend, "compaction_lagging");
   CHECK(b != NULL);
   if (!b) return;
   hold_state h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
