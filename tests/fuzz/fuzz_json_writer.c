@@ -39,11 +39,23 @@ static const char *field(input *in, size_t *len) {
   return s;
 }
 
+/* s[0..n) up to its first NUL, as a malloc'd C string (reads nothing past s + n: the fuzzer's
+ * buffer ends there, and strndup may look one byte further for the NUL). */
+static char *copy_cstr(const char *s, size_t n) {
+  const char *nul = memchr(s, 0, n);
+  if (nul) n = (size_t)(nul - s);
+  char *c = malloc(n + 1);
+  if (!c) abort();
+  memcpy(c, s, n);
+  c[n] = 0;
+  return c;
+}
+
 /* The field as a C string (up to its first NUL): malloc'd. */
 static char *cstr(input *in) {
   size_t n;
   const char *s = field(in, &n);
-  return strndup(s, n);
+  return copy_cstr(s, n);
 }
 
 static json_t *parse_or_die(const char *text, size_t n) {
@@ -110,7 +122,7 @@ static void writer_document(input *in) {
     int in_obj = w.is_obj >> w.depth & 1;
     if (in_obj && kind != 2) {
       s = field(in, &n);
-      char *k = strndup(s, n);
+      char *k = copy_cstr(s, n);
       jw_key(&w, k);
       free(k);
     }
