@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "state_header.h"
 #include "xl_le.h"
 
 #define BLOB_MAGIC "XLSTATE"
@@ -43,21 +44,15 @@
 
 xl_code xl_state_serialize(const xl_state *s, uint8_t **blob, size_t *blob_len, xl_error *err) {
   const xl_model *m = s->model;
-  int hd = m->hd, L = m->cfg.n_layer;
+  int L = m->cfg.n_layer;
   size_t layer = xl_kv_packed_bytes(m, s->dtype, s->len);
   size_t payload = (size_t)L * layer;
   size_t total = BLOB_HEADER + payload + 8;
   uint8_t *b = malloc(total);
   if (!b) return xl_fail(err, XL_NOMEM, "out of memory serialising a state (%zu bytes)", total);
   memset(b, 0, BLOB_HEADER);
-  memcpy(b, BLOB_MAGIC, 8);
-  xl_put_le32(b + 8, s->dtype == XL_KV_F32 ? BLOB_VERSION_F32 : BLOB_VERSION);
-  xl_put_le32(b + 12, BLOB_HEADER);
-  xl_put_le64(b + 16, m->fingerprint);
-  xl_put_le32(b + 24, (uint32_t)L);
-  xl_put_le32(b + 28, (uint32_t)s->mem_len);
-  xl_put_le32(b + 32, (uint32_t)hd);
-  xl_put_le32(b + 36, (uint32_t)s->len);
+  xl_state_header_put(b, BLOB_MAGIC, s->dtype == XL_KV_F32 ? BLOB_VERSION_F32 : BLOB_VERSION,
+                      BLOB_HEADER, m, s->mem_len, s->len);
   xl_put_le64(b + 40, s->fed);
   xl_put_le64(b + 48, payload);
   xl_put_le32(b + 56, (uint32_t)s->head);

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "state_header.h"
 #include "xl_le.h"
 
 #define DELTA_MAGIC "XLDELTA"
@@ -68,7 +69,7 @@ xl_code xl_state_delta_encode(const xl_state *s, uint64_t from, uint8_t **blob,
     return xl_fail(err, XL_ARG, "state delta: from %llu tokens, but the state has fed "
                    "%llu (nothing new)", (unsigned long long)from, (unsigned long long)s->fed);
   const xl_model *m = s->model;
-  int hd = m->hd, L = m->cfg.n_layer, M = s->mem_len;
+  int L = m->cfg.n_layer, M = s->mem_len;
   int k = (int)carried(from, s->fed, M);
   uint32_t header = s->dtype == XL_KV_F32 ? DELTA_HEADER_F32 : DELTA_HEADER;
   size_t layer = xl_kv_packed_bytes(m, s->dtype, k);
@@ -77,14 +78,8 @@ xl_code xl_state_delta_encode(const xl_state *s, uint64_t from, uint8_t **blob,
   uint8_t *b = malloc(total);
   if (!b) return xl_fail(err, XL_NOMEM, "out of memory encoding a state delta (%zu bytes)", total);
   memset(b, 0, header);
-  memcpy(b, DELTA_MAGIC, 8);
-  xl_put_le32(b + 8, s->dtype == XL_KV_F32 ? DELTA_VERSION_F32 : DELTA_VERSION);
-  xl_put_le32(b + 12, header);
-  xl_put_le64(b + 16, m->fingerprint);
-  xl_put_le32(b + 24, (uint32_t)L);
-  xl_put_le32(b + 28, (uint32_t)M);
-  xl_put_le32(b + 32, (uint32_t)hd);
-  xl_put_le32(b + 36, (uint32_t)k);
+  xl_state_header_put(b, DELTA_MAGIC, s->dtype == XL_KV_F32 ? DELTA_VERSION_F32 : DELTA_VERSION,
+                      header, m, M, k);
   xl_put_le64(b + 40, from);
   xl_put_le64(b + 48, s->fed);
   xl_put_le64(b + 56, payload);
