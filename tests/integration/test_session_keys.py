@@ -86,6 +86,14 @@ def test_ids_are_per_key(start_daemon, tiny_model, tmp_path, store):
     assert st == 200
     assert X.get_session(p, "alice-1", B)[0] == 404
     assert X.get_session(p, "alice-1", A)[1] == sa
+    # an import under a's id, by b: created as b's own (201, as for an id nobody uses); a's
+    # session is not replaced
+    octet = {**B, "Content-Type": "application/octet-stream"}
+    for sid in ("nobody-7", "alice-1"):
+        st, _, r = X.request(p, "PUT", "/v1/sessions/%s/state" % sid, body=blob, headers=octet)
+        assert st == 201 and json.loads(r)["turns"] == 2, (sid, st, r)
+    assert X.get_session(p, "alice-1", A)[1] == sa
+    assert X.get_session(p, "alice-1", B)[1]["turns"] == 2
     if not store:
         return
     comp(p, B, "alice-1", "Jane")
