@@ -6,6 +6,13 @@
   /usr/bin/python3 tests/integration/measure.py idle MODEL_DIR [--conns N] [--queued N]
       CPU time of the daemon (process and loop thread) over 10 s while N keep-alive connections
       sit idle, then while N streams wait in the queue behind a long prefill.
+  /usr/bin/python3 tests/integration/measure.py overload MODEL_DIR [--seconds S] [-- FLAGS...]
+      the slow-client attack at max_connections 16 (request_timeout 4, idle_timeout 6, the
+      other options at their defaults unless FLAGS say otherwise): 16 sockets from 127.0.0.2
+      each drip one byte of a request line every 2 s (a closed one is reopened at once) while 5
+      clients ask GET /health, each giving up after 3 s; then everything closes. Prints the
+      clients' requests answered during the attack, how long the attacker's sockets lived, how
+      soon a new client is answered once they are gone, and how many of 20 after it are.
 Env: XLSERVE_BIN (default build/xlserve), PYTHONPATH=tools.
 """
 import argparse
@@ -109,6 +116,47 @@ def cmd_idle(a):
         d.stop()
 
 
+def cmd_overload(a):
+    import test_overload as O  # the attacker and the legitimate clients of the tests
+    args = ["--max-connections", "16", "--request-timeout", "4", "--idle-timeout", "6",
+            "--access-log", "false", *a.flags]
+    d = X.Daemon(a.model, args)
+    try:
+        drip = O.Dripper(d.port, 16, O.ATTACKER, every=2.0)
+        legit = O.Legit(d.port, 5, patience=3.0)
+        O.run_attack(d.port, drip, legit, a.seconds)  # closes every socket at its end
+        t0 = time.monotonic()
+        first = None
+        while first is None and time.monotonic() - t0 < 30:
+            try:
+                if X.request(d.port, "GET", "/health", timeout=3)[0] == 200:
+                    first = time.monotonic() - t0
+            except OSError:
+                pass
+        after = 0
+        for _ in range(20):
+            try:
+                after += X.request(d.port, "GET", "/health", timeout=3)[0] == 200
+            except OSError:
+                pass
+        waits, lives = sorted(legit.waits), sorted(drip.lifetimes)
+        print("serve %s" % " ".join(args))
+        print("attack: 16 sockets from %s, 1 byte per 2 s, %.0f s; 5 clients, patience 3 s"
+              % (O.ATTACKER, a.seconds))
+        print("during: clients answered %d of %d requests (median wait %.3f s, max %.3f s)" % (
+            legit.answered, legit.tried, waits[len(waits) // 2] if waits else -1,
+            waits[-1] if waits else -1))
+        print("attacker: %d sockets, lived median %.2f s, longest %.2f s; head timeouts %d, "
+              "refused per client %d" % (
+                  len(lives), lives[len(lives) // 2] if lives else -1, lives[-1] if lives else -1,
+                  X.metric(d.port, "xlserve_connections_head_timeout_total"),
+                  X.metric(d.port, "xlserve_connections_refused_per_client_total")))
+        print("after: first new client answered %s s after the attack ended; then %d/20 answered"
+              % ("%.3f" % first if first is not None else "never (30 s)", after), flush=True)
+    finally:
+        d.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -125,8 +173,12 @@ def main():
     i.add_argument("--queued", type=int, default=1000)
     i.add_argument("--seconds", type=float, default=10)
     i.add_argument("--prefill", type=int, default=15000000)
+    o = sub.add_parser("overload")
+    o.add_argument("model")
+    o.add_argument("--seconds", type=float, default=20)
+    o.add_argument("flags", nargs="*", help="more daemon flags, after --")
     a = ap.parse_args()
-    {"stream": cmd_stream, "idle": cmd_idle}[a.cmd](a)
+    {"stream": cmd_stream, "idle": cmd_idle, "overload": cmd_overload}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,14 @@ def test_ids_are_per_key(start_daemon, tiny_model, tmp_path, store):
     assert st == 200
     assert X.get_session(p, "alice-1", B)[0] == 404
     assert X.get_session(p, "alice-1", A)[1] == sa
+    # an import under a's id, by b: created as b's own (201, as for an id nobody uses); a's
+    # session is not replaced
+    octet = {**B, "Content-Type": "application/octet-stream"}
+    for sid in ("nobody-7", "alice-1"):
+        st, _, r = X.request(p, "PUT", "/v1/sessions/%s/state" % sid, body=blob, headers=octet)
+        assert st == 201 and json.loads(r)["turns"] == 2, (sid, st, r)
+    assert X.get_session(p, "alice-1", A)[1] == sa
+    assert X.get_session(p, "alice-1", B)[1]["turns"] == 2
     if not store:
         return
     comp(p, B, "alice-1", "Jane")
@@ -175,3 +183,34 @@ def test_store_of_the_first_schema_is_migrated(start_daemon, tiny_model, tmp_pat
     comp(d.port, B, "old-a", "Henry Tilney")
     assert X.get_session(d.port, "old-a", A)[1]["turns"] == 3
     assert X.get_session(d.port, "old-a", B)[1]["turns"] == 1
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["ram", "store"])
+def test_another_keys_busy_session_is_not_in_the_way(start_daemon, tiny_model, tmp_path, store):
+    """While key a's `shared` generates, a's own requests for it get 409 session_busy; key b's
+    `shared` is b's, so b is answered as if a did not exist (a turn, fork, delete)."""
+    args = ["--api-keys", "ka,kb", "--max-tokens-limit", "1000000"] + (
+        ["--state-dir", str(tmp_path / "state")] if store else [])
+    d = start_daemon(tiny_model, *args)
+    p = d.port
+    c = d.conn()
+    c.request("POST", "/v1/completions", body=json.dumps(
+        {"prompt": "go", "max_tokens": 1000000, "stream": True}),
+        headers={**A, "Content-Type": "application/json", "X-Session-Id": "shared"})
+    r = c.getresponse()
+    assert r.status == 200 and r.read1(65536)  # a's turn is generating
+    st, _, b = X.post_json(p, "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                           {**A, "X-Session-Id": "shared"})
+    assert st == 409 and b["error"]["code"] == "session_busy", b
+    assert X.get_session(p, "shared", A)[1]["busy"] is True
+    comp(p, B, "shared", "Anne Elliot", 4)
+    st, sb = X.get_session(p, "shared", B)
+    assert st == 200 and sb["turns"] == 1 and sb["busy"] is False
+    st, _, f = X.request(p, "POST", "/v1/sessions/shared/fork", headers=B)
+    assert st == 201, f
+    st, _, _ = X.request(p, "DELETE", "/v1/sessions/shared", headers=B)
+    assert st == 200
+    assert X.get_session(p, "shared", A)[1]["busy"] is True  # a's turn runs on
+    c.close()  # a leaves: its turn is cancelled and its session released
+    X.wait_until(lambda: X.get_session(p, "shared", A)[1]["busy"] is False,
+                 what="a's session released")
