@@ -3,10 +3,15 @@
 // one line "ok NAME" or throws; the process exits non-zero on the first failure.
 // Driven by tests/integration/test_npm_clients.py (which installs the pinned packages with npm ci).
 import assert from "node:assert/strict";
+import { webcrypto } from "node:crypto";
 import OpenAI from "openai";
 import { zodResponseFormat } from "openai/helpers/zod";
 import { ChatOpenAI, OpenAI as LangChainOpenAI } from "@langchain/openai";
 import { z } from "zod";
+
+// Debian 12's Node.js is 18, where the global Web Crypto `crypto` (LangChain's tracing client
+// draws its UUIDs from it) needs a flag; 20 and later have it
+if (!globalThis.crypto) globalThis.crypto = webcrypto;
 
 const baseURL = process.env.XL_BASE_URL;
 const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0 });

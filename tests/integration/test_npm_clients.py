@@ -32,7 +32,7 @@ def _need(tool):
         return path
     if os.environ.get("XL_REQUIRE_NODE") == "1":
         pytest.fail(f"{tool} is not installed and XL_REQUIRE_NODE=1")
-    pytest.skip(f"{tool} is not installed (node 20 + npm run the real-client tests)")
+    pytest.skip(f"{tool} is not installed (node 18 or later + npm run the real-client tests)")
 
 
 @pytest.fixture(scope="module")
