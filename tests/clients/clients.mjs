@@ -3,10 +3,15 @@
 // one line "ok NAME" or throws; the process exits non-zero on the first failure.
 // Driven by tests/integration/test_npm_clients.py (which installs the pinned packages with npm ci).
 import assert from "node:assert/strict";
+import { webcrypto } from "node:crypto";
 import OpenAI from "openai";
 import { zodResponseFormat } from "openai/helpers/zod";
 import { ChatOpenAI, OpenAI as LangChainOpenAI } from "@langchain/openai";
 import { z } from "zod";
+
+// Debian 12's Node.js is 18, where the global Web Crypto `crypto` (LangChain's tracing client
+// draws its UUIDs from it) needs a flag; 20 and later have it
+if (!globalThis.crypto) globalThis.crypto = webcrypto;
 
 const baseURL = process.env.XL_BASE_URL;
 const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0 });
@@ -30,6 +35,52 @@ const checks = {
     const one = await client.completions.create({ model: MODEL, prompt: "It is a truth", max_tokens: 8,
                                                   seed: 7, temperature: 1 });
     assert.equal(r.choices[0].text, one.choices[0].text);
+  },
+
+  // Scoring through the SDK: echo + logprobs, as a string prompt and as lm-evaluation-harness
+  // sends it (a batch of token-id lists). XL_ECHO_TEXT is ASCII (one byte token per character);
+  // XL_ECHO_NLL names `xlserve eval --dump-nll`'s output for it: -log p(t[i+1] | t[..i]).
+  async openai_completions_echo_logprobs() {
+    const text = process.env.XL_ECHO_TEXT;
+    const nll = (await import("node:fs")).readFileSync(process.env.XL_ECHO_NLL, "utf8")
+      .trim().split(/\s+/).map(Number);
+    assert.equal(nll.length, text.length - 1);
+    // the daemon's numbers against eval's: 1e-5 per token (a sum of k tokens: k * 1e-5)
+    const near = (got, want, what, k = 1) =>
+      assert.ok(Math.abs(got - want) < 1e-5 * k, `${what}: ${got} vs ${want}`);
+    const r = await client.completions.create({ model: MODEL, prompt: text, echo: true,
+                                                logprobs: 3, max_tokens: 0 });
+    const c = r.choices[0];
+    assert.equal(c.text, text);
+    const lp = c.logprobs;
+    assert.deepEqual(lp.tokens, [...text]);
+    assert.deepEqual(lp.text_offset, [...text].map((_, i) => i));
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    for (let i = 1; i < text.length; i++) {
+      near(lp.token_logprobs[i], -nll[i - 1], `token ${i}`);
+      const top = Object.values(lp.top_logprobs[i]);
+      assert.equal(top.length, 3);
+      assert.ok(lp.token_logprobs[i] <= Math.max(...top));
+    }
+    assert.deepEqual(r.usage, { prompt_tokens: text.length, completion_tokens: 0,
+                                total_tokens: text.length });
+    // lm-evaluation-harness's local-completions request: prompt [[ids], [ids]], max_tokens 1;
+    // it sums token_logprobs[ctxlen:-1] (the last one is the generated token)
+    const ids = [...Buffer.from(text)];
+    const cut = Math.floor(text.length / 2);
+    const h = await client.completions.create({ model: MODEL, prompt: [ids, ids.slice(0, cut)],
+                                                echo: true, logprobs: 1, max_tokens: 1,
+                                                temperature: 0, seed: 1234 });
+    assert.deepEqual(h.choices.map((x) => x.index), [0, 1]);
+    for (const [k, len] of [[0, ids.length], [1, cut]]) {
+      const t = h.choices[k].logprobs.token_logprobs;
+      assert.equal(t.length, len + 1);
+      const ctxlen = 1;
+      const sum = t.slice(ctxlen, -1).reduce((a, b) => a + b, 0);
+      const want = -nll.slice(ctxlen - 1, len - 1).reduce((a, b) => a + b, 0);
+      near(sum, want, `loglikelihood of prompt ${k}`, len - ctxlen);
+    }
   },
 
   async openai_chat_stream_n() {

@@ -202,3 +202,21 @@ def test_many_small_choice_requests_at_once(daemon):
     while time.monotonic() < deadline and X.metric(daemon.port, "xlserve_running") != 0:
         time.sleep(0.02)
     assert X.metric(daemon.port, "xlserve_running") == 0
+
+
+def test_the_choices_decode_as_one_batch(start_daemon, tiny_model):
+    """One worker, nothing else running: the n = 4 choices of a prompt decode together, every
+    decode step one forward pass of 4 sessions (xlserve_batch_size), not 4 passes of one."""
+    d = start_daemon(tiny_model, "--workers", "1")
+
+    def passes():
+        m = X.metrics(d.port)
+        total = m["xlserve_batch_size_count"]
+        return total, total - m['xlserve_batch_size_bucket{le="2"}']  # all, those of 3+ rows
+
+    total0, wide0 = passes()
+    b = comp(d.port, prompt=P, max_tokens=12, n=4, seed=11, temperature=1.0)
+    assert [c["finish_reason"] for c in b["choices"]] == ["length"] * 4
+    total1, wide1 = passes()
+    # the prompt (one pass: under a prefill chunk), then 11 decode steps of the 4 choices
+    assert wide1 - wide0 >= 11 and total1 - total0 <= 13, (total1 - total0, wide1 - wide0)

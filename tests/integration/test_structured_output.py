@@ -147,6 +147,9 @@ def test_every_seeded_generation_parses_and_validates(daemon, name):
         v = json.loads(text)
         assert validate(v, schema) is None, (seed, text, validate(v, schema))
         texts.add(text)
+    print(f"structured output {name}: {len(results)} seeded generations, all finished 'stop', "
+          f"parsed and validated; {len(texts)} distinct")
+    assert len(results) == N_PER_SCHEMA
     assert len(texts) > N_PER_SCHEMA // 2  # sampled, not one answer repeated
 
 
