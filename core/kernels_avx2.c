@@ -1,7 +1,8 @@
 /*
  * kernels_avx2.c: the AVX2+FMA family of the kernel table (kernels.h), for x86-64 CPUs without
  * AVX-512 (or forced with --cpu avx2). The weight GEMM in tiles of 3 rows x 4 outputs (12
- * accumulators of the 16 registers), a lone decode row 8 outputs at a time with software
+ * accumulators of the 16 registers; a block of many rows reads its 4 weight rows from an aligned
+ * copy on the stack), a lone decode row 8 outputs at a time with software
  * prefetch of the weight rows; every output is one 8-lane accumulator advanced over k in
  * order and reduced by one fixed tree (hsum4), so a row's sums never depend on its batch.
  * Softmax max / exp-and-sum (the portable polynomial in 8 lanes), the decode step's products
@@ -13,12 +14,20 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 
 #define T __attribute__((target("avx2,fma")))
 
 #define ROW_BLOCK 48 /* rows of x kept hot while 4 weight rows stay in L1 (a multiple of 3) */
+/* A block of at least PACK_MIN_ROWS rows copies its 4 weight rows (K <= PACK_MAX_K) into a
+ * 64-byte-aligned panel on the stack first: weights mapped from a file often start off a 32-byte
+ * boundary, and then every other 8-lane load of them straddles two cache lines, in the loop
+ * that reads each weight once per row. The copy changes where the floats are read from, not
+ * the arithmetic: packed or not, every output gets the same sums. */
+#define PACK_MIN_ROWS 6
+#define PACK_MAX_K 4096 /* a 64 KiB panel */
 /* A decode row streams every weight once from L2/L3: prefetch 8 KiB ahead in each of the 8
  * weight rows in flight, one line per row every 16 floats. */
 #define PREFETCH_BYTES (2048 * sizeof(float))
@@ -108,12 +117,24 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
   }
   const int kv = K & ~7, tail = K & 7;
   const __m256i tmask = lanes_mask(tail);
+  /* the packed panel: 4 weight rows [4, kp], kp = K rounded up to 16 floats (one line) */
+  _Alignas(64) float panel[4 * PACK_MAX_K];
+  const size_t kp = ((size_t)K + 15) & ~(size_t)15;
   for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
     int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
+    const int pack = r1 - r0 >= PACK_MIN_ROWS && K <= PACK_MAX_K;
     for (int o = 0; o < N; o += 4) {
       int oc = N - o < 4 ? N - o : 4;
       const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
                   *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
+      if (pack) {
+        for (int j = 0; j < oc; j++)
+          memcpy(panel + (size_t)j * kp, w0 + (size_t)j * ldw, (size_t)K * sizeof(float));
+        w0 = panel; /* outputs past oc repeat output o, as above */
+        w1 = oc > 1 ? panel + kp : panel;
+        w2 = oc > 2 ? panel + 2 * kp : panel;
+        w3 = oc > 3 ? panel + 3 * kp : panel;
+      }
       for (int r = r0; r < r1; r += 3) {
         int rc = r1 - r < 3 ? r1 - r : 3; /* rows past rc repeat row r (results discarded) */
         if (rc == 1) { /* a last lone row: the same per-output arithmetic, a third of the work */
@@ -136,7 +157,8 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
           store_outputs(y + (size_t)r * ldy + o, hsum4(c0, c1, c2, c3), oc);
           continue;
         }
-        const int first_tile = r == r0; /* later tiles find these weight rows in L1 */
+        /* later tiles find these weight rows in L1; a packed panel was just written there */
+        const int first_tile = r == r0 && !pack;
         const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
                     *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0;
         __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,

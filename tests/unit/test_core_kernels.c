@@ -61,6 +61,40 @@ static void check_matmul(const xl_kernels *k) {
   free(y1);
 }
 
+/* Long weight rows (K up to past 4096 floats) with a row stride that puts every weight row off
+ * a 32-byte boundary, in blocks of many rows (where a family may copy its weight rows into an
+ * aligned panel first) and fewer: the same checks as above, both ways. */
+static void check_matmul_long_rows(const xl_kernels *k) {
+  static const int Ks[] = {1000, 4096, 4101};
+  static const int Ms[] = {2, 13, 50};
+  enum { LD = 4101 + 5, N = 6, MAX_M = 50 };
+  float *x = malloc((size_t)MAX_M * LD * sizeof *x), *w = malloc((size_t)N * LD * sizeof *w),
+        *y = malloc((size_t)MAX_M * N * sizeof *y), *y1 = malloc(N * sizeof *y1);
+  fill(x, (size_t)MAX_M * LD, 3);
+  fill(w, (size_t)N * LD, 4);
+  int bad_ref = 0, bad_inv = 0;
+  for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+    for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+      int M = Ms[a], K = Ks[c];
+      k->matmul_nt(x, M, K, LD, w + 1, N, LD, y, N); /* w + 1: rows start 4 bytes past w's */
+      for (int r = 0; r < M; r++) {
+        for (int o = 0; o < N; o++) {
+          double ref = 0;
+          for (int i = 0; i < K; i++) ref += (double)x[(size_t)r * LD + i] * w[1 + (size_t)o * LD + i];
+          if (fabs(ref - y[r * N + o]) > 1e-5 * K) bad_ref++;
+        }
+        k->matmul_nt(x + (size_t)r * LD, 1, K, LD, w + 1, N, LD, y1, N);
+        if (memcmp(y1, y + r * N, N * sizeof *y1)) bad_inv++;
+      }
+    }
+  CHECK(bad_ref == 0);
+  CHECK(bad_inv == 0);
+  free(x);
+  free(w);
+  free(y);
+  free(y1);
+}
+
 static void check_softmax(const xl_kernels *k) {
   for (int n = 1; n <= 70; n += 3) {
     float x[70], e[70];
@@ -220,6 +254,7 @@ static void test_every_family(void) {
     CHECK(!strcmp(k->name, FAMILIES[f]) && !strcmp(xl_cpu_path(), FAMILIES[f]));
     int f0 = tl_failed;
     check_matmul(k);
+    check_matmul_long_rows(k);
     check_softmax(k);
     check_exp_specials(k);
     check_attention_products(k);
