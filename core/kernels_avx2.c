@@ -14,7 +14,6 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels.h"
 
@@ -109,6 +108,58 @@ T static void mm_row(const float *a, int K, const float *W, int N, int ldw, floa
   }
 }
 
+/* One tile: rows a0..a2 by weight rows w0..w3, k in order; sums by hsum4 into s[0..2]. With
+ * `ahead` the weight rows are prefetched PREFETCH_BYTES on; with `copy` each weight vector read
+ * is also stored to the panel rows p0..p3 (aligned; the tail's masked lanes store zeros). */
+T static inline __attribute__((always_inline)) void
+tile_3x4(const float *a0, const float *a1, const float *a2, const float *w0, const float *w1,
+         const float *w2, const float *w3, int kv, int tail, __m256i tmask, int ahead, int copy,
+         float *p0, float *p1, float *p2, float *p3, __m128 s[3]) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
+         c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+  for (int k = 0; k < kv; k += 8) {
+    if (ahead && !(k & 15)) {
+      _mm_prefetch((const char *)((uintptr_t)(w0 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)(w1 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)(w2 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)(w3 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+    }
+    __m256 b0 = _mm256_loadu_ps(w0 + k), b1 = _mm256_loadu_ps(w1 + k),
+           b2 = _mm256_loadu_ps(w2 + k), b3 = _mm256_loadu_ps(w3 + k);
+    if (copy) {
+      _mm256_store_ps(p0 + k, b0);
+      _mm256_store_ps(p1 + k, b1);
+      _mm256_store_ps(p2 + k, b2);
+      _mm256_store_ps(p3 + k, b3);
+    }
+    __m256 v = _mm256_loadu_ps(a0 + k);
+    FMA4(v, c00, c01, c02, c03);
+    v = _mm256_loadu_ps(a1 + k);
+    FMA4(v, c10, c11, c12, c13);
+    v = _mm256_loadu_ps(a2 + k);
+    FMA4(v, c20, c21, c22, c23);
+  }
+  if (tail) {
+    __m256 b0 = _mm256_maskload_ps(w0 + kv, tmask), b1 = _mm256_maskload_ps(w1 + kv, tmask),
+           b2 = _mm256_maskload_ps(w2 + kv, tmask), b3 = _mm256_maskload_ps(w3 + kv, tmask);
+    if (copy) {
+      _mm256_store_ps(p0 + kv, b0);
+      _mm256_store_ps(p1 + kv, b1);
+      _mm256_store_ps(p2 + kv, b2);
+      _mm256_store_ps(p3 + kv, b3);
+    }
+    __m256 v = _mm256_maskload_ps(a0 + kv, tmask);
+    FMA4(v, c00, c01, c02, c03);
+    v = _mm256_maskload_ps(a1 + kv, tmask);
+    FMA4(v, c10, c11, c12, c13);
+    v = _mm256_maskload_ps(a2 + kv, tmask);
+    FMA4(v, c20, c21, c22, c23);
+  }
+  s[0] = hsum4(c00, c01, c02, c03);
+  s[1] = hsum4(c10, c11, c12, c13);
+  s[2] = hsum4(c20, c21, c22, c23);
+}
+
 T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
                       float *y, int ldy) {
   if (M == 1) {
@@ -117,24 +168,19 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
   }
   const int kv = K & ~7, tail = K & 7;
   const __m256i tmask = lanes_mask(tail);
-  /* the packed panel: 4 weight rows [4, kp], kp = K rounded up to 16 floats (one line) */
+  /* the packed panel: 4 weight rows [4, kp], kp = K rounded up to 16 floats (whole lines) */
   _Alignas(64) float panel[4 * PACK_MAX_K];
   const size_t kp = ((size_t)K + 15) & ~(size_t)15;
   for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
     int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
-    const int pack = r1 - r0 >= PACK_MIN_ROWS && K <= PACK_MAX_K;
+    const int pack = r1 - r0 >= PACK_MIN_ROWS && K <= PACK_MAX_K; /* first tile: 3 rows */
     for (int o = 0; o < N; o += 4) {
       int oc = N - o < 4 ? N - o : 4;
       const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
                   *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
-      if (pack) {
-        for (int j = 0; j < oc; j++)
-          memcpy(panel + (size_t)j * kp, w0 + (size_t)j * ldw, (size_t)K * sizeof(float));
-        w0 = panel; /* outputs past oc repeat output o, as above */
-        w1 = oc > 1 ? panel + kp : panel;
-        w2 = oc > 2 ? panel + 2 * kp : panel;
-        w3 = oc > 3 ? panel + 3 * kp : panel;
-      }
+      /* the panel rows of w0..w3 (outputs past oc repeat output o, as the source rows do) */
+      float *p0 = panel, *p1 = oc > 1 ? panel + kp : panel, *p2 = oc > 2 ? panel + 2 * kp : panel,
+            *p3 = oc > 3 ? panel + 3 * kp : panel;
       for (int r = r0; r < r1; r += 3) {
         int rc = r1 - r < 3 ? r1 - r : 3; /* rows past rc repeat row r (results discarded) */
         if (rc == 1) { /* a last lone row: the same per-output arithmetic, a third of the work */
@@ -157,41 +203,19 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
           store_outputs(y + (size_t)r * ldy + o, hsum4(c0, c1, c2, c3), oc);
           continue;
         }
-        /* later tiles find these weight rows in L1; a packed panel was just written there */
-        const int first_tile = r == r0 && !pack;
         const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
                     *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0;
-        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
-               c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
-        for (int k = 0; k < kv; k += 8) {
-          if (first_tile && !(k & 15)) {
-            _mm_prefetch((const char *)((uintptr_t)(w0 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-            _mm_prefetch((const char *)((uintptr_t)(w1 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-            _mm_prefetch((const char *)((uintptr_t)(w2 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-            _mm_prefetch((const char *)((uintptr_t)(w3 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-          }
-          __m256 b0 = _mm256_loadu_ps(w0 + k), b1 = _mm256_loadu_ps(w1 + k),
-                 b2 = _mm256_loadu_ps(w2 + k), b3 = _mm256_loadu_ps(w3 + k);
-          __m256 v = _mm256_loadu_ps(a0 + k);
-          FMA4(v, c00, c01, c02, c03);
-          v = _mm256_loadu_ps(a1 + k);
-          FMA4(v, c10, c11, c12, c13);
-          v = _mm256_loadu_ps(a2 + k);
-          FMA4(v, c20, c21, c22, c23);
-        }
-        if (tail) {
-          __m256 b0 = _mm256_maskload_ps(w0 + kv, tmask), b1 = _mm256_maskload_ps(w1 + kv, tmask),
-                 b2 = _mm256_maskload_ps(w2 + kv, tmask), b3 = _mm256_maskload_ps(w3 + kv, tmask);
-          __m256 v = _mm256_maskload_ps(a0 + kv, tmask);
-          FMA4(v, c00, c01, c02, c03);
-          v = _mm256_maskload_ps(a1 + kv, tmask);
-          FMA4(v, c10, c11, c12, c13);
-          v = _mm256_maskload_ps(a2 + kv, tmask);
-          FMA4(v, c20, c21, c22, c23);
-        }
-        store_outputs(y + (size_t)r * ldy + o, hsum4(c00, c01, c02, c03), oc);
-        if (rc > 1) store_outputs(y + (size_t)(r + 1) * ldy + o, hsum4(c10, c11, c12, c13), oc);
-        if (rc > 2) store_outputs(y + (size_t)(r + 2) * ldy + o, hsum4(c20, c21, c22, c23), oc);
+        __m128 s[3];
+        if (r > r0) /* later tiles find these weight rows (or their panel) in L1 */
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 0, 0, p0, p1, p2, p3, s);
+        else if (pack) /* the first tile also writes the panel the later ones read */
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 1, 1, p0, p1, p2, p3, s);
+        else
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 1, 0, p0, p1, p2, p3, s);
+        if (pack && r == r0) w0 = p0, w1 = p1, w2 = p2, w3 = p3;
+        store_outputs(y + (size_t)r * ldy + o, s[0], oc);
+        if (rc > 1) store_outputs(y + (size_t)(r + 1) * ldy + o, s[1], oc);
+        if (rc > 2) store_outputs(y + (size_t)(r + 2) * ldy + o, s[2], oc);
       }
     }
   }
