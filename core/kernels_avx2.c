@@ -19,7 +19,9 @@
 
 #define T __attribute__((target("avx2,fma")))
 
-#define ROW_BLOCK 48 /* rows of x kept hot while 4 weight rows stay in L1 (a multiple of 3) */
+/* Rows of x kept hot in L2 (about this many bytes of them) while the weights stream past: each
+ * block reads every weight row once more, from L3 or memory, so the blocks are as few as fit. */
+#define X_BLOCK_BYTES (256 * 1024)
 /* A block of at least PACK_MIN_ROWS rows copies its 4 weight rows (K <= PACK_MAX_K) into a
  * 64-byte-aligned panel on the stack first: weights mapped from a file often start off a 32-byte
  * boundary, and then every other 8-lane load of them straddles two cache lines, in the loop
@@ -171,8 +173,14 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
   /* the packed panel: 4 weight rows [4, kp], kp = K rounded up to 16 floats (whole lines) */
   _Alignas(64) float panel[4 * PACK_MAX_K];
   const size_t kp = ((size_t)K + 15) & ~(size_t)15;
-  for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
-    int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
+  /* M rows in equal blocks of a multiple of 3 rows (whole tiles), each at most about
+   * X_BLOCK_BYTES of x (and at least PACK_MIN_ROWS rows) */
+  size_t max_rows = X_BLOCK_BYTES / ((size_t)K * sizeof(float));
+  if (max_rows < PACK_MIN_ROWS) max_rows = PACK_MIN_ROWS;
+  const size_t n_blocks = ((size_t)M + max_rows - 1) / max_rows;
+  const int block = (int)(((size_t)M + n_blocks - 1) / n_blocks + 2) / 3 * 3;
+  for (int r0 = 0; r0 < M; r0 += block) {
+    int r1 = r0 + block < M ? r0 + block : M;
     const int pack = r1 - r0 >= PACK_MIN_ROWS && K <= PACK_MAX_K; /* first tile: 3 rows */
     for (int o = 0; o < N; o += 4) {
       int oc = N - o < 4 ? N - o : 4;
