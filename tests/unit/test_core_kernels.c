@@ -6,10 +6,12 @@
  * LayerNorm, ReLU, bias rows. Non-finite and denormal inputs give defined IEEE results (NaN
  * stays NaN, exp(-Inf) = 0, exp(+Inf) = Inf), with no float-to-int conversion of a non-finite
  * value (the UBSan build checks that). And the path switch: unknown names and paths this CPU
- * or build cannot run are clear errors that leave the current path alone.
+ * or build cannot run are clear errors that leave the current path alone. And the workspace
+ * buffers the GEMMs read start on cache lines.
  */
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -267,6 +269,25 @@ static void test_every_family(void) {
   CHECK_CODE(xl_cpu_select("auto", &err), XL_OK);
 }
 
+/* The workspace's buffers (the x rows the GEMMs read) start on a 64-byte line at every size
+ * and regrowth, so the kernels' vector loads of rows of 16k floats never straddle two lines. */
+static void test_workspace_lines(void) {
+  static const size_t SIZES[] = {1, 3, 17, 1000, 4097, 65536, 300000, 5, 1 << 20};
+  xl_workspace *ws = NULL;
+  xl_error err;
+  CHECK_CODE(xl_workspace_new(NULL, &ws, &err), XL_OK);
+  int off_line = 0;
+  for (size_t i = 0; i < sizeof SIZES / sizeof *SIZES; i++)
+    for (int slot = 0; slot < 3; slot++) {
+      float *b = xl_ws_get(ws, slot, SIZES[i] + (size_t)slot);
+      CHECK(b != NULL);
+      if ((uintptr_t)b % 64) off_line++;
+      b[SIZES[i] + (size_t)slot - 1] = 1.0f; /* the whole size is usable (ASan checks) */
+    }
+  CHECK(off_line == 0);
+  xl_workspace_free(ws);
+}
+
 static void test_switch_errors(void) {
   xl_error err;
   CHECK_CODE(xl_cpu_select("portable", &err), XL_OK);
@@ -291,5 +312,6 @@ static void test_switch_errors(void) {
 int main(void) {
   RUN(test_every_family);
   RUN(test_switch_errors);
+  RUN(test_workspace_lines);
   return tl_summary();
 }
