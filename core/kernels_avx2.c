@@ -22,11 +22,12 @@
 /* Rows of x kept hot in L2 (about this many bytes of them) while the weights stream past: each
  * block reads every weight row once more, from L3 or memory, so the blocks are as few as fit. */
 #define X_BLOCK_BYTES (256 * 1024)
-/* A block of at least PACK_MIN_ROWS rows copies its 4 weight rows (K <= PACK_MAX_K) into a
- * 64-byte-aligned panel on the stack first: weights mapped from a file often start off a 32-byte
- * boundary, and then every other 8-lane load of them straddles two cache lines, in the loop
- * that reads each weight once per row. The copy changes where the floats are read from, not
- * the arithmetic: packed or not, every output gets the same sums. */
+/* In a block of at least PACK_MIN_ROWS rows, the first tile also stores the 4 weight rows it
+ * reads (K <= PACK_MAX_K) into a 64-byte-aligned panel on the stack, and the block's later
+ * tiles read the panel: weights mapped from a file often start off a 32-byte boundary, and then
+ * every other 8-lane load of them straddles two cache lines, in the loop that reads each weight
+ * once per row. The copy changes where the floats are read from, not the arithmetic: packed or
+ * not, every output gets the same sums. */
 #define PACK_MIN_ROWS 6
 #define PACK_MAX_K 4096 /* a 64 KiB panel */
 /* A decode row streams every weight once from L2/L3: prefetch 8 KiB ahead in each of the 8
@@ -181,7 +182,8 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
   const int block = (int)(((size_t)M + n_blocks - 1) / n_blocks + 2) / 3 * 3;
   for (int r0 = 0; r0 < M; r0 += block) {
     int r1 = r0 + block < M ? r0 + block : M;
-    const int pack = r1 - r0 >= PACK_MIN_ROWS && K <= PACK_MAX_K; /* first tile: 3 rows */
+    /* (such a block's first tile has 3 rows: it reads the whole weight rows) */
+    const int pack = r1 - r0 >= PACK_MIN_ROWS && K <= PACK_MAX_K;
     for (int o = 0; o < N; o += 4) {
       int oc = N - o < 4 ? N - o : 4;
       const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
