@@ -20,8 +20,11 @@
 #define T __attribute__((target("avx2,fma")))
 
 /* Rows of x kept hot in L2 (about this many bytes of them) while the weights stream past: each
- * block reads every weight row once more, from L3 or memory, so the blocks are as few as fit. */
+ * block reads every weight row once more, from L3 or memory, so the blocks are as few as fit;
+ * but never fewer than MIN_BLOCK_ROWS rows (long rows: a few more passes over x from L3 cost
+ * less than many over a large weight matrix from memory). */
 #define X_BLOCK_BYTES (256 * 1024)
+#define MIN_BLOCK_ROWS 48
 /* In a block of at least PACK_MIN_ROWS rows, the first tile also stores the 4 weight rows it
  * reads (K <= PACK_MAX_K) into a 64-byte-aligned panel on the stack, and the block's later
  * tiles read the panel: weights mapped from a file often start off a 32-byte boundary, and then
@@ -175,9 +178,9 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
   _Alignas(64) float panel[4 * PACK_MAX_K];
   const size_t kp = ((size_t)K + 15) & ~(size_t)15;
   /* M rows in equal blocks of a multiple of 3 rows (whole tiles), each at most about
-   * X_BLOCK_BYTES of x (and at least PACK_MIN_ROWS rows) */
+   * X_BLOCK_BYTES of x or MIN_BLOCK_ROWS rows, the larger */
   size_t max_rows = X_BLOCK_BYTES / ((size_t)K * sizeof(float));
-  if (max_rows < PACK_MIN_ROWS) max_rows = PACK_MIN_ROWS;
+  if (max_rows < MIN_BLOCK_ROWS) max_rows = MIN_BLOCK_ROWS;
   const size_t n_blocks = ((size_t)M + max_rows - 1) / max_rows;
   const int block = (int)(((size_t)M + n_blocks - 1) / n_blocks + 2) / 3 * 3;
   for (int r0 = 0; r0 < M; r0 += block) {
