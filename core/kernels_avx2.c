@@ -166,12 +166,10 @@ tile_3x4(const float *a0, const float *a1, const float *a2, const float *w0, con
   s[2] = hsum4(c20, c21, c22, c23);
 }
 
-T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
-                      float *y, int ldy) {
-  if (M == 1) {
-    mm_row(x, K, W, N, ldw, y);
-    return;
-  }
+/* M >= 2 rows in blocks of 3-row tiles (its own function: only it has the panel's frame) */
+T __attribute__((noinline)) static void mm_tiles(const float *x, int M, int K, int ldx,
+                                                 const float *W, int N, int ldw, float *y,
+                                                 int ldy) {
   const int kv = K & ~7, tail = K & 7;
   const __m256i tmask = lanes_mask(tail);
   /* the packed panel: 4 weight rows [4, kp], kp = K rounded up to 16 floats (whole lines) */
@@ -232,6 +230,14 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
       }
     }
   }
+}
+
+T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
+                      float *y, int ldy) {
+  if (M == 1)
+    mm_row(x, K, W, N, ldw, y);
+  else
+    mm_tiles(x, M, K, ldx, W, N, ldw, y, ldy);
 }
 #undef FMA4
 
