@@ -1,7 +1,8 @@
 /*
  * kernels_avx2.c: the AVX2+FMA family of the kernel table (kernels.h), for x86-64 CPUs without
  * AVX-512 (or forced with --cpu avx2). The weight GEMM in tiles of 3 rows x 4 outputs (12
- * accumulators of the 16 registers), a lone decode row 8 outputs at a time with software
+ * accumulators of the 16 registers; a block of many rows reads its 4 weight rows from an aligned
+ * copy on the stack), a lone decode row 8 outputs at a time with software
  * prefetch of the weight rows; every output is one 8-lane accumulator advanced over k in
  * order and reduced by one fixed tree (hsum4), so a row's sums never depend on its batch.
  * Softmax max / exp-and-sum (the portable polynomial in 8 lanes), the decode step's products
@@ -18,7 +19,20 @@
 
 #define T __attribute__((target("avx2,fma")))
 
-#define ROW_BLOCK 48 /* rows of x kept hot while 4 weight rows stay in L1 (a multiple of 3) */
+/* Rows of x kept hot in L2 (about this many bytes of them) while the weights stream past: each
+ * block reads every weight row once more, from L3 or memory, so the blocks are as few as fit;
+ * but never fewer than MIN_BLOCK_ROWS rows (long rows: a few more passes over x from L3 cost
+ * less than many over a large weight matrix from memory). */
+#define X_BLOCK_BYTES (256 * 1024)
+#define MIN_BLOCK_ROWS 48
+/* In a block of at least PACK_MIN_ROWS rows, the first tile also stores the 4 weight rows it
+ * reads (K <= PACK_MAX_K) into a 64-byte-aligned panel on the stack, and the block's later
+ * tiles read the panel: weights mapped from a file often start off a 32-byte boundary, and then
+ * every other 8-lane load of them straddles two cache lines, in the loop that reads each weight
+ * once per row. The copy changes where the floats are read from, not the arithmetic: packed or
+ * not, every output gets the same sums. */
+#define PACK_MIN_ROWS 6
+#define PACK_MAX_K 4096 /* a 64 KiB panel */
 /* A decode row streams every weight once from L2/L3: prefetch 8 KiB ahead in each of the 8
  * weight rows in flight, one line per row every 16 floats. */
 #define PREFETCH_BYTES (2048 * sizeof(float))
@@ -100,20 +114,84 @@ T static void mm_row(const float *a, int K, const float *W, int N, int ldw, floa
   }
 }
 
-T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
-                      float *y, int ldy) {
-  if (M == 1) {
-    mm_row(x, K, W, N, ldw, y);
-    return;
+/* One tile: rows a0..a2 by weight rows w0..w3, k in order; sums by hsum4 into s[0..2]. With
+ * `ahead` the weight rows are prefetched PREFETCH_BYTES on; with `copy` each weight vector read
+ * is also stored to the panel rows p0..p3 (aligned; the tail's masked lanes store zeros). */
+T static inline __attribute__((always_inline)) void
+tile_3x4(const float *a0, const float *a1, const float *a2, const float *w0, const float *w1,
+         const float *w2, const float *w3, int kv, int tail, __m256i tmask, int ahead, int copy,
+         float *p0, float *p1, float *p2, float *p3, __m128 s[3]) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
+         c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+  for (int k = 0; k < kv; k += 8) {
+    if (ahead && !(k & 15)) {
+      _mm_prefetch((const char *)((uintptr_t)(w0 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)(w1 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)(w2 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)(w3 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+    }
+    __m256 b0 = _mm256_loadu_ps(w0 + k), b1 = _mm256_loadu_ps(w1 + k),
+           b2 = _mm256_loadu_ps(w2 + k), b3 = _mm256_loadu_ps(w3 + k);
+    if (copy) {
+      _mm256_store_ps(p0 + k, b0);
+      _mm256_store_ps(p1 + k, b1);
+      _mm256_store_ps(p2 + k, b2);
+      _mm256_store_ps(p3 + k, b3);
+    }
+    __m256 v = _mm256_loadu_ps(a0 + k);
+    FMA4(v, c00, c01, c02, c03);
+    v = _mm256_loadu_ps(a1 + k);
+    FMA4(v, c10, c11, c12, c13);
+    v = _mm256_loadu_ps(a2 + k);
+    FMA4(v, c20, c21, c22, c23);
   }
+  if (tail) {
+    __m256 b0 = _mm256_maskload_ps(w0 + kv, tmask), b1 = _mm256_maskload_ps(w1 + kv, tmask),
+           b2 = _mm256_maskload_ps(w2 + kv, tmask), b3 = _mm256_maskload_ps(w3 + kv, tmask);
+    if (copy) {
+      _mm256_store_ps(p0 + kv, b0);
+      _mm256_store_ps(p1 + kv, b1);
+      _mm256_store_ps(p2 + kv, b2);
+      _mm256_store_ps(p3 + kv, b3);
+    }
+    __m256 v = _mm256_maskload_ps(a0 + kv, tmask);
+    FMA4(v, c00, c01, c02, c03);
+    v = _mm256_maskload_ps(a1 + kv, tmask);
+    FMA4(v, c10, c11, c12, c13);
+    v = _mm256_maskload_ps(a2 + kv, tmask);
+    FMA4(v, c20, c21, c22, c23);
+  }
+  s[0] = hsum4(c00, c01, c02, c03);
+  s[1] = hsum4(c10, c11, c12, c13);
+  s[2] = hsum4(c20, c21, c22, c23);
+}
+
+/* M >= 2 rows in blocks of 3-row tiles (its own function: only it has the panel's frame) */
+T __attribute__((noinline)) static void mm_tiles(const float *x, int M, int K, int ldx,
+                                                 const float *W, int N, int ldw, float *y,
+                                                 int ldy) {
   const int kv = K & ~7, tail = K & 7;
   const __m256i tmask = lanes_mask(tail);
-  for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
-    int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
+  /* the packed panel: 4 weight rows [4, kp], kp = K rounded up to 16 floats (whole lines) */
+  _Alignas(64) float panel[4 * PACK_MAX_K];
+  const size_t kp = ((size_t)K + 15) & ~(size_t)15;
+  /* M rows in equal blocks of a multiple of 3 rows (whole tiles), each at most about
+   * X_BLOCK_BYTES of x or MIN_BLOCK_ROWS rows, the larger */
+  size_t max_rows = X_BLOCK_BYTES / ((size_t)K * sizeof(float));
+  if (max_rows < MIN_BLOCK_ROWS) max_rows = MIN_BLOCK_ROWS;
+  const size_t n_blocks = ((size_t)M + max_rows - 1) / max_rows;
+  const int block = (int)(((size_t)M + n_blocks - 1) / n_blocks + 2) / 3 * 3;
+  for (int r0 = 0; r0 < M; r0 += block) {
+    int r1 = r0 + block < M ? r0 + block : M;
+    /* (such a block's first tile has 3 rows: it reads the whole weight rows) */
+    const int pack = r1 - r0 >= PACK_MIN_ROWS && K <= PACK_MAX_K;
     for (int o = 0; o < N; o += 4) {
       int oc = N - o < 4 ? N - o : 4;
       const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
                   *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
+      /* the panel rows of w0..w3 (outputs past oc repeat output o, as the source rows do) */
+      float *p0 = panel, *p1 = oc > 1 ? panel + kp : panel, *p2 = oc > 2 ? panel + 2 * kp : panel,
+            *p3 = oc > 3 ? panel + 3 * kp : panel;
       for (int r = r0; r < r1; r += 3) {
         int rc = r1 - r < 3 ? r1 - r : 3; /* rows past rc repeat row r (results discarded) */
         if (rc == 1) { /* a last lone row: the same per-output arithmetic, a third of the work */
@@ -136,43 +214,30 @@ T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int
           store_outputs(y + (size_t)r * ldy + o, hsum4(c0, c1, c2, c3), oc);
           continue;
         }
-        const int first_tile = r == r0; /* later tiles find these weight rows in L1 */
         const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
                     *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0;
-        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
-               c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
-        for (int k = 0; k < kv; k += 8) {
-          if (first_tile && !(k & 15)) {
-            _mm_prefetch((const char *)((uintptr_t)(w0 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-            _mm_prefetch((const char *)((uintptr_t)(w1 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-            _mm_prefetch((const char *)((uintptr_t)(w2 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-            _mm_prefetch((const char *)((uintptr_t)(w3 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-          }
-          __m256 b0 = _mm256_loadu_ps(w0 + k), b1 = _mm256_loadu_ps(w1 + k),
-                 b2 = _mm256_loadu_ps(w2 + k), b3 = _mm256_loadu_ps(w3 + k);
-          __m256 v = _mm256_loadu_ps(a0 + k);
-          FMA4(v, c00, c01, c02, c03);
-          v = _mm256_loadu_ps(a1 + k);
-          FMA4(v, c10, c11, c12, c13);
-          v = _mm256_loadu_ps(a2 + k);
-          FMA4(v, c20, c21, c22, c23);
-        }
-        if (tail) {
-          __m256 b0 = _mm256_maskload_ps(w0 + kv, tmask), b1 = _mm256_maskload_ps(w1 + kv, tmask),
-                 b2 = _mm256_maskload_ps(w2 + kv, tmask), b3 = _mm256_maskload_ps(w3 + kv, tmask);
-          __m256 v = _mm256_maskload_ps(a0 + kv, tmask);
-          FMA4(v, c00, c01, c02, c03);
-          v = _mm256_maskload_ps(a1 + kv, tmask);
-          FMA4(v, c10, c11, c12, c13);
-          v = _mm256_maskload_ps(a2 + kv, tmask);
-          FMA4(v, c20, c21, c22, c23);
-        }
-        store_outputs(y + (size_t)r * ldy + o, hsum4(c00, c01, c02, c03), oc);
-        if (rc > 1) store_outputs(y + (size_t)(r + 1) * ldy + o, hsum4(c10, c11, c12, c13), oc);
-        if (rc > 2) store_outputs(y + (size_t)(r + 2) * ldy + o, hsum4(c20, c21, c22, c23), oc);
+        __m128 s[3];
+        if (r > r0) /* later tiles find these weight rows (or their panel) in L1 */
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 0, 0, p0, p1, p2, p3, s);
+        else if (pack) /* the first tile also writes the panel the later ones read */
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 1, 1, p0, p1, p2, p3, s);
+        else
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 1, 0, p0, p1, p2, p3, s);
+        if (pack && r == r0) w0 = p0, w1 = p1, w2 = p2, w3 = p3;
+        store_outputs(y + (size_t)r * ldy + o, s[0], oc);
+        if (rc > 1) store_outputs(y + (size_t)(r + 1) * ldy + o, s[1], oc);
+        if (rc > 2) store_outputs(y + (size_t)(r + 2) * ldy + o, s[2], oc);
       }
     }
   }
+}
+
+T static void mm_avx2(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
+                      float *y, int ldy) {
+  if (M == 1)
+    mm_row(x, K, W, N, ldw, y);
+  else
+    mm_tiles(x, M, K, ldx, W, N, ldw, y, ldy);
 }
 #undef FMA4
 

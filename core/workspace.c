@@ -24,7 +24,10 @@ float *xl_ws_get(xl_workspace *ws, int slot, size_t n) {
   if (ws->cap[slot] < n) {
     free(ws->buf[slot]);
     size_t cap = n + n / 4; /* headroom: batches vary a little between calls */
-    ws->buf[slot] = malloc(cap * sizeof(float));
+    /* 64-byte aligned (whole cache lines): rows of d floats then start on a line whenever d
+     * is a multiple of 16, and no vector load of them straddles two lines */
+    size_t bytes = (cap * sizeof(float) + 63) & ~(size_t)63;
+    ws->buf[slot] = aligned_alloc(64, bytes);
     ws->cap[slot] = ws->buf[slot] ? cap : 0;
   }
   return ws->buf[slot];

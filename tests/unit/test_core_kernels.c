@@ -6,10 +6,12 @@
  * LayerNorm, ReLU, bias rows. Non-finite and denormal inputs give defined IEEE results (NaN
  * stays NaN, exp(-Inf) = 0, exp(+Inf) = Inf), with no float-to-int conversion of a non-finite
  * value (the UBSan build checks that). And the path switch: unknown names and paths this CPU
- * or build cannot run are clear errors that leave the current path alone.
+ * or build cannot run are clear errors that leave the current path alone. And the workspace
+ * buffers the GEMMs read start on cache lines.
  */
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +55,40 @@ static void check_matmul(const xl_kernels *k) {
           if (memcmp(y1, y + r * ldy, (size_t)N * sizeof *y1)) bad_inv++;
         }
       }
+  CHECK(bad_ref == 0);
+  CHECK(bad_inv == 0);
+  free(x);
+  free(w);
+  free(y);
+  free(y1);
+}
+
+/* Long weight rows (K up to past 4096 floats) with a row stride that puts every weight row off
+ * a 32-byte boundary, in blocks of many rows (where a family may copy its weight rows into an
+ * aligned panel first) and fewer: the same checks as above, both ways. */
+static void check_matmul_long_rows(const xl_kernels *k) {
+  static const int Ks[] = {1000, 4096, 4101};
+  static const int Ms[] = {2, 13, 50};
+  enum { LD = 4101 + 5, N = 6, MAX_M = 50 };
+  float *x = malloc((size_t)MAX_M * LD * sizeof *x), *w = malloc((size_t)N * LD * sizeof *w),
+        *y = malloc((size_t)MAX_M * N * sizeof *y), *y1 = malloc(N * sizeof *y1);
+  fill(x, (size_t)MAX_M * LD, 3);
+  fill(w, (size_t)N * LD, 4);
+  int bad_ref = 0, bad_inv = 0;
+  for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+    for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+      int M = Ms[a], K = Ks[c];
+      k->matmul_nt(x, M, K, LD, w + 1, N, LD, y, N); /* w + 1: rows start 4 bytes past w's */
+      for (int r = 0; r < M; r++) {
+        for (int o = 0; o < N; o++) {
+          double ref = 0;
+          for (int i = 0; i < K; i++) ref += (double)x[(size_t)r * LD + i] * w[1 + (size_t)o * LD + i];
+          if (fabs(ref - y[r * N + o]) > 1e-5 * K) bad_ref++;
+        }
+        k->matmul_nt(x + (size_t)r * LD, 1, K, LD, w + 1, N, LD, y1, N);
+        if (memcmp(y1, y + r * N, N * sizeof *y1)) bad_inv++;
+      }
+    }
   CHECK(bad_ref == 0);
   CHECK(bad_inv == 0);
   free(x);
@@ -220,6 +256,7 @@ static void test_every_family(void) {
     CHECK(!strcmp(k->name, FAMILIES[f]) && !strcmp(xl_cpu_path(), FAMILIES[f]));
     int f0 = tl_failed;
     check_matmul(k);
+    check_matmul_long_rows(k);
     check_softmax(k);
     check_exp_specials(k);
     check_attention_products(k);
@@ -230,6 +267,25 @@ static void test_every_family(void) {
   CHECK(ran >= 2); /* portable and at least one vector family on x86-64 and aarch64 */
   xl_error err;
   CHECK_CODE(xl_cpu_select("auto", &err), XL_OK);
+}
+
+/* The workspace's buffers (the x rows the GEMMs read) start on a 64-byte line at every size
+ * and regrowth, so the kernels' vector loads of rows of 16k floats never straddle two lines. */
+static void test_workspace_lines(void) {
+  static const size_t SIZES[] = {1, 3, 17, 1000, 4097, 65536, 300000, 5, 1 << 20};
+  xl_workspace *ws = NULL;
+  xl_error err;
+  CHECK_CODE(xl_workspace_new(NULL, &ws, &err), XL_OK);
+  int off_line = 0;
+  for (size_t i = 0; i < sizeof SIZES / sizeof *SIZES; i++)
+    for (int slot = 0; slot < 3; slot++) {
+      float *b = xl_ws_get(ws, slot, SIZES[i] + (size_t)slot);
+      CHECK(b != NULL);
+      if ((uintptr_t)b % 64) off_line++;
+      b[SIZES[i] + (size_t)slot - 1] = 1.0f; /* the whole size is usable (ASan checks) */
+    }
+  CHECK(off_line == 0);
+  xl_workspace_free(ws);
 }
 
 static void test_switch_errors(void) {
@@ -256,5 +312,6 @@ static void test_switch_errors(void) {
 int main(void) {
   RUN(test_every_family);
   RUN(test_switch_errors);
+  RUN(test_workspace_lines);
   return tl_summary();
 }
