@@ -311,15 +311,18 @@ def cmd_deltas(a):
             load0 = "%.1f %.1f %.1f" % os.getloadavg()
             lat = {name: [] for name, _ in ds}
             snaps = {name: set() for name, _ in ds}
+            trail = {name: [] for name, _ in ds}  # per turn: (snap_seq, write_bytes) after it
             for i in range(a.turns):
                 p = prompt(10)
                 for name, d in (ds if i % 2 == 0 else ds[::-1]):
                     lat[name].append(turn(d.port, "m", p, 4))
-                    if name != "off" and i % 5 == 4:
+                    if name != "off":
                         db = sqlite3.connect("file:%s/%s/sessions.db?mode=ro" % (
                             tmp, "t" if name == "turn" else "a"), uri=True)
-                        snaps[name].add(db.execute("SELECT snap_seq FROM sessions").fetchone()[0])
+                        v = db.execute("SELECT snap_seq FROM sessions").fetchone()[0]
                         db.close()
+                        snaps[name].add(v)
+                        trail[name].append((v, proc_io(d.proc.pid)["write_bytes"]))
             time.sleep(1.5)  # async: its last commit
             io1 = {name: proc_io(d.proc.pid) for name, d in ds}
             base = statistics.median(lat["off"])
@@ -357,6 +360,27 @@ def cmd_deltas(a):
                           file_mib(sd, "sessions.db-wal"), row[2] / 2**20, row[3],
                           row[4] / 2**20),
                       flush=True)
+                # whole compaction cycles: from the turn that first saw one swap to the turn
+                # that first saw a later one (the deltas, the compaction and the checkpoints
+                # of one or more full cycles)
+                tr = trail[name]
+                seen = [j for j in range(1, len(tr)) if tr[j][0] != tr[j - 1][0]]
+                if len(seen) >= 2:
+                    j0, j1 = seen[0], seen[-1]
+                    cyc = (tr[j1][1] - tr[j0][1]) / (j1 - j0)
+                    print("         whole compaction cycles (turns %d..%d, %d swaps): write_bytes "
+                          "%.2f MiB per turn (%.2f x the positions)" % (
+                              j0 + 1, j1 + 1, len(seen) - 1, cyc / 2**20, cyc / pos_bytes))
+                m = metrics(d.port)
+                n = m.get("xlserve_store_swap_seconds_count", 0)
+                if n:
+                    bounds = sorted((float(k.split('le="')[1].rstrip('"}')), v)
+                                    for k, v in m.items()
+                                    if k.startswith("xlserve_store_swap_seconds_bucket")
+                                    and "+Inf" not in k)
+                    worst = next((b for b, v in bounds if v >= n), float("inf"))
+                    print("         swaps %d: mean %.1f ms, all within %g s (histogram bucket)" % (
+                        n, 1e3 * m["xlserve_store_swap_seconds_sum"] / n, worst))
         finally:
             for _, d in ds:
                 d.stop()
