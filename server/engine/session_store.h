@@ -31,16 +31,21 @@
  * conflict, never a gap). Loading applies the deltas to the snapshot in order. Compaction folds
  * a row's deltas into a new snapshot when they outgrow it (bytes above the snapshot's size, or
  * a count): a compaction thread, on a connection of its own, reads the row, rebuilds and
- * encodes it while the store thread keeps committing turns; the store thread then swaps the
- * new snapshot in, in a transaction of its own (backend `compact`), conditional on the snapshot
- * it was built from being still the row's (snap_id): the deltas it folded go, the deltas
- * appended meanwhile stay and continue it. A backend keeps, per row: the snapshot, the deltas
- * after it (seq snap_seq + 1 .. seq), and the counters below; it must allow a read on one
- * connection while another connection writes.
+ * encodes it while the store thread keeps committing turns. With a backend that splits its
+ * snapshots (put_piece/swap/collect: SQLite), the compaction thread then writes the new
+ * snapshot in pieces, each a transaction of its own (turns commit between them), and swaps it
+ * in with a transaction that only repoints the row, conditional on the snapshot it was built
+ * from being still the row's (snap_id); the old snapshot and the folded deltas are deleted
+ * afterwards in small transactions. Otherwise (Redis) the store thread swaps the new snapshot
+ * in whole (backend `compact`), with the same condition. Either way the deltas appended
+ * meanwhile stay and continue it. A backend keeps, per row: the snapshot, the deltas after it
+ * (seq snap_seq + 1 .. seq), and the counters below; it must allow a read on one connection
+ * while another connection writes.
  *
  * Threads: store_new/start/shutdown/free and store_submit/store_poll on the loop (main)
- * thread; the compaction thread (rebuild and encode, reads only) and the store thread (every
- * write, the swap included) run the rest; store_count and the counters from any thread.
+ * thread; the compaction thread (rebuild and encode; with pieces: the pieces, the swap and the
+ * collection) and the store thread (every other write) run the rest, each write transaction
+ * under one mutex; store_count and the counters from any thread.
  * A session passed in an op (SAVE/EXPORT with `sess`) is held for the op (busy, or owned with
  * free_sess): the store thread is then its only user until the op completes.
  */

@@ -3,26 +3,36 @@
  * (state_dir/sessions.db), one row per session (see session_store.h for the ops).
  * store_sqlite_open runs on the main thread at start (directory, lock, schema); every other
  * function runs on the thread that owns the connection (one connection per thread, opened
- * with SQLITE_OPEN_NOMUTEX): the store thread (every write) and the compaction thread (reads:
- * get, next_delta, release; WAL lets them run while the store thread commits).
+ * with SQLITE_OPEN_NOMUTEX): the store thread (turns, saves, deletions) and the compaction
+ * thread (reads: get, next_delta, release, which WAL lets run while the store thread commits;
+ * writes: put_piece, swap, collect, in transactions the front serialises with the store
+ * thread's).
  *
- * Schema (PRAGMA user_version = 3):
+ * Schema (PRAGMA user_version = 4):
  *   sessions(owner BLOB(32), id TEXT, fingerprint INTEGER, created REAL, last_used REAL,
  *            tokens INTEGER, turns INTEGER, mode INTEGER, messages INTEGER, positions INTEGER,
  *            seq INTEGER, snap_seq INTEGER, snap_id INTEGER, snap_bytes INTEGER,
  *            n_deltas INTEGER, delta_bytes INTEGER, PRIMARY KEY (owner, id))
  *     one small row per session: its metadata and versions (a turn updates it; no blob here,
  *     so the update never rewrites a state);
- *   snapshots(owner, id, meta BLOB, state BLOB, PRIMARY KEY (owner, id))
- *     the session envelope as of version snap_seq;
+ *   snap_pieces(owner, id, snap_id INTEGER, part INTEGER, bytes BLOB,
+ *               PRIMARY KEY (owner, id, snap_id, part))
+ *     the snapshots in pieces: piece 0 the envelope's meta, pieces 1.. its state blob in
+ *     PIECE_BYTES pieces; the session's snapshot (as of version snap_seq) is the one its row's
+ *     snap_id names, any other snap_id is dead (a compaction's pieces before its swap, or what
+ *     a crash or a stale compaction left) and never read;
  *   deltas(owner, id, seq INTEGER, meta BLOB, delta BLOB, PRIMARY KEY (owner, id, seq))
  *     WITHOUT ROWID: the turns since, in seq order (snap_seq + 1 .. seq), in one b-tree;
+ *     deltas at or below snap_seq (folded by a swap, not yet collected) are dead;
  *   indexes on sessions (owner, last_used) for listing and (last_used) for TTL expiry; a
- *   trigger deletes a session's snapshot and deltas with its row.
+ *   trigger deletes a session's pieces and deltas with its row.
+ * Dead pieces and deltas are deleted by `collect` after each compaction and at every open (a
+ * compaction killed between its pieces and its swap).
  * Session ids are per API key: (owner, id) is the key, so two keys may each have a session of
  * the same id. Older files are migrated at open, one transaction per version: version 1 (id
  * alone the primary key) to 2 ((owner, id), one row holding meta + state), 2 to 3 (the row's
- * meta + state become its snapshot at version 1, with no deltas).
+ * meta + state become its snapshot at version 1, with no deltas), 3 to 4 (a snapshots row
+ * becomes two pieces, meta and state, under the row's snap_id).
  * The envelope and the deltas are authoritative; the other columns are for queries, operators
  * (sqlite3 sessions.db 'select id, tokens, n_deltas from sessions') and compaction's trigger.
  *
