@@ -356,37 +356,35 @@ static void read_meta(sqlite3_stmt *st, store_row *row) {
 
 static void bind_key(sqlite3_stmt *st, const char *id, const uint8_t owner[32]);
 
-/* The row's snapshot (snap_id, snap_bytes read): its pieces in order, joined into c->snap;
- * row->meta/state point into it (piece 0 is the meta). A piece missing, or pieces that do not
- * add up to snap_bytes, is an error naming the session (the envelope's checksum then checks
- * the bytes). */
+/* The row's snapshot (snap_id read): its pieces in order, joined into c->snap; row->meta/state
+ * point into it (piece 0 is the meta). Only SQLite's failures are errors here: pieces that are
+ * missing, short or damaged make an envelope the decoder refuses (sizes, checksums), like a
+ * damaged blob. */
 static int read_snapshot(store_conn *c, const char *id, const uint8_t owner[32], store_row *row,
                          char *err, size_t cap) {
   bind_key(c->pieces_get, id, owner);
   sqlite3_bind_int64(c->pieces_get, 3, (sqlite3_int64)row->snap_id);
-  size_t total = (size_t)row->snap_bytes, have = 0;
-  c->snap = xmalloc(total ? total : 1);
-  int part = 0, rc;
+  size_t room = row->snap_bytes ? (size_t)row->snap_bytes : 1, have = 0;
+  c->snap = xmalloc(room);
+  row->meta_len = 0;
+  int first = 1, rc;
   while ((rc = sqlite3_step(c->pieces_get)) == SQLITE_ROW) {
     size_t n = (size_t)sqlite3_column_bytes(c->pieces_get, 1);
     const void *p = sqlite3_column_blob(c->pieces_get, 1);
-    if (sqlite3_column_int(c->pieces_get, 0) != part || n > total - have) break;
+    if (n > room - have) {
+      while (n > room - have) room *= 2;
+      c->snap = xrealloc(c->snap, room);
+    }
     if (n) memcpy(c->snap + have, p, n);
-    if (part == 0) row->meta_len = n;
+    if (first) row->meta_len = n;
+    first = 0;
     have += n;
-    part++;
   }
   sqlite3_reset(c->pieces_get);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    return fail(err, cap, c->db, "reading a session's snapshot");
-  if (rc == SQLITE_ROW || part == 0 || have != total) {
-    snprintf(err, cap, "sqlite: session %s: its snapshot's pieces are incomplete (piece %d, "
-             "%zu of %zu bytes)", id, part, have, total);
-    return -1;
-  }
+  if (rc != SQLITE_DONE) return fail(err, cap, c->db, "reading a session's snapshot");
   row->meta = c->snap;
   row->state = c->snap + row->meta_len;
-  row->state_len = total - row->meta_len;
+  row->state_len = have - row->meta_len;
   return 0;
 }
 

@@ -219,8 +219,13 @@ def cmd_migrate(a):
             d.stop()
         path = os.path.join(sd, "sessions.db")
         db = sqlite3.connect(path)
-        rows = db.execute("SELECT %s FROM sessions s JOIN snapshots n USING (owner, id)" % V1_COLS
-                          ).fetchall()  # one turn each: a snapshot, no delta
+        rows = []  # one turn each: a snapshot (its pieces: the meta, then the state), no delta
+        for r in db.execute("SELECT %s, snap_id FROM sessions" % V1_COLS.replace(
+                ", meta, state", "")).fetchall():
+            ps = [b for _, b in db.execute(
+                "SELECT part, bytes FROM snap_pieces WHERE owner = ? AND id = ? AND snap_id = ? "
+                "ORDER BY part", (r[1], r[0], r[-1]))]
+            rows.append(tuple(r[:-1]) + (ps[0], b"".join(ps[1:])))
         db.close()
         nbytes = sum(len(r[10]) + len(r[11]) for r in rows)
         for f in os.listdir(sd):
@@ -245,7 +250,7 @@ def cmd_migrate(a):
             finally:
                 d.stop()
         db = sqlite3.connect(path)
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
         db.close()
         print("%d sessions, %.1f MiB of envelopes: start with the migration %.3f s, start of the "
               "migrated file %.3f s (+%.3f s: %.1f MiB/s); every session read back" % (
