@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "metrics.h"
@@ -43,6 +44,8 @@ struct session_store {
    * (pieces, swap, collection), so they take turns on the database's one writer lock without
    * SQLite's busy polling; taken before mu, never while holding it */
   pthread_mutex_t wlock;
+  atomic_int store_waits; /* the store thread is waiting for wlock: the compaction thread,
+                             between two pieces, lets it go first (a mutex is not fair) */
   pthread_cond_t cv;
   store_op *head, *tail;
   long n_sync; /* queued ops other than async saves */
@@ -125,6 +128,7 @@ session_store *store_new(store_backend *backend, const store_opts *o, void (*not
   pthread_cond_init(&st->ccv, NULL);
   pthread_mutex_init(&st->done_mu, NULL);
   atomic_init(&st->cstop, 0);
+  atomic_init(&st->store_waits, 0);
   st->notify = notify;
   st->notify_arg = arg;
   atomic_init(&st->count, 0);
@@ -448,6 +452,13 @@ static void compaction_free(compaction *c) {
   free(c);
 }
 
+/* wlock for the store thread, announced so that the compaction thread lets it go first. */
+static void store_wlock(session_store *st) {
+  atomic_fetch_add(&st->store_waits, 1);
+  pthread_mutex_lock(&st->wlock);
+  atomic_fetch_sub(&st->store_waits, 1);
+}
+
 /* One write transaction on the compaction thread's connection (under wlock): `step` is one of
  * the backend's writes. 0 ok, 1 (step's) stale, 2 (step's) more to do, -1 error. */
 typedef struct {
@@ -461,6 +472,8 @@ typedef struct {
 static int compaction_write(session_store *st, const cwrite *w, char *err, size_t cap) {
   const store_backend_ops *B = st->b->ops;
   const store_row *r = &w->c->row;
+  /* the store thread first when it waits (bounded: 0.1 s) */
+  for (int i = 0; i < 1000 && atomic_load(&st->store_waits); i++) usleep(100);
   pthread_mutex_lock(&st->wlock);
   int rc = B->begin(st->cconn, err, cap);
   if (rc == 0) {
@@ -602,7 +615,7 @@ static void swap_in(session_store *st, compaction *c) {
   const store_backend_ops *B = st->b->ops;
   char err[400] = "";
   int rc;
-  pthread_mutex_lock(&st->wlock);
+  store_wlock(st);
   double t0 = now_mono();
   if (B->begin(st->conn, err, sizeof err)) {
     rc = -1;
@@ -655,7 +668,7 @@ static void run_batch_locked(session_store *st, store_op **ops, int n, int write
 static void run_batch(session_store *st, store_op **ops, int n) {
   int writes = 0;
   for (int i = 0; i < n; i++) writes += is_write(ops[i]);
-  if (writes) pthread_mutex_lock(&st->wlock);
+  if (writes) store_wlock(st);
   run_batch_locked(st, ops, n, writes);
   if (writes) pthread_mutex_unlock(&st->wlock);
 }
