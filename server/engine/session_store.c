@@ -1,7 +1,8 @@
 /*
  * session_store.c: the store front: one store thread, its FIFO of operations, group commit,
  * the async-save delay, rebuilding sessions from a snapshot and its deltas, compaction (rebuilt
- * and encoded on a compaction thread, swapped in by the store thread between batches), and
+ * and encoded on a compaction thread, which also writes it in pieces and swaps it in where the
+ * backend has pieces; otherwise swapped in whole by the store thread between batches), and
  * completions back to the loop thread (see session_store.h).
  * Threads: submit/poll/start/shutdown/free on the loop thread; compaction_main on the
  * compaction thread; the rest on the store thread.
@@ -459,8 +460,9 @@ static void store_wlock(session_store *st) {
   atomic_fetch_sub(&st->store_waits, 1);
 }
 
-/* One write transaction on the compaction thread's connection (under wlock): `step` is one of
- * the backend's writes. 0 ok, 1 (step's) stale, 2 (step's) more to do, -1 error. */
+/* One write of the compaction thread (a piece, the swap, or a collection), in a transaction of
+ * its own on its connection, under wlock. The backend's answer: 0 ok, 1 stale (the swap), 2
+ * more to do (a collection), -1 error (rolled back). */
 typedef struct {
   int kind; /* 0 a piece, 1 the swap, 2 a collection */
   const compaction *c;
@@ -549,7 +551,8 @@ static void short_swap(session_store *st, compaction *c) {
 
 /* The compaction thread, on its own connection: takes a queued row, rebuilds it from its
  * snapshot and deltas (a read; the store thread keeps committing meanwhile), encodes the new
- * snapshot and hands it to the store thread, whose swap writes it. The next row waits until
+ * snapshot, and writes it in pieces and swaps it in itself (short_swap), or, with a backend
+ * without pieces, hands it to the store thread, whose swap writes it whole. The next row waits until
  * that swap is done. A row that changed meanwhile (deleted, replaced) is left as it is by the
  * swap; a failure leaves the row as it was (its deltas still rebuild it). */
 static void *compaction_main(void *arg) {
