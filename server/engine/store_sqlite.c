@@ -91,10 +91,10 @@ struct store_conn {
   sqlite_cfg *cfg;
   int64_t page_size;
   sqlite3_stmt *get, *update, *insert, *del, *expire, *list, *count, *begin, *commit, *rollback;
-  sqlite3_stmt *piece_put, *pieces_get, *pieces_clear, *deltas_clear, *deltas_get, *append_row,
+  sqlite3_stmt *piece_put, *meta_get, *pieces_get, *pieces_clear, *deltas_clear, *deltas_get, *append_row,
       *append_delta, *swap_row, *swap_sizes, *collect_pieces, *collect_deltas;
   int in_deltas; /* deltas_get is bound to the row of the last get */
-  uint8_t *snap;  /* the last get's snapshot, its pieces joined (meta || state) */
+  uint8_t *snap;  /* the last get's state, its pieces joined (when it has more than one) */
 };
 
 static const char *COLS =
@@ -136,7 +136,7 @@ static void sq_disconnect(store_conn *c) {
                          c->commit,       c->rollback,       c->piece_put,    c->pieces_get,
                          c->pieces_clear, c->deltas_clear,   c->deltas_get,   c->append_row,
                          c->append_delta, c->swap_row,       c->swap_sizes,   c->collect_pieces,
-                         c->collect_deltas};
+                         c->collect_deltas, c->meta_get};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) sqlite3_finalize(all[i]);
   free(c->snap);
   sqlite3_close(c->db);
@@ -235,8 +235,10 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
       {&c->count, "SELECT count(*) FROM sessions"},
       {&c->piece_put, "INSERT OR REPLACE INTO snap_pieces (owner, id, snap_id, part, bytes) "
                       "VALUES (?2, ?1, ?3, ?4, ?5)"},
-      {&c->pieces_get, "SELECT part, bytes FROM snap_pieces WHERE owner = ?2 AND id = ?1 AND "
-                       "snap_id = ?3 ORDER BY part"},
+      {&c->meta_get, "SELECT bytes FROM snap_pieces WHERE owner = ?2 AND id = ?1 AND "
+                     "snap_id = ?3 AND part = 0"},
+      {&c->pieces_get, "SELECT bytes FROM snap_pieces WHERE owner = ?2 AND id = ?1 AND "
+                       "snap_id = ?3 AND part > 0 ORDER BY part"},
       {&c->pieces_clear, "DELETE FROM snap_pieces WHERE owner = ?2 AND id = ?1"},
       {&c->deltas_clear, "DELETE FROM deltas WHERE owner = ?2 AND id = ?1"},
       {&c->deltas_get, "SELECT seq, meta, delta FROM deltas WHERE owner = ?2 AND id = ?1 AND "
@@ -307,6 +309,7 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
 /* Releases the blobs a previous get lent (and its read transaction). */
 static void settle(store_conn *c) {
   sqlite3_reset(c->get);
+  sqlite3_reset(c->meta_get);
   sqlite3_reset(c->pieces_get);
   free(c->snap);
   c->snap = NULL;
@@ -356,35 +359,50 @@ static void read_meta(sqlite3_stmt *st, store_row *row) {
 
 static void bind_key(sqlite3_stmt *st, const char *id, const uint8_t owner[32]);
 
-/* The row's snapshot (snap_id read): its pieces in order, joined into c->snap; row->meta/state
- * point into it (piece 0 is the meta). Only SQLite's failures are errors here: pieces that are
- * missing, short or damaged make an envelope the decoder refuses (sizes, checksums), like a
- * damaged blob. */
+/* The row's snapshot (snap_id read): row->meta is piece 0 and row->state the pieces after it,
+ * lent by SQLite (the statements stay open until the next call on this connection) when the
+ * state is one piece (any state up to PIECE_BYTES), else joined into c->snap. Only SQLite's
+ * failures are errors here: pieces that are missing, short or damaged make an envelope the
+ * decoder refuses (sizes, checksums), like a damaged blob. */
 static int read_snapshot(store_conn *c, const char *id, const uint8_t owner[32], store_row *row,
                          char *err, size_t cap) {
-  bind_key(c->pieces_get, id, owner);
-  sqlite3_bind_int64(c->pieces_get, 3, (sqlite3_int64)row->snap_id);
-  size_t room = row->snap_bytes ? (size_t)row->snap_bytes : 1, have = 0;
-  c->snap = xmalloc(room);
+  sqlite3_stmt *m = c->meta_get, *p = c->pieces_get;
+  bind_key(m, id, owner);
+  sqlite3_bind_int64(m, 3, (sqlite3_int64)row->snap_id);
+  bind_key(p, id, owner);
+  sqlite3_bind_int64(p, 3, (sqlite3_int64)row->snap_id);
+  row->meta = (const uint8_t *)"";
   row->meta_len = 0;
-  int first = 1, rc;
-  while ((rc = sqlite3_step(c->pieces_get)) == SQLITE_ROW) {
-    size_t n = (size_t)sqlite3_column_bytes(c->pieces_get, 1);
-    const void *p = sqlite3_column_blob(c->pieces_get, 1);
+  row->state = (const uint8_t *)"";
+  row->state_len = 0;
+  int rc = sqlite3_step(m);
+  if (rc == SQLITE_ROW) {
+    row->meta_len = (size_t)sqlite3_column_bytes(m, 0);
+    if (row->meta_len) row->meta = sqlite3_column_blob(m, 0);
+  } else if (rc != SQLITE_DONE) {
+    return fail(err, cap, c->db, "reading a session's snapshot");
+  }
+  size_t want = row->snap_bytes > row->meta_len ? (size_t)row->snap_bytes - row->meta_len : 0;
+  size_t room = 0, have = 0;
+  while ((rc = sqlite3_step(p)) == SQLITE_ROW) {
+    size_t n = (size_t)sqlite3_column_bytes(p, 0);
+    const uint8_t *b = sqlite3_column_blob(p, 0);
+    if (!c->snap && n == want) { /* the whole state in one piece: lent as it is */
+      row->state = n ? b : (const uint8_t *)"";
+      row->state_len = n;
+      return 0;
+    }
     if (n > room - have) {
+      if (!room) room = want > n ? want : n;
       while (n > room - have) room *= 2;
       c->snap = xrealloc(c->snap, room);
     }
-    if (n) memcpy(c->snap + have, p, n);
-    if (first) row->meta_len = n;
-    first = 0;
+    if (n) memcpy(c->snap + have, b, n);
     have += n;
   }
-  sqlite3_reset(c->pieces_get);
   if (rc != SQLITE_DONE) return fail(err, cap, c->db, "reading a session's snapshot");
-  row->meta = c->snap;
-  row->state = c->snap + row->meta_len;
-  row->state_len = have - row->meta_len;
+  if (c->snap) row->state = c->snap;
+  row->state_len = have;
   return 0;
 }
 
