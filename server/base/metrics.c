@@ -40,6 +40,9 @@ void metrics_init(void) {
             "Session store: reading and decoding one session (store thread).", st, 16);
   hist_init(&m->store_write, "xlserve_store_write_seconds",
             "Session store: a write's batch from its start to its commit (store thread).", st, 16);
+  hist_init(&m->store_swap, "xlserve_store_swap_seconds",
+            "Session store: a compaction's swap, the transaction that makes its new snapshot the "
+            "session's.", st, 16);
   hist_init(&m->restore, "xlserve_session_restore_seconds",
             "A session brought back from the store, as the request saw it (queue, read, decode).",
             st, 16);
@@ -162,5 +165,6 @@ void metrics_render(buf *o, const metrics_gauges *g, const char *const *route_na
   hist_render(o, &m->forward_seconds);
   hist_render(o, &m->store_read);
   hist_render(o, &m->store_write);
+  hist_render(o, &m->store_swap);
   hist_render(o, &m->restore);
 }

@@ -38,7 +38,8 @@ typedef struct metrics {
   atomic_uint_fast64_t store_conflicts, sessions_stale, store_unavailable, store_wait_shortfalls;
   atomic_int store_down;
   histogram ttft, inter_token, queue_wait, duration, batch_size, batch_tokens, forward_seconds,
-      store_read, store_write, restore; /* batch_size also gives the forward pass/row totals */
+      store_read, store_write, store_swap,
+      restore; /* batch_size also gives the forward pass/row totals */
 } metrics;
 
 extern metrics g_metrics;

@@ -31,16 +31,21 @@
  * conflict, never a gap). Loading applies the deltas to the snapshot in order. Compaction folds
  * a row's deltas into a new snapshot when they outgrow it (bytes above the snapshot's size, or
  * a count): a compaction thread, on a connection of its own, reads the row, rebuilds and
- * encodes it while the store thread keeps committing turns; the store thread then swaps the
- * new snapshot in, in a transaction of its own (backend `compact`), conditional on the snapshot
- * it was built from being still the row's (snap_id): the deltas it folded go, the deltas
- * appended meanwhile stay and continue it. A backend keeps, per row: the snapshot, the deltas
- * after it (seq snap_seq + 1 .. seq), and the counters below; it must allow a read on one
- * connection while another connection writes.
+ * encodes it while the store thread keeps committing turns. With a backend that splits its
+ * snapshots (put_piece/swap/collect: SQLite), the compaction thread then writes the new
+ * snapshot in pieces, each a transaction of its own (turns commit between them), and swaps it
+ * in with a transaction that only repoints the row, conditional on the snapshot it was built
+ * from being still the row's (snap_id); the old snapshot and the folded deltas are deleted
+ * afterwards in small transactions. Otherwise (Redis) the store thread swaps the new snapshot
+ * in whole (backend `compact`), with the same condition. Either way the deltas appended
+ * meanwhile stay and continue it. A backend keeps, per row: the snapshot, the deltas after it
+ * (seq snap_seq + 1 .. seq), and the counters below; it must allow a read on one connection
+ * while another connection writes.
  *
  * Threads: store_new/start/shutdown/free and store_submit/store_poll on the loop (main)
- * thread; the compaction thread (rebuild and encode, reads only) and the store thread (every
- * write, the swap included) run the rest; store_count and the counters from any thread.
+ * thread; the compaction thread (rebuild and encode; with pieces: the pieces, the swap and the
+ * collection) and the store thread (every other write) run the rest, each write transaction
+ * under one mutex; store_count and the counters from any thread.
  * A session passed in an op (SAVE/EXPORT with `sess`) is held for the op (busy, or owned with
  * free_sess): the store thread is then its only user until the op completes.
  */
@@ -133,6 +138,24 @@ typedef struct store_backend_ops {
    * still old_snap_id and the row has reached row->seq. 0 ok, 1 stale (nothing written),
    * -1 error. */
   int (*compact)(store_conn *c, const store_row *row, uint64_t old_snap_id, char *err,
+                 size_t cap);
+  /* The short swap (optional; NULL: compaction swaps the snapshot in whole with `compact`).
+   * put_piece writes one piece of a compaction's new snapshot (identity snap_id) ahead of its
+   * swap, each in a transaction of its own: piece 0 is the envelope's meta, pieces 1.. the
+   * state blob in order. Pieces of a snapshot no row points at are never read. 0 ok, -1. */
+  int (*put_piece)(store_conn *c, const char *id, const uint8_t owner[32], uint64_t snap_id,
+                   int part, const uint8_t *bytes, size_t len, char *err, size_t cap);
+  /* Repoints the row to the snapshot row->snap_id (n_pieces pieces, all written by put_piece)
+   * standing for version row->seq, of row->meta_len + row->state_len bytes (the blobs are not
+   * passed); only if the row's snapshot is still old_snap_id, the row has reached row->seq and
+   * every piece is there. The deltas it folded (up to row->seq) and the old snapshot are dead
+   * from then on (never read; `collect` deletes them). 0 ok, 1 stale (nothing written), -1. */
+  int (*swap)(store_conn *c, const store_row *row, uint64_t old_snap_id, int n_pieces,
+              char *err, size_t cap);
+  /* Deletes a bounded batch of the row's dead data (pieces of snapshots the row does not point
+   * at, or of a row that is gone; deltas its snapshot folded), in the caller's transaction.
+   * 0 nothing left, 2 more to do, -1 error. */
+  int (*collect)(store_conn *c, const char *id, const uint8_t owner[32], char *err,
                  size_t cap);
   /* Shared backends: owner's row id's version (seq): 0 found, 1 absent, -1 error. */
   int (*version)(store_conn *c, const char *id, const uint8_t owner[32], uint64_t *seq,
@@ -240,10 +263,17 @@ typedef struct store_opts {
   double compact_ratio;
   long compact_min_bytes;
   int compact_max_deltas;
+  /* a compaction's new snapshot is written in pieces of this many bytes of state (backends
+   * with put_piece; 0: 4 MiB) */
+  size_t snap_piece_bytes;
   /* tests: called on the compaction thread between a compaction's rebuild (snapshot + deltas
-   * up to version seq, encoded) and its swap; may block (NULL: none) */
+   * up to version seq, encoded; with put_piece: and its pieces written) and its swap; may
+   * block (NULL: none) */
   void (*compact_hook)(void *arg, const char *id, uint64_t seq);
   void *compact_hook_arg;
+  /* tests: called on the compaction thread after piece `part` of a compaction's new snapshot
+   * was committed (backends with put_piece); may block (NULL: none) */
+  void (*piece_hook)(void *arg, const char *id, int part);
 } store_opts;
 
 /* backend NULL: no persistence (only EXPORT and DECODE are meaningful; the others answer

@@ -3,26 +3,36 @@
  * (state_dir/sessions.db), one row per session (see session_store.h for the ops).
  * store_sqlite_open runs on the main thread at start (directory, lock, schema); every other
  * function runs on the thread that owns the connection (one connection per thread, opened
- * with SQLITE_OPEN_NOMUTEX): the store thread (every write) and the compaction thread (reads:
- * get, next_delta, release; WAL lets them run while the store thread commits).
+ * with SQLITE_OPEN_NOMUTEX): the store thread (turns, saves, deletions) and the compaction
+ * thread (reads: get, next_delta, release, which WAL lets run while the store thread commits;
+ * writes: put_piece, swap, collect, in transactions the front serialises with the store
+ * thread's).
  *
- * Schema (PRAGMA user_version = 3):
+ * Schema (PRAGMA user_version = 4):
  *   sessions(owner BLOB(32), id TEXT, fingerprint INTEGER, created REAL, last_used REAL,
  *            tokens INTEGER, turns INTEGER, mode INTEGER, messages INTEGER, positions INTEGER,
  *            seq INTEGER, snap_seq INTEGER, snap_id INTEGER, snap_bytes INTEGER,
  *            n_deltas INTEGER, delta_bytes INTEGER, PRIMARY KEY (owner, id))
  *     one small row per session: its metadata and versions (a turn updates it; no blob here,
  *     so the update never rewrites a state);
- *   snapshots(owner, id, meta BLOB, state BLOB, PRIMARY KEY (owner, id))
- *     the session envelope as of version snap_seq;
+ *   snap_pieces(owner, id, snap_id INTEGER, part INTEGER, bytes BLOB,
+ *               PRIMARY KEY (owner, id, snap_id, part))
+ *     the snapshots in pieces: piece 0 the envelope's meta, pieces 1.. its state blob in
+ *     PIECE_BYTES pieces; the session's snapshot (as of version snap_seq) is the one its row's
+ *     snap_id names, any other snap_id is dead (a compaction's pieces before its swap, or what
+ *     a crash or a stale compaction left) and never read;
  *   deltas(owner, id, seq INTEGER, meta BLOB, delta BLOB, PRIMARY KEY (owner, id, seq))
  *     WITHOUT ROWID: the turns since, in seq order (snap_seq + 1 .. seq), in one b-tree;
+ *     deltas at or below snap_seq (folded by a swap, not yet collected) are dead;
  *   indexes on sessions (owner, last_used) for listing and (last_used) for TTL expiry; a
- *   trigger deletes a session's snapshot and deltas with its row.
+ *   trigger deletes a session's pieces and deltas with its row.
+ * Dead pieces and deltas are deleted by `collect` after each compaction and at every open (a
+ * compaction killed between its pieces and its swap).
  * Session ids are per API key: (owner, id) is the key, so two keys may each have a session of
  * the same id. Older files are migrated at open, one transaction per version: version 1 (id
  * alone the primary key) to 2 ((owner, id), one row holding meta + state), 2 to 3 (the row's
- * meta + state become its snapshot at version 1, with no deltas).
+ * meta + state become its snapshot at version 1, with no deltas), 3 to 4 (a snapshots row
+ * becomes two pieces, meta and state, under the row's snap_id).
  * The envelope and the deltas are authoritative; the other columns are for queries, operators
  * (sqlite3 sessions.db 'select id, tokens, n_deltas from sessions') and compaction's trigger.
  *
@@ -50,7 +60,11 @@
 #include "session_store.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 3
+#define SCHEMA_VERSION 4
+/* A snapshot's state is stored in pieces of this size (the last one shorter) */
+#define PIECE_BYTES ((size_t)4 << 20)
+/* dead pieces / deltas deleted per `collect` call (one transaction of the compaction thread) */
+#define COLLECT_BATCH 4
 #define WAL_KEEP "33554432" /* bytes (32 MiB) */
 /* A new file's page size: a turn dirties a few pages besides its delta's (the session's row,
  * its two index entries, the log's b-tree), so small pages keep a small model's turn small;
@@ -77,9 +91,10 @@ struct store_conn {
   sqlite_cfg *cfg;
   int64_t page_size;
   sqlite3_stmt *get, *update, *insert, *del, *expire, *list, *count, *begin, *commit, *rollback;
-  sqlite3_stmt *snap_put, *deltas_clear, *deltas_get, *append_row, *append_delta, *compact_row,
-      *compact_snap, *compact_deltas, *compact_sizes;
+  sqlite3_stmt *piece_put, *meta_get, *pieces_get, *pieces_clear, *deltas_clear, *deltas_get, *append_row,
+      *append_delta, *swap_row, *swap_sizes, *collect_pieces, *collect_deltas;
   int in_deltas; /* deltas_get is bound to the row of the last get */
+  uint8_t *snap;  /* the last get's state, its pieces joined (when it has more than one) */
 };
 
 static const char *COLS =
@@ -116,12 +131,14 @@ static int mkdirs(const char *dir) {
 
 static void sq_disconnect(store_conn *c) {
   if (!c) return;
-  sqlite3_stmt *all[] = {c->get,          c->update,       c->insert,       c->del,
-                         c->expire,       c->list,         c->count,        c->begin,
-                         c->commit,       c->rollback,     c->snap_put,     c->deltas_clear,
-                         c->deltas_get,   c->append_row,   c->append_delta, c->compact_row,
-                         c->compact_snap, c->compact_deltas, c->compact_sizes};
+  sqlite3_stmt *all[] = {c->get,          c->update,         c->insert,       c->del,
+                         c->expire,       c->list,           c->count,        c->begin,
+                         c->commit,       c->rollback,       c->piece_put,    c->pieces_get,
+                         c->pieces_clear, c->deltas_clear,   c->deltas_get,   c->append_row,
+                         c->append_delta, c->swap_row,       c->swap_sizes,   c->collect_pieces,
+                         c->collect_deltas, c->meta_get};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) sqlite3_finalize(all[i]);
+  free(c->snap);
   sqlite3_close(c->db);
   free(c);
 }
@@ -216,11 +233,16 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
        "ORDER BY last_used LIMIT ?2) RETURNING id, owner"},
       {&c->list, NULL},
       {&c->count, "SELECT count(*) FROM sessions"},
-      {&c->snap_put, "INSERT OR REPLACE INTO snapshots (owner, id, meta, state) VALUES "
-                     "(?2, ?1, ?3, ?4)"},
+      {&c->piece_put, "INSERT OR REPLACE INTO snap_pieces (owner, id, snap_id, part, bytes) "
+                      "VALUES (?2, ?1, ?3, ?4, ?5)"},
+      {&c->meta_get, "SELECT bytes FROM snap_pieces WHERE owner = ?2 AND id = ?1 AND "
+                     "snap_id = ?3 AND part = 0"},
+      {&c->pieces_get, "SELECT bytes FROM snap_pieces WHERE owner = ?2 AND id = ?1 AND "
+                       "snap_id = ?3 AND part > 0 ORDER BY part"},
+      {&c->pieces_clear, "DELETE FROM snap_pieces WHERE owner = ?2 AND id = ?1"},
       {&c->deltas_clear, "DELETE FROM deltas WHERE owner = ?2 AND id = ?1"},
-      {&c->deltas_get, "SELECT seq, meta, delta FROM deltas WHERE owner = ?2 AND id = ?1 "
-                       "ORDER BY seq"},
+      {&c->deltas_get, "SELECT seq, meta, delta FROM deltas WHERE owner = ?2 AND id = ?1 AND "
+                       "seq > ?3 ORDER BY seq"},
       {&c->append_row,
        "UPDATE sessions SET fingerprint = ?3, created = ?4, last_used = ?5, tokens = ?6, "
        "turns = ?7, mode = ?8, messages = ?9, positions = ?10, seq = ?11, n_deltas = n_deltas "
@@ -228,15 +250,24 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
        "RETURNING snap_bytes, delta_bytes, n_deltas"},
       {&c->append_delta, "INSERT INTO deltas (owner, id, seq, meta, delta) VALUES "
                          "(?2, ?1, ?3, ?4, ?5)"},
-      {&c->compact_row,
+      {&c->swap_row,
        "UPDATE sessions SET snap_id = ?3, snap_seq = ?4, snap_bytes = ?5 WHERE owner = ?2 AND "
-       "id = ?1 AND snap_id = ?6 AND seq >= ?4 RETURNING 1"},
-      {&c->compact_snap, "UPDATE snapshots SET meta = ?3, state = ?4 WHERE owner = ?2 AND id = ?1"},
-      {&c->compact_deltas, "DELETE FROM deltas WHERE owner = ?2 AND id = ?1 AND seq <= ?3"},
-      {&c->compact_sizes,
+       "id = ?1 AND snap_id = ?6 AND seq >= ?4 AND (SELECT count(*) FROM snap_pieces p WHERE "
+       "p.owner = ?2 AND p.id = ?1 AND p.snap_id = ?3) = ?7 RETURNING 1"},
+      /* length() of a blob column reads no overflow page */
+      {&c->swap_sizes,
        "UPDATE sessions SET n_deltas = (SELECT count(*) FROM deltas d WHERE d.owner = ?2 AND "
-       "d.id = ?1), delta_bytes = (SELECT coalesce(sum(length(d.meta) + length(d.delta)), 0) "
-       "FROM deltas d WHERE d.owner = ?2 AND d.id = ?1) WHERE owner = ?2 AND id = ?1"},
+       "d.id = ?1 AND d.seq > sessions.snap_seq), delta_bytes = (SELECT "
+       "coalesce(sum(length(d.meta) + length(d.delta)), 0) FROM deltas d WHERE d.owner = ?2 AND "
+       "d.id = ?1 AND d.seq > sessions.snap_seq) WHERE owner = ?2 AND id = ?1"},
+      {&c->collect_pieces,
+       "DELETE FROM snap_pieces WHERE rowid IN (SELECT p.rowid FROM snap_pieces p WHERE "
+       "p.owner = ?2 AND p.id = ?1 AND p.snap_id IS NOT (SELECT s.snap_id FROM sessions s WHERE "
+       "s.owner = ?2 AND s.id = ?1) LIMIT ?3)"},
+      {&c->collect_deltas,
+       "DELETE FROM deltas WHERE owner = ?2 AND id = ?1 AND seq IN (SELECT d.seq FROM deltas d "
+       "WHERE d.owner = ?2 AND d.id = ?1 AND d.seq <= coalesce((SELECT s.snap_seq FROM sessions "
+       "s WHERE s.owner = ?2 AND s.id = ?1), d.seq) ORDER BY d.seq LIMIT ?3)"},
       {&c->begin, "BEGIN IMMEDIATE"},
       {&c->commit, "COMMIT"},
       {&c->rollback, "ROLLBACK"},
@@ -245,9 +276,8 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
     const char *q = prep[i].sql;
     if (prep[i].st == &c->get) {
       q = "SELECT s.owner, s.fingerprint, s.created, s.last_used, s.tokens, s.turns, s.mode, "
-          "s.messages, s.positions, n.meta, n.state, s.seq, s.snap_seq, s.snap_id, s.snap_bytes, "
-          "s.n_deltas, s.delta_bytes FROM sessions s JOIN snapshots n ON n.owner = s.owner AND "
-          "n.id = s.id WHERE s.owner = ?2 AND s.id = ?1";
+          "s.messages, s.positions, NULL, NULL, s.seq, s.snap_seq, s.snap_id, s.snap_bytes, "
+          "s.n_deltas, s.delta_bytes FROM sessions s WHERE s.owner = ?2 AND s.id = ?1";
     } else if (prep[i].st == &c->update) {
       q = "UPDATE sessions SET fingerprint = ?3, created = ?4, last_used = ?5, tokens = ?6, "
           "turns = ?7, mode = ?8, messages = ?9, positions = ?10, seq = ?11, snap_seq = ?11, "
@@ -279,6 +309,10 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
 /* Releases the blobs a previous get lent (and its read transaction). */
 static void settle(store_conn *c) {
   sqlite3_reset(c->get);
+  sqlite3_reset(c->meta_get);
+  sqlite3_reset(c->pieces_get);
+  free(c->snap);
+  c->snap = NULL;
   if (c->in_deltas) {
     sqlite3_reset(c->deltas_get);
     c->in_deltas = 0;
@@ -323,6 +357,55 @@ static void read_meta(sqlite3_stmt *st, store_row *row) {
   row->positions = sqlite3_column_int(st, 8);
 }
 
+static void bind_key(sqlite3_stmt *st, const char *id, const uint8_t owner[32]);
+
+/* The row's snapshot (snap_id read): row->meta is piece 0 and row->state the pieces after it,
+ * lent by SQLite (the statements stay open until the next call on this connection) when the
+ * state is one piece (any state up to PIECE_BYTES), else joined into c->snap. Only SQLite's
+ * failures are errors here: pieces that are missing, short or damaged make an envelope the
+ * decoder refuses (sizes, checksums), like a damaged blob. */
+static int read_snapshot(store_conn *c, const char *id, const uint8_t owner[32], store_row *row,
+                         char *err, size_t cap) {
+  sqlite3_stmt *m = c->meta_get, *p = c->pieces_get;
+  bind_key(m, id, owner);
+  sqlite3_bind_int64(m, 3, (sqlite3_int64)row->snap_id);
+  bind_key(p, id, owner);
+  sqlite3_bind_int64(p, 3, (sqlite3_int64)row->snap_id);
+  row->meta = (const uint8_t *)"";
+  row->meta_len = 0;
+  row->state = (const uint8_t *)"";
+  row->state_len = 0;
+  int rc = sqlite3_step(m);
+  if (rc == SQLITE_ROW) {
+    row->meta_len = (size_t)sqlite3_column_bytes(m, 0);
+    if (row->meta_len) row->meta = sqlite3_column_blob(m, 0);
+  } else if (rc != SQLITE_DONE) {
+    return fail(err, cap, c->db, "reading a session's snapshot");
+  }
+  size_t want = row->snap_bytes > row->meta_len ? (size_t)row->snap_bytes - row->meta_len : 0;
+  size_t room = 0, have = 0;
+  while ((rc = sqlite3_step(p)) == SQLITE_ROW) {
+    size_t n = (size_t)sqlite3_column_bytes(p, 0);
+    const uint8_t *b = sqlite3_column_blob(p, 0);
+    if (!c->snap && n == want) { /* the whole state in one piece: lent as it is */
+      row->state = n ? b : (const uint8_t *)"";
+      row->state_len = n;
+      return 0;
+    }
+    if (n > room - have) {
+      if (!room) room = want > n ? want : n;
+      while (n > room - have) room *= 2;
+      c->snap = xrealloc(c->snap, room);
+    }
+    if (n) memcpy(c->snap + have, b, n);
+    have += n;
+  }
+  if (rc != SQLITE_DONE) return fail(err, cap, c->db, "reading a session's snapshot");
+  if (c->snap) row->state = c->snap;
+  row->state_len = have;
+  return 0;
+}
+
 static int sq_get(store_conn *c, const char *id, const uint8_t owner[32], store_row *row,
                   char *err, size_t cap) {
   settle(c);
@@ -340,20 +423,21 @@ static int sq_get(store_conn *c, const char *id, const uint8_t owner[32], store_
   }
   snprintf(row->id, sizeof row->id, "%s", id);
   read_meta(c->get, row);
-  /* the blobs stay valid until the statement is reset (the next call on this connection) */
-  row->meta = sqlite3_column_blob(c->get, 9);
-  row->meta_len = (size_t)sqlite3_column_bytes(c->get, 9);
-  row->state = sqlite3_column_blob(c->get, 10);
-  row->state_len = (size_t)sqlite3_column_bytes(c->get, 10);
   row->seq = (uint64_t)sqlite3_column_int64(c->get, 11);
   row->snap_seq = (uint64_t)sqlite3_column_int64(c->get, 12);
   row->snap_id = (uint64_t)sqlite3_column_int64(c->get, 13);
   row->snap_bytes = (uint64_t)sqlite3_column_int64(c->get, 14);
   row->n_deltas = sqlite3_column_int(c->get, 15);
   row->delta_bytes = (uint64_t)sqlite3_column_int64(c->get, 16);
-  /* the deltas are read in the same read transaction (the get statement holds it) */
+  /* the snapshot's pieces and the deltas are read in the same read transaction (the get
+   * statement holds it until the next call on this connection) */
+  if (read_snapshot(c, id, owner, row, err, cap)) {
+    settle(c);
+    return -1;
+  }
   sqlite3_bind_text(c->deltas_get, 1, id, -1, SQLITE_TRANSIENT);
   sqlite3_bind_blob(c->deltas_get, 2, owner, 32, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(c->deltas_get, 3, (sqlite3_int64)row->snap_seq);
   c->in_deltas = 1;
   return 0;
 }
@@ -400,12 +484,29 @@ static int run_write(store_conn *c, sqlite3_stmt *st, int *got_row, char *err, s
   return rc == SQLITE_DONE ? 0 : fail(err, cap, c->db, what);
 }
 
-static int put_snapshot(store_conn *c, const store_row *r, const uint8_t *meta, size_t ml,
-                        const uint8_t *state, size_t sl, char *err, size_t cap) {
-  bind_key(c->snap_put, r->id, r->owner);
-  sqlite3_bind_blob64(c->snap_put, 3, meta ? (const void *)meta : "", ml, SQLITE_STATIC);
-  sqlite3_bind_blob64(c->snap_put, 4, state ? (const void *)state : "", sl, SQLITE_STATIC);
-  return run_write(c, c->snap_put, NULL, err, cap, "writing a session's snapshot");
+static int sq_put_piece(store_conn *c, const char *id, const uint8_t owner[32],
+                        uint64_t snap_id, int part, const uint8_t *bytes, size_t len, char *err,
+                        size_t cap) {
+  settle(c);
+  bind_key(c->piece_put, id, owner);
+  sqlite3_bind_int64(c->piece_put, 3, (sqlite3_int64)snap_id);
+  sqlite3_bind_int(c->piece_put, 4, part);
+  sqlite3_bind_blob64(c->piece_put, 5, len ? (const void *)bytes : "", len, SQLITE_STATIC);
+  return run_write(c, c->piece_put, NULL, err, cap, "writing a piece of a session's snapshot");
+}
+
+/* A whole snapshot in the caller's transaction: the row's pieces replaced by r's. */
+static int put_snapshot(store_conn *c, const store_row *r, char *err, size_t cap) {
+  bind_key(c->pieces_clear, r->id, r->owner);
+  if (run_write(c, c->pieces_clear, NULL, err, cap, "dropping a session's snapshot")) return -1;
+  if (sq_put_piece(c, r->id, r->owner, r->snap_id, 0, r->meta, r->meta_len, err, cap))
+    return -1;
+  for (size_t off = 0, part = 1; off < r->state_len; off += PIECE_BYTES, part++) {
+    size_t n = r->state_len - off < PIECE_BYTES ? r->state_len - off : PIECE_BYTES;
+    if (sq_put_piece(c, r->id, r->owner, r->snap_id, (int)part, r->state + off, n, err, cap))
+      return -1;
+  }
+  return 0;
 }
 
 static void bind_versions(sqlite3_stmt *st, const store_row *r) {
@@ -429,7 +530,7 @@ static int sq_put(store_conn *c, const store_row *r, int *created, char *err, si
     if (run_write(c, c->insert, NULL, err, cap, "inserting a session")) return -1;
     *created = 1;
   }
-  return put_snapshot(c, r, r->meta, r->meta_len, r->state, r->state_len, err, cap);
+  return put_snapshot(c, r, err, cap);
 }
 
 static int sq_append(store_conn *c, const store_row *r, const store_delta *d, store_row *after,
@@ -457,26 +558,35 @@ static int sq_append(store_conn *c, const store_row *r, const store_delta *d, st
   return run_write(c, c->append_delta, NULL, err, cap, "appending a session's delta");
 }
 
-static int sq_compact(store_conn *c, const store_row *r, uint64_t old_snap_id, char *err,
+static int sq_swap(store_conn *c, const store_row *r, uint64_t old_snap_id, int n_pieces,
+                   char *err, size_t cap) {
+  settle(c);
+  bind_key(c->swap_row, r->id, r->owner);
+  sqlite3_bind_int64(c->swap_row, 3, (sqlite3_int64)r->snap_id);
+  sqlite3_bind_int64(c->swap_row, 4, (sqlite3_int64)r->seq);
+  sqlite3_bind_int64(c->swap_row, 5, (sqlite3_int64)(r->meta_len + r->state_len));
+  sqlite3_bind_int64(c->swap_row, 6, (sqlite3_int64)old_snap_id);
+  sqlite3_bind_int(c->swap_row, 7, n_pieces);
+  int found = 0;
+  if (run_write(c, c->swap_row, &found, err, cap, "swapping a session's snapshot")) return -1;
+  if (!found) return 1; /* deleted, replaced, or re-created since it was read */
+  bind_key(c->swap_sizes, r->id, r->owner);
+  return run_write(c, c->swap_sizes, NULL, err, cap, "swapping a session's snapshot");
+}
+
+static int sq_collect(store_conn *c, const char *id, const uint8_t owner[32], char *err,
                       size_t cap) {
   settle(c);
-  bind_key(c->compact_row, r->id, r->owner);
-  sqlite3_bind_int64(c->compact_row, 3, (sqlite3_int64)r->snap_id);
-  sqlite3_bind_int64(c->compact_row, 4, (sqlite3_int64)r->seq);
-  sqlite3_bind_int64(c->compact_row, 5, (sqlite3_int64)(r->meta_len + r->state_len));
-  sqlite3_bind_int64(c->compact_row, 6, (sqlite3_int64)old_snap_id);
-  int found = 0;
-  if (run_write(c, c->compact_row, &found, err, cap, "compacting a session")) return -1;
-  if (!found) return 1; /* deleted, replaced, or re-created since it was read */
-  bind_key(c->compact_snap, r->id, r->owner);
-  sqlite3_bind_blob64(c->compact_snap, 3, r->meta, r->meta_len, SQLITE_STATIC);
-  sqlite3_bind_blob64(c->compact_snap, 4, r->state, r->state_len, SQLITE_STATIC);
-  if (run_write(c, c->compact_snap, NULL, err, cap, "writing a session's snapshot")) return -1;
-  bind_key(c->compact_deltas, r->id, r->owner);
-  sqlite3_bind_int64(c->compact_deltas, 3, (sqlite3_int64)r->seq);
-  if (run_write(c, c->compact_deltas, NULL, err, cap, "dropping a session's deltas")) return -1;
-  bind_key(c->compact_sizes, r->id, r->owner);
-  return run_write(c, c->compact_sizes, NULL, err, cap, "compacting a session");
+  int more = 0;
+  sqlite3_stmt *both[] = {c->collect_pieces, c->collect_deltas};
+  for (int i = 0; i < 2; i++) {
+    bind_key(both[i], id, owner);
+    sqlite3_bind_int(both[i], 3, COLLECT_BATCH);
+    if (run_write(c, both[i], NULL, err, cap, "deleting a session's dead snapshot or deltas"))
+      return -1;
+    more |= sqlite3_changes(c->db) >= COLLECT_BATCH;
+  }
+  return more ? 2 : 0;
 }
 
 static int sq_del(store_conn *c, const char *id, const uint8_t owner[32], char *err, size_t cap) {
@@ -565,7 +675,9 @@ static const store_backend_ops SQLITE_OPS = {
     .release = settle,
     .put = sq_put,
     .append = sq_append,
-    .compact = sq_compact,
+    .put_piece = sq_put_piece,
+    .swap = sq_swap,
+    .collect = sq_collect,
     .del = sq_del,
     .expire = sq_expire,
     .list = sq_list,
@@ -607,7 +719,7 @@ static int create_tables_v3(sqlite3 *db, const char *name, char *err, size_t cap
               err, cap);
 }
 
-static int create_indexes(sqlite3 *db, char *err, size_t cap) {
+static int create_indexes_v3(sqlite3 *db, char *err, size_t cap) {
   return exec(db,
               "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
               "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);"
@@ -617,10 +729,42 @@ static int create_indexes(sqlite3 *db, char *err, size_t cap) {
               err, cap);
 }
 
-/* A new file (or one of version 3 already). */
+/* Version 4: the snapshots in pieces (snap_pieces), keyed by the snapshot's identity, so a
+ * compaction writes its new snapshot ahead of the swap that makes it the row's. */
+static int create_pieces_v4(sqlite3 *db, char *err, size_t cap) {
+  return exec(db,
+              "CREATE TABLE IF NOT EXISTS snap_pieces (owner BLOB NOT NULL, id TEXT NOT NULL, "
+              "snap_id INTEGER NOT NULL, part INTEGER NOT NULL, bytes BLOB NOT NULL, "
+              "PRIMARY KEY (owner, id, snap_id, part));"
+              "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, last_used);"
+              "CREATE INDEX IF NOT EXISTS sessions_by_last_used ON sessions (last_used);"
+              "DROP TRIGGER IF EXISTS sessions_drop;"
+              "CREATE TRIGGER sessions_drop AFTER DELETE ON sessions BEGIN "
+              "DELETE FROM snap_pieces WHERE owner = old.owner AND id = old.id; "
+              "DELETE FROM deltas WHERE owner = old.owner AND id = old.id; END;",
+              err, cap);
+}
+
+/* A new file (or one of version 4 already). */
 static int create_schema(sqlite3 *db, char *err, size_t cap) {
-  return create_tables_v3(db, "sessions", err, cap) || create_indexes(db, err, cap) ||
-         exec(db, "PRAGMA user_version = 3", err, cap);
+  return create_tables_v3(db, "sessions", err, cap) ||
+         exec(db, "DROP TABLE IF EXISTS snapshots", err, cap) ||
+         create_pieces_v4(db, err, cap) || exec(db, "PRAGMA user_version = 4", err, cap);
+}
+
+/* What a crash (or a failed compaction) left behind: the pieces of snapshots no row points at
+ * (a compaction killed between its pieces and its swap) and the deltas a swap folded before
+ * they were deleted. One transaction at open; the daemon holds the directory's lock. */
+static int collect_garbage(sqlite3 *db, char *err, size_t cap) {
+  return exec(db,
+              "BEGIN IMMEDIATE;"
+              "DELETE FROM snap_pieces WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE "
+              "s.owner = snap_pieces.owner AND s.id = snap_pieces.id AND s.snap_id = "
+              "snap_pieces.snap_id);"
+              "DELETE FROM deltas WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.owner = "
+              "deltas.owner AND s.id = deltas.id AND s.snap_seq < deltas.seq);"
+              "COMMIT;",
+              err, cap);
 }
 
 /* Runs `steps` in one transaction; a failure rolls back and names the migration. */
@@ -675,7 +819,27 @@ static int steps_v2(sqlite3 *db, char *err, size_t cap) {
               "DROP TABLE sessions;"
               "ALTER TABLE sessions_v3 RENAME TO sessions;",
               err, cap) ||
-         create_indexes(db, err, cap) || exec(db, "PRAGMA user_version = 3", err, cap);
+         create_indexes_v3(db, err, cap) || exec(db, "PRAGMA user_version = 3", err, cap);
+}
+
+/* Version 3 held a snapshot in one row (meta, state); version 4 keeps it as pieces under the
+ * row's snap_id: piece 0 the meta, piece 1 the state (a piece may be any size; new snapshots
+ * are cut into PIECE_BYTES). */
+static int steps_v3(sqlite3 *db, char *err, size_t cap) {
+  return exec(db, "DROP TABLE IF EXISTS snap_pieces", err, cap) ||
+         create_pieces_v4(db, err, cap) ||
+         exec(db,
+              "INSERT INTO snap_pieces (owner, id, snap_id, part, bytes) SELECT n.owner, n.id, "
+              "s.snap_id, 0, n.meta FROM snapshots n JOIN sessions s ON s.owner = n.owner AND "
+              "s.id = n.id;"
+              "INSERT INTO snap_pieces (owner, id, snap_id, part, bytes) SELECT n.owner, n.id, "
+              "s.snap_id, 1, n.state FROM snapshots n JOIN sessions s ON s.owner = n.owner AND "
+              "s.id = n.id;"
+              "UPDATE sessions SET snap_bytes = (SELECT sum(length(p.bytes)) FROM snap_pieces p "
+              "WHERE p.owner = sessions.owner AND p.id = sessions.id);"
+              "DROP TABLE snapshots;",
+              err, cap) ||
+         exec(db, "PRAGMA user_version = 4", err, cap);
 }
 
 store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t cap) {
@@ -736,7 +900,9 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
          exec(db, "PRAGMA journal_mode=WAL", e2, sizeof e2) ||
          (version == 1 && migrate(db, 1, steps_v1, e2, sizeof e2)) ||
          (version >= 1 && version <= 2 && migrate(db, 2, steps_v2, e2, sizeof e2)) ||
-         ((version == 0 || version == 3) && create_schema(db, e2, sizeof e2));
+         (version >= 1 && version <= 3 && migrate(db, 3, steps_v3, e2, sizeof e2)) ||
+         (version == 0 && create_schema(db, e2, sizeof e2)) ||
+         collect_garbage(db, e2, sizeof e2);
     if (rc) snprintf(err, cap, "%s: %s", cfg->path, e2);
   }
   sqlite3_close(db);

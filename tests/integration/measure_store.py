@@ -219,8 +219,13 @@ def cmd_migrate(a):
             d.stop()
         path = os.path.join(sd, "sessions.db")
         db = sqlite3.connect(path)
-        rows = db.execute("SELECT %s FROM sessions s JOIN snapshots n USING (owner, id)" % V1_COLS
-                          ).fetchall()  # one turn each: a snapshot, no delta
+        rows = []  # one turn each: a snapshot (its pieces: the meta, then the state), no delta
+        for r in db.execute("SELECT %s, snap_id FROM sessions" % V1_COLS.replace(
+                ", meta, state", "")).fetchall():
+            ps = [b for _, b in db.execute(
+                "SELECT part, bytes FROM snap_pieces WHERE owner = ? AND id = ? AND snap_id = ? "
+                "ORDER BY part", (r[1], r[0], r[-1]))]
+            rows.append(tuple(r[:-1]) + (ps[0], b"".join(ps[1:])))
         db.close()
         nbytes = sum(len(r[10]) + len(r[11]) for r in rows)
         for f in os.listdir(sd):
@@ -245,7 +250,7 @@ def cmd_migrate(a):
             finally:
                 d.stop()
         db = sqlite3.connect(path)
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
         db.close()
         print("%d sessions, %.1f MiB of envelopes: start with the migration %.3f s, start of the "
               "migrated file %.3f s (+%.3f s: %.1f MiB/s); every session read back" % (
@@ -311,15 +316,18 @@ def cmd_deltas(a):
             load0 = "%.1f %.1f %.1f" % os.getloadavg()
             lat = {name: [] for name, _ in ds}
             snaps = {name: set() for name, _ in ds}
+            trail = {name: [] for name, _ in ds}  # per turn: (snap_seq, write_bytes) after it
             for i in range(a.turns):
                 p = prompt(10)
                 for name, d in (ds if i % 2 == 0 else ds[::-1]):
                     lat[name].append(turn(d.port, "m", p, 4))
-                    if name != "off" and i % 5 == 4:
+                    if name != "off":
                         db = sqlite3.connect("file:%s/%s/sessions.db?mode=ro" % (
                             tmp, "t" if name == "turn" else "a"), uri=True)
-                        snaps[name].add(db.execute("SELECT snap_seq FROM sessions").fetchone()[0])
+                        v = db.execute("SELECT snap_seq FROM sessions").fetchone()[0]
                         db.close()
+                        snaps[name].add(v)
+                        trail[name].append((v, proc_io(d.proc.pid)["write_bytes"]))
             time.sleep(1.5)  # async: its last commit
             io1 = {name: proc_io(d.proc.pid) for name, d in ds}
             base = statistics.median(lat["off"])
@@ -357,6 +365,27 @@ def cmd_deltas(a):
                           file_mib(sd, "sessions.db-wal"), row[2] / 2**20, row[3],
                           row[4] / 2**20),
                       flush=True)
+                # whole compaction cycles: from the turn that first saw one swap to the turn
+                # that first saw a later one (the deltas, the compaction and the checkpoints
+                # of one or more full cycles)
+                tr = trail[name]
+                seen = [j for j in range(1, len(tr)) if tr[j][0] != tr[j - 1][0]]
+                if len(seen) >= 2:
+                    j0, j1 = seen[0], seen[-1]
+                    cyc = (tr[j1][1] - tr[j0][1]) / (j1 - j0)
+                    print("         whole compaction cycles (turns %d..%d, %d swaps): write_bytes "
+                          "%.2f MiB per turn (%.2f x the positions)" % (
+                              j0 + 1, j1 + 1, len(seen) - 1, cyc / 2**20, cyc / pos_bytes))
+                m = metrics(d.port)
+                n = m.get("xlserve_store_swap_seconds_count", 0)
+                if n:
+                    bounds = sorted((float(k.split('le="')[1].rstrip('"}')), v)
+                                    for k, v in m.items()
+                                    if k.startswith("xlserve_store_swap_seconds_bucket")
+                                    and "+Inf" not in k)
+                    worst = next((b for b, v in bounds if v >= n), float("inf"))
+                    print("         swaps %d: mean %.1f ms, all within %g s (histogram bucket)" % (
+                        n, 1e3 * m["xlserve_store_swap_seconds_sum"] / n, worst))
         finally:
             for _, d in ds:
                 d.stop()

@@ -47,17 +47,36 @@ def gen(b):
     return X.ids_of(b["choices"][0]["logprobs"]["tokens"])
 
 
+def snapshot(db, owner, sid, snap_id):
+    """A row's snapshot (meta, state) from its pieces: piece 0 the meta, then the state's."""
+    ps = [b for _, b in db.execute("SELECT part, bytes FROM snap_pieces WHERE owner = ? AND "
+                                   "id = ? AND snap_id = ? ORDER BY part", (owner, sid, snap_id))]
+    return (ps[0] if ps else b""), b"".join(ps[1:])
+
+
+def set_piece(db, sid, part, data):
+    """Replaces piece `part` of session sid's snapshot (the one its row points at)."""
+    db.execute("UPDATE snap_pieces SET bytes = ? WHERE id = ? AND part = ? AND snap_id = (SELECT "
+               "snap_id FROM sessions s WHERE s.id = snap_pieces.id)", (data, sid, part))
+
+
+def piece(db, sid, part):
+    return db.execute("SELECT bytes FROM snap_pieces WHERE id = ? AND part = ? AND snap_id = "
+                      "(SELECT snap_id FROM sessions s WHERE s.id = snap_pieces.id)",
+                      (sid, part)).fetchone()[0]
+
+
 def rows(state_dir, check=True):
     """id -> (tokens, snapshot meta, snapshot state, [(seq, meta, delta)]); check: the log's
     versions too (the deltas run from the snapshot's version to the row's, no gap)."""
     db = sqlite3.connect(os.path.join(str(state_dir), "sessions.db"))
     try:
         out = {}
-        for sid, owner, tokens, seq, snap_seq, meta, state in db.execute(
-                "SELECT s.id, s.owner, s.tokens, s.seq, s.snap_seq, n.meta, n.state FROM "
-                "sessions s JOIN snapshots n ON n.owner = s.owner AND n.id = s.id"):
+        for sid, owner, tokens, seq, snap_seq, snap_id in db.execute(
+                "SELECT id, owner, tokens, seq, snap_seq, snap_id FROM sessions"):
+            meta, state = snapshot(db, owner, sid, snap_id)
             ds = db.execute("SELECT seq, meta, delta FROM deltas WHERE owner = ? AND id = ? "
-                            "ORDER BY seq", (owner, sid)).fetchall()
+                            "AND seq > ? ORDER BY seq", (owner, sid, snap_seq)).fetchall()
             assert not check or [d[0] for d in ds] == list(range(snap_seq + 1, seq + 1)), \
                 (sid, snap_seq, seq)
             out[sid] = (tokens, meta, state, ds)
@@ -265,11 +284,13 @@ def test_restarts_kills_and_compactions_continue_bit_for_bit(medium_model, tmp_p
 def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
     """One session, 150 turns of 30 tokens (each delta about a quarter of the 0.5 MiB state, so
     a compaction every few turns): the row (snapshot + deltas) stays bounded however far the
-    compaction thread falls behind the turns: a compaction is asked for at deltas of one
-    snapshot, turns keep committing while it is rebuilt, and writes are held back once the
-    deltas pass 1.5 snapshots, so the worst row is 2.5 states plus the turn that crossed, the
-    typical one two states plus a turn; the database file stops growing (freed pages are
-    reused), and the WAL stays bounded while far more than its size goes through it."""
+    compaction thread falls behind the turns: a compaction is asked for at deltas of 1.2
+    snapshots, turns keep committing while it is rebuilt and its pieces written, and writes are
+    held back once the deltas pass 1.5 snapshots, so the worst row is 2.5 states plus the turn
+    that crossed, the typical one at most 2.2 states plus a turn; the database file (which also
+    holds a compaction's new snapshot until its swap: 3.5 states at the worst moment) stops
+    growing (freed pages are reused), and the WAL stays bounded while far more than its size
+    goes through it."""
     sd = tmp_path / "state"
     d = start_daemon(medium_model, *store_args(sd, "--access-log", "false", "--no-store-fsync"))
     sb = json.loads(X.request(d.port, "GET", "/v1/models")[2])["data"][0]["xlserve"]["state_bytes"]
@@ -287,9 +308,9 @@ def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
             sizes.append((os.path.getsize(path), os.path.getsize(path + "-wal")))
     rows.sort()
     assert rows[-1] <= 2.5 * sb + delta + 16384, (rows[-1], sb)
-    assert rows[len(rows) // 2] <= 2 * sb + delta + 4096, (rows[len(rows) // 2], sb)
+    assert rows[len(rows) // 2] <= 2.2 * sb + delta + 4096, (rows[len(rows) // 2], sb)
     (db75, wal75), (db150, wal150) = sizes
-    assert db150 <= max(db75, 3 * sb) + (1 << 20), sizes  # not growing with turns
+    assert db150 <= max(db75, 3.5 * sb) + (1 << 20), sizes  # not growing with turns
     assert wal150 <= 24 << 20 and wal75 <= 24 << 20, sizes  # 150 turns wrote ~35 MiB through it
 
 
@@ -470,21 +491,19 @@ def test_corrupted_rows_are_refused_and_kept(start_daemon, tiny_model, tmp_path)
             assert st == 200
     assert d.stop() == 0
     db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
-    meta, state = db.execute("SELECT meta, state FROM snapshots WHERE id='flip-state'").fetchone()
-    state = bytearray(state)
+    # a tiny model's snapshot is two pieces: 0 the meta, 1 the state
+    state = bytearray(piece(db, "flip-state", 1))
     state[100] ^= 0x10
-    db.execute("UPDATE snapshots SET state=? WHERE id='flip-state'", (bytes(state),))
-    meta, state = db.execute("SELECT meta, state FROM snapshots WHERE id='truncate'").fetchone()
-    db.execute("UPDATE snapshots SET state=? WHERE id='truncate'", (state[:len(state) // 2],))
-    meta, state = db.execute("SELECT meta, state FROM snapshots WHERE id='fingerprint'").fetchone()
-    meta = bytearray(meta)  # another model's session: a valid envelope with another fingerprint
-    meta[16] ^= 0xff
+    set_piece(db, "flip-state", 1, bytes(state))
+    state = piece(db, "truncate", 1)
+    set_piece(db, "truncate", 1, state[:len(state) // 2])
+    meta = bytearray(piece(db, "fingerprint", 0))
+    meta[16] ^= 0xff  # another model's session: a valid envelope with another fingerprint
     meta[-8:] = struct.pack("<Q", fnv(bytes(meta[:-8])))
-    db.execute("UPDATE snapshots SET meta=? WHERE id='fingerprint'", (bytes(meta),))
-    meta, state = db.execute("SELECT meta, state FROM snapshots WHERE id='flip-meta'").fetchone()
-    meta = bytearray(meta)
+    set_piece(db, "fingerprint", 0, bytes(meta))
+    meta = bytearray(piece(db, "flip-meta", 0))
     meta[40] ^= 0x01  # the turn count
-    db.execute("UPDATE snapshots SET meta=? WHERE id='flip-meta'", (bytes(meta),))
+    set_piece(db, "flip-meta", 0, bytes(meta))
     delta, = db.execute("SELECT delta FROM deltas WHERE id='flip-delta'").fetchone()
     delta = bytearray(delta)
     delta[80] ^= 0x10  # a key of the turn's positions
@@ -619,7 +638,8 @@ def test_import_refuses_inconsistent_and_non_finite_states(start_daemon, tiny_mo
     db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
     for i, edit in enumerate(cases):
         meta, state = edit_envelope(env, edit)
-        db.execute("UPDATE snapshots SET meta=?, state=? WHERE id=?", (meta, state, "row%d" % i))
+        set_piece(db, "row%d" % i, 0, meta)  # a tiny model's snapshot: two pieces
+        set_piece(db, "row%d" % i, 1, state)
     db.commit()
     db.close()
     d = start_daemon(tiny_model, *store_args(sd))
