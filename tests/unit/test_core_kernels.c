@@ -30,6 +30,24 @@ static void fill(float *x, size_t n, unsigned seed) {
   for (size_t i = 0; i < n; i++) x[i] = frand(&seed);
 }
 
+/* One product y[M x N] = x[M x K] . w[N x K]^T (row strides ldx, ldw, ldy) checked two ways:
+ * each result against a double-precision sum (counted in *bad_ref), and each row computed alone
+ * against the same row inside the batch of M, bit for bit (counted in *bad_inv). y1: N floats. */
+static void check_product(const xl_kernels *k, const float *x, int M, int K, int ldx,
+                          const float *w, int N, int ldw, float *y, int ldy, float *y1,
+                          int *bad_ref, int *bad_inv) {
+  k->matmul_nt(x, M, K, ldx, w, N, ldw, y, ldy);
+  for (int r = 0; r < M; r++) {
+    for (int o = 0; o < N; o++) {
+      double ref = 0;
+      for (int i = 0; i < K; i++) ref += (double)x[(size_t)r * ldx + i] * w[(size_t)o * ldw + i];
+      if (fabs(ref - y[(size_t)r * ldy + o]) > 1e-5 * K) (*bad_ref)++;
+    }
+    k->matmul_nt(x + (size_t)r * ldx, 1, K, ldx, w, N, ldw, y1, N); /* the row alone */
+    if (memcmp(y1, y + (size_t)r * ldy, (size_t)N * sizeof *y1)) (*bad_inv)++;
+  }
+}
+
 /* GEMM vs double, and a row's results alone == inside a batch of M rows (bit for bit). */
 static void check_matmul(const xl_kernels *k) {
   static const int Ms[] = {1, 2, 3, 4, 5, 7, 9, 17, 70};
@@ -42,19 +60,9 @@ static void check_matmul(const xl_kernels *k) {
   int bad_ref = 0, bad_inv = 0;
   for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
     for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
-      for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
-        int M = Ms[a], N = Ns[b], K = Ks[c], ldy = N + 3;
-        k->matmul_nt(x, M, K, 100, w, N, 100, y, ldy);
-        for (int r = 0; r < M; r++) {
-          for (int o = 0; o < N; o++) {
-            double ref = 0;
-            for (int i = 0; i < K; i++) ref += (double)x[r * 100 + i] * w[o * 100 + i];
-            if (fabs(ref - y[r * ldy + o]) > 1e-5 * K) bad_ref++;
-          }
-          k->matmul_nt(x + r * 100, 1, K, 100, w, N, 100, y1, N); /* the row alone */
-          if (memcmp(y1, y + r * ldy, (size_t)N * sizeof *y1)) bad_inv++;
-        }
-      }
+      for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++)
+        check_product(k, x, Ms[a], Ks[c], 100, w, Ns[b], 100, y, Ns[b] + 3, y1, &bad_ref,
+                      &bad_inv);
   CHECK(bad_ref == 0);
   CHECK(bad_inv == 0);
   free(x);
@@ -76,19 +84,8 @@ static void check_matmul_long_rows(const xl_kernels *k) {
   fill(w, (size_t)N * LD, 4);
   int bad_ref = 0, bad_inv = 0;
   for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
-    for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
-      int M = Ms[a], K = Ks[c];
-      k->matmul_nt(x, M, K, LD, w + 1, N, LD, y, N); /* w + 1: rows start 4 bytes past w's */
-      for (int r = 0; r < M; r++) {
-        for (int o = 0; o < N; o++) {
-          double ref = 0;
-          for (int i = 0; i < K; i++) ref += (double)x[(size_t)r * LD + i] * w[1 + (size_t)o * LD + i];
-          if (fabs(ref - y[r * N + o]) > 1e-5 * K) bad_ref++;
-        }
-        k->matmul_nt(x + (size_t)r * LD, 1, K, LD, w + 1, N, LD, y1, N);
-        if (memcmp(y1, y + r * N, N * sizeof *y1)) bad_inv++;
-      }
-    }
+    for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) /* w + 1: rows 4 bytes past w's */
+      check_product(k, x, Ms[a], Ks[c], LD, w + 1, N, LD, y, N, y1, &bad_ref, &bad_inv);
   CHECK(bad_ref == 0);
   CHECK(bad_inv == 0);
   free(x);
