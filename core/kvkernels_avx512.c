@@ -1,9 +1,9 @@
 /*
  * kvkernels_avx512.c: the AVX-512F family of the narrow-memory table (kvkernels.h): the decode
  * step's key products and value mixes over bf16 or int8 memory, widened to F32 in registers
- * (16 lanes) and accumulated with fused multiply-adds; ragged tails in scalar fmaf. Compiled
- * with target attributes, chosen at run time with the kernel family (cpu.c); x86-64 only.
- * Any thread; pure functions.
+ * (16 lanes) and accumulated with fused multiply-adds, the memory prefetched in software;
+ * ragged tails in scalar fmaf. Compiled with target attributes, chosen at run time with the
+ * kernel family (cpu.c); x86-64 only. Any thread; pure functions.
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -12,6 +12,13 @@
 #include "kvkernels.h"
 
 #define T __attribute__((target("avx512f")))
+/* Software prefetch distances (integer addresses: past the memory's end only a hint). The key
+ * loops walk dh rows of positions at once (one stream per row: more than the hardware tracks),
+ * the value loops one position row per step at a stride of the whole memory row. */
+#define PF_KEYS 512 /* bytes ahead in each key row */
+#define PF_VALS 4   /* value rows ahead */
+#define PREFETCH(p, bytes)                                                                    \
+  _mm_prefetch((const char *)((uintptr_t)(const void *)(p) + (bytes)), _MM_HINT_T0)
 
 T static inline __m512 widen_bf16(const uint16_t *p) {
   __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
@@ -29,6 +36,7 @@ T static void dot_rows_bf16(const float *q, int dh, const uint16_t *rows, size_t
     const uint16_t *r = rows + j;
     for (int k = 0; k < dh; k++, r += ld) {
       __m512 qk = _mm512_set1_ps(q[k]);
+      PREFETCH(r, PF_KEYS);
       a0 = _mm512_fmadd_ps(qk, widen_bf16(r), a0);
       a1 = _mm512_fmadd_ps(qk, widen_bf16(r + 16), a1);
     }
@@ -56,6 +64,7 @@ T static void dot_rows_i8(const float *q, int dh, const int8_t *rows, size_t ld,
     const int8_t *r = rows + j;
     for (int k = 0; k < dh; k++, r += ld) {
       __m512 qk = _mm512_set1_ps(q[k]);
+      if (!(j & 32)) PREFETCH(r, PF_KEYS); /* once per 64-byte line */
       a0 = _mm512_fmadd_ps(qk, widen_i8(r), a0);
       a1 = _mm512_fmadd_ps(qk, widen_i8(r + 16), a1);
     }
@@ -85,7 +94,8 @@ T static void dot_rows_i8(const float *q, int dh, const int8_t *rows, size_t ld,
         __m512 a0 = _mm512_loadu_ps(o + e), a1 = _mm512_loadu_ps(o + e + 16);                 \
         __m512 a2 = _mm512_loadu_ps(o + e + 32), a3 = _mm512_loadu_ps(o + e + 48);            \
         for (int j = 0; j < n; j++) {                                                         \
-          __typeof__(rows) r = rows + (size_t)j * ld + hoff + e;                        \
+          __typeof__(rows) r = rows + (size_t)j * ld + hoff + e;                              \
+          PREFETCH(r, PF_VALS * ld * sizeof *r);                                              \
           __m512 w = _mm512_set1_ps(WEIGHT);                                                  \
           a0 = _mm512_fmadd_ps(w, WIDEN(r), a0);                                              \
           a1 = _mm512_fmadd_ps(w, WIDEN(r + 16), a1);                                         \
