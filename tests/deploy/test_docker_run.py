@@ -360,10 +360,10 @@ def test_docker_stop_lets_running_streams_finish(containers):
         "streams ended after %.1f s: too short to show the stop timeout matters" % stop_s)
 
 
-@pytest.fixture
-def compose_project(tmp_path):
-    """The compose file under docker-compose (1.29 on Debian 12) with the built images, nginx's
-    port on a free host port; `down -v` at the end."""
+def compose_runner(files, project, **env_extra):
+    """A docker-compose runner over `files` as project `project`, with the built images and
+    nginx's port on a free host port (`.port`, `.project`): compose(*args) runs one command and,
+    unless check=False, asserts it succeeded. Skips the test where docker-compose is missing."""
     exe = shutil.which("docker-compose")
     if not exe:
         pytest.skip("docker-compose is not installed")
@@ -371,9 +371,26 @@ def compose_project(tmp_path):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    project = RUN_ID
     env = dict(os.environ, XLSERVE_IMAGE=IMAGE, XLSERVE_NGINX_IMAGE=NGINX_IMAGE,
-               XLSERVE_HTTP_PORT=str(port))
+               XLSERVE_HTTP_PORT=str(port), **env_extra)
+    file_args = [a for f in files for a in ("-f", str(f))]
+
+    def compose(*args, timeout=300, check=True):
+        r = subprocess.run([exe, *file_args, "-p", project, *args], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert r.returncode == 0, "docker-compose %s: %s%s" % (" ".join(args), r.stdout,
+                                                                   r.stderr)
+        return r
+    compose.port = port
+    compose.project = project
+    return compose
+
+
+@pytest.fixture
+def compose_project(tmp_path):
+    """The compose file under docker-compose (1.29 on Debian 12) with the built images, nginx's
+    port on a free host port; `down -v` at the end."""
     # the test's one addition, as a second compose file: streams longer than 4096 tokens
     override = tmp_path / "compose.test.yaml"
     # and, as in the docker stop test, the drain and both grace periods raised by the same
@@ -388,17 +405,7 @@ def compose_project(tmp_path):
         "    stop_grace_period: %ds\n"
         "  nginx:\n"
         "    stop_grace_period: %ds\n" % (LONG_DRAIN, grace, grace))
-
-    def compose(*args, timeout=300, check=True):
-        r = subprocess.run([exe, "-f", COMPOSE_FILE, "-f", str(override), "-p", project, *args],
-                           env=env,
-                           capture_output=True, text=True, timeout=timeout)
-        if check:
-            assert r.returncode == 0, "docker-compose %s: %s%s" % (" ".join(args), r.stdout,
-                                                                   r.stderr)
-        return r
-    compose.port = port
-    compose.project = project
+    compose = compose_runner([COMPOSE_FILE, override], RUN_ID)
     try:
         yield compose
     finally:
@@ -480,24 +487,8 @@ def test_compose_replicas_failover_keeps_the_conversation(tmp_path):
     next turn, through nginx, is served by another replica from Redis: the session continues
     (its tokens grow by exactly the turn's, no reset; a reset or a fresh session would hold only
     the second turn's)."""
-    exe = shutil.which("docker-compose")
-    if not exe:
-        pytest.skip("docker-compose is not installed")
-    s = __import__("socket").socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    project = RUN_ID + "r"
-    env = dict(os.environ, XLSERVE_IMAGE=IMAGE, XLSERVE_NGINX_IMAGE=NGINX_IMAGE,
-               XLSERVE_REDIS_IMAGE=REDIS_IMAGE, XLSERVE_HTTP_PORT=str(port))
-
-    def compose(*args, timeout=300, check=True):
-        r = subprocess.run([exe, "-f", REPLICAS_FILE, "-p", project, *args], env=env,
-                           capture_output=True, text=True, timeout=timeout)
-        if check:
-            assert r.returncode == 0, "docker-compose %s: %s%s" % (" ".join(args), r.stdout,
-                                                                   r.stderr)
-        return r
+    compose = compose_runner([REPLICAS_FILE], RUN_ID + "r", XLSERVE_REDIS_IMAGE=REDIS_IMAGE)
+    port = compose.port
     try:
         compose("up", "-d", "--no-build", timeout=400)   # nginx starts once all are healthy
         wait_http_ok(port, timeout=120)
