@@ -559,7 +559,18 @@ def test_wait_for_redis_replicas(tmp_path, tiny_model, start_daemon):
                           ("--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)))
         X.wait_until(lambda: primary.command("WAIT", "1", "100") == ":1", 30,
                      "the Redis replica is in sync")
-        before = X.metric(d.port, "xlserve_store_wait_shortfalls_total")
+        # a commit of the first turn may still be in its WAIT, begun before the replica was
+        # there: it ends within the 200 ms wait timeout; take the count once it stands still
+        # for a second, so that only the turns below can move it
+        last = [None, 0.0]
+
+        def count_settled():
+            v, now = X.metric(d.port, "xlserve_store_wait_shortfalls_total"), time.monotonic()
+            if v != last[0]:
+                last[:] = [v, now]
+            return now - last[1] >= 1.0
+        X.wait_until(count_settled, 30, "the shortfall count stands still")
+        before = last[0]
         for k in range(3):
             ok_turn(d.port, "w-1", " and replicated %d" % k, n=4)
         assert X.metric(d.port, "xlserve_store_wait_shortfalls_total") == before
