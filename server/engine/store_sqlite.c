@@ -8,7 +8,7 @@
  * writes: put_piece, swap, collect, in transactions the front serialises with the store
  * thread's).
  *
- * Schema (PRAGMA user_version = 4):
+ * Schema (PRAGMA user_version = 5):
  *   sessions(owner BLOB(32), id TEXT, fingerprint INTEGER, created REAL, last_used REAL,
  *            tokens INTEGER, turns INTEGER, mode INTEGER, messages INTEGER, positions INTEGER,
  *            seq INTEGER, snap_seq INTEGER, snap_id INTEGER, snap_bytes INTEGER,
@@ -21,9 +21,12 @@
  *     PIECE_BYTES pieces; the session's snapshot (as of version snap_seq) is the one its row's
  *     snap_id names, any other snap_id is dead (a compaction's pieces before its swap, or what
  *     a crash or a stale compaction left) and never read;
- *   deltas(owner, id, seq INTEGER, meta BLOB, delta BLOB, PRIMARY KEY (owner, id, seq))
- *     WITHOUT ROWID: the turns since, in seq order (snap_seq + 1 .. seq), in one b-tree;
- *     deltas at or below snap_seq (folded by a swap, not yet collected) are dead;
+ *   deltas(owner, id, seq INTEGER, meta BLOB, delta BLOB, PRIMARY KEY (owner, id, seq)):
+ *     the turns since, in seq order (snap_seq + 1 .. seq); deltas at or below snap_seq (folded
+ *     by a swap, not yet collected) are dead. A rowid table: its key lives in an index of its
+ *     own, so finding a new delta's place compares small keys (in a WITHOUT ROWID table the
+ *     key is the whole record, and every comparison on the way down read an earlier delta's
+ *     MiBs back: at a large model most of a turn's commit);
  *   indexes on sessions (owner, last_used) for listing and (last_used) for TTL expiry; a
  *   trigger deletes a session's pieces and deltas with its row.
  * Dead pieces and deltas are deleted by `collect` after each compaction and at every open (a
@@ -32,7 +35,8 @@
  * the same id. Older files are migrated at open, one transaction per version: version 1 (id
  * alone the primary key) to 2 ((owner, id), one row holding meta + state), 2 to 3 (the row's
  * meta + state become its snapshot at version 1, with no deltas), 3 to 4 (a snapshots row
- * becomes two pieces, meta and state, under the row's snap_id).
+ * becomes two pieces, meta and state, under the row's snap_id), 4 to 5 (the deltas move from a
+ * WITHOUT ROWID table to a rowid one).
  * The envelope and the deltas are authoritative; the other columns are for queries, operators
  * (sqlite3 sessions.db 'select id, tokens, n_deltas from sessions') and compaction's trigger.
  *
@@ -60,7 +64,7 @@
 #include "session_store.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 /* A snapshot's state is stored in pieces of this size (the last one shorter) */
 #define PIECE_BYTES ((size_t)4 << 20)
 /* dead pieces / deltas deleted per `collect` call (one transaction of the compaction thread) */
@@ -745,11 +749,22 @@ static int create_pieces_v4(sqlite3 *db, char *err, size_t cap) {
               err, cap);
 }
 
-/* A new file (or one of version 4 already). */
+/* Version 5's deltas as `name`: a rowid table, its primary key an index of its own. */
+static int create_deltas_v5(sqlite3 *db, const char *name, char *err, size_t cap) {
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "CREATE TABLE IF NOT EXISTS %s (owner BLOB NOT NULL, id TEXT NOT NULL, seq INTEGER "
+           "NOT NULL, meta BLOB NOT NULL, delta BLOB NOT NULL, PRIMARY KEY (owner, id, seq))",
+           name);
+  return exec(db, sql, err, cap);
+}
+
+/* A new file. */
 static int create_schema(sqlite3 *db, char *err, size_t cap) {
   return create_tables_v3(db, "sessions", err, cap) ||
-         exec(db, "DROP TABLE IF EXISTS snapshots", err, cap) ||
-         create_pieces_v4(db, err, cap) || exec(db, "PRAGMA user_version = 4", err, cap);
+         exec(db, "DROP TABLE IF EXISTS snapshots; DROP TABLE IF EXISTS deltas", err, cap) ||
+         create_deltas_v5(db, "deltas", err, cap) || create_pieces_v4(db, err, cap) ||
+         exec(db, "PRAGMA user_version = 5", err, cap);
 }
 
 /* What a crash (or a failed compaction) left behind: the pieces of snapshots no row points at
@@ -842,6 +857,21 @@ static int steps_v3(sqlite3 *db, char *err, size_t cap) {
          exec(db, "PRAGMA user_version = 4", err, cap);
 }
 
+/* Version 4 kept the deltas in a WITHOUT ROWID table; version 5 in a rowid one (the trigger
+ * that names the table is dropped over the rename and made again). */
+static int steps_v4(sqlite3 *db, char *err, size_t cap) {
+  return exec(db, "DROP TABLE IF EXISTS deltas_v5; DROP TRIGGER IF EXISTS sessions_drop", err,
+              cap) ||
+         create_deltas_v5(db, "deltas_v5", err, cap) ||
+         exec(db,
+              "INSERT INTO deltas_v5 (owner, id, seq, meta, delta) SELECT owner, id, seq, meta, "
+              "delta FROM deltas ORDER BY owner, id, seq;"
+              "DROP TABLE deltas;"
+              "ALTER TABLE deltas_v5 RENAME TO deltas;",
+              err, cap) ||
+         create_pieces_v4(db, err, cap) || exec(db, "PRAGMA user_version = 5", err, cap);
+}
+
 store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t cap) {
   if (mkdirs(dir)) {
     snprintf(err, cap, "cannot create %s: %s", dir, strerror(errno));
@@ -901,6 +931,7 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
          (version == 1 && migrate(db, 1, steps_v1, e2, sizeof e2)) ||
          (version >= 1 && version <= 2 && migrate(db, 2, steps_v2, e2, sizeof e2)) ||
          (version >= 1 && version <= 3 && migrate(db, 3, steps_v3, e2, sizeof e2)) ||
+         (version >= 1 && version <= 4 && migrate(db, 4, steps_v4, e2, sizeof e2)) ||
          (version == 0 && create_schema(db, e2, sizeof e2)) ||
          collect_garbage(db, e2, sizeof e2);
     if (rc) snprintf(err, cap, "%s: %s", cfg->path, e2);

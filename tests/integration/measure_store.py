@@ -32,7 +32,10 @@ by hand).
       checkpoints included; wchar, what it handed to write()) per turn against the bytes the
       turn's 14 positions add (n_layer x 2 x 14 x H*Dh x 4), the compactions seen (the row's
       snapshot version changing), and the store's size (sessions.db + WAL) after the turns.
-      R reps restart everything (fresh stores) and report each rep.
+      R reps restart everything (fresh stores) and report each rep. --one-at-a-time runs the
+      modes one after another, one daemon alive at a time (no other daemon's store thread or
+      compaction shares the machine with a turn; the order reverses every other rep), each
+      getting the same fill and the same turns.
 Env: XLSERVE_BIN (default build/xlserve), PYTHONPATH=tools.
 """
 import argparse
@@ -250,7 +253,7 @@ def cmd_migrate(a):
             finally:
                 d.stop()
         db = sqlite3.connect(path)
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 5
         db.close()
         print("%d sessions, %.1f MiB of envelopes: start with the migration %.3f s, start of the "
               "migrated file %.3f s (+%.3f s: %.1f MiB/s); every session read back" % (
@@ -281,113 +284,154 @@ def file_mib(d, name):
     return os.path.getsize(p) / 2**20 if os.path.exists(p) else 0.0
 
 
-def cmd_deltas(a):
+def store_row(sd):
     import sqlite3
+    db = sqlite3.connect("file:%s/sessions.db?mode=ro" % sd, uri=True)
+    row = db.execute("SELECT seq, snap_seq, snap_bytes, n_deltas, delta_bytes FROM "
+                     "sessions").fetchone()
+    db.close()
+    return row
+
+
+def report_mode(name, d, xs, lat_off, run):
+    """Prints one mode's lines: latency against off, and for a store the bytes written, the
+    compactions seen, the store's size and the swaps (run: turns, pos_bytes, sb, io0, io1,
+    trail, sd)."""
+    base = statistics.median(lat_off)
+    med = statistics.median(xs)
+    print("  %-6s median %8.1f ms  p90 %8.1f  mean %8.1f  max %8.1f  (median "
+          "%+6.1f%% vs off, mean %+6.1f%%)" % (
+              name, med * 1e3, pct(xs, 0.9) * 1e3, statistics.mean(xs) * 1e3,
+              max(xs) * 1e3, 100 * (med / base - 1),
+              100 * (statistics.mean(xs) / statistics.mean(lat_off) - 1)), flush=True)
+    if name == "off":
+        return
+    turns, pos_bytes, sb, sd = run["turns"], run["pos_bytes"], run["sb"], run["sd"]
+    wb = (run["io1"]["write_bytes"] - run["io0"]["write_bytes"]) / turns
+    wc = (run["io1"]["wchar"] - run["io0"]["wchar"]) / turns
+    row = store_row(sd)
+    tr = run["trail"]
+    print("         written per turn: write_bytes %.2f MiB (%.2f x the positions), "
+          "wchar %.2f MiB (%.2f x); compactions seen %d; store after %d turns: "
+          "%.1f MiB (%.2f x the state: sessions.db %.1f MiB + WAL %.1f MiB; row: "
+          "snapshot %.1f MiB + %d deltas %.1f MiB)" % (
+              wb / 2**20, wb / pos_bytes, wc / 2**20, wc / pos_bytes,
+              len(set(v for v, _ in tr if v >= 0)) - 1, turns + 2, dir_bytes(sd) / 2**20,
+              dir_bytes(sd) / sb, file_mib(sd, "sessions.db"),
+              file_mib(sd, "sessions.db-wal"), row[2] / 2**20, row[3], row[4] / 2**20),
+          flush=True)
+    # whole compaction cycles: from the turn that first saw one swap to the turn that first
+    # saw a later one (the deltas, the compaction and the checkpoints of one or more cycles)
+    seen = [j for j in range(1, len(tr)) if tr[j][0] != tr[j - 1][0] and tr[j - 1][0] >= 0]
+    if len(seen) >= 2:
+        j0, j1 = seen[0], seen[-1]
+        cyc = (tr[j1][1] - tr[j0][1]) / (j1 - j0)
+        print("         whole compaction cycles (turns %d..%d, %d swaps): write_bytes "
+              "%.2f MiB per turn (%.2f x the positions)" % (
+                  j0 + 1, j1 + 1, len(seen) - 1, cyc / 2**20, cyc / pos_bytes))
+    m = metrics(d.port)
+    n = m.get("xlserve_store_swap_seconds_count", 0)
+    if n:
+        bounds = sorted((float(k.split('le="')[1].rstrip('"}')), v)
+                        for k, v in m.items()
+                        if k.startswith("xlserve_store_swap_seconds_bucket") and "+Inf" not in k)
+        worst = next((b for b, v in bounds if v >= n), float("inf"))
+        print("         swaps %d: mean %.1f ms, all within %g s (histogram bucket)" % (
+            n, 1e3 * m["xlserve_store_swap_seconds_sum"] / n, worst), flush=True)
+
+
+def cmd_deltas(a):
     cfg = model_shape(a.model)
     words = cfg.get("xlserve_tokenizer") == "words"
     M = cfg["mem_len"]
     pos_bytes = cfg["n_layer"] * 2 * 14 * cfg["n_head"] * cfg["d_head"] * 4
-    r = __import__("random").Random(5)
 
-    def prompt(n):
-        if words:
-            return " " + " ".join("w%d" % r.randrange(1000, 19000) for _ in range(n))
-        return "".join(r.choice("abcdefgh ") for _ in range(n))
+    def prompts(n_turns):
+        r = __import__("random").Random(5)
 
+        def one(n):
+            if words:
+                return " " + " ".join("w%d" % r.randrange(1000, 19000) for _ in range(n))
+            return "".join(r.choice("abcdefgh ") for _ in range(n))
+        return one(M + 8), [one(10) for _ in range(n_turns + 1)]
+
+    common = ["--access-log", "false", "--workers", "1", "--request-timeout", "3600",
+              "--max-tokens-limit", "100000"]
     for rep_i in range(a.reps):
         tmp = tempfile.mkdtemp(prefix="xlstore-", dir=a.tmp)
-        common = ["--access-log", "false", "--workers", "1", "--request-timeout", "3600",
-                  "--max-tokens-limit", "100000"]
-        modes = [("off", []), ("turn", ["--state-dir", tmp + "/t"]),
-                 ("async", ["--state-dir", tmp + "/a", "--durability", "async"])]
-        ds = []
-        try:
-            for name, args in modes:
-                ds.append((name, X.Daemon(a.model, common + args, timeout=600)))
-            sb = state_bytes(ds[0][1].port)
+        modes = [("off", [], None), ("turn", ["--state-dir", tmp + "/t"], tmp + "/t"),
+                 ("async", ["--state-dir", tmp + "/a", "--durability", "async"], tmp + "/a")]
+        if a.one_at_a_time and rep_i % 2 == 1:
+            modes = modes[::-1]  # drift over the run falls on every mode alike
+        fill, short = prompts(a.turns)
+        runs = {name: dict(lat=[], trail=[], sd=sd, turns=a.turns, pos_bytes=pos_bytes)
+                for name, _, sd in modes}
+        live = []
+
+        def start(name, args):
+            d = X.Daemon(a.model, common + args, timeout=600)
+            live.append((name, d))
             t0 = time.monotonic()
-            fill = prompt(M + 8)
-            for name, d in ds:  # the memory full (the first turn: a whole snapshot)
-                turn(d.port, "m", fill, 1)
-            t_fill = (time.monotonic() - t0) / len(ds)
-            for name, d in ds:  # a first short turn each (workspaces at this shape)
-                turn(d.port, "m", prompt(10), 4)
-            io0 = {name: proc_io(d.proc.pid) for name, d in ds}
-            load0 = "%.1f %.1f %.1f" % os.getloadavg()
-            lat = {name: [] for name, _ in ds}
-            snaps = {name: set() for name, _ in ds}
-            trail = {name: [] for name, _ in ds}  # per turn: (snap_seq, write_bytes) after it
-            for i in range(a.turns):
-                p = prompt(10)
-                for name, d in (ds if i % 2 == 0 else ds[::-1]):
-                    lat[name].append(turn(d.port, "m", p, 4))
-                    if name != "off":
-                        db = sqlite3.connect("file:%s/%s/sessions.db?mode=ro" % (
-                            tmp, "t" if name == "turn" else "a"), uri=True)
-                        v = db.execute("SELECT snap_seq FROM sessions").fetchone()[0]
-                        db.close()
-                        snaps[name].add(v)
-                        trail[name].append((v, proc_io(d.proc.pid)["write_bytes"]))
+            turn(d.port, "m", fill, 1)  # the memory full (the first turn: a whole snapshot)
+            runs[name]["t_fill"] = time.monotonic() - t0
+            turn(d.port, "m", short[0], 4)  # a first short turn (workspaces at this shape)
+            runs[name]["sb"] = state_bytes(d.port)
+            runs[name]["io0"] = proc_io(d.proc.pid)
+            return d
+
+        def one_turn(name, d, p):
+            runs[name]["lat"].append(turn(d.port, "m", p, 4))
+            if runs[name]["sd"]:
+                row = store_row(runs[name]["sd"])  # None: async has not committed yet
+                runs[name]["trail"].append((row[1] if row else -1,
+                                            proc_io(d.proc.pid)["write_bytes"]))
+
+        def finish(name, d):
             time.sleep(1.5)  # async: its last commit
-            io1 = {name: proc_io(d.proc.pid) for name, d in ds}
-            base = statistics.median(lat["off"])
-            print("rep %d: state %d bytes (%.1f MiB), memory filled with %d tokens (%.1f s per "
-                  "daemon); %d turns per mode (10-token prompt + 4 tokens, non-streamed, "
-                  "1 worker); a turn's 14 positions: %d bytes (%.2f MiB); load average at "
-                  "the start %s, at the end %s" % (
-                      rep_i + 1, sb, sb / 2**20, M + 8, t_fill, a.turns, pos_bytes,
-                      pos_bytes / 2**20, load0, "%.1f %.1f %.1f" % os.getloadavg()))
-            for name, d in ds:
-                xs = lat[name]
-                med = statistics.median(xs)
-                line = ("  %-6s median %8.1f ms  p90 %8.1f  mean %8.1f  max %8.1f  (median "
-                        "%+6.1f%% vs off, mean %+6.1f%%)" % (
-                            name, med * 1e3, pct(xs, 0.9) * 1e3, statistics.mean(xs) * 1e3,
-                            max(xs) * 1e3, 100 * (med / base - 1),
-                            100 * (statistics.mean(xs) / statistics.mean(lat["off"]) - 1)))
-                print(line)
-                if name == "off":
-                    continue
-                wb = (io1[name]["write_bytes"] - io0[name]["write_bytes"]) / a.turns
-                wc = (io1[name]["wchar"] - io0[name]["wchar"]) / a.turns
-                sd = os.path.join(tmp, "t" if name == "turn" else "a")
-                db = sqlite3.connect("file:%s/sessions.db?mode=ro" % sd, uri=True)
-                row = db.execute("SELECT seq, snap_seq, snap_bytes, n_deltas, delta_bytes FROM "
-                                 "sessions").fetchone()
-                db.close()
-                print("         written per turn: write_bytes %.2f MiB (%.2f x the positions), "
-                      "wchar %.2f MiB (%.2f x); compactions seen %d; store after %d turns: "
-                      "%.1f MiB (%.2f x the state: sessions.db %.1f MiB + WAL %.1f MiB; row: "
-                      "snapshot %.1f MiB + %d deltas %.1f MiB)" % (
-                          wb / 2**20, wb / pos_bytes, wc / 2**20, wc / pos_bytes,
-                          len(snaps[name]) - 1, a.turns + 2, dir_bytes(sd) / 2**20,
-                          dir_bytes(sd) / sb, file_mib(sd, "sessions.db"),
-                          file_mib(sd, "sessions.db-wal"), row[2] / 2**20, row[3],
-                          row[4] / 2**20),
-                      flush=True)
-                # whole compaction cycles: from the turn that first saw one swap to the turn
-                # that first saw a later one (the deltas, the compaction and the checkpoints
-                # of one or more full cycles)
-                tr = trail[name]
-                seen = [j for j in range(1, len(tr)) if tr[j][0] != tr[j - 1][0]]
-                if len(seen) >= 2:
-                    j0, j1 = seen[0], seen[-1]
-                    cyc = (tr[j1][1] - tr[j0][1]) / (j1 - j0)
-                    print("         whole compaction cycles (turns %d..%d, %d swaps): write_bytes "
-                          "%.2f MiB per turn (%.2f x the positions)" % (
-                              j0 + 1, j1 + 1, len(seen) - 1, cyc / 2**20, cyc / pos_bytes))
-                m = metrics(d.port)
-                n = m.get("xlserve_store_swap_seconds_count", 0)
-                if n:
-                    bounds = sorted((float(k.split('le="')[1].rstrip('"}')), v)
-                                    for k, v in m.items()
-                                    if k.startswith("xlserve_store_swap_seconds_bucket")
-                                    and "+Inf" not in k)
-                    worst = next((b for b, v in bounds if v >= n), float("inf"))
-                    print("         swaps %d: mean %.1f ms, all within %g s (histogram bucket)" % (
-                        n, 1e3 * m["xlserve_store_swap_seconds_sum"] / n, worst))
+            runs[name]["io1"] = proc_io(d.proc.pid)
+
+        try:
+            load0 = "%.1f %.1f %.1f" % os.getloadavg()
+            if a.one_at_a_time:  # one daemon alive at a time: no other daemon's store work
+                for name, args, _ in modes:
+                    d = start(name, args)
+                    for i in range(a.turns):
+                        one_turn(name, d, short[i + 1])
+                    finish(name, d)
+                    report_mode(name, d, runs[name]["lat"], runs["off"]["lat"] or
+                                runs[name]["lat"], runs[name])
+                    d.stop()
+                    live.remove((name, d))
+            else:  # all at once, the same turns in rotation
+                ds = [(name, start(name, args)) for name, args, _ in modes]
+                for i in range(a.turns):
+                    for name, d in (ds if i % 2 == 0 else ds[::-1]):
+                        one_turn(name, d, short[i + 1])
+                for name, d in ds:
+                    finish(name, d)
+            sb = runs[modes[0][0]]["sb"]
+            print("rep %d (%s): state %d bytes (%.1f MiB), memory filled with %d tokens (%.1f s); "
+                  "%d turns per mode (10-token prompt + 4 tokens, non-streamed, 1 worker); a "
+                  "turn's 14 positions: %d bytes (%.2f MiB); load average at the start %s, at "
+                  "the end %s" % (
+                      rep_i + 1, "one daemon at a time, in the order " +
+                      " ".join(n for n, _, _ in modes) if a.one_at_a_time else
+                      "all daemons at once", sb, sb / 2**20, M + 8,
+                      statistics.mean(r["t_fill"] for r in runs.values()), a.turns, pos_bytes,
+                      pos_bytes / 2**20, load0, "%.1f %.1f %.1f" % os.getloadavg()), flush=True)
+            for name, _, _ in modes:
+                if a.one_at_a_time and name != "off":
+                    # reprinted against off now that every mode has run
+                    print("  %-6s median %+6.1f%% vs off (%.1f vs %.1f ms)" % (
+                        name, 100 * (statistics.median(runs[name]["lat"]) /
+                                     statistics.median(runs["off"]["lat"]) - 1),
+                        1e3 * statistics.median(runs[name]["lat"]),
+                        1e3 * statistics.median(runs["off"]["lat"])))
+                elif not a.one_at_a_time:
+                    report_mode(name, dict(live)[name], runs[name]["lat"], runs["off"]["lat"],
+                                runs[name])
         finally:
-            for _, d in ds:
+            for _, d in live:
                 d.stop()
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -414,6 +458,8 @@ def main():
     s.add_argument("model")
     s.add_argument("--turns", type=int, default=150)
     s.add_argument("--reps", type=int, default=1)
+    s.add_argument("--one-at-a-time", action="store_true",
+                   help="one daemon alive at a time (off, turn, async; reversed every other rep)")
     s.add_argument("--tmp", default=None, help="where the stores go (default: $TMPDIR)")
     a = ap.parse_args()
     {"model": cmd_model, "turn": cmd_turn, "restore": cmd_restore, "ram": cmd_ram,

@@ -169,7 +169,7 @@ def test_store_of_the_first_schema_is_migrated(start_daemon, tiny_model, tmp_pat
     d = start_daemon(tiny_model, *args)
     assert d.wait_log(lambda o: o.get("event") == "store")["msg"].endswith("2 sessions stored")
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 5
     db.close()
     for sid, key, other in (("old-a", A, B), ("old-b", B, A)):
         st, s = X.get_session(d.port, sid, key)

@@ -1610,7 +1610,7 @@ static void test_sqlite_migrates_v1(void) {
   store_backend *b = store_sqlite_open(dir, 0, err, sizeof err);
   CHECK(b != NULL);
   if (!b) return;
-  CHECK(user_version(path) == 4); /* through versions 2 and 3 */
+  CHECK(user_version(path) == 5); /* through versions 2, 3 and 4 */
   store_opts o = {.async_commit_ms = 1000, .max_batch = 64};
   session_store *st = store_new(b, &o, notify, NULL);
   CHECK(store_start(st, M, err, sizeof err) == 0);
@@ -1641,7 +1641,7 @@ static void test_sqlite_migrates_v1(void) {
     b->ops->disconnect(c);
     store_backend_free(b);
   }
-  CHECK(user_version(path) == 4); /* through versions 2 and 3 */
+  CHECK(user_version(path) == 5); /* through versions 2, 3 and 4 */
 
   /* a migration that fails (here: a version-1 file that lacks a column) stops the open with a
    * message and leaves the file as it was: version 1, its row still there */
@@ -1664,13 +1664,23 @@ static void test_sqlite_migrates_v1(void) {
   sqlite3_close(db);
 }
 
-/* A store of schema 3 (a session's snapshot one row of `snapshots`, its deltas after it) opens
- * migrated to 4 (the snapshot becomes pieces under the row's snap_id), and the session, a
- * snapshot plus four deltas, is rebuilt bit for bit and continues. The file of schema 3 is
- * written back from a store of this build, as that version laid it out. */
-static void test_sqlite_migrates_v3(void) {
+/* The deltas table as schemas 3 and 4 had it (WITHOUT ROWID), written back from this build's;
+ * the trigger that names it is dropped (the caller makes its own) */
+#define DELTAS_WITHOUT_ROWID                                                                   \
+  "DROP TRIGGER sessions_drop;"                                                                \
+  "CREATE TABLE deltas_old (owner BLOB NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, "     \
+  "meta BLOB NOT NULL, delta BLOB NOT NULL, PRIMARY KEY (owner, id, seq)) WITHOUT ROWID;"      \
+  "INSERT INTO deltas_old SELECT owner, id, seq, meta, delta FROM deltas;"                     \
+  "DROP TABLE deltas; ALTER TABLE deltas_old RENAME TO deltas;"
+
+/* A store of an older schema opens migrated to this build's, and its session, a snapshot plus
+ * four deltas, is rebuilt bit for bit and continues. The file is written by this build and
+ * then turned back into the older layout by `backdate` (SQL, ending at user_version `from`);
+ * `check` (SQL giving a count) must answer 0 before the open and 1 after. */
+static void migrated_log_continues(const char *tag, const char *backdate, int from,
+                                   const char *check) {
   char err[512];
-  const char *dir = tl_tmpdir("store_v3");
+  const char *dir = tl_tmpdir(tag);
   store_backend *b = store_sqlite_open(dir, 0, err, sizeof err);
   CHECK(b != NULL);
   if (!b) return;
@@ -1698,22 +1708,10 @@ static void test_sqlite_migrates_v3(void) {
   snprintf(path, sizeof path, "%s/sessions.db", dir);
   sqlite3 *db = NULL;
   CHECK(sqlite3_open(path, &db) == SQLITE_OK);
-  CHECK(sqlite3_exec(db,
-                     "BEGIN;"
-                     "CREATE TABLE snapshots (owner BLOB NOT NULL, id TEXT NOT NULL, meta BLOB NOT "
-                     "NULL, state BLOB NOT NULL, PRIMARY KEY (owner, id));"
-                     "INSERT INTO snapshots SELECT s.owner, s.id, (SELECT bytes FROM snap_pieces "
-                     "p WHERE p.owner = s.owner AND p.id = s.id AND p.snap_id = s.snap_id AND "
-                     "part = 0), (SELECT bytes FROM snap_pieces p WHERE p.owner = s.owner AND "
-                     "p.id = s.id AND p.snap_id = s.snap_id AND part = 1) FROM sessions s;"
-                     "DROP TABLE snap_pieces; DROP TRIGGER sessions_drop;"
-                     "CREATE TRIGGER sessions_drop AFTER DELETE ON sessions BEGIN DELETE FROM "
-                     "snapshots WHERE owner = old.owner AND id = old.id; DELETE FROM deltas "
-                     "WHERE owner = old.owner AND id = old.id; END;"
-                     "PRAGMA user_version = 3; COMMIT;",
-                     NULL, NULL, NULL) == SQLITE_OK);
+  CHECK(sqlite3_exec(db, backdate, NULL, NULL, NULL) == SQLITE_OK);
   sqlite3_close(db);
-  CHECK(user_version(path) == 3 && db_int(dir, "SELECT count(*) FROM deltas") == 4);
+  CHECK(user_version(path) == from && db_int(dir, "SELECT count(*) FROM deltas") == 4);
+  CHECK(db_int(dir, check) == 0);
 
   b = store_sqlite_open(dir, 0, err, sizeof err);
   CHECK(b != NULL);
@@ -1721,8 +1719,11 @@ static void test_sqlite_migrates_v3(void) {
     session_free(keep);
     return;
   }
-  CHECK(user_version(path) == 4 && db_int(dir, "SELECT count(*) FROM snap_pieces") == 2);
+  CHECK(user_version(path) == 5 && db_int(dir, "SELECT count(*) FROM snap_pieces") == 2);
   CHECK(db_int(dir, "SELECT count(*) FROM sqlite_master WHERE name = 'snapshots'") == 0);
+  CHECK(db_int(dir, check) == 1);
+  CHECK(db_int(dir, "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND "
+                    "name = 'sessions_drop' AND sql LIKE '%snap_pieces%'") == 1);
   st = store_new(b, &o, notify, NULL);
   CHECK(store_start(st, M, err, sizeof err) == 0);
   t = st_new(M, (size_t)1 << 30, 0, 100, st, DUR_TURN);
@@ -1737,6 +1738,44 @@ static void test_sqlite_migrates_v3(void) {
   }
   session_free(keep);
   end_store(st, b, t);
+}
+
+/* The deltas are a rowid table (their key an index of its own), not WITHOUT ROWID */
+#define DELTAS_HAVE_ROWIDS                                                                     \
+  "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'deltas' AND sql NOT "   \
+  "LIKE '%WITHOUT ROWID%'"
+
+/* Schema 3: a session's snapshot one row of `snapshots` (migrated: pieces under the row's
+ * snap_id), its deltas WITHOUT ROWID (migrated: a rowid table). */
+static void test_sqlite_migrates_v3(void) {
+  migrated_log_continues(
+      "store_v3",
+      "BEGIN;" DELTAS_WITHOUT_ROWID
+      "CREATE TABLE snapshots (owner BLOB NOT NULL, id TEXT NOT NULL, meta BLOB NOT "
+      "NULL, state BLOB NOT NULL, PRIMARY KEY (owner, id));"
+      "INSERT INTO snapshots SELECT s.owner, s.id, (SELECT bytes FROM snap_pieces "
+      "p WHERE p.owner = s.owner AND p.id = s.id AND p.snap_id = s.snap_id AND "
+      "part = 0), (SELECT bytes FROM snap_pieces p WHERE p.owner = s.owner AND "
+      "p.id = s.id AND p.snap_id = s.snap_id AND part = 1) FROM sessions s;"
+      "DROP TABLE snap_pieces;"
+      "CREATE TRIGGER sessions_drop AFTER DELETE ON sessions BEGIN DELETE FROM "
+      "snapshots WHERE owner = old.owner AND id = old.id; DELETE FROM deltas "
+      "WHERE owner = old.owner AND id = old.id; END;"
+      "PRAGMA user_version = 3; COMMIT;",
+      3, DELTAS_HAVE_ROWIDS);
+}
+
+/* Schema 4: the snapshot in pieces as now, the deltas WITHOUT ROWID (migrated: a rowid table,
+ * in which a new delta's place is found without reading earlier deltas back). */
+static void test_sqlite_migrates_v4(void) {
+  migrated_log_continues(
+      "store_v4",
+      "BEGIN;" DELTAS_WITHOUT_ROWID
+      "CREATE TRIGGER sessions_drop AFTER DELETE ON sessions BEGIN DELETE FROM "
+      "snap_pieces WHERE owner = old.owner AND id = old.id; DELETE FROM deltas "
+      "WHERE owner = old.owner AND id = old.id; END;"
+      "PRAGMA user_version = 4; COMMIT;",
+      4, DELTAS_HAVE_ROWIDS);
 }
 
 int main(void) {
@@ -1765,6 +1804,7 @@ int main(void) {
   RUN(test_fork_keeps_its_parent);
   RUN(test_sqlite_migrates_v1);
   RUN(test_sqlite_migrates_v3);
+  RUN(test_sqlite_migrates_v4);
   RUN(test_deltas_rebuild_and_compact);
   RUN(test_turns_commit_during_a_compaction);
   RUN(test_writes_held_back_behind_a_lagging_compaction);
