@@ -89,7 +89,6 @@ struct session_store {
 #define COMPACT_MIN_BYTES (64L << 10)
 #define COMPACT_MAX_DELTAS 256
 #define COMPACT_QUEUE 1024
-#define SNAP_PIECE_BYTES ((size_t)4 << 20)
 
 store_op *store_op_new(sop_kind kind, store_done_fn done, void *ctx) {
   store_op *op = xcalloc(1, sizeof *op);
@@ -122,7 +121,7 @@ session_store *store_new(store_backend *backend, const store_opts *o, void (*not
   if (st->o.compact_ratio <= 0) st->o.compact_ratio = COMPACT_RATIO;
   if (st->o.compact_min_bytes <= 0) st->o.compact_min_bytes = COMPACT_MIN_BYTES;
   if (st->o.compact_max_deltas <= 0) st->o.compact_max_deltas = COMPACT_MAX_DELTAS;
-  if (st->o.snap_piece_bytes == 0) st->o.snap_piece_bytes = SNAP_PIECE_BYTES;
+  if (st->o.snap_piece_bytes == 0) st->o.snap_piece_bytes = STORE_PIECE_BYTES;
   pthread_mutex_init(&st->mu, NULL);
   pthread_mutex_init(&st->wlock, NULL);
   pthread_cond_init(&st->cv, NULL);

@@ -254,17 +254,22 @@ void store_row_fill(store_row *row, const session *s, const char *id, const uint
                     uint64_t fingerprint);
 void store_op_free(store_op *op); /* frees owned buffers, out, and sess when free_sess */
 
+/* A snapshot's state is stored in pieces of this many bytes (the last one shorter): a whole
+ * save's by the backend, a compaction's by the compaction thread (store_opts.snap_piece_bytes
+ * 0), so both kinds of snapshot are laid out alike. */
+#define STORE_PIECE_BYTES ((size_t)4 << 20)
+
 typedef struct store_opts {
   int async_commit_ms; /* longest wait of an async save */
   int max_batch;       /* ops per transaction */
   /* compaction: a row's deltas are folded into a new snapshot when their bytes exceed
    * compact_ratio x the snapshot's (and compact_min_bytes), or they number compact_max_deltas.
-   * 0: the defaults (1.0, 64 KiB, 256). */
+   * 0: the defaults (1.2, 64 KiB, 256). */
   double compact_ratio;
   long compact_min_bytes;
   int compact_max_deltas;
   /* a compaction's new snapshot is written in pieces of this many bytes of state (backends
-   * with put_piece; 0: 4 MiB) */
+   * with put_piece; 0: STORE_PIECE_BYTES) */
   size_t snap_piece_bytes;
   /* tests: called on the compaction thread between a compaction's rebuild (snapshot + deltas
    * up to version seq, encoded; with put_piece: and its pieces written) and its swap; may

@@ -18,9 +18,9 @@
  *   snap_pieces(owner, id, snap_id INTEGER, part INTEGER, bytes BLOB,
  *               PRIMARY KEY (owner, id, snap_id, part))
  *     the snapshots in pieces: piece 0 the envelope's meta, pieces 1.. its state blob in
- *     PIECE_BYTES pieces; the session's snapshot (as of version snap_seq) is the one its row's
- *     snap_id names, any other snap_id is dead (a compaction's pieces before its swap, or what
- *     a crash or a stale compaction left) and never read;
+ *     STORE_PIECE_BYTES pieces; the session's snapshot (as of version snap_seq) is the one its
+ *     row's snap_id names, any other snap_id is dead (a compaction's pieces before its swap,
+ *     or what a crash or a stale compaction left) and never read;
  *   deltas(owner, id, seq INTEGER, meta BLOB, delta BLOB, PRIMARY KEY (owner, id, seq)):
  *     the turns since, in seq order (snap_seq + 1 .. seq); deltas at or below snap_seq (folded
  *     by a swap, not yet collected) are dead. A rowid table: its key lives in an index of its
@@ -65,8 +65,6 @@
 #include "util.h"
 
 #define SCHEMA_VERSION 5
-/* A snapshot's state is stored in pieces of this size (the last one shorter) */
-#define PIECE_BYTES ((size_t)4 << 20)
 /* dead pieces / deltas deleted per `collect` call (one transaction of the compaction thread) */
 #define COLLECT_BATCH 4
 #define WAL_KEEP "33554432" /* bytes (32 MiB) */
@@ -365,8 +363,8 @@ static void bind_key(sqlite3_stmt *st, const char *id, const uint8_t owner[32]);
 
 /* The row's snapshot (snap_id read): row->meta is piece 0 and row->state the pieces after it,
  * lent by SQLite (the statements stay open until the next call on this connection) when the
- * state is one piece (any state up to PIECE_BYTES), else joined into c->snap. Only SQLite's
- * failures are errors here: pieces that are missing, short or damaged make an envelope the
+ * state is one piece (any state up to STORE_PIECE_BYTES), else joined into c->snap. Only
+ * SQLite's failures are errors here: pieces that are missing, short or damaged make an envelope the
  * decoder refuses (sizes, checksums), like a damaged blob. */
 static int read_snapshot(store_conn *c, const char *id, const uint8_t owner[32], store_row *row,
                          char *err, size_t cap) {
@@ -505,8 +503,9 @@ static int put_snapshot(store_conn *c, const store_row *r, char *err, size_t cap
   if (run_write(c, c->pieces_clear, NULL, err, cap, "dropping a session's snapshot")) return -1;
   if (sq_put_piece(c, r->id, r->owner, r->snap_id, 0, r->meta, r->meta_len, err, cap))
     return -1;
-  for (size_t off = 0, part = 1; off < r->state_len; off += PIECE_BYTES, part++) {
-    size_t n = r->state_len - off < PIECE_BYTES ? r->state_len - off : PIECE_BYTES;
+  for (size_t off = 0, part = 1; off < r->state_len; off += STORE_PIECE_BYTES, part++) {
+    size_t n = r->state_len - off;
+    if (n > STORE_PIECE_BYTES) n = STORE_PIECE_BYTES;
     if (sq_put_piece(c, r->id, r->owner, r->snap_id, (int)part, r->state + off, n, err, cap))
       return -1;
   }
@@ -839,7 +838,7 @@ static int steps_v2(sqlite3 *db, char *err, size_t cap) {
 
 /* Version 3 held a snapshot in one row (meta, state); version 4 keeps it as pieces under the
  * row's snap_id: piece 0 the meta, piece 1 the state (a piece may be any size; new snapshots
- * are cut into PIECE_BYTES). */
+ * are cut into STORE_PIECE_BYTES). */
 static int steps_v3(sqlite3 *db, char *err, size_t cap) {
   return exec(db, "DROP TABLE IF EXISTS snap_pieces", err, cap) ||
          create_pieces_v4(db, err, cap) ||

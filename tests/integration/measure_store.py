@@ -26,7 +26,8 @@ by hand).
   /usr/bin/python3 tests/integration/measure_store.py deltas MODEL [--turns N] [--reps R]
       what a turn costs the store (snapshot + deltas): one session with a full memory per
       durability (off / turn / async; one daemon each, 1 worker, all at once, the same turns in
-      rotation), turns of a 10-token prompt + 4 tokens (word models: "w<i>" words; byte models:
+      rotation; after each turn of a store the next waits until the store's row has the turn's
+      version, so async's commit never overlaps another daemon's turn), turns of a 10-token prompt + 4 tokens (word models: "w<i>" words; byte models:
       10 bytes). Per mode: client-side latency (median, p90, mean, max), and for the stores the
       bytes the daemon wrote (/proc/PID/io: write_bytes, what reached the block layer, WAL and
       checkpoints included; wchar, what it handed to write()) per turn against the bytes the
@@ -376,13 +377,28 @@ def cmd_deltas(a):
             runs[name]["t_fill"] = time.monotonic() - t0
             turn(d.port, "m", short[0], 4)  # a first short turn (workspaces at this shape)
             runs[name]["sb"] = state_bytes(d.port)
+            if runs[name]["sd"]:
+                runs[name]["seq"] = 2  # the fill and the first short turn
+                committed(name, 2)
             runs[name]["io0"] = proc_io(d.proc.pid)
             return d
+
+        def committed(name, want, limit=60.0):
+            """The row's version once it reached want (async: its commit lands after the
+            response; in rotation the next daemon's turn waits for it, so no daemon's turn
+            shares the machine with another daemon's commit)."""
+            t_end = time.monotonic() + limit
+            while True:
+                row = store_row(runs[name]["sd"])
+                if row and row[0] >= want or time.monotonic() > t_end:
+                    return row
+                time.sleep(0.002)
 
         def one_turn(name, d, p):
             runs[name]["lat"].append(turn(d.port, "m", p, 4))
             if runs[name]["sd"]:
-                row = store_row(runs[name]["sd"])  # None: async has not committed yet
+                runs[name]["seq"] += 1
+                row = committed(name, runs[name]["seq"])
                 runs[name]["trail"].append((row[1] if row else -1,
                                             proc_io(d.proc.pid)["write_bytes"]))
 
