@@ -330,7 +330,14 @@ def report_mode(name, d, xs, lat_off, run):
         print("         whole compaction cycles (turns %d..%d, %d swaps): write_bytes "
               "%.2f MiB per turn (%.2f x the positions)" % (
                   j0 + 1, j1 + 1, len(seen) - 1, cyc / 2**20, cyc / pos_bytes))
-    m = metrics(d.port)
+    m0, m = run["m0"], run["m1"]
+    k = "xlserve_store_write_seconds_"
+    n_w = m.get(k + "count", 0) - m0.get(k + "count", 0)
+    if n_w:
+        print("         commits (server side, begin to fsync'd commit): %d, mean %.1f ms "
+              "(%.1f%% of off's median turn)" % (
+                  n_w, 1e3 * (m[k + "sum"] - m0.get(k + "sum", 0)) / n_w,
+                  100 * (m[k + "sum"] - m0.get(k + "sum", 0)) / n_w / base), flush=True)
     n = m.get("xlserve_store_swap_seconds_count", 0)
     if n:
         bounds = sorted((float(k.split('le="')[1].rstrip('"}')), v)
@@ -381,6 +388,7 @@ def cmd_deltas(a):
                 runs[name]["seq"] = 2  # the fill and the first short turn
                 committed(name, 2)
             runs[name]["io0"] = proc_io(d.proc.pid)
+            runs[name]["m0"] = metrics(d.port)
             return d
 
         def committed(name, want, limit=60.0):
@@ -405,6 +413,7 @@ def cmd_deltas(a):
         def finish(name, d):
             time.sleep(1.5)  # async: its last commit
             runs[name]["io1"] = proc_io(d.proc.pid)
+            runs[name]["m1"] = metrics(d.port)
 
         try:
             load0 = "%.1f %.1f %.1f" % os.getloadavg()
