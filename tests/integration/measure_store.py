@@ -305,6 +305,16 @@ def report_mode(name, d, xs, lat_off, run):
               name, med * 1e3, pct(xs, 0.9) * 1e3, statistics.mean(xs) * 1e3,
               max(xs) * 1e3, 100 * (med / base - 1),
               100 * (statistics.mean(xs) / statistics.mean(lat_off) - 1)), flush=True)
+    m0, m = run["m0"], run["m1"]
+
+    def grew(key):
+        return m.get(key, 0) - m0.get(key, 0)
+    # server side, per turn: the request's time less its forward passes' (the CPU-bound part
+    # a shared machine's load stretches): parsing, queueing, encoding, the commit, the reply
+    req = grew("xlserve_request_duration_seconds_sum") / run["turns"]
+    fwd = grew("xlserve_forward_seconds_sum") / run["turns"]
+    print("         server side per turn: request %.1f ms = forward passes %.1f ms + the rest "
+          "%.1f ms" % (1e3 * req, 1e3 * fwd, 1e3 * (req - fwd)), flush=True)
     if name == "off":
         return
     turns, pos_bytes, sb, sd = run["turns"], run["pos_bytes"], run["sb"], run["sd"]
@@ -330,7 +340,6 @@ def report_mode(name, d, xs, lat_off, run):
         print("         whole compaction cycles (turns %d..%d, %d swaps): write_bytes "
               "%.2f MiB per turn (%.2f x the positions)" % (
                   j0 + 1, j1 + 1, len(seen) - 1, cyc / 2**20, cyc / pos_bytes))
-    m0, m = run["m0"], run["m1"]
     k = "xlserve_store_write_seconds_"
     n_w = m.get(k + "count", 0) - m0.get(k + "count", 0)
     if n_w:
