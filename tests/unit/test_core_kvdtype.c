@@ -1,12 +1,12 @@
 /*
  * test_core_kvdtype.c: session memory stored as bf16 or int8. The kernel family in use
  * (XLSERVE_CPU; ctest runs this once per family) against the portable reference for every
- * narrow-memory kernel, ragged lengths and head sizes included; the narrowing itself (bf16
- * round-to-nearest-even, NaN kept; int8 within half a step of its scale); forward passes of
- * a narrow memory batched equal to unbatched, bit for bit, and close to F32; state blobs and
- * deltas carrying their dtype: same-dtype round trips bit for bit, a blob or delta of one
- * dtype imported under another equal to the narrowed original, and a blob or delta naming a
- * dtype this build does not know refused.
+ * narrow-memory kernel, ragged lengths and head sizes, long key runs and many heads included;
+ * the narrowing itself (bf16 round-to-nearest-even, NaN kept; int8 within half a step of its
+ * scale); forward passes of a narrow memory batched equal to unbatched, bit for bit, and close
+ * to F32; state blobs and deltas carrying their dtype: same-dtype round trips bit for bit, a
+ * blob or delta of one dtype imported under another equal to the narrowed original, and a
+ * blob or delta naming a dtype this build does not know refused.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,6 +95,76 @@ static void test_kernels_match_portable(void) {
       CHECK(ok);
       if (!ok) fprintf(stderr, "  dh %d n %d\n", dh, n);
     }
+}
+
+/* The vector families at a real model's shape and past their fast paths' limits: long key
+ * runs (passes over many blocks of key rows), value mixes with many heads (16, and more heads
+ * than the families' per-row weight buffer holds: their per-head path), against portable. */
+static void test_kernels_long_runs_many_heads(void) {
+  const xl_kv_kernels *k = xl_kv_kern(), *ref = &xl_kv_kernels_portable;
+  const struct { int H, dh, n; } CASES[] = {{16, 64, 1603}, {65, 16, 21}, {2, 64, 200}};
+  for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
+    const int H = CASES[c].H, dh = CASES[c].dh, n = CASES[c].n, hd = H * dh;
+    const size_t ld = (size_t)n + 3, ld2 = (size_t)hd + 5, ps = (size_t)n + 1, ss = (size_t)H;
+    float q[64], *s1 = malloc((size_t)n * 4), *s2 = malloc((size_t)n * 4),
+                 *mag = malloc((size_t)n * 4), *sc = malloc((size_t)n * 4),
+                 *p = malloc((size_t)H * ps * 4), *vs = malloc((size_t)n * ss * 4),
+                 *o1 = malloc((size_t)hd * 4), *o2 = malloc((size_t)hd * 4),
+                 *om = malloc((size_t)hd * 4);
+    uint16_t *kb = malloc((size_t)dh * ld * 2), *vb = malloc((size_t)n * ld2 * 2);
+    int8_t *ki = malloc((size_t)dh * ld), *vi = malloc((size_t)n * ld2);
+    for (int i = 0; i < dh; i++) q[i] = frand();
+    for (size_t i = 0; i < (size_t)dh * ld; i++) {
+      kb[i] = xl_f32_to_bf16(frand() * 3.0f);
+      ki[i] = (int8_t)(int)(frand() * 127.0f);
+    }
+    for (int j = 0; j < n; j++) sc[j] = 0.01f + 0.02f * (frand() + 1.0f);
+    int ok_b = 1, ok_i = 1;
+    for (int j = 0; j < n; j++) {
+      mag[j] = 0;
+      for (int i = 0; i < dh; i++) mag[j] += fabsf(q[i] * xl_bf16_to_f32(kb[(size_t)i * ld + j]));
+    }
+    ref->dot_rows_bf16(q, dh, kb, ld, n, s1);
+    k->dot_rows_bf16(q, dh, kb, ld, n, s2);
+    for (int j = 0; j < n; j++) ok_b &= close_to(s1[j], s2[j], mag[j]);
+    for (int j = 0; j < n; j++) {
+      mag[j] = 0;
+      for (int i = 0; i < dh; i++) mag[j] += fabsf(q[i] * ki[(size_t)i * ld + j]) * sc[j];
+    }
+    ref->dot_rows_i8(q, dh, ki, ld, sc, n, s1);
+    k->dot_rows_i8(q, dh, ki, ld, sc, n, s2);
+    for (int j = 0; j < n; j++) ok_i &= close_to(s1[j], s2[j], mag[j]);
+    CHECK(ok_b);
+    CHECK(ok_i);
+    for (size_t i = 0; i < (size_t)n * ld2; i++) {
+      vb[i] = xl_f32_to_bf16(frand() * 3.0f);
+      vi[i] = (int8_t)(int)(frand() * 127.0f);
+    }
+    for (size_t i = 0; i < (size_t)H * ps; i++) p[i] = (frand() + 1.0f) * 0.5f / (float)n;
+    for (size_t i = 0; i < (size_t)n * ss; i++) vs[i] = 0.01f + 0.02f * (frand() + 1.0f);
+    for (int e = 0; e < hd; e++) o1[e] = o2[e] = frand(), om[e] = fabsf(o1[e]);
+    for (int j = 0; j < n; j++)
+      for (int e = 0; e < hd; e++)
+        om[e] += fabsf(p[(size_t)(e / dh) * ps + j] * xl_bf16_to_f32(vb[(size_t)j * ld2 + e]));
+    ref->mix_rows_bf16(o1, p, ps, vb, ld2, n, H, dh);
+    k->mix_rows_bf16(o2, p, ps, vb, ld2, n, H, dh);
+    ok_b = 1;
+    for (int e = 0; e < hd; e++) ok_b &= close_to(o1[e], o2[e], om[e]);
+    for (int e = 0; e < hd; e++) o1[e] = o2[e] = frand(), om[e] = fabsf(o1[e]);
+    for (int j = 0; j < n; j++)
+      for (int e = 0; e < hd; e++)
+        om[e] += fabsf(p[(size_t)(e / dh) * ps + j] * vs[(size_t)j * ss + (size_t)(e / dh)] *
+                       vi[(size_t)j * ld2 + e]);
+    ref->mix_rows_i8(o1, p, ps, vi, ld2, vs, ss, n, H, dh);
+    k->mix_rows_i8(o2, p, ps, vi, ld2, vs, ss, n, H, dh);
+    ok_i = 1;
+    for (int e = 0; e < hd; e++) ok_i &= close_to(o1[e], o2[e], om[e]);
+    CHECK(ok_b);
+    CHECK(ok_i);
+    if (!ok_b || !ok_i) fprintf(stderr, "  H %d dh %d n %d\n", H, dh, n);
+    free(s1), free(s2), free(mag), free(sc), free(p), free(vs), free(o1), free(o2), free(om);
+    free(kb), free(vb), free(ki), free(vi);
+  }
 }
 
 static void test_narrowing(void) {
@@ -418,6 +488,7 @@ static void test_deltas_across_dtypes(void) {
 
 int main(void) {
   RUN(test_kernels_match_portable);
+  RUN(test_kernels_long_runs_many_heads);
   RUN(test_narrowing);
   RUN(test_int8_store_load);
   RUN(test_forward_batch_invariant_and_close);
