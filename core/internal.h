@@ -153,6 +153,7 @@ struct xl_state {
   xl_kv_dtype dtype;  /* element type of kv */
   size_t layer_bytes; /* bytes of one layer's memory (xl_kv_layer_bytes) */
   unsigned char *kv;  /* per layer: keys, values (, key scales, value scales); by slot */
+  size_t kv_mapped;   /* bytes of kv when it is its own mapping (state.c), else 0 */
 };
 
 /* One layer's memory, as pointers into a state (or a packed buffer of `M` positions). */

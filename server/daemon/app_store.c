@@ -9,7 +9,6 @@
  * latest state the store lacks to the store and lets the store thread finish its queue, bounded
  * by the drain deadline. Thread: loop (main) thread.
  */
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +32,6 @@ static st_durability durability(const app *a) {
 }
 
 int app_store_open(app *a, char *err, size_t cap) {
-  /* Session states are large single allocations: keep them out of the heap (mmapped), so the
-   * memory of a session that leaves RAM goes back to the system at once (glibc otherwise raises
-   * its mmap threshold after the first free and keeps freed states in the heap). */
-  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   const config *c = a->cfg;
   if (!strcmp(c->store, "redis") && strcmp(c->durability, "off")) {
     store_redis_opts ro = {c->redis_url, c->redis_password_file, c->redis_prefix,
