@@ -27,73 +27,81 @@ static float frand(void) { /* [-1, 1) */
 /* |a - b| within a relative tolerance of the sum of the terms' magnitudes */
 static int close_to(float a, float b, float mag) { return fabsf(a - b) <= 1e-5f * mag + 1e-30f; }
 
-static void test_kernels_match_portable(void) {
+/* One shape: the family in use against portable for the bf16 and int8 key products (keys
+ * [dh][ld]) and value mixes (rows [n][ld2], probabilities [H][ps] of p_scale, value scales
+ * [n][ss]), each output within the tolerance of its terms' magnitudes. */
+static void kernels_case(int H, int dh, int n, size_t ld, size_t ld2, size_t ps, size_t ss,
+                         float p_scale) {
   const xl_kv_kernels *k = xl_kv_kern(), *ref = &xl_kv_kernels_portable;
-  printf("  family %s\n", k->name);
+  const int hd = H * dh;
+  float *q = malloc((size_t)dh * 4), *s1 = malloc((size_t)n * 4), *s2 = malloc((size_t)n * 4),
+        *mag = malloc((size_t)n * 4), *sc = malloc((size_t)n * 4),
+        *p = malloc((size_t)H * ps * 4), *vs = malloc((size_t)n * ss * 4),
+        *o1 = malloc((size_t)hd * 4), *o2 = malloc((size_t)hd * 4), *om = malloc((size_t)hd * 4);
+  uint16_t *kb = malloc((size_t)dh * ld * 2), *vb = malloc((size_t)n * ld2 * 2);
+  int8_t *ki = malloc((size_t)dh * ld), *vi = malloc((size_t)n * ld2);
+  for (int i = 0; i < dh; i++) q[i] = frand();
+  for (size_t i = 0; i < (size_t)dh * ld; i++) {
+    kb[i] = xl_f32_to_bf16(frand() * 3.0f);
+    ki[i] = (int8_t)(int)(frand() * 127.0f);
+  }
+  for (int j = 0; j < n; j++) sc[j] = 0.01f + 0.02f * (frand() + 1.0f);
+  int ok_kb = 1, ok_ki = 1, ok_vb = 1, ok_vi = 1;
+  for (int j = 0; j < n; j++) {
+    mag[j] = 0;
+    for (int i = 0; i < dh; i++) mag[j] += fabsf(q[i] * xl_bf16_to_f32(kb[(size_t)i * ld + j]));
+  }
+  ref->dot_rows_bf16(q, dh, kb, ld, n, s1);
+  k->dot_rows_bf16(q, dh, kb, ld, n, s2);
+  for (int j = 0; j < n; j++) ok_kb &= close_to(s1[j], s2[j], mag[j]);
+  for (int j = 0; j < n; j++) {
+    mag[j] = 0;
+    for (int i = 0; i < dh; i++) mag[j] += fabsf(q[i] * ki[(size_t)i * ld + j]) * sc[j];
+  }
+  ref->dot_rows_i8(q, dh, ki, ld, sc, n, s1);
+  k->dot_rows_i8(q, dh, ki, ld, sc, n, s2);
+  for (int j = 0; j < n; j++) ok_ki &= close_to(s1[j], s2[j], mag[j]);
+  for (size_t i = 0; i < (size_t)n * ld2; i++) {
+    vb[i] = xl_f32_to_bf16(frand() * 3.0f);
+    vi[i] = (int8_t)(int)(frand() * 127.0f);
+  }
+  for (size_t i = 0; i < (size_t)H * ps; i++) p[i] = (frand() + 1.0f) * 0.5f * p_scale;
+  for (size_t i = 0; i < (size_t)n * ss; i++) vs[i] = 0.01f + 0.02f * (frand() + 1.0f);
+  for (int e = 0; e < hd; e++) o1[e] = o2[e] = frand(), om[e] = fabsf(o1[e]);
+  for (int j = 0; j < n; j++)
+    for (int e = 0; e < hd; e++)
+      om[e] += fabsf(p[(size_t)(e / dh) * ps + j] * xl_bf16_to_f32(vb[(size_t)j * ld2 + e]));
+  ref->mix_rows_bf16(o1, p, ps, vb, ld2, n, H, dh);
+  k->mix_rows_bf16(o2, p, ps, vb, ld2, n, H, dh);
+  for (int e = 0; e < hd; e++) ok_vb &= close_to(o1[e], o2[e], om[e]);
+  for (int e = 0; e < hd; e++) o1[e] = o2[e] = frand(), om[e] = fabsf(o1[e]);
+  for (int j = 0; j < n; j++)
+    for (int e = 0; e < hd; e++)
+      om[e] += fabsf(p[(size_t)(e / dh) * ps + j] * vs[(size_t)j * ss + (size_t)(e / dh)] *
+                     vi[(size_t)j * ld2 + e]);
+  ref->mix_rows_i8(o1, p, ps, vi, ld2, vs, ss, n, H, dh);
+  k->mix_rows_i8(o2, p, ps, vi, ld2, vs, ss, n, H, dh);
+  for (int e = 0; e < hd; e++) ok_vi &= close_to(o1[e], o2[e], om[e]);
+  CHECK(ok_kb);
+  CHECK(ok_ki);
+  CHECK(ok_vb);
+  CHECK(ok_vi);
+  if (!ok_kb || !ok_ki || !ok_vb || !ok_vi) fprintf(stderr, "  H %d dh %d n %d\n", H, dh, n);
+  free(q), free(s1), free(s2), free(mag), free(sc), free(p), free(vs), free(o1), free(o2);
+  free(om), free(kb), free(vb), free(ki), free(vi);
+}
+
+/* Ragged lengths and head sizes, 3 heads; strides past the rows (keys [dh][n + 5], value rows
+ * [n][hd + 3], probabilities [H][n + 2], value scales [n][H + 1]). */
+static void test_kernels_match_portable(void) {
+  printf("  family %s\n", xl_kv_kern()->name);
   const int NS[] = {1, 7, 8, 15, 16, 17, 31, 33, 64, 100};
   const int DHS[] = {4, 12, 16, 32, 64};
   for (size_t a = 0; a < sizeof DHS / sizeof *DHS; a++)
     for (size_t b = 0; b < sizeof NS / sizeof *NS; b++) {
-      int dh = DHS[a], n = NS[b], H = 3, hd = H * dh;
-      size_t ld = (size_t)n + 5; /* keys: [dh][ld] */
-      float q[64], s1[128], s2[128], mag[128], sc[128], p[3 * 128];
-      uint16_t kb[64 * 105], vb[105 * 192];
-      int8_t ki[64 * 105], vi[105 * 192];
-      for (int i = 0; i < dh; i++) q[i] = frand();
-      for (size_t i = 0; i < (size_t)dh * ld; i++) {
-        kb[i] = xl_f32_to_bf16(frand() * 3.0f);
-        ki[i] = (int8_t)(int)(frand() * 127.0f);
-      }
-      for (int j = 0; j < n; j++) sc[j] = 0.01f + 0.02f * (frand() + 1.0f);
-      for (int j = 0; j < n; j++) {
-        mag[j] = 0;
-        for (int i = 0; i < dh; i++) mag[j] += fabsf(q[i] * xl_bf16_to_f32(kb[(size_t)i * ld + j]));
-      }
-      ref->dot_rows_bf16(q, dh, kb, ld, n, s1);
-      k->dot_rows_bf16(q, dh, kb, ld, n, s2);
-      int ok = 1;
-      for (int j = 0; j < n; j++) ok &= close_to(s1[j], s2[j], mag[j]);
-      CHECK(ok);
-      for (int j = 0; j < n; j++) {
-        mag[j] = 0;
-        for (int i = 0; i < dh; i++) mag[j] += fabsf(q[i] * ki[(size_t)i * ld + j]) * sc[j];
-      }
-      ref->dot_rows_i8(q, dh, ki, ld, sc, n, s1);
-      k->dot_rows_i8(q, dh, ki, ld, sc, n, s2);
-      ok = 1;
-      for (int j = 0; j < n; j++) ok &= close_to(s1[j], s2[j], mag[j]);
-      CHECK(ok);
-      /* mixes: rows [n][ld2] with ld2 > hd, probabilities [H][n + 2], scales [n][H + 1] */
-      size_t ld2 = (size_t)hd + 3, ps = (size_t)n + 2, ss = (size_t)H + 1;
-      for (size_t i = 0; i < (size_t)n * ld2; i++) {
-        vb[i] = xl_f32_to_bf16(frand() * 3.0f);
-        vi[i] = (int8_t)(int)(frand() * 127.0f);
-      }
-      for (size_t i = 0; i < (size_t)H * ps; i++) p[i] = (frand() + 1.0f) * 0.5f;
-      float vs[105 * 4];
-      for (size_t i = 0; i < (size_t)n * ss; i++) vs[i] = 0.01f + 0.02f * (frand() + 1.0f);
-      float o1[192], o2[192], om[192];
-      for (int e = 0; e < hd; e++) o1[e] = o2[e] = om[e] = frand();
-      for (int e = 0; e < hd; e++) om[e] = fabsf(om[e]);
-      for (int j = 0; j < n; j++)
-        for (int e = 0; e < hd; e++)
-          om[e] += fabsf(p[(size_t)(e / dh) * ps + j] * xl_bf16_to_f32(vb[(size_t)j * ld2 + e]));
-      ref->mix_rows_bf16(o1, p, ps, vb, ld2, n, H, dh);
-      k->mix_rows_bf16(o2, p, ps, vb, ld2, n, H, dh);
-      ok = 1;
-      for (int e = 0; e < hd; e++) ok &= close_to(o1[e], o2[e], om[e]);
-      CHECK(ok);
-      for (int e = 0; e < hd; e++) o1[e] = o2[e] = frand(), om[e] = fabsf(o1[e]);
-      for (int j = 0; j < n; j++)
-        for (int e = 0; e < hd; e++)
-          om[e] += fabsf(p[(size_t)(e / dh) * ps + j] * vs[(size_t)j * ss + (size_t)(e / dh)] *
-                         vi[(size_t)j * ld2 + e]);
-      ref->mix_rows_i8(o1, p, ps, vi, ld2, vs, ss, n, H, dh);
-      k->mix_rows_i8(o2, p, ps, vi, ld2, vs, ss, n, H, dh);
-      ok = 1;
-      for (int e = 0; e < hd; e++) ok &= close_to(o1[e], o2[e], om[e]);
-      CHECK(ok);
-      if (!ok) fprintf(stderr, "  dh %d n %d\n", dh, n);
+      int dh = DHS[a], n = NS[b], H = 3;
+      kernels_case(H, dh, n, (size_t)n + 5, (size_t)(H * dh) + 3, (size_t)n + 2, (size_t)H + 1,
+                   1.0f);
     }
 }
 
@@ -101,69 +109,11 @@ static void test_kernels_match_portable(void) {
  * runs (passes over many blocks of key rows), value mixes with many heads (16, and more heads
  * than the families' per-row weight buffer holds: their per-head path), against portable. */
 static void test_kernels_long_runs_many_heads(void) {
-  const xl_kv_kernels *k = xl_kv_kern(), *ref = &xl_kv_kernels_portable;
   const struct { int H, dh, n; } CASES[] = {{16, 64, 1603}, {65, 16, 21}, {2, 64, 200}};
   for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
-    const int H = CASES[c].H, dh = CASES[c].dh, n = CASES[c].n, hd = H * dh;
-    const size_t ld = (size_t)n + 3, ld2 = (size_t)hd + 5, ps = (size_t)n + 1, ss = (size_t)H;
-    float q[64], *s1 = malloc((size_t)n * 4), *s2 = malloc((size_t)n * 4),
-                 *mag = malloc((size_t)n * 4), *sc = malloc((size_t)n * 4),
-                 *p = malloc((size_t)H * ps * 4), *vs = malloc((size_t)n * ss * 4),
-                 *o1 = malloc((size_t)hd * 4), *o2 = malloc((size_t)hd * 4),
-                 *om = malloc((size_t)hd * 4);
-    uint16_t *kb = malloc((size_t)dh * ld * 2), *vb = malloc((size_t)n * ld2 * 2);
-    int8_t *ki = malloc((size_t)dh * ld), *vi = malloc((size_t)n * ld2);
-    for (int i = 0; i < dh; i++) q[i] = frand();
-    for (size_t i = 0; i < (size_t)dh * ld; i++) {
-      kb[i] = xl_f32_to_bf16(frand() * 3.0f);
-      ki[i] = (int8_t)(int)(frand() * 127.0f);
-    }
-    for (int j = 0; j < n; j++) sc[j] = 0.01f + 0.02f * (frand() + 1.0f);
-    int ok_b = 1, ok_i = 1;
-    for (int j = 0; j < n; j++) {
-      mag[j] = 0;
-      for (int i = 0; i < dh; i++) mag[j] += fabsf(q[i] * xl_bf16_to_f32(kb[(size_t)i * ld + j]));
-    }
-    ref->dot_rows_bf16(q, dh, kb, ld, n, s1);
-    k->dot_rows_bf16(q, dh, kb, ld, n, s2);
-    for (int j = 0; j < n; j++) ok_b &= close_to(s1[j], s2[j], mag[j]);
-    for (int j = 0; j < n; j++) {
-      mag[j] = 0;
-      for (int i = 0; i < dh; i++) mag[j] += fabsf(q[i] * ki[(size_t)i * ld + j]) * sc[j];
-    }
-    ref->dot_rows_i8(q, dh, ki, ld, sc, n, s1);
-    k->dot_rows_i8(q, dh, ki, ld, sc, n, s2);
-    for (int j = 0; j < n; j++) ok_i &= close_to(s1[j], s2[j], mag[j]);
-    CHECK(ok_b);
-    CHECK(ok_i);
-    for (size_t i = 0; i < (size_t)n * ld2; i++) {
-      vb[i] = xl_f32_to_bf16(frand() * 3.0f);
-      vi[i] = (int8_t)(int)(frand() * 127.0f);
-    }
-    for (size_t i = 0; i < (size_t)H * ps; i++) p[i] = (frand() + 1.0f) * 0.5f / (float)n;
-    for (size_t i = 0; i < (size_t)n * ss; i++) vs[i] = 0.01f + 0.02f * (frand() + 1.0f);
-    for (int e = 0; e < hd; e++) o1[e] = o2[e] = frand(), om[e] = fabsf(o1[e]);
-    for (int j = 0; j < n; j++)
-      for (int e = 0; e < hd; e++)
-        om[e] += fabsf(p[(size_t)(e / dh) * ps + j] * xl_bf16_to_f32(vb[(size_t)j * ld2 + e]));
-    ref->mix_rows_bf16(o1, p, ps, vb, ld2, n, H, dh);
-    k->mix_rows_bf16(o2, p, ps, vb, ld2, n, H, dh);
-    ok_b = 1;
-    for (int e = 0; e < hd; e++) ok_b &= close_to(o1[e], o2[e], om[e]);
-    for (int e = 0; e < hd; e++) o1[e] = o2[e] = frand(), om[e] = fabsf(o1[e]);
-    for (int j = 0; j < n; j++)
-      for (int e = 0; e < hd; e++)
-        om[e] += fabsf(p[(size_t)(e / dh) * ps + j] * vs[(size_t)j * ss + (size_t)(e / dh)] *
-                       vi[(size_t)j * ld2 + e]);
-    ref->mix_rows_i8(o1, p, ps, vi, ld2, vs, ss, n, H, dh);
-    k->mix_rows_i8(o2, p, ps, vi, ld2, vs, ss, n, H, dh);
-    ok_i = 1;
-    for (int e = 0; e < hd; e++) ok_i &= close_to(o1[e], o2[e], om[e]);
-    CHECK(ok_b);
-    CHECK(ok_i);
-    if (!ok_b || !ok_i) fprintf(stderr, "  H %d dh %d n %d\n", H, dh, n);
-    free(s1), free(s2), free(mag), free(sc), free(p), free(vs), free(o1), free(o2), free(om);
-    free(kb), free(vb), free(ki), free(vi);
+    const int H = CASES[c].H, dh = CASES[c].dh, n = CASES[c].n;
+    kernels_case(H, dh, n, (size_t)n + 3, (size_t)(H * dh) + 5, (size_t)n + 1, (size_t)H,
+                 1.0f / (float)n);
   }
 }
 
