@@ -12,8 +12,10 @@
  * one block each (its own SGEMM first, so each share compares like with like).
  * --weights bf16,int8 measures instead, per path, decode at batch 1 and 16 and segment
  * evaluation with the model loaded once per weight type, F32 first, each type's rate beside
- * F32's as a ratio (one run, side by side, the types measured in turns); with --kv-dtype, each
- * weight type paired with the memory dtype at its place in that list.
+ * F32's as a ratio; with --kv-dtype, each weight type paired with the memory dtype at its place
+ * in that list. That comparison runs in --rounds rounds, every type measured once per round
+ * one right after another, and gives medians of the rates and of the rounds' ratios, with the
+ * ratios' range: ratios of rates taken seconds apart survive a shared machine's drift.
  * Main thread.
  */
 #include <stdio.h>
@@ -41,6 +43,7 @@ typedef struct {
   int thread_clock;   /* --clock thread: this thread's CPU time instead of wall time */
   char weights[64];   /* --weights: comma-separated types compared with f32; empty = off */
   int mem_len;        /* --mem-len: override for the weights comparison (-1 = config's) */
+  int rounds;         /* --rounds: rounds of the weights comparison */
 } bench_opts;
 
 /* Seconds on the clock the measurements use. The thread's CPU time (--clock thread, with
@@ -139,26 +142,19 @@ static xl_state *full_state(xl_model *m, xl_rng *rng) {
   return st;
 }
 
-/* Aggregate tokens/s of one-token decoding for `batch` sessions stepped together (one forward
- * per step, log-probs out for each), every memory full: each session a copy of `full` (a state
- * of m with a full memory; NULL: one is made). */
-static double bench_decode(xl_model *m, const xl_state *full, int batch, const bench_opts *o,
-                           xl_rng *rng) {
+/* Aggregate tokens/s of one-token decoding of the `batch` sessions st[] stepped together (one
+ * forward per step, log-probs out for each); their memories stay full (a ring). */
+static double decode_steps(xl_model *m, xl_workspace *ws, xl_state **st, int batch,
+                           const bench_opts *o, xl_rng *rng) {
   const xl_config *c = xl_model_config(m);
-  xl_workspace *ws = NULL;
-  xl_state *made = full ? NULL : full_state(m, rng);
   xl_error err;
   double rate = -1;
   int n_tok = c->vocab_size < 4096 ? c->vocab_size : 4096;
   int32_t *t = malloc((size_t)n_tok * sizeof *t), *step = malloc((size_t)batch * sizeof *step);
-  float *lp = malloc((size_t)batch * c->vocab_size * sizeof *lp);
-  xl_state **st = calloc((size_t)batch, sizeof *st);
+  float *lp = malloc((size_t)batch * c->vocab_size * sizeof *lp); /* [batch, vocab] */
   xl_feed *items = calloc((size_t)batch, sizeof *items);
-  if (!full) full = made;
-  if (!full || !t || !step || !lp || !st || !items || xl_workspace_new(m, &ws, &err)) goto out;
+  if (!t || !step || !lp || !items) goto out;
   random_tokens(t, n_tok, c->vocab_size, rng);
-  for (int b = 0; b < batch; b++)
-    if (xl_state_clone(full, &st[b], &err)) goto out;
   int steps = 0;
   double t0 = bench_now(o), el;
   do {
@@ -171,13 +167,31 @@ static double bench_decode(xl_model *m, const xl_state *full, int batch, const b
   } while ((el = bench_now(o) - t0) < o->min_seconds || steps < 4);
   rate = (double)steps * batch / el;
 out:
-  if (st)
-    for (int b = 0; b < batch; b++) xl_state_free(st[b]);
-  free(st);
   free(items);
   free(t);
   free(step);
   free(lp);
+  return rate;
+}
+
+/* Aggregate tokens/s of one-token decoding for `batch` sessions stepped together, every memory
+ * full: each session a copy of `full` (a state of m with a full memory; NULL: one is made). */
+static double bench_decode(xl_model *m, const xl_state *full, int batch, const bench_opts *o,
+                           xl_rng *rng) {
+  xl_workspace *ws = NULL;
+  xl_state *made = full ? NULL : full_state(m, rng);
+  xl_error err;
+  double rate = -1;
+  xl_state **st = calloc((size_t)batch, sizeof *st);
+  if (!full) full = made;
+  if (!full || !st || xl_workspace_new(m, &ws, &err)) goto out;
+  for (int b = 0; b < batch; b++)
+    if (xl_state_clone(full, &st[b], &err)) goto out;
+  rate = decode_steps(m, ws, st, batch, o, rng);
+out:
+  if (st)
+    for (int b = 0; b < batch; b++) xl_state_free(st[b]);
+  free(st);
   xl_state_free(made);
   xl_workspace_free(ws);
   return rate;
@@ -237,24 +251,20 @@ static int bench_kv_dtypes(xl_model *m, const bench_opts *o, xl_rng *rng) {
   return rc;
 }
 
-/* Tokens/s of segment evaluation: segments of tgt_len scored against targets, memory warm. */
-static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_rng *rng) {
-  const xl_config *c = xl_model_config(m);
-  xl_state *st = NULL;
-  xl_workspace *ws = NULL;
+#define SEGMENT_POOL 8 /* segments of distinct random tokens scored in turn */
+
+/* Tokens/s of segment evaluation: segments of tgt_len from t[0, SEGMENT_POOL * tgt_len + 1)
+ * scored against their next tokens, continuing st (its memory warm). */
+static double segment_steps(xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t,
+                            int tgt_len, const bench_opts *o) {
   xl_error err;
-  double rate = -1;
-  int n_warm = c->mem_len, pool = c->mem_len + 8 * tgt_len + 1;
-  int32_t *t = malloc((size_t)pool * sizeof *t);
-  float *lp = malloc((size_t)tgt_len * sizeof *lp);
-  if (!t || !lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
-  random_tokens(t, pool, c->vocab_size, rng);
-  if (!prefill(m, ws, st, t, n_warm)) goto out;
+  float *lp = malloc((size_t)tgt_len * sizeof *lp); /* [tgt_len] */
   long tokens = 0;
   int seg = 0;
-  double t0 = bench_now(o), el;
+  double rate = -1, t0 = bench_now(o), el;
+  if (!lp) return -1;
   do {
-    const int32_t *in = t + n_warm + (seg % 8) * tgt_len;
+    const int32_t *in = t + (seg % SEGMENT_POOL) * tgt_len;
     xl_feed f = {st, in, tgt_len, in + 1, lp, NULL, NULL};
     if (xl_forward(m, ws, &f, 1, &err)) goto out;
     tokens += tgt_len;
@@ -262,8 +272,25 @@ static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_r
   } while ((el = bench_now(o) - t0) < o->min_seconds || seg < 2);
   rate = tokens / el;
 out:
-  free(t);
   free(lp);
+  return rate;
+}
+
+/* Tokens/s of segment evaluation: segments of tgt_len scored against targets, memory warm. */
+static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_rng *rng) {
+  const xl_config *c = xl_model_config(m);
+  xl_state *st = NULL;
+  xl_workspace *ws = NULL;
+  xl_error err;
+  double rate = -1;
+  int n_warm = c->mem_len, pool = c->mem_len + SEGMENT_POOL * tgt_len + 1;
+  int32_t *t = malloc((size_t)pool * sizeof *t);
+  if (!t || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
+  random_tokens(t, pool, c->vocab_size, rng);
+  if (!prefill(m, ws, st, t, n_warm)) goto out;
+  rate = segment_steps(m, ws, st, t + n_warm, tgt_len, o);
+out:
+  free(t);
   xl_state_free(st);
   xl_workspace_free(ws);
   return rate;
@@ -380,72 +407,172 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
   return rc;
 }
 
+/* What one weight type's measurements reuse from round to round: its model, a workspace,
+ * WEIGHTS_BATCH sessions with full memories (decode at batch 1 steps the first) and a session
+ * and token pool for segment evaluation. */
+#define WEIGHTS_BATCH 16
+#define WEIGHTS_TYPES 3
+#define WEIGHTS_KINDS 3 /* decode batch 1, decode batch 16, segments */
+typedef struct {
+  xl_model *m;
+  xl_workspace *ws;
+  xl_state *dec[WEIGHTS_BATCH];
+  xl_state *seg;
+  int32_t *seg_tokens; /* [SEGMENT_POOL * tgt_len + 1] */
+} weights_subject;
+
+static void weights_subject_free(weights_subject *w) {
+  for (int b = 0; b < WEIGHTS_BATCH; b++) xl_state_free(w->dec[b]);
+  xl_state_free(w->seg);
+  free(w->seg_tokens);
+  xl_workspace_free(w->ws);
+  xl_model_free(w->m);
+  memset(w, 0, sizeof *w);
+}
+
+/* Sessions of w->m from `blob` (one full memory, made once in F32 and read into each model's
+ * memory dtype): `batch` for decoding, one for segments. 0, or 1 with a message. */
+static int weights_subject_ready(weights_subject *w, const uint8_t *blob, size_t blob_len,
+                                 int batch, int tgt_len, xl_rng *rng) {
+  const xl_config *c = xl_model_config(w->m);
+  xl_error err;
+  int n_tok = SEGMENT_POOL * tgt_len + 1;
+  if (xl_workspace_new(w->m, &w->ws, &err) ||
+      xl_state_deserialize(w->m, blob, blob_len, &w->seg, &err))
+    goto fail;
+  for (int b = 0; b < batch; b++)
+    if (xl_state_clone(w->seg, &w->dec[b], &err)) goto fail;
+  if (!(w->seg_tokens = malloc((size_t)n_tok * sizeof *w->seg_tokens))) {
+    fprintf(stderr, "xlserve bench: out of memory\n");
+    return 1;
+  }
+  random_tokens(w->seg_tokens, n_tok, c->vocab_size, rng);
+  return 0;
+fail:
+  fprintf(stderr, "xlserve bench: %s\n", err.message);
+  return 1;
+}
+
+/* The median of v[0..n) (n <= BENCH_MAX_ROUNDS; the mean of the middle two when n is even). */
+#define BENCH_MAX_ROUNDS 64
+static double median(const double *v, int n) {
+  double s[BENCH_MAX_ROUNDS];
+  memcpy(s, v, (size_t)n * sizeof *s);
+  for (int i = 1; i < n; i++) /* insertion sort: n is small */
+    for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+      double x = s[j];
+      s[j] = s[j - 1];
+      s[j - 1] = x;
+    }
+  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
 /* The weight types side by side on the path in use: decode batch 1 and 16, segments; F32 first
- * and every rate as a ratio to F32's, measured in this run. With --kv-dtype too, the weight
- * type at place k of its list runs with the memory dtype at place k of its own list (the last
- * one repeating; f32 weights with f32 memory): --weights bf16,int8 --kv-dtype bf16,int8
- * compares f32+f32, bf16+bf16 and int8+int8. The models are loaded together and measured in
- * turns (each measurement: every type, then the next), twice, keeping each one's best: a busy
- * machine's slow spells then hit every type rather than one. */
-#define BENCH_ROUNDS 2
+ * and every rate as a ratio to F32's. With --kv-dtype too, the weight type at place k of its
+ * list runs with the memory dtype at place k of its own list (the last one repeating; f32
+ * weights with f32 memory): --weights bf16,int8 --kv-dtype bf16,int8 compares f32+f32,
+ * bf16+bf16 and int8+int8.
+ * The speed of a shared machine drifts (here by up to 4x within minutes), so the comparison is
+ * made in rounds: a round measures each kind once for every type, the types one right after
+ * another (the first type rotating from round to round), and gives each type's ratio to F32 in
+ * that round. The table gives each rate's median over the rounds, and each ratio's median over
+ * the rounds with its lowest and highest: a slow spell moves the rates of one round, but the
+ * ratios of a round are of rates measured seconds apart. Every round is printed too. */
 static int bench_weights(const bench_opts *o, int tgt_len, int first) {
+  static const char *const KIND[WEIGHTS_KINDS] = {"decode b1", "decode b16", "segments"};
+  static const char *const RATE[WEIGHTS_KINDS] = {"decode b1 t/s", "decode b16 t/s", "segment t/s"};
   char list[80];
   snprintf(list, sizeof list, "f32,%s", o->weights);
-  xl_model *m[3] = {NULL, NULL, NULL}; /* in list order, f32 first; a repeated type is skipped */
-  int n = 0, rc = 1;
+  weights_subject w[WEIGHTS_TYPES];
+  memset(w, 0, sizeof w);
+  int n = 0, rc = 1, rounds = o->rounds;
+  uint8_t *blob = NULL;
+  size_t blob_len = 0;
+  xl_error err;
   char *save = NULL;
-  for (char *w = strtok_r(list, ",", &save); w && n < 3; w = strtok_r(NULL, ",", &save)) {
+  for (char *t = strtok_r(list, ",", &save); t && n < WEIGHTS_TYPES; t = strtok_r(NULL, ",", &save)) {
     xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
-    lo.weights = (xl_weights)xl_weights_parse(w); /* checked before */
+    lo.weights = (xl_weights)xl_weights_parse(t); /* checked before */
     lo.mem_len = o->mem_len;
     if (o->n_kv > 1) lo.kv_dtype = o->kv[n < o->n_kv ? n : o->n_kv - 1];
     int seen = 0;
-    for (int k = 0; k < n; k++) seen |= xl_model_weights(m[k]) == lo.weights;
+    for (int k = 0; k < n; k++) seen |= xl_model_weights(w[k].m) == lo.weights;
     if (seen) continue;
-    if (!(m[n] = cli_load_model("bench", o->model_dir, &lo))) goto out;
+    if (!(w[n].m = cli_load_model("bench", o->model_dir, &lo))) goto out;
     n++;
   }
-  const xl_config *c = xl_model_config(m[0]);
+  const xl_config *c = xl_model_config(w[0].m);
   int tl = tgt_len ? tgt_len : c->tgt_len > 0 ? c->tgt_len : 128, b16 = o->max_batch >= 16;
+  xl_rng rng;
+  xl_rng_seed(&rng, 1234);
+  xl_state *full = full_state(w[0].m, &rng); /* one full memory, in every model's dtype */
+  if (!full || xl_state_serialize(full, &blob, &blob_len, &err)) {
+    if (full) fprintf(stderr, "xlserve bench: %s\n", err.message);
+    xl_state_free(full);
+    goto out;
+  }
+  xl_state_free(full);
+  for (int i = 0; i < n; i++)
+    if (weights_subject_ready(&w[i], blob, blob_len, b16 ? WEIGHTS_BATCH : 1, tl, &rng)) goto out;
   if (first)
     printf("xlserve bench --weights: %s (n_layer %d, d_model %d, d_inner %d, vocab %d, mem_len "
-           "%d), BLAS threads %d, %s, best of %d interleaved rounds\n\n"
-           "%-9s %-7s %-5s %10s %14s %7s %14s %7s %14s %7s\n",
-           xl_model_dir(m[0]), c->n_layer, c->d_model, c->d_inner, c->vocab_size, c->mem_len,
-           o->threads, o->thread_clock ? "thread CPU time" : "wall-clock time", BENCH_ROUNDS,
-           "cpu path", "weights", "kv", "MiB", "decode b1 t/s", "x f32", "decode b16 t/s", "x f32",
-           "segment t/s", "x f32");
-  double best[3][3] = {{0}}; /* [model][decode b1, decode b16, segments] */
-  for (int round = 0; round < BENCH_ROUNDS; round++)
-    for (int k = 0; k < 3; k++)
-      for (int i = 0; i < n; i++) {
-        if (k == 1 && !b16) continue;
-        xl_rng rng;
-        xl_rng_seed(&rng, 1234);
-        double r = k == 0 ? bench_decode(m[i], NULL, 1, o, &rng)
-                   : k == 1 ? bench_decode(m[i], NULL, 16, o, &rng)
-                            : bench_segments(m[i], tl, o, &rng);
-        if (r < 0) goto out;
-        if (r > best[i][k]) best[i][k] = r;
+           "%d), BLAS threads %d, %s, %d rounds of at least %.2g s per rate; each round measures\n"
+           "every type one after another (the first rotating); the table: rates as the median of\n"
+           "the rounds, x f32 as the median of the rounds' ratios [lowest, highest]\n",
+           xl_model_dir(w[0].m), c->n_layer, c->d_model, c->d_inner, c->vocab_size, c->mem_len,
+           o->threads, o->thread_clock ? "thread CPU time" : "wall-clock time", rounds,
+           o->min_seconds);
+  printf("\n");
+  double rate[BENCH_MAX_ROUNDS][WEIGHTS_TYPES][WEIGHTS_KINDS] = {{{0}}};
+  for (int r = 0; r < rounds; r++)
+    for (int k = 0; k < WEIGHTS_KINDS; k++) {
+      if (k == 1 && !b16) continue;
+      for (int j = 0; j < n; j++) {
+        int i = (j + r) % n;
+        double x = k == 2 ? segment_steps(w[i].m, w[i].ws, w[i].seg, w[i].seg_tokens, tl, o)
+                          : decode_steps(w[i].m, w[i].ws, w[i].dec, k ? WEIGHTS_BATCH : 1, o, &rng);
+        if (x < 0) goto out;
+        rate[r][i][k] = x;
       }
-  const double *base = best[0];
+      printf("%-9s round %2d %-10s t/s:", xl_cpu_path(), r + 1, KIND[k]);
+      for (int i = 0; i < n; i++) {
+        printf("  %s+%s %.2f", xl_weights_name(xl_model_weights(w[i].m)),
+               xl_kv_dtype_name(xl_model_kv_dtype(w[i].m)), rate[r][i][k]);
+        if (i) printf(" (%.2fx)", rate[r][i][k] / rate[r][0][k]);
+      }
+      printf("\n");
+      fflush(stdout);
+    }
+  printf("\n%-9s %-7s %-5s %7s", "cpu path", "weights", "kv", "MiB");
+  for (int k = 0; k < WEIGHTS_KINDS; k++) printf(" %14s %-18s", RATE[k], "x f32 [low, high]");
+  printf("\n");
   for (int i = 0; i < n; i++) {
-    const double *r = best[i];
-    printf("%-9s %-7s %-5s %10.1f %14.2f %6.2fx %14.2f %6.2fx %14.1f %6.2fx\n", xl_cpu_path(),
-           xl_weights_name(xl_model_weights(m[i])), xl_kv_dtype_name(xl_model_kv_dtype(m[i])),
-           xl_model_weight_bytes(m[i]) / 1048576.0, r[0], r[0] / base[0], r[1],
-           b16 ? r[1] / base[1] : 0.0, r[2], r[2] / base[2]);
+    printf("%-9s %-7s %-5s %7.1f", xl_cpu_path(), xl_weights_name(xl_model_weights(w[i].m)),
+           xl_kv_dtype_name(xl_model_kv_dtype(w[i].m)), xl_model_weight_bytes(w[i].m) / 1048576.0);
+    for (int k = 0; k < WEIGHTS_KINDS; k++) {
+      double v[BENCH_MAX_ROUNDS], x[BENCH_MAX_ROUNDS], lo = 1e300, hi = 0;
+      for (int r = 0; r < rounds; r++) {
+        v[r] = rate[r][i][k];
+        x[r] = rate[r][0][k] > 0 ? rate[r][i][k] / rate[r][0][k] : 0;
+        lo = x[r] < lo ? x[r] : lo;
+        hi = x[r] > hi ? x[r] : hi;
+      }
+      if (k == 1 && !b16) printf(" %14s %-18s", "-", "");
+      else printf(" %14.2f %5.2fx [%4.2f, %4.2f]", median(v, rounds), median(x, rounds), lo, hi);
+    }
+    printf("\n");
   }
   fflush(stdout);
   rc = 0;
 out:
-  for (int i = 0; i < 3; i++) xl_model_free(m[i]);
+  free(blob);
+  for (int i = 0; i < WEIGHTS_TYPES; i++) weights_subject_free(&w[i]);
   return rc;
 }
 
 int cli_bench_main(int argc, char **argv) {
   const char *cmd = "bench";
-  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", {XL_KV_F32}, 0, 1, 0, "", -1};
+  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", {XL_KV_F32}, 0, 1, 0, "", -1, 5};
   int tgt_len = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -454,7 +581,7 @@ int cli_bench_main(int argc, char **argv) {
       printf("usage: xlserve bench [--model DIR] [--threads N] [--seconds S] [--tgt-len L]\n"
              "                     [--max-batch B] [--no-recurrence] [--quick] [--cpu P1,P2,..]\n"
              "                     [--clock wall|thread] [--kv-dtype D1,D2,..] [--kv-only]\n"
-             "                     [--weights W1,..] [--mem-len M]\n"
+             "                     [--weights W1,..] [--mem-len M] [--rounds R]\n"
              "  --seconds S       minimum time per measurement (default 2)\n"
              "  --max-batch B     largest decode batch (1, 4, 16, 32, 64 up to B; default 64)\n"
              "  --no-recurrence   skip the recurrence-vs-recompute table\n"
@@ -469,7 +596,9 @@ int cli_bench_main(int argc, char **argv) {
              "  --weights W1,..   instead of the table: decode (batch 1, 16) and segments with\n"
              "                    each weight type (bf16, int8) beside f32, as ratios; with\n"
              "                    --kv-dtype, each paired with the memory dtype at its place\n"
-             "  --mem-len M       memory length for --weights (default: the model's)\n");
+             "  --mem-len M       memory length for --weights (default: the model's)\n"
+             "  --rounds R        rounds of the --weights comparison (default 5; each round\n"
+             "                    measures every type, the table gives medians)\n");
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &o.model_dir);
     else if (!strcmp(a, "--threads")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 256, &o.threads);
@@ -497,6 +626,8 @@ int cli_bench_main(int argc, char **argv) {
         }
       }
     }
+    else if (!strcmp(a, "--rounds"))
+      ok = cli_int_arg(cmd, argc, argv, &i, 1, BENCH_MAX_ROUNDS, &o.rounds);
     else if (!strcmp(a, "--mem-len")) ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 20, &o.mem_len);
     else if (!strcmp(a, "--weights")) {
       const char *v;

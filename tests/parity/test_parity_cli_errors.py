@@ -1,5 +1,6 @@
 """test_parity_cli_errors.py: corrupt inputs to `xlserve eval`, and the CPU path switch of every
-command (unknown and foreign paths refused at start; `bench --cpu A,B` names each row's path).
+command (unknown and foreign paths refused at start; `bench --cpu A,B` names each row's path),
+and the arithmetic of `bench --weights`' rounds (medians and ranges of the printed rounds).
 
 Owns: one test per broken input (model dir, safetensors file, config.json, ids file). Each
 expects a non-zero exit below 128 (no signal, no abort), no sanitizer report, and exactly one
@@ -411,3 +412,59 @@ def test_bench_compares_paths_in_one_run(model):
     bad = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--cpu",
                           "portable,sse9"], capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and "--cpu sse9" in bad.stderr and bad.stdout == "", bad
+
+
+def test_bench_weights_table_is_the_median_of_its_rounds(model):
+    """`xlserve bench --weights bf16,int8 --kv-dtype bf16,int8 --rounds 3`: every round is printed
+    (each type's rate, and its ratio to f32's rate of the same round); the table gives per type
+    the median of the rounds' rates and of their ratios, with the lowest and highest ratio.
+    --rounds outside 1..64 is refused before anything is measured."""
+    env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
+    proc = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--threads", "1",
+                           "--max-batch", "16", "--weights", "bf16,int8", "--kv-dtype",
+                           "bf16,int8", "--rounds", "3"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    kinds = ["decode b1", "decode b16", "segments"]
+    types = ["f32+f32", "bf16+bf16", "int8+int8"]
+    rounds = {}  # (kind, type) -> [(rate, ratio)] in round order
+    for ln in lines:
+        f = ln.split()
+        if len(f) > 2 and f[1] == "round":
+            kind = " ".join(f[3:5]) if f[3] == "decode" else f[3]
+            body = ln.split("t/s:")[1].split()
+            got = {}
+            i = 0
+            while i < len(body):
+                name, r = body[i], float(body[i + 1])
+                ratio = 1.0
+                if i + 2 < len(body) and body[i + 2].startswith("("):
+                    ratio = float(body[i + 2].strip("()x"))
+                    i += 1
+                got[name] = (r, ratio)
+                i += 2
+            assert sorted(got) == sorted(types), ln
+            for t in types:
+                rounds.setdefault((kind, t), []).append(got[t])
+    assert sorted({k for k, _ in rounds}) == sorted(kinds), proc.stdout
+    assert all(len(v) == 3 for v in rounds.values()), proc.stdout
+    rows = [ln.split() for ln in lines if ln.split()[:1] and ln.split()[1:3] in
+            (["f32", "f32"], ["bf16", "bf16"], ["int8", "int8"])]
+    assert [r[1] for r in rows] == ["f32", "bf16", "int8"], proc.stdout
+    for r in rows:
+        t = f"{r[1]}+{r[2]}"
+        for k, kind in enumerate(kinds):
+            rate, ratio, low, high = r[4 + 4 * k: 8 + 4 * k]
+            seen = rounds[(kind, t)]
+            assert float(rate) == sorted(x for x, _ in seen)[1], (t, kind, proc.stdout)
+            assert float(ratio.rstrip("x")) == sorted(x for _, x in seen)[1], (t, kind, proc.stdout)
+            assert float(low.strip("[,")) == min(x for _, x in seen), (t, kind, proc.stdout)
+            assert float(high.strip("]")) == max(x for _, x in seen), (t, kind, proc.stdout)
+            if t == "f32+f32":
+                assert (ratio, low, high) == ("1.00x", "[1.00,", "1.00]"), proc.stdout
+    for bad in ("0", "65", "x"):
+        p = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--weights",
+                            "int8", "--rounds", bad], capture_output=True, text=True, timeout=120,
+                           env=env)
+        assert p.returncode == 2 and "--rounds" in p.stderr and p.stdout == "", (bad, p)
