@@ -701,8 +701,9 @@ static int create_table_v2(sqlite3 *db, const char *name, char *err, size_t cap)
   return exec(db, sql, err, cap);
 }
 
-/* The version-3 tables: sessions as `name`, snapshots, deltas. */
-static int create_tables_v3(sqlite3 *db, const char *name, char *err, size_t cap) {
+/* The sessions table as `name`, in the shape it has had since version 3 (one row per session:
+ * its counters and where its snapshot and deltas are). */
+static int create_sessions_table(sqlite3 *db, const char *name, char *err, size_t cap) {
   char sql[1024];
   snprintf(sql, sizeof sql,
            "CREATE TABLE IF NOT EXISTS %s (owner BLOB NOT NULL, id TEXT NOT NULL, fingerprint "
@@ -712,7 +713,12 @@ static int create_tables_v3(sqlite3 *db, const char *name, char *err, size_t cap
            "snap_id INTEGER NOT NULL, snap_bytes INTEGER NOT NULL, n_deltas INTEGER NOT NULL, "
            "delta_bytes INTEGER NOT NULL, PRIMARY KEY (owner, id))",
            name);
-  return exec(db, sql, err, cap) ||
+  return exec(db, sql, err, cap);
+}
+
+/* The version-3 tables: sessions as `name`, snapshots (whole), deltas (WITHOUT ROWID). */
+static int create_tables_v3(sqlite3 *db, const char *name, char *err, size_t cap) {
+  return create_sessions_table(db, name, err, cap) ||
          exec(db,
               "CREATE TABLE IF NOT EXISTS snapshots (owner BLOB NOT NULL, id TEXT NOT NULL, "
               "meta BLOB NOT NULL, state BLOB NOT NULL, PRIMARY KEY (owner, id));"
@@ -758,10 +764,9 @@ static int create_deltas_v5(sqlite3 *db, const char *name, char *err, size_t cap
   return exec(db, sql, err, cap);
 }
 
-/* A new file. */
+/* A new file: version 5 (sessions, deltas as a rowid table, snapshots in pieces). */
 static int create_schema(sqlite3 *db, char *err, size_t cap) {
-  return create_tables_v3(db, "sessions", err, cap) ||
-         exec(db, "DROP TABLE IF EXISTS snapshots; DROP TABLE IF EXISTS deltas", err, cap) ||
+  return create_sessions_table(db, "sessions", err, cap) ||
          create_deltas_v5(db, "deltas", err, cap) || create_pieces_v4(db, err, cap) ||
          exec(db, "PRAGMA user_version = 5", err, cap);
 }

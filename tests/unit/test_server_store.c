@@ -1673,6 +1673,11 @@ static void test_sqlite_migrates_v1(void) {
   "INSERT INTO deltas_old SELECT owner, id, seq, meta, delta FROM deltas;"                     \
   "DROP TABLE deltas; ALTER TABLE deltas_old RENAME TO deltas;"
 
+/* The deltas are a rowid table (their key an index of its own), not WITHOUT ROWID */
+#define DELTAS_HAVE_ROWIDS                                                                     \
+  "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'deltas' AND sql NOT "   \
+  "LIKE '%WITHOUT ROWID%'"
+
 /* A store of an older schema opens migrated to this build's, and its session, a snapshot plus
  * four deltas, is rebuilt bit for bit and continues. The file is written by this build and
  * then turned back into the older layout by `backdate` (SQL, ending at user_version `from`);
@@ -1706,6 +1711,9 @@ static void migrated_log_continues(const char *tag, const char *backdate, int fr
   end_store(st, b, t);
   char path[1100];
   snprintf(path, sizeof path, "%s/sessions.db", dir);
+  /* the file this build made is schema 5 as created, not by migration */
+  CHECK(user_version(path) == 5 && db_int(dir, DELTAS_HAVE_ROWIDS) == 1);
+  CHECK(db_int(dir, "SELECT count(*) FROM sqlite_master WHERE name = 'snapshots'") == 0);
   sqlite3 *db = NULL;
   CHECK(sqlite3_open(path, &db) == SQLITE_OK);
   CHECK(sqlite3_exec(db, backdate, NULL, NULL, NULL) == SQLITE_OK);
@@ -1739,11 +1747,6 @@ static void migrated_log_continues(const char *tag, const char *backdate, int fr
   session_free(keep);
   end_store(st, b, t);
 }
-
-/* The deltas are a rowid table (their key an index of its own), not WITHOUT ROWID */
-#define DELTAS_HAVE_ROWIDS                                                                     \
-  "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'deltas' AND sql NOT "   \
-  "LIKE '%WITHOUT ROWID%'"
 
 /* Schema 3: a session's snapshot one row of `snapshots` (migrated: pieces under the row's
  * snap_id), its deltas WITHOUT ROWID (migrated: a rowid table). */
