@@ -45,8 +45,12 @@ struct session_store {
    * (pieces, swap, collection), so they take turns on the database's one writer lock without
    * SQLite's busy polling; taken before mu, never while holding it */
   pthread_mutex_t wlock;
-  atomic_int store_waits; /* the store thread is waiting for wlock: the compaction thread,
-                             between two pieces, lets it go first (a mutex is not fair) */
+  /* the store thread goes first: while it waits for wlock (store_waits, under wait_mu), the
+   * compaction thread, between two pieces, waits on wait_cv (bounded) before taking wlock,
+   * since a mutex is not fair */
+  pthread_mutex_t wait_mu;
+  pthread_cond_t wait_cv;
+  int store_waits;
   pthread_cond_t cv;
   store_op *head, *tail;
   long n_sync; /* queued ops other than async saves */
@@ -124,11 +128,12 @@ session_store *store_new(store_backend *backend, const store_opts *o, void (*not
   if (st->o.snap_piece_bytes == 0) st->o.snap_piece_bytes = STORE_PIECE_BYTES;
   pthread_mutex_init(&st->mu, NULL);
   pthread_mutex_init(&st->wlock, NULL);
+  pthread_mutex_init(&st->wait_mu, NULL);
+  pthread_cond_init(&st->wait_cv, NULL);
   pthread_cond_init(&st->cv, NULL);
   pthread_cond_init(&st->ccv, NULL);
   pthread_mutex_init(&st->done_mu, NULL);
   atomic_init(&st->cstop, 0);
-  atomic_init(&st->store_waits, 0);
   st->notify = notify;
   st->notify_arg = arg;
   atomic_init(&st->count, 0);
@@ -454,9 +459,28 @@ static void compaction_free(compaction *c) {
 
 /* wlock for the store thread, announced so that the compaction thread lets it go first. */
 static void store_wlock(session_store *st) {
-  atomic_fetch_add(&st->store_waits, 1);
+  pthread_mutex_lock(&st->wait_mu);
+  st->store_waits++;
+  pthread_mutex_unlock(&st->wait_mu);
   pthread_mutex_lock(&st->wlock);
-  atomic_fetch_sub(&st->store_waits, 1);
+  pthread_mutex_lock(&st->wait_mu);
+  if (--st->store_waits == 0) pthread_cond_broadcast(&st->wait_cv);
+  pthread_mutex_unlock(&st->wait_mu);
+}
+
+/* The compaction thread's wait, before it takes wlock, until the store thread has it (at most
+ * COMPACTION_YIELD_S: a store thread that announced itself and then stalled cannot hold a
+ * compaction back for longer). */
+#define COMPACTION_YIELD_S 0.1
+static void compaction_yield(session_store *st) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += (long)(COMPACTION_YIELD_S * 1e9);
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&st->wait_mu);
+  while (st->store_waits > 0 && pthread_cond_timedwait(&st->wait_cv, &st->wait_mu, &ts) == 0) {
+  }
+  pthread_mutex_unlock(&st->wait_mu);
 }
 
 /* One write of the compaction thread (a piece, the swap, or a collection), in a transaction of
@@ -473,8 +497,7 @@ typedef struct {
 static int compaction_write(session_store *st, const cwrite *w, char *err, size_t cap) {
   const store_backend_ops *B = st->b->ops;
   const store_row *r = &w->c->row;
-  /* the store thread first when it waits (bounded: 0.1 s) */
-  for (int i = 0; i < 1000 && atomic_load(&st->store_waits); i++) usleep(100);
+  compaction_yield(st); /* the store thread first when it waits */
   pthread_mutex_lock(&st->wlock);
   int rc = B->begin(st->cconn, err, cap);
   if (rc == 0) {
@@ -956,6 +979,8 @@ void store_free(session_store *st) {
   store_poll(st); /* callbacks of ops still listed (none when the caller polled) */
   pthread_mutex_destroy(&st->mu);
   pthread_mutex_destroy(&st->wlock);
+  pthread_mutex_destroy(&st->wait_mu);
+  pthread_cond_destroy(&st->wait_cv);
   pthread_cond_destroy(&st->cv);
   pthread_cond_destroy(&st->ccv);
   pthread_mutex_destroy(&st->done_mu);
