@@ -1,8 +1,8 @@
 /*
  * wkernels_avx512.c: the AVX-512F family of the narrow-weight kernels (wkernels.h). Tiles of
- * up to 8 rows x 3 outputs or 4 rows x 4 outputs: each 16-weight chunk of the tile's weight rows
- * is widened (bf16: shift into the high half) or dequantised (int8: sign-extend, convert, times
- * the block's scale) once and multiplied into every row's accumulators; each (row, output) accumulator is summed by the
+ * up to 4 rows x 4 outputs: each 16-weight chunk of the 4 weight rows is widened (bf16: shift
+ * into the high half) or dequantised (int8: sign-extend, convert, times the block's scale) once
+ * and multiplied into the 4 rows' accumulators; each (row, output) accumulator is summed by the
  * same reduction, so a lone decode row gets the same result as a row in a tile. Compiled with
  * target attributes, chosen at run time with the AVX-512 F32 family; x86-64 only. Any thread.
  */
@@ -17,7 +17,6 @@
 #define ROW_BLOCK 64   /* rows of x kept hot while the weight rows stream past */
 #define PREFETCH 4096  /* bytes ahead in each weight row (the next groups of rows) */
 #define L 16           /* lanes */
-#define MAX_RB 8       /* rows per tile: 8 rows x 3 outputs is 24 accumulators of the 32 registers */
 
 /* L weights of a row from column k as F32; s: the row's block scales (int8) */
 T __m512 load_w(int q8, const void *w, const float *s, int k) {
@@ -30,12 +29,11 @@ T __m512 load_w(int q8, const void *w, const float *s, int k) {
                        _mm512_set1_ps(s[k / XL_Q8_BLOCK]));
 }
 
-/* y[r + i, o + j] for i < rc, j < oc (rc <= RB <= MAX_RB, oc <= OB <= 4; missing ones repeat
- * the first) */
+/* y[r + i, o + j] for i < rc, j < oc (rc <= RB, oc <= OB; missing ones repeat the first) */
 T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void *W,
             const float *S, int nb, int ldw, int o, int oc, int K, int prefetch, float *y,
             int ldy) {
-  const float *a[MAX_RB];
+  const float *a[4];
   const char *w[4];
   const float *s[4];
   const size_t esz = q8 ? 1 : 2;
@@ -45,7 +43,7 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
     w[j] = (const char *)W + row * ldw * esz;
     s[j] = q8 ? S + row * nb : NULL;
   }
-  __m512 acc[MAX_RB][4];
+  __m512 acc[4][4];
   for (int i = 0; i < RB; i++)
     for (int j = 0; j < OB; j++) acc[i][j] = _mm512_setzero_ps();
   const int kv = K & ~(L - 1);
@@ -74,32 +72,23 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
       for (int j = 0; j < OB; j++) acc[i][j] = _mm512_fmadd_ps(v, b[j], acc[i][j]);
     }
   }
-  for (int i = 0; i < RB && i < rc; i++)
-    for (int j = 0; j < OB && j < oc; j++)
-      y[(size_t)i * ldy + o + j] = _mm512_reduce_add_ps(acc[i][j]);
+  for (int i = 0; i < rc; i++)
+    for (int j = 0; j < oc; j++) y[(size_t)i * ldy + o + j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* Tiles: a block of 8 rows or more takes tiles of 8 rows x 3 outputs (each weight chunk widened
- * once for 8 rows), a smaller block 4 x 4, a lone row 1 x 4; every (row, output) sum is the same
- * chain of fused multiply-adds and the same reduction in every tile shape. */
 T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, const float *S,
               int N, int ldw, float *y, int ldy) {
   const int nb = xl_q8_blocks(ldw);
   for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
     int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
-    const int tall = r1 - r0 >= MAX_RB, ob = tall ? 3 : 4, rb = tall ? MAX_RB : 4;
-    for (int o = 0; o < N; o += ob) {
-      int oc = N - o < ob ? N - o : ob;
-      for (int r = r0; r < r1; r += rb) {
-        int rc = r1 - r < rb ? r1 - r : rb;
+    for (int o = 0; o < N; o += 4) {
+      int oc = N - o < 4 ? N - o : 4;
+      for (int r = r0; r < r1; r += 4) {
+        int rc = r1 - r < 4 ? r1 - r : 4;
         const float *xr = x + (size_t)r * ldx;
         float *yr = y + (size_t)r * ldy;
         if (rc == 1) /* a lone row (decode): the same per-element arithmetic */
           tile(q8, 1, 4, xr, 1, ldx, W, S, nb, ldw, o, oc, K, 1, yr, ldy);
-        else if (rc > 4)
-          tile(q8, MAX_RB, 3, xr, rc, ldx, W, S, nb, ldw, o, oc, K, r == r0, yr, ldy);
-        else if (tall)
-          tile(q8, 4, 3, xr, rc, ldx, W, S, nb, ldw, o, oc, K, r == r0, yr, ldy);
         else
           tile(q8, 4, 4, xr, rc, ldx, W, S, nb, ldw, o, oc, K, r == r0, yr, ldy);
       }

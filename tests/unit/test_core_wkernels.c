@@ -101,7 +101,7 @@ static void run(const xl_wkernels *k, int q8, const float *x, int M, int K, cons
 
 /* the family in use vs double on the exact weights and vs portable; a row alone == in a batch */
 static void check_matmul(int q8) {
-  static const int Ms[] = {1, 2, 3, 4, 5, 7, 9, 12, 13, 17, 70}; /* tiles: 1, 4 and 8 rows, tails */
+  static const int Ms[] = {1, 2, 3, 4, 5, 7, 9, 12, 13, 17, 70};
   static const int Ns[] = {1, 2, 3, 4, 5, 8, 9, 13, 33};
   static const int Ks[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 100};
   const xl_wkernels *k = xl_wkern();
