@@ -453,19 +453,7 @@ fail:
   return 1;
 }
 
-/* The median of v[0..n) (n <= BENCH_MAX_ROUNDS; the mean of the middle two when n is even). */
 #define BENCH_MAX_ROUNDS 64
-static double median(const double *v, int n) {
-  double s[BENCH_MAX_ROUNDS];
-  memcpy(s, v, (size_t)n * sizeof *s);
-  for (int i = 1; i < n; i++) /* insertion sort: n is small */
-    for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
-      double x = s[j];
-      s[j] = s[j - 1];
-      s[j - 1] = x;
-    }
-  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
 
 /* The weight types side by side on the path in use: decode batch 1 and 16, segments; F32 first
  * and every rate as a ratio to F32's. With --kv-dtype too, the weight type at place k of its
@@ -558,7 +546,7 @@ static int bench_weights(const bench_opts *o, int tgt_len, int first) {
         hi = x[r] > hi ? x[r] : hi;
       }
       if (k == 1 && !b16) printf(" %14s %-18s", "-", "");
-      else printf(" %14.2f %5.2fx [%4.2f, %4.2f]", median(v, rounds), median(x, rounds), lo, hi);
+      else printf(" %14.2f %5.2fx [%4.2f, %4.2f]", cli_median(v, rounds), cli_median(x, rounds), lo, hi);
     }
     printf("\n");
   }

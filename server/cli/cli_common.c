@@ -188,3 +188,13 @@ int cli_engine_select(const char *cmd, const cli_engine_flags *f, xl_load_option
   opts->weights = (xl_weights)wt;
   return 1;
 }
+
+double cli_median(double *v, int n) {
+  for (int i = 1; i < n; i++) /* insertion sort: n is small */
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      double x = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = x;
+    }
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}

@@ -26,6 +26,10 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len);
 /* Whitespace-separated token ids from a file, each checked against the vocabulary. */
 int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
 
+/* The median of v[0..n) (n >= 1; the mean of the middle two when n is even); sorts v in place.
+ * The benchmarks' summary of their rounds. */
+double cli_median(double *v, int n);
+
 /* Chooses the kernel family: `flag` (--cpu) if given, else XLSERVE_CPU, else auto. Prints
  * "xlserve CMD: --cpu NAME: problem" (or "XLSERVE_CPU=NAME: ...") and returns 0 when the name is
  * unknown or this CPU cannot run it. */

@@ -1,0 +1,297 @@
+/*
+ * bench_kernels.c: the decode step's kernels alone, each narrow type beside F32 in one run, on
+ * the kernel families named by --cpu: the weight GEMM with one row (a batch-1 decode step: the
+ * weights stream from DRAM once per token), the weight GEMM with 16 rows on a matrix that stays
+ * in cache (a batch-16 step: arithmetic), and the two loops over a session memory (keys times
+ * the query, values times the attention probabilities; the memory streams from DRAM). It gives
+ * each kernel's rate (GB/s of the bytes it reads, or GFLOP/s) and its speed beside F32's for
+ * the same work, so a claim about a kernel can be checked on any machine with the build's own
+ * compiler flags. Measured in rounds like `xlserve bench --weights`: each round times every
+ * type once, one right after another (the first rotating), and the table gives medians over
+ * the rounds with the range of the ratios. This thread's CPU time. Main thread only.
+ *
+ * usage: bench_kernels [--cpu P1,P2,..] [--seconds S] [--rounds R] [--mib M]
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli_common.h"
+#include "internal.h"
+#include "kvkernels.h"
+
+#define TYPES 3 /* f32, bf16, int8: weights or memory */
+#define KINDS 4
+#define MAX_ROUNDS 64
+
+static const char *const TYPE_NAME[TYPES] = {"f32", "bf16", "int8"};
+
+/* The wt103 shape's pieces: feed-forward matrices [4096, 1024]; 16 heads x 64; 1600 positions. */
+enum { OUT = 4096, IN = 1024, SQ = 1024, ROWS16 = 16, H = 16, DH = 64, HD = H * DH, POS = 1600 };
+
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static float frand(uint64_t *s) { /* uniform in [-1, 1) */
+  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((*s >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+
+/* One matrix [n, k] in the three weight types, made from the same F32 values. */
+typedef struct {
+  float *f32;
+  uint16_t *bf16;
+  int8_t *q8;
+  float *scales;
+} matrix;
+
+static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
+  size_t e = (size_t)n * k;
+  m->f32 = malloc(e * sizeof *m->f32);
+  m->bf16 = malloc(e * sizeof *m->bf16);
+  m->q8 = malloc(e);
+  m->scales = malloc((size_t)n * xl_q8_blocks(k) * sizeof *m->scales);
+  if (!m->f32 || !m->bf16 || !m->q8 || !m->scales) return 1;
+  for (size_t i = 0; i < e; i++) {
+    m->f32[i] = 0.05f * frand(seed);
+    m->bf16[i] = xl_f32_to_bf16(m->f32[i]);
+  }
+  for (int r = 0; r < n; r++)
+    for (int b = 0; b < xl_q8_blocks(k); b++) {
+      int c = b * XL_Q8_BLOCK, len = k - c < XL_Q8_BLOCK ? k - c : XL_Q8_BLOCK;
+      m->scales[(size_t)r * xl_q8_blocks(k) + b] =
+          xl_q8_block(m->f32 + (size_t)r * k + c, len, m->q8 + (size_t)r * k + c);
+    }
+  return 0;
+}
+
+static void matrix_free(matrix *m) {
+  free(m->f32);
+  free(m->bf16);
+  free(m->q8);
+  free(m->scales);
+}
+
+static xl_wmat matrix_view(const matrix *m, int type, int k) {
+  xl_wmat w = {XL_WEIGHTS_F32, m->f32, NULL, k};
+  if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k};
+  if (type == 2) w = (xl_wmat){XL_WEIGHTS_INT8, m->q8, m->scales, k};
+  return w;
+}
+
+/* One session layer's memory in the three dtypes, laid out as the engine keeps it: keys per
+ * head dimension over the positions ([HD, POS], one scale per position and head: [H, POS]),
+ * values per position ([POS, HD], scales [POS, H]). */
+typedef struct {
+  float *k32, *v32;
+  uint16_t *kbf, *vbf;
+  int8_t *k8, *v8;
+  float *ks, *vs;
+} memory;
+
+static float quantize(const float *x, int n, size_t stride, int8_t *q) {
+  float amax = 0;
+  for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i * stride]));
+  float s = amax / 127.0f;
+  for (int i = 0; i < n; i++) q[i * stride] = (int8_t)(s > 0 ? nearbyintf(x[i * stride] / s) : 0);
+  return s;
+}
+
+static int memory_make(memory *m, uint64_t *seed) {
+  size_t e = (size_t)HD * POS;
+  m->k32 = malloc(e * 4), m->v32 = malloc(e * 4), m->kbf = malloc(e * 2), m->vbf = malloc(e * 2);
+  m->k8 = malloc(e), m->v8 = malloc(e);
+  m->ks = malloc((size_t)H * POS * 4), m->vs = malloc((size_t)H * POS * 4);
+  if (!m->k32 || !m->v32 || !m->kbf || !m->vbf || !m->k8 || !m->v8 || !m->ks || !m->vs) return 1;
+  for (size_t i = 0; i < e; i++) {
+    m->k32[i] = frand(seed), m->v32[i] = frand(seed);
+    m->kbf[i] = xl_f32_to_bf16(m->k32[i]), m->vbf[i] = xl_f32_to_bf16(m->v32[i]);
+  }
+  for (int h = 0; h < H; h++)
+    for (int j = 0; j < POS; j++) {
+      size_t kat = (size_t)h * DH * POS + j, vat = (size_t)j * HD + (size_t)h * DH;
+      m->ks[(size_t)h * POS + j] = quantize(m->k32 + kat, DH, POS, m->k8 + kat);
+      m->vs[(size_t)j * H + h] = quantize(m->v32 + vat, DH, 1, m->v8 + vat);
+    }
+  return 0;
+}
+
+static void memory_free(memory *m) {
+  free(m->k32), free(m->v32), free(m->kbf), free(m->vbf), free(m->k8), free(m->v8);
+  free(m->ks), free(m->vs);
+}
+
+typedef struct {
+  matrix *big;    /* [n_big] matrices [OUT, IN]: more than the caches hold */
+  int n_big;
+  matrix square;  /* [SQ, SQ]: stays in cache */
+  memory *mem;    /* [n_mem] session layers */
+  int n_mem;
+  float *x;       /* [ROWS16, IN] activations; row 0 is the decode row; also the query */
+  float *y;       /* [ROWS16, OUT] */
+  float *p;       /* [H, POS] attention probabilities */
+  float *s;       /* [POS] scores */
+  float *out;     /* [HD] */
+} bench_data;
+
+/* The work of one pass: bytes of weights or memory read (kinds 0, 2, 3), or floating-point
+ * operations (kind 1, in cache: arithmetic is the bound there). */
+static double work_of(const bench_data *d, int kind, int t) {
+  if (kind == 1) return 2.0 * ROWS16 * SQ * SQ;
+  if (kind == 0) return (t == 0 ? 4 : t == 1 ? 2 : 1 + 4.0 / XL_Q8_BLOCK) * OUT * IN * d->n_big;
+  return (double)d->n_mem * HD * POS * (t == 0 ? 4 : t == 1 ? 2 : 1 + 4.0 / DH);
+}
+
+/* One pass of kind `kind` on type `t` (0 f32, 1 bf16, 2 int8). */
+static void pass(const bench_data *d, int kind, int t) {
+  const xl_kv_kernels *kv = xl_kv_kern();
+  const xl_kernels *k = xl_kern();
+  if (kind == 0) { /* weights x 1 row: every big matrix once */
+    for (int i = 0; i < d->n_big; i++) {
+      xl_wmat w = matrix_view(&d->big[i], t, IN);
+      xl_matmul_w(d->x, 1, IN, IN, &w, OUT, d->y, OUT);
+    }
+  } else if (kind == 1) { /* weights x 16 rows: the square matrix, from cache */
+    xl_wmat w = matrix_view(&d->square, t, SQ);
+    xl_matmul_w(d->x, ROWS16, SQ, IN, &w, SQ, d->y, OUT);
+  } else if (kind == 2) { /* keys x the query: every head of every session layer */
+    for (int i = 0; i < d->n_mem; i++)
+      for (int h = 0; h < H; h++) {
+        const memory *m = &d->mem[i];
+        size_t at = (size_t)h * DH * POS;
+        if (t == 0) k->dot_rows(d->x + h * DH, DH, m->k32 + at, POS, POS, d->s);
+        else if (t == 1) kv->dot_rows_bf16(d->x + h * DH, DH, m->kbf + at, POS, POS, d->s);
+        else
+          kv->dot_rows_i8(d->x + h * DH, DH, m->k8 + at, POS, m->ks + (size_t)h * POS, POS, d->s);
+      }
+  } else { /* values x the probabilities: all heads of every session layer */
+    for (int i = 0; i < d->n_mem; i++) {
+      const memory *m = &d->mem[i];
+      if (t == 0) k->mix_rows(d->out, d->p, POS, m->v32, HD, POS, H, DH);
+      else if (t == 1) kv->mix_rows_bf16(d->out, d->p, POS, m->vbf, HD, POS, H, DH);
+      else kv->mix_rows_i8(d->out, d->p, POS, m->v8, HD, m->vs, H, POS, H, DH);
+    }
+  }
+}
+
+/* Seconds per pass: passes for at least `seconds`, at least 2, after one to warm up. */
+static double time_pass(const bench_data *d, int kind, int t, double seconds) {
+  pass(d, kind, t);
+  int n = 0;
+  double t0 = cpu_now(), el;
+  do {
+    pass(d, kind, t);
+    n++;
+  } while ((el = cpu_now() - t0) < seconds || n < 2);
+  return el / n;
+}
+
+static void run_family(const bench_data *d, int rounds, double seconds) {
+  static const char *const KIND[KINDS] = {"weights x 1 row, from DRAM", "weights x 16 rows, in cache",
+                                          "memory: keys x query", "memory: values x probs"};
+  static double sec[MAX_ROUNDS][KINDS][TYPES];
+  for (int r = 0; r < rounds; r++)
+    for (int k = 0; k < KINDS; k++)
+      for (int j = 0; j < TYPES; j++) {
+        int t = (j + r) % TYPES;
+        sec[r][k][t] = time_pass(d, k, t, seconds);
+      }
+  for (int k = 0; k < KINDS; k++)
+    for (int t = 0; t < TYPES; t++) {
+      double s[MAX_ROUNDS], x[MAX_ROUNDS], lo = 1e300, hi = 0;
+      for (int r = 0; r < rounds; r++) {
+        s[r] = sec[r][k][t];
+        x[r] = sec[r][k][0] / sec[r][k][t]; /* the same work: the speed beside f32's */
+        lo = fmin(lo, x[r]), hi = fmax(hi, x[r]);
+      }
+      double per = cli_median(s, rounds), ratio = cli_median(x, rounds);
+      printf("%-9s %-28s %-5s %10.3f %9.1f %-7s %6.2fx [%4.2f, %4.2f]\n", xl_cpu_path(), KIND[k],
+             TYPE_NAME[t], per * 1e3, work_of(d, k, t) / per / 1e9, k == 1 ? "GFLOP/s" : "GB/s",
+             ratio, lo, hi);
+    }
+  fflush(stdout);
+}
+
+static int data_make(bench_data *d, int mib) {
+  uint64_t seed = 42;
+  memset(d, 0, sizeof *d);
+  d->n_big = mib * 1048576.0 / (4.0 * OUT * IN) + 0.5; /* F32 bytes of the set: about mib */
+  d->n_mem = mib * 1048576.0 / (4.0 * HD * POS) + 0.5;
+  if (d->n_big < 1) d->n_big = 1;
+  if (d->n_mem < 1) d->n_mem = 1;
+  d->big = calloc((size_t)d->n_big, sizeof *d->big);
+  d->mem = calloc((size_t)d->n_mem, sizeof *d->mem);
+  d->x = malloc((size_t)ROWS16 * IN * sizeof *d->x);
+  d->y = malloc((size_t)ROWS16 * OUT * sizeof *d->y);
+  d->p = malloc((size_t)H * POS * sizeof *d->p);
+  d->s = malloc(POS * sizeof *d->s);
+  d->out = calloc(HD, sizeof *d->out);
+  if (!d->big || !d->mem || !d->x || !d->y || !d->p || !d->s || !d->out) return 1;
+  for (int i = 0; i < ROWS16 * IN; i++) d->x[i] = frand(&seed);
+  for (int i = 0; i < H * POS; i++) d->p[i] = (1.0f + frand(&seed)) / POS;
+  for (int i = 0; i < d->n_big; i++)
+    if (matrix_make(&d->big[i], OUT, IN, &seed)) return 1;
+  if (matrix_make(&d->square, SQ, SQ, &seed)) return 1;
+  for (int i = 0; i < d->n_mem; i++)
+    if (memory_make(&d->mem[i], &seed)) return 1;
+  return 0;
+}
+
+static void data_free(bench_data *d) {
+  for (int i = 0; d->big && i < d->n_big; i++) matrix_free(&d->big[i]);
+  for (int i = 0; d->mem && i < d->n_mem; i++) memory_free(&d->mem[i]);
+  matrix_free(&d->square);
+  free(d->big), free(d->mem), free(d->x), free(d->y), free(d->p), free(d->s), free(d->out);
+}
+
+int main(int argc, char **argv) {
+  const char *cmd = "bench_kernels", *cpus = "";
+  int rounds = 5, mib = 256;
+  float seconds = 0.5f;
+  for (int i = 1; i < argc; i++) {
+    int ok = 1;
+    if (!strcmp(argv[i], "--cpu")) ok = cli_str_arg(cmd, argc, argv, &i, &cpus);
+    else if (!strcmp(argv[i], "--rounds")) ok = cli_int_arg(cmd, argc, argv, &i, 1, MAX_ROUNDS, &rounds);
+    else if (!strcmp(argv[i], "--mib")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 1 << 16, &mib);
+    else if (!strcmp(argv[i], "--seconds")) ok = cli_float_arg(cmd, argc, argv, &i, 0.001, 60, &seconds);
+    else {
+      fprintf(stderr, "usage: bench_kernels [--cpu P1,P2,..] [--seconds S (0.5)] [--rounds R (5)] "
+                      "[--mib M (256: F32 size of the DRAM sets)]\n");
+      return 2;
+    }
+    if (!ok) return 2;
+  }
+  char list[128], *paths[8], *save = NULL; /* every path checked before anything is made */
+  int n = 0, rc = 0;
+  snprintf(list, sizeof list, "%s", cpus);
+  for (char *p = strtok_r(list, ",", &save); p && n < 8; p = strtok_r(NULL, ",", &save)) {
+    if (!cli_select_cpu(cmd, p)) return 2;
+    paths[n++] = p;
+  }
+  if (n == 0 && !cli_select_cpu(cmd, NULL)) return 2;
+  bench_data d;
+  if (data_make(&d, mib)) {
+    fprintf(stderr, "bench_kernels: out of memory\n");
+    data_free(&d);
+    return 1;
+  }
+  printf("bench_kernels: weights [%d, %d] x %d (from DRAM) and [%d, %d] (in cache); session memory "
+         "%d heads x %d, %d positions, x %d layers; %d rounds of at least %.2g s per rate, this "
+         "thread's CPU time; time per pass and x f32 (its speed beside f32's for the same work) "
+         "are medians of the rounds [lowest, highest ratio]\n\n",
+         OUT, IN, d.n_big, SQ, SQ, H, DH, POS, d.n_mem, rounds, seconds);
+  printf("%-9s %-28s %-5s %10s %9s %-7s %s\n", "cpu path", "kernel", "type", "ms/pass", "rate", "",
+         "x f32 [low, high]");
+  for (int i = 0; i < (n ? n : 1); i++) {
+    if (n && !cli_select_cpu(cmd, paths[i])) rc = 2;
+    else run_family(&d, rounds, seconds);
+  }
+  data_free(&d);
+  return rc;
+}
