@@ -27,7 +27,20 @@ static int has_avx2(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+static int has_avx512_vnni(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni");
+}
 #endif
+
+int xl_cpu_has_avx512_vnni(void) {
+#if defined(__x86_64__)
+  return has_avx512_vnni();
+#else
+  return 0;
+#endif
+}
 
 /* Best first: auto takes the first one the CPU runs. */
 static const cpu_path PATHS[] = {

@@ -54,6 +54,8 @@ extern const xl_kernels xl_kernels_neon;
 
 /* cpu.c: the table in use (the best one the CPU runs until xl_cpu_select chose another). */
 const xl_kernels *xl_kern(void);
+/* cpu.c: 1 when the CPU has AVX-512 F, BW and VNNI (the int8 dot-product kernel's needs). */
+int xl_cpu_has_avx512_vnni(void);
 
 /* Portable exp for softmax arguments, shared by the families' scalar tails:
  * 0 below -87.3, +Inf above 88.7, NaN for NaN; ~1 ulp elsewhere (Cephes polynomial). */

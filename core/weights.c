@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "wpanel.h"
 
 static float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -151,6 +152,24 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
     }
   }
   free(row);
+  size_t scale_bytes = q8 ? (size_t)rows * nb * sizeof *scales : 0;
+  int panels = 0;
+  if (!rc && q8 && xl_q8p_wanted()) { /* the dot-product kernel's layout (wpanel.h) */
+    uint8_t *P = malloc(xl_q8p_bytes(rows, cols) + 1);
+    float *S = malloc(xl_q8p_scale_count(rows, cols) * sizeof *S + 1);
+    if (!P || !S) {
+      free(P);
+      free(S);
+      rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
+    } else {
+      xl_q8p_pack(data, scales, rows, cols, P, S);
+      free(data);
+      free(scales);
+      data = P, scales = S, panels = 1;
+      bytes = xl_q8p_bytes(rows, cols);
+      scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof *S;
+    }
+  }
   if (rc) {
     free(data);
     free(scales);
@@ -161,8 +180,8 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
     return rc;
   }
   if (scales && (rc = own(m, scales, err))) return rc;
-  *out = (xl_wmat){m->weights, data, scales, cols};
-  m->narrowed_bytes += bytes + (q8 ? (size_t)rows * nb * sizeof *scales : 0);
+  *out = (xl_wmat){m->weights, data, scales, cols, panels, 0};
+  m->narrowed_bytes += bytes + scale_bytes;
   m->narrowed_params += n;
   return XL_OK;
 }
@@ -175,14 +194,14 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
   if (m->weights == XL_WEIGHTS_F32) {
     const float *f;
     xl_code rc = tensor(m, name, 2, d0, d1, required, &f, err);
-    if (!rc && f) *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1};
+    if (!rc && f) *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1, 0, 0};
     return rc;
   }
   xl_tensor_entry *t;
   xl_code rc = lookup(m, name, 2, d0, d1, required, &t, err);
   if (rc || !t) return rc;
   if (m->weights == XL_WEIGHTS_BF16 && t->dtype == XL_DT_BF16 && ((uintptr_t)t->data & 1u) == 0) {
-    *out = (xl_wmat){XL_WEIGHTS_BF16, t->data, NULL, (int)d1};
+    *out = (xl_wmat){XL_WEIGHTS_BF16, t->data, NULL, (int)d1, 0, 0};
     m->narrowed_bytes += t->nbytes;
     m->narrowed_params += (size_t)d0 * d1;
     return XL_OK;
@@ -194,7 +213,7 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
 static xl_code wmat_of(xl_model *m, const char *what, const float *src, int rows, int cols,
                        int counted, xl_wmat *out, xl_error *err) {
   if (m->weights == XL_WEIGHTS_F32) {
-    *out = (xl_wmat){XL_WEIGHTS_F32, src, NULL, cols};
+    *out = (xl_wmat){XL_WEIGHTS_F32, src, NULL, cols, 0, 0};
     return XL_OK;
   }
   size_t b = m->narrowed_bytes, p = m->narrowed_params;
@@ -211,7 +230,7 @@ static xl_code transposed(xl_model *m, const float *src, int rows, int cols, int
   if (!t) return xl_fail(err, XL_NOMEM, "out of memory transposing a projection");
   xl_transpose(src, rows, cols, t);
   if (m->weights == XL_WEIGHTS_F32) {
-    *out = (xl_wmat){XL_WEIGHTS_F32, t, NULL, rows};
+    *out = (xl_wmat){XL_WEIGHTS_F32, t, NULL, rows, 0, 0};
     return own(m, t, err);
   }
   xl_code rc = wmat_of(m, "a transposed projection", t, cols, rows, counted, out, err);

@@ -28,6 +28,9 @@ typedef struct xl_wmat {
   const void *data;      /* [rows, cols]: float, uint16_t (bf16 bits) or int8_t */
   const float *scales;   /* int8: [rows, xl_q8_blocks(cols)]; else NULL */
   int cols;              /* elements per row (the row stride too) */
+  int panels;            /* int8 only: 1 when data and scales are in panels (wpanel.h), whole
+                            matrix, and this view starts at its row `row0` */
+  int row0;
 } xl_wmat;
 
 static inline int xl_q8_blocks(int cols) { return (cols + XL_Q8_BLOCK - 1) / XL_Q8_BLOCK; }

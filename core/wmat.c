@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "wpanel.h"
 
 static const char *const WEIGHT_NAMES[] = {"f32", "bf16", "int8"};
 
@@ -42,7 +43,12 @@ void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N,
     xl_wkern()->matmul_bf16(x, M, K, ldx, W->data, N, W->cols, y, ldy);
     break;
   case XL_WEIGHTS_INT8:
-    xl_wkern()->matmul_q8(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
+    if (!W->panels) xl_wkern()->matmul_q8(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
+#if defined(__x86_64__)
+    else if (xl_q8p_wanted())
+      xl_q8p_matmul_vnni(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
+#endif
+    else xl_q8p_matmul_portable(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
     break;
   default:
     xl_matmul_nt(x, M, K, ldx, W->data, N, W->cols, y, ldy);
@@ -64,6 +70,10 @@ void xl_wmat_row(const xl_wmat *W, int r, float *out) {
     break;
   }
   case XL_WEIGHTS_INT8: {
+    if (W->panels) {
+      xl_q8p_row(W->data, W->scales, W->cols, W->row0 + r, out);
+      break;
+    }
     const int8_t *q = (const int8_t *)W->data + at;
     const float *s = W->scales + (size_t)r * xl_q8_blocks(W->cols);
     for (int c = 0; c < W->cols; c++) out[c] = (float)q[c] * s[c / XL_Q8_BLOCK];
@@ -80,6 +90,10 @@ xl_wmat xl_wmat_from_row(const xl_wmat *W, int r) {
   switch (W->type) {
   case XL_WEIGHTS_BF16: v.data = (const uint16_t *)W->data + at; break;
   case XL_WEIGHTS_INT8:
+    if (W->panels) {
+      v.row0 += r; /* panels: the data stays whole, the view moves */
+      break;
+    }
     v.data = (const int8_t *)W->data + at;
     v.scales = W->scales + (size_t)r * xl_q8_blocks(W->cols);
     break;

@@ -22,6 +22,7 @@
 #include "cli_common.h"
 #include "internal.h"
 #include "kvkernels.h"
+#include "wpanel.h"
 
 #define TYPES 3 /* f32, bf16, int8: weights or memory */
 #define KINDS 4
@@ -43,12 +44,15 @@ static float frand(uint64_t *s) { /* uniform in [-1, 1) */
   return (float)((*s >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-/* One matrix [n, k] in the three weight types, made from the same F32 values. */
+/* One matrix [n, k] in the three weight types, made from the same F32 values; int8 also in
+ * panels (the layout the model loads int8 weights in where the dot-product kernel runs). */
 typedef struct {
   float *f32;
   uint16_t *bf16;
   int8_t *q8;
   float *scales;
+  uint8_t *panels;
+  float *panel_scales;
 } matrix;
 
 static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
@@ -57,7 +61,9 @@ static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
   m->bf16 = malloc(e * sizeof *m->bf16);
   m->q8 = malloc(e);
   m->scales = malloc((size_t)n * xl_q8_blocks(k) * sizeof *m->scales);
-  if (!m->f32 || !m->bf16 || !m->q8 || !m->scales) return 1;
+  m->panels = malloc(xl_q8p_bytes(n, k));
+  m->panel_scales = malloc(xl_q8p_scale_count(n, k) * sizeof *m->panel_scales);
+  if (!m->f32 || !m->bf16 || !m->q8 || !m->scales || !m->panels || !m->panel_scales) return 1;
   for (size_t i = 0; i < e; i++) {
     m->f32[i] = 0.05f * frand(seed);
     m->bf16[i] = xl_f32_to_bf16(m->f32[i]);
@@ -68,6 +74,7 @@ static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
       m->scales[(size_t)r * xl_q8_blocks(k) + b] =
           xl_q8_block(m->f32 + (size_t)r * k + c, len, m->q8 + (size_t)r * k + c);
     }
+  xl_q8p_pack(m->q8, m->scales, n, k, m->panels, m->panel_scales);
   return 0;
 }
 
@@ -76,12 +83,15 @@ static void matrix_free(matrix *m) {
   free(m->bf16);
   free(m->q8);
   free(m->scales);
+  free(m->panels);
+  free(m->panel_scales);
 }
 
 static xl_wmat matrix_view(const matrix *m, int type, int k) {
-  xl_wmat w = {XL_WEIGHTS_F32, m->f32, NULL, k};
-  if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k};
-  if (type == 2) w = (xl_wmat){XL_WEIGHTS_INT8, m->q8, m->scales, k};
+  xl_wmat w = {XL_WEIGHTS_F32, m->f32, NULL, k, 0, 0};
+  if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k, 0, 0};
+  if (type == 2 && xl_q8p_wanted()) w = (xl_wmat){XL_WEIGHTS_INT8, m->panels, m->panel_scales, k, 1, 0};
+  else if (type == 2) w = (xl_wmat){XL_WEIGHTS_INT8, m->q8, m->scales, k, 0, 0};
   return w;
 }
 

@@ -1,0 +1,142 @@
+/*
+ * wkernels_vnni.c: int8 weights in panels (wpanel.h) times F32 activations with AVX-512 VNNI:
+ * each row of the activations is quantised per block of 32 once per call, then one vpdpbusd
+ * multiplies 4 weights of 16 output rows (a 64-byte load of a panel) by the same 4 quantised
+ * activations (broadcast) and adds the products into the 16 outputs' int32 lanes; at the end of
+ * each block the exact integer sums are corrected for the weights' +128, converted, and added
+ * into F32 accumulators with the block's two scales: lanes are outputs, so no horizontal sums.
+ * Tiles of 4 rows x 2 panels (32 outputs), leftover rows one at a time: each row's arithmetic
+ * is the same in any tile, and the same as xl_q8p_matmul_portable's, bit for bit. Compiled with
+ * target attributes; used only when the CPU has AVX512_VNNI (xl_q8p_wanted). Any thread.
+ */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "wpanel.h"
+
+#define TGT "avx512f,avx512bw,avx512vnni"
+#define T __attribute__((target(TGT), always_inline)) static inline
+#define XQ_BYTES 65536 /* quantised activations on the stack: rows per chunk x kp */
+#define RB 4           /* rows per tile */
+#define PF 2048        /* prefetch distance along each panel's bytes */
+
+/* xl_q8p_quantize_row, 16 lanes at a time (kp: K rounded up to whole blocks) */
+T void quantize_row(const float *x, int K, int kp, int8_t *xq, float *sx, int32_t *corr) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  for (int c0 = 0, b = 0; c0 < kp; c0 += XL_Q8_BLOCK, b++) {
+    const int n0 = K - c0, n1 = K - c0 - 16;
+    const __mmask16 m0 = n0 >= 16 ? 0xFFFF : n0 > 0 ? (__mmask16)((1u << n0) - 1u) : 0;
+    const __mmask16 m1 = n1 >= 16 ? 0xFFFF : n1 > 0 ? (__mmask16)((1u << n1) - 1u) : 0;
+    const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + c0), v1 = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
+    const __m512 a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v0), abs_mask));
+    const __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v1), abs_mask));
+    /* max_ps returns its second operand when one is NaN: NaN lanes are skipped */
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a1, _mm512_max_ps(a0, _mm512_setzero_ps())));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m512 s = _mm512_set1_ps(inv);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    /* round to nearest even (the default mode); NaN, Inf -> INT_MIN -> -127; padding 0 */
+    __m512i q0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, s)), lo), hi);
+    __m512i q1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, s)), lo), hi);
+    q0 = _mm512_maskz_mov_epi32(m0, q0);
+    q1 = _mm512_maskz_mov_epi32(m1, q1);
+    _mm_storeu_si128((__m128i *)(void *)(xq + c0), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)(void *)(xq + c0 + 16), _mm512_cvtepi32_epi8(q1));
+    sx[b] = amax / 127.0f;
+    corr[b] = 128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
+/* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP) */
+T void tile(int R, int NP, const int8_t *xq, int kp, const float *sx, const int32_t *corr,
+            int nb, const uint8_t *P, const float *S, int p, __m512 out[RB][2]) {
+  __m512 facc[RB][2];
+  __m512i iacc[RB][2];
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < NP; j++) facc[i][j] = _mm512_setzero_ps(), iacc[i][j] = _mm512_setzero_si512();
+  const uint8_t *w[2];
+  for (int j = 0; j < NP; j++) w[j] = P + (size_t)(p + j) * kp * XL_Q8P_ROWS;
+  for (int b = 0; b < nb; b++) {
+    for (int g = 0; g < XL_Q8_BLOCK / 4; g++) {
+      const size_t at = ((size_t)b * (XL_Q8_BLOCK / 4) + (size_t)g) * 64;
+      __m512i a[2];
+      for (int j = 0; j < NP; j++) {
+        _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
+        a[j] = _mm512_loadu_si512((const void *)(w[j] + at));
+      }
+      for (int i = 0; i < R; i++) {
+        int32_t four;
+        memcpy(&four, xq + (size_t)i * kp + (size_t)b * XL_Q8_BLOCK + 4 * g, 4);
+        const __m512i xb = _mm512_set1_epi32(four);
+        for (int j = 0; j < NP; j++) iacc[i][j] = _mm512_dpbusd_epi32(iacc[i][j], a[j], xb);
+      }
+    }
+    __m512 sw[2];
+    for (int j = 0; j < NP; j++) sw[j] = _mm512_loadu_ps(S + ((size_t)(p + j) * nb + b) * XL_Q8P_ROWS);
+    for (int i = 0; i < R; i++) {
+      const __m512i c = _mm512_set1_epi32(corr[(size_t)i * nb + b]);
+      const __m512 xs = _mm512_set1_ps(sx[(size_t)i * nb + b]);
+      for (int j = 0; j < NP; j++) {
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[i][j], c));
+        facc[i][j] = _mm512_fmadd_ps(f, _mm512_mul_ps(sw[j], xs), facc[i][j]);
+        iacc[i][j] = _mm512_setzero_si512();
+      }
+    }
+  }
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < NP; j++) out[i][j] = facc[i][j];
+}
+
+/* y[o - row0] = lanes of panel p whose row o is in [row0, row0 + N) */
+T void store_panel(__m512 v, int p, int row0, int N, float *y) {
+  const int first = p * XL_Q8P_ROWS;
+  if (first >= row0 && first + XL_Q8P_ROWS <= row0 + N) {
+    _mm512_storeu_ps(y + (first - row0), v);
+    return;
+  }
+  _Alignas(64) float lanes[XL_Q8P_ROWS];
+  _mm512_store_ps(lanes, v);
+  for (int l = 0; l < XL_Q8P_ROWS; l++)
+    if (first + l >= row0 && first + l < row0 + N) y[first + l - row0] = lanes[l];
+}
+
+__attribute__((target(TGT))) void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx,
+                                                     const uint8_t *P, const float *S, int row0,
+                                                     int N, float *y, int ldy) {
+  const int kp = xl_q8p_kp(K), nb = kp / XL_Q8_BLOCK;
+  int chunk = XQ_BYTES / kp;
+  if (chunk < 1) chunk = 1; /* K past XQ_BYTES: the portable kernel (same results) */
+  if (kp > XQ_BYTES) {
+    xl_q8p_matmul_portable(x, M, K, ldx, P, S, row0, N, y, ldy);
+    return;
+  }
+  _Alignas(64) int8_t xq[XQ_BYTES];                /* [chunk, kp] */
+  float sx[XQ_BYTES / XL_Q8_BLOCK];                /* [chunk, nb] */
+  int32_t corr[XQ_BYTES / XL_Q8_BLOCK];            /* [chunk, nb] */
+  const int p_begin = row0 / XL_Q8P_ROWS, p_end = (row0 + N + XL_Q8P_ROWS - 1) / XL_Q8P_ROWS;
+  for (int r0 = 0; r0 < M; r0 += chunk) {
+    const int r1 = r0 + chunk < M ? r0 + chunk : M;
+    for (int r = r0; r < r1; r++)
+      quantize_row(x + (size_t)r * ldx, K, kp, xq + (size_t)(r - r0) * kp, sx + (size_t)(r - r0) * nb,
+                   corr + (size_t)(r - r0) * nb);
+    for (int p = p_begin; p < p_end; p += 2) {
+      const int np = p + 1 < p_end ? 2 : 1;
+      for (int r = r0; r < r1;) {
+        const int R = r1 - r >= RB ? RB : 1;
+        const size_t q = (size_t)(r - r0);
+        __m512 out[RB][2];
+        if (R == RB && np == 2) tile(RB, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        else if (R == RB) tile(RB, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        else if (np == 2) tile(1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        else tile(1, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        for (int i = 0; i < R; i++)
+          for (int j = 0; j < np; j++) store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
+        r += R;
+      }
+    }
+  }
+}
+#undef T
+#endif /* __x86_64__ */

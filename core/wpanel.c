@@ -1,0 +1,96 @@
+/*
+ * wpanel.c: int8 weights in panels (wpanel.h): packing from rows, reading a row back, the
+ * activations' quantisation and the portable mirror of the dot-product kernel, whose
+ * arithmetic it shares bit for bit. Pure functions: any thread.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "wpanel.h"
+
+int xl_q8p_wanted(void) {
+#if defined(__x86_64__)
+  return xl_kern() == &xl_kernels_avx512 && xl_cpu_has_avx512_vnni();
+#else
+  return 0;
+#endif
+}
+
+/* the byte of (row r, column c) and the scale of (row r, block b) in the panel layout */
+static size_t byte_at(int kp, int r, int c) {
+  return ((size_t)(r / XL_Q8P_ROWS) * (kp / 4) + (size_t)(c / 4)) * (4 * XL_Q8P_ROWS) +
+         (size_t)(r % XL_Q8P_ROWS) * 4 + (size_t)(c % 4);
+}
+static size_t scale_at(int nb, int r, int b) {
+  return ((size_t)(r / XL_Q8P_ROWS) * nb + (size_t)b) * XL_Q8P_ROWS + (size_t)(r % XL_Q8P_ROWS);
+}
+
+void xl_q8p_pack(const int8_t *q, const float *s, int rows, int cols, uint8_t *P, float *S) {
+  const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
+  memset(P, 128, xl_q8p_bytes(rows, cols));
+  memset(S, 0, xl_q8p_scale_count(rows, cols) * sizeof *S);
+  for (int r = 0; r < rows; r++) {
+    for (int c = 0; c < cols; c++)
+      P[byte_at(kp, r, c)] = (uint8_t)((int)q[(size_t)r * cols + c] + 128);
+    for (int b = 0; b < nb; b++) S[scale_at(nb, r, b)] = s[(size_t)r * nb + b];
+  }
+}
+
+void xl_q8p_row(const uint8_t *P, const float *S, int cols, int r, float *out) {
+  const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
+  for (int c = 0; c < cols; c++)
+    out[c] = (float)((int)P[byte_at(kp, r, c)] - 128) * S[scale_at(nb, r, c / XL_Q8_BLOCK)];
+}
+
+void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *corr) {
+  const int nb = xl_q8_blocks(K);
+  for (int b = 0; b < nb; b++) {
+    const int c0 = b * XL_Q8_BLOCK, n = K - c0 < XL_Q8_BLOCK ? K - c0 : XL_Q8_BLOCK;
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+      float a = fabsf(x[c0 + i]);
+      amax = a > amax ? a : amax; /* NaN skipped, as the kernel's max */
+    }
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < XL_Q8_BLOCK; i++) {
+      float v = i < n ? nearbyintf(x[c0 + i] * inv) : 0.0f;
+      if (!(v >= -127.0f && v <= 127.0f)) v = -127.0f; /* the kernel's conversion of NaN, Inf */
+      xq[c0 + i] = (int8_t)v;
+      sum += (int32_t)v;
+    }
+    sx[b] = amax / 127.0f;
+    corr[b] = 128 * sum;
+  }
+}
+
+void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
+                            const float *S, int row0, int N, float *y, int ldy) {
+  enum { CHUNK = 128 }; /* blocks of a row quantised at a time */
+  const int kp = xl_q8p_kp(K), nb = xl_q8_blocks(K);
+  int8_t xq[XL_Q8_BLOCK * CHUNK];
+  float sx[CHUNK];
+  int32_t corr[CHUNK];
+  for (int r = 0; r < M; r++) {
+    const float *xr = x + (size_t)r * ldx;
+    float *yr = y + (size_t)r * ldy; /* [N]: the running sums, block after block */
+    for (int o = 0; o < N; o++) yr[o] = 0.0f;
+    for (int b0 = 0; b0 < nb; b0 += CHUNK) {
+      const int nbc = nb - b0 < CHUNK ? nb - b0 : CHUNK, c0 = b0 * XL_Q8_BLOCK;
+      xl_q8p_quantize_row(xr + c0, K - c0 < nbc * XL_Q8_BLOCK ? K - c0 : nbc * XL_Q8_BLOCK, xq,
+                          sx, corr);
+      for (int o = 0; o < N; o++) {
+        const int w = row0 + o;
+        float acc = yr[o];
+        for (int b = 0; b < nbc; b++) {
+          int32_t dot = 0;
+          for (int i = 0; i < XL_Q8_BLOCK; i++)
+            dot += (int32_t)P[byte_at(kp, w, c0 + b * XL_Q8_BLOCK + i)] * xq[b * XL_Q8_BLOCK + i];
+          acc = fmaf((float)(dot - corr[b]), S[scale_at(nb, w, b0 + b)] * sx[b], acc);
+        }
+        yr[o] = acc;
+      }
+    }
+  }
+}
