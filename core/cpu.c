@@ -34,6 +34,15 @@ static int has_avx512_vnni(void) {
 }
 #endif
 
+int xl_cpu_has_avx512_bf16(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+  return 0;
+#endif
+}
+
 int xl_cpu_has_avx512_vnni(void) {
 #if defined(__x86_64__)
   return has_avx512_vnni();

@@ -154,7 +154,18 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
   free(row);
   size_t scale_bytes = q8 ? (size_t)rows * nb * sizeof *scales : 0;
   int panels = 0;
-  if (!rc && q8 && xl_q8p_wanted()) { /* the dot-product kernel's layout (wpanel.h) */
+  if (!rc && !q8 && xl_bf16p_wanted()) { /* the bf16 dot-product kernel's layout (wpanel.h) */
+    uint16_t *P = malloc(xl_bf16p_count(rows, cols) * sizeof *P + 1);
+    if (!P) {
+      rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
+    } else {
+      xl_bf16p_pack(data, rows, cols, P);
+      free(data);
+      data = P, panels = 1;
+      bytes = xl_bf16p_count(rows, cols) * sizeof *P;
+    }
+  }
+  if (!rc && q8 && xl_q8p_wanted()) { /* the int8 dot-product kernel's layout (wpanel.h) */
     uint8_t *P = malloc(xl_q8p_bytes(rows, cols) + 1);
     float *S = malloc(xl_q8p_scale_count(rows, cols) * sizeof *S + 1);
     if (!P || !S) {
@@ -200,7 +211,8 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
   xl_tensor_entry *t;
   xl_code rc = lookup(m, name, 2, d0, d1, required, &t, err);
   if (rc || !t) return rc;
-  if (m->weights == XL_WEIGHTS_BF16 && t->dtype == XL_DT_BF16 && ((uintptr_t)t->data & 1u) == 0) {
+  if (m->weights == XL_WEIGHTS_BF16 && t->dtype == XL_DT_BF16 && ((uintptr_t)t->data & 1u) == 0 &&
+      !xl_bf16p_wanted()) { /* in place (where panels are wanted, narrow() packs a copy) */
     *out = (xl_wmat){XL_WEIGHTS_BF16, t->data, NULL, (int)d1, 0, 0};
     m->narrowed_bytes += t->nbytes;
     m->narrowed_params += (size_t)d0 * d1;

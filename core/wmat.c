@@ -1,8 +1,9 @@
 /*
  * wmat.c: weight matrices in the model's weight type (wkernels.h): the type names, the choice
  * of the narrow-weight kernel table (the family of xl_kern()), the GEMM and Linear over any
- * type, row reads (the embedding lookup) and the load-time narrowing of F32 values (bf16
- * rounding, int8 blocks). Any thread; pure functions.
+ * type and layout (rows, or the dot-product kernels' panels: wpanel.h), row reads (the
+ * embedding lookup), views from a row, and the int8 block quantisation. Any thread; pure
+ * functions.
  */
 #include <math.h>
 #include <string.h>
@@ -40,7 +41,11 @@ void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N,
   if (M <= 0 || N <= 0) return;
   switch (W->type) {
   case XL_WEIGHTS_BF16:
-    xl_wkern()->matmul_bf16(x, M, K, ldx, W->data, N, W->cols, y, ldy);
+    if (!W->panels) xl_wkern()->matmul_bf16(x, M, K, ldx, W->data, N, W->cols, y, ldy);
+#if defined(__x86_64__)
+    else if (xl_bf16p_wanted()) xl_bf16p_matmul_avx512(x, M, K, ldx, W->data, W->row0, N, y, ldy);
+#endif
+    else xl_bf16p_matmul_portable(x, M, K, ldx, W->data, W->row0, N, y, ldy);
     break;
   case XL_WEIGHTS_INT8:
     if (!W->panels) xl_wkern()->matmul_q8(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
@@ -65,6 +70,10 @@ void xl_wmat_row(const xl_wmat *W, int r, float *out) {
   const size_t at = (size_t)r * W->cols;
   switch (W->type) {
   case XL_WEIGHTS_BF16: {
+    if (W->panels) {
+      xl_bf16p_row(W->data, W->cols, W->row0 + r, out);
+      break;
+    }
     const uint16_t *h = (const uint16_t *)W->data + at;
     for (int c = 0; c < W->cols; c++) out[c] = xl_bf16_to_f32(h[c]);
     break;
@@ -88,7 +97,10 @@ xl_wmat xl_wmat_from_row(const xl_wmat *W, int r) {
   xl_wmat v = *W;
   const size_t at = (size_t)r * W->cols;
   switch (W->type) {
-  case XL_WEIGHTS_BF16: v.data = (const uint16_t *)W->data + at; break;
+  case XL_WEIGHTS_BF16:
+    if (W->panels) v.row0 += r; /* panels: the data stays whole, the view moves */
+    else v.data = (const uint16_t *)W->data + at;
+    break;
   case XL_WEIGHTS_INT8:
     if (W->panels) {
       v.row0 += r; /* panels: the data stays whole, the view moves */

@@ -1,7 +1,7 @@
 /*
- * wpanel.c: int8 weights in panels (wpanel.h): packing from rows, reading a row back, the
- * activations' quantisation and the portable mirror of the dot-product kernel, whose
- * arithmetic it shares bit for bit. Pure functions: any thread.
+ * wpanel.c: narrow weights in panels (wpanel.h): packing from rows, reading a row back, the
+ * activations' quantisation (int8) or rounding (bf16) and the portable mirrors of the
+ * dot-product kernels. Pure functions: any thread.
  */
 #include <math.h>
 #include <string.h>
@@ -91,6 +91,62 @@ void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t
         }
         yr[o] = acc;
       }
+    }
+  }
+}
+
+/* ---- bf16 ---- */
+
+int xl_bf16p_wanted(void) {
+#if defined(__x86_64__)
+  return xl_kern() == &xl_kernels_avx512 && xl_cpu_has_avx512_bf16();
+#else
+  return 0;
+#endif
+}
+
+static size_t bf16_at(int kp2, int r, int c) {
+  return ((size_t)(r / XL_Q8P_ROWS) * (kp2 / 2) + (size_t)(c / 2)) * (2 * XL_Q8P_ROWS) +
+         (size_t)(r % XL_Q8P_ROWS) * 2 + (size_t)(c % 2);
+}
+
+void xl_bf16p_pack(const uint16_t *w, int rows, int cols, uint16_t *P) {
+  const int kp2 = xl_bf16p_kp(cols);
+  memset(P, 0, xl_bf16p_count(rows, cols) * sizeof *P);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) P[bf16_at(kp2, r, c)] = w[(size_t)r * cols + c];
+}
+
+void xl_bf16p_row(const uint16_t *P, int cols, int r, float *out) {
+  const int kp2 = xl_bf16p_kp(cols);
+  for (int c = 0; c < cols; c++) out[c] = xl_bf16_to_f32(P[bf16_at(kp2, r, c)]);
+}
+
+uint16_t xl_bf16p_activation(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+  if ((u & 0x7F800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);         /* DAZ */
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float flush(float v) { return fpclassify(v) == FP_SUBNORMAL ? copysignf(0.0f, v) : v; }
+
+void xl_bf16p_matmul_portable(const float *x, int M, int K, int ldx, const uint16_t *P, int row0,
+                              int N, float *y, int ldy) {
+  const int kp2 = xl_bf16p_kp(K);
+  for (int r = 0; r < M; r++) {
+    const float *xr = x + (size_t)r * ldx;
+    for (int o = 0; o < N; o++) {
+      const int w = row0 + o;
+      float acc = 0.0f;
+      for (int c = 0; c < kp2; c += 2) {
+        const float x0 = xl_bf16_to_f32(xl_bf16p_activation(xr[c]));
+        const float x1 = c + 1 < K ? xl_bf16_to_f32(xl_bf16p_activation(xr[c + 1])) : 0.0f;
+        acc = flush(acc + flush(x1 * flush(xl_bf16_to_f32(P[bf16_at(kp2, w, c + 1)]))));
+        acc = flush(acc + flush(x0 * flush(xl_bf16_to_f32(P[bf16_at(kp2, w, c)]))));
+      }
+      y[(size_t)r * ldy + o] = acc;
     }
   }
 }

@@ -1,8 +1,18 @@
 /*
- * wpanel.h: int8 weights in panels, the layout read by the integer dot-product kernel
- * (wkernels_vnni.c, AVX-512 VNNI), and the arithmetic that kernel shares with its portable
- * mirror here.
+ * wpanel.h: narrow weights in panels, the layouts read by the dot-product kernels
+ * (wkernels_dot_avx512.c: int8 with AVX-512 VNNI, bf16 with AVX-512 BF16), and the arithmetic
+ * those kernels share with their portable mirrors here. Output rows side by side, so that one
+ * 64-byte load feeds 16 outputs' lanes: no horizontal sums.
  *
+ * int8 (below); bf16: panels of 16 rows, kp2 = cols rounded up to even; panel p holds
+ *   [kp2 / 2][16][2] bf16: each pair of columns of each of the 16 rows (missing ones 0).
+ *   Each activation is rounded to bf16 as VCVTNE2PS2BF16 does (nearest even; a denormal becomes
+ *   a zero of its sign; NaN a quiet NaN), and each output lane gets, pair after pair,
+ *   acc += x[2i+1] w[2i+1]; acc += x[2i] w[2i] (VDPBF16PS: products exact, sums rounded to
+ *   nearest even, denormal results flushed). The portable mirror follows that description;
+ *   a CPU's instruction may differ from it in the last bits (tests bound the difference).
+ *
+ * int8:
  * Layout of a matrix [rows, cols] (int8 per 32-block scales, as wkernels.h): panels of
  * XL_Q8P_ROWS = 16 rows; kp = cols rounded up to a whole block. Panel p holds rows 16p..16p+15:
  *   bytes  [kp / 4][16][4]: for each group of 4 columns, the 4 weights of each of the 16 rows,
@@ -59,10 +69,26 @@ void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *
 void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
                             const float *S, int row0, int N, float *y, int ldy);
 
+/* bf16 panels: bytes, whether they are wanted (AVX-512 family on a CPU with AVX512_BF16),
+ * packing from row-major bf16 w[rows, cols], a row read back, the activation rounding, the
+ * portable mirror of the kernel. */
+static inline int xl_bf16p_kp(int cols) { return (cols + 1) & ~1; }
+static inline size_t xl_bf16p_count(int rows, int cols) {
+  return (size_t)xl_q8p_panels(rows) * XL_Q8P_ROWS * xl_bf16p_kp(cols);
+}
+int xl_bf16p_wanted(void);
+void xl_bf16p_pack(const uint16_t *w, int rows, int cols, uint16_t *P);
+void xl_bf16p_row(const uint16_t *P, int cols, int r, float *out);
+uint16_t xl_bf16p_activation(float f);
+void xl_bf16p_matmul_portable(const float *x, int M, int K, int ldx, const uint16_t *P, int row0,
+                              int N, float *y, int ldy);
+
 #if defined(__x86_64__)
-/* The AVX-512 VNNI kernel (wkernels_vnni.c); only when xl_q8p_wanted(). */
+/* The AVX-512 dot-product kernels (wkernels_dot_avx512.c); only when xl_*p_wanted(). */
 void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P, const float *S,
                         int row0, int N, float *y, int ldy);
+void xl_bf16p_matmul_avx512(const float *x, int M, int K, int ldx, const uint16_t *P, int row0,
+                            int N, float *y, int ldy);
 #endif
 
 #endif /* XL_WPANEL_H */

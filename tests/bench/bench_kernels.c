@@ -44,8 +44,8 @@ static float frand(uint64_t *s) { /* uniform in [-1, 1) */
   return (float)((*s >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-/* One matrix [n, k] in the three weight types, made from the same F32 values; int8 also in
- * panels (the layout the model loads int8 weights in where the dot-product kernel runs). */
+/* One matrix [n, k] in the three weight types, made from the same F32 values; bf16 and int8
+ * also in panels (the layouts a model loads them in where the dot-product kernels run). */
 typedef struct {
   float *f32;
   uint16_t *bf16;
@@ -53,6 +53,7 @@ typedef struct {
   float *scales;
   uint8_t *panels;
   float *panel_scales;
+  uint16_t *bf16_panels;
 } matrix;
 
 static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
@@ -63,7 +64,10 @@ static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
   m->scales = malloc((size_t)n * xl_q8_blocks(k) * sizeof *m->scales);
   m->panels = malloc(xl_q8p_bytes(n, k));
   m->panel_scales = malloc(xl_q8p_scale_count(n, k) * sizeof *m->panel_scales);
-  if (!m->f32 || !m->bf16 || !m->q8 || !m->scales || !m->panels || !m->panel_scales) return 1;
+  m->bf16_panels = malloc(xl_bf16p_count(n, k) * sizeof *m->bf16_panels);
+  if (!m->f32 || !m->bf16 || !m->q8 || !m->scales || !m->panels || !m->panel_scales ||
+      !m->bf16_panels)
+    return 1;
   for (size_t i = 0; i < e; i++) {
     m->f32[i] = 0.05f * frand(seed);
     m->bf16[i] = xl_f32_to_bf16(m->f32[i]);
@@ -75,6 +79,7 @@ static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
           xl_q8_block(m->f32 + (size_t)r * k + c, len, m->q8 + (size_t)r * k + c);
     }
   xl_q8p_pack(m->q8, m->scales, n, k, m->panels, m->panel_scales);
+  xl_bf16p_pack(m->bf16, n, k, m->bf16_panels);
   return 0;
 }
 
@@ -85,11 +90,13 @@ static void matrix_free(matrix *m) {
   free(m->scales);
   free(m->panels);
   free(m->panel_scales);
+  free(m->bf16_panels);
 }
 
 static xl_wmat matrix_view(const matrix *m, int type, int k) {
   xl_wmat w = {XL_WEIGHTS_F32, m->f32, NULL, k, 0, 0};
-  if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k, 0, 0};
+  if (type == 1 && xl_bf16p_wanted()) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16_panels, NULL, k, 1, 0};
+  else if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k, 0, 0};
   if (type == 2 && xl_q8p_wanted()) w = (xl_wmat){XL_WEIGHTS_INT8, m->panels, m->panel_scales, k, 1, 0};
   else if (type == 2) w = (xl_wmat){XL_WEIGHTS_INT8, m->q8, m->scales, k, 0, 0};
   return w;

@@ -242,6 +242,80 @@ static void test_int8_panels(void) {
   free(w), free(x), free(y), free(yp), free(y1), free(q), free(sc), free(P), free(S);
 }
 
+/* bf16 weights in panels (wpanel.h): rows read back exactly; the portable mirror and, where the
+ * CPU has AVX-512 BF16, the dot-product kernel within the activations' bf16 rounding of a double
+ * reference (each |x| rounded by at most 2^-8 of itself, denormals flushed), each other's
+ * outputs within a few ulps of the sum of |products|, a row alone the same as in any batch bit
+ * for bit, views from any row. */
+static void test_bf16_panels(void) {
+  static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
+  static const int Ns[] = {1, 5, 16, 17, 33};
+  static const int Ks[] = {1, 2, 7, 31, 32, 33, 64, 100};
+  static const int Row0s[] = {0, 3, 16};
+  weights *w = malloc(sizeof *w);
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
+        *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1), row[LD];
+  uint16_t *h = malloc(MAXN * LD * sizeof *h), *P = malloc(xl_bf16p_count(MAXN, LD) * sizeof *P);
+  unsigned seed = 13;
+  for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed) * (i % 7 ? 1.0f : 8.0f);
+  for (int k = 0; k < LD; k++) x[4 * LD + k] = frand(&seed) * 1e-39f; /* denormals: flushed */
+  make_weights(w, 7);
+  const int dot = xl_cpu_has_avx512_bf16();
+  int bad_row = 0, bad_ref = 0, bad_inv = 0, bad_dot = 0, bad_dot_inv = 0;
+  for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+    const int K = Ks[c];
+    for (int o = 0; o < MAXN; o++) memcpy(h + o * K, w->bf + o * LD, (size_t)K * sizeof *h);
+    xl_bf16p_pack(h, MAXN, K, P);
+    for (int o = 0; o < MAXN; o++) {
+      xl_bf16p_row(P, K, o, row);
+      for (int k = 0; k < K; k++) bad_row += row[k] != w->wbf[o * LD + k];
+    }
+    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+      for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+        for (size_t z = 0; z < sizeof Row0s / sizeof *Row0s; z++) {
+          const int M = Ms[a], N = Ns[b], row0 = Row0s[z], ldy = N + 3;
+          if (row0 + N > MAXN) continue;
+          xl_bf16p_matmul_portable(x, M, K, LD, P, row0, N, yp, ldy);
+          if (dot) xl_bf16p_matmul_avx512(x, M, K, LD, P, row0, N, y, ldy);
+          for (int r = 0; r < M; r++) {
+            for (int o = 0; o < N; o++) {
+              double ref = 0, mag = 0;
+              for (int k = 0; k < K; k++) {
+                double xk = fabsf(x[r * LD + k]) < FLT_MIN ? 0.0 : x[r * LD + k];
+                ref += xk * w->wbf[(row0 + o) * LD + k];
+                mag += fabs(xk * w->wbf[(row0 + o) * LD + k]);
+              }
+              const double bound = mag * (ldexp(1.0, -8) + 1e-6) + 1e-37;
+              bad_ref += fabs(ref - yp[r * ldy + o]) > bound;
+              if (dot) {
+                bad_ref += fabs(ref - y[r * ldy + o]) > bound;
+                bad_dot += fabs(y[r * ldy + o] - yp[r * ldy + o]) > 1e-6 * mag + 1e-37;
+              }
+            }
+            xl_bf16p_matmul_portable(x + r * LD, 1, K, LD, P, row0, N, y1, N);
+            bad_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+            if (dot) {
+              xl_bf16p_matmul_avx512(x + r * LD, 1, K, LD, P, row0, N, y1, N);
+              bad_dot_inv += memcmp(y1, y + r * ldy, (size_t)N * sizeof *y1) != 0;
+            }
+          }
+        }
+  }
+  CHECK(xl_bf16p_activation(1.0f) == 0x3F80 && xl_bf16p_activation(-1e-40f) == 0x8000);
+  CHECK(xl_bf16p_activation(float_of(0x3F808000u)) == 0x3F80); /* tie: to even */
+  CHECK(xl_bf16p_activation(float_of(0x7F800001u)) == 0x7FC0);  /* NaN: quiet */
+  if (bad_row || bad_ref || bad_inv || bad_dot || bad_dot_inv)
+    fprintf(stderr, "bf16 panels: %d rows read back wrong, %d off the reference, %d rows batch-"
+                    "dependent; dot kernel: %d off portable, %d rows batch-dependent\n",
+            bad_row, bad_ref, bad_inv, bad_dot, bad_dot_inv);
+  CHECK(bad_row == 0);
+  CHECK(bad_ref == 0);
+  CHECK(bad_inv == 0);
+  CHECK(bad_dot == 0);
+  CHECK(bad_dot_inv == 0);
+  free(w), free(x), free(y), free(yp), free(y1), free(h), free(P);
+}
+
 /* The family in use is the one cpu.c chose (XLSERVE_CPU), for both tables. */
 static void test_family_follows_cpu_path(void) {
   CHECK(!strcmp(xl_wkern()->name, xl_cpu_path()));
@@ -418,9 +492,10 @@ static void test_bf16_file_in_place(void) {
   CHECK(a && b);
   if (!a || !b) return;
   CHECK(xl_model_weight_bytes(a) == xl_model_weight_bytes(b));
-  /* in place: b's matrices point into its file mapping */
+  /* in place: b's matrices point into its file mapping (unless the bf16 dot-product kernel
+   * runs: then both are packed into panels) */
   const uint8_t *lo = b->st.map, *hi = lo + b->st.map_len, *q = b->layers[0].qkv_w.data;
-  CHECK(q >= lo && q < hi);
+  CHECK(xl_bf16p_wanted() ? (q < lo || q >= hi) && b->layers[0].qkv_w.panels : q >= lo && q < hi);
   CHECK((const uint8_t *)a->layers[0].qkv_w.data < (const uint8_t *)a->st.map ||
         (const uint8_t *)a->layers[0].qkv_w.data >= (const uint8_t *)a->st.map + a->st.map_len);
   float *la = malloc(sizeof(float) * STEPS * V), *lb = malloc(sizeof(float) * STEPS * V);
@@ -437,6 +512,7 @@ int main(void) {
   RUN(test_matmul_bf16);
   RUN(test_matmul_int8);
   RUN(test_int8_panels);
+  RUN(test_bf16_panels);
   RUN(test_family_follows_cpu_path);
   RUN(test_models);
   RUN(test_bf16_file_in_place);

@@ -1,13 +1,18 @@
 /*
- * wkernels_vnni.c: int8 weights in panels (wpanel.h) times F32 activations with AVX-512 VNNI:
+ * wkernels_dot_avx512.c: narrow weights in panels (wpanel.h) times F32 activations with the
+ * AVX-512 dot-product instructions, one output row per lane (no horizontal sums).
+ * int8 with AVX-512 VNNI:
  * each row of the activations is quantised per block of 32 once per call, then one vpdpbusd
  * multiplies 4 weights of 16 output rows (a 64-byte load of a panel) by the same 4 quantised
  * activations (broadcast) and adds the products into the 16 outputs' int32 lanes; at the end of
  * each block the exact integer sums are corrected for the weights' +128, converted, and added
  * into F32 accumulators with the block's two scales: lanes are outputs, so no horizontal sums.
+ * Its arithmetic is xl_q8p_matmul_portable's, bit for bit.
+ * bf16 with AVX-512 BF16: each activation row is rounded to bf16 once per call
+ * (vcvtne2ps2bf16); one vdpbf16ps adds 2 weights x 2 activations into each of 16 outputs.
  * Tiles of 4 rows x 2 panels (32 outputs), leftover rows one at a time: each row's arithmetic
- * is the same in any tile, and the same as xl_q8p_matmul_portable's, bit for bit. Compiled with
- * target attributes; used only when the CPU has AVX512_VNNI (xl_q8p_wanted). Any thread.
+ * is the same in any tile and alone. Compiled with target attributes; used only when the CPU
+ * has the instructions (xl_q8p_wanted, xl_bf16p_wanted). Any thread.
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -18,6 +23,9 @@
 
 #define TGT "avx512f,avx512bw,avx512vnni"
 #define T __attribute__((target(TGT), always_inline)) static inline
+#define TGT_BF16 "avx512f,avx512bw,avx512bf16"
+#define TB __attribute__((target(TGT_BF16), always_inline)) static inline
+#define TF __attribute__((target("avx512f"), always_inline)) static inline
 #define XQ_BYTES 65536 /* quantised activations on the stack: rows per chunk x kp */
 #define RB 4           /* rows per tile */
 #define PF 2048        /* prefetch distance along each panel's bytes */
@@ -90,7 +98,7 @@ T void tile(int R, int NP, const int8_t *xq, int kp, const float *sx, const int3
 }
 
 /* y[o - row0] = lanes of panel p whose row o is in [row0, row0 + N) */
-T void store_panel(__m512 v, int p, int row0, int N, float *y) {
+TF void store_panel(__m512 v, int p, int row0, int N, float *y) {
   const int first = p * XL_Q8P_ROWS;
   if (first >= row0 && first + XL_Q8P_ROWS <= row0 + N) {
     _mm512_storeu_ps(y + (first - row0), v);
@@ -138,5 +146,78 @@ __attribute__((target(TGT))) void xl_q8p_matmul_vnni(const float *x, int M, int 
     }
   }
 }
+/* ---- bf16 ---- */
+
+/* xb[0..kp2) = x[0..K) rounded to bf16 (zeros past K); xb holds a multiple of 32 */
+TB void round_row(const float *x, int K, int kp2, uint16_t *xb) {
+  for (int c = 0; c < kp2; c += 32) {
+    const int n0 = K - c, n1 = K - c - 16;
+    const __mmask16 m0 = n0 >= 16 ? 0xFFFF : n0 > 0 ? (__mmask16)((1u << n0) - 1u) : 0;
+    const __mmask16 m1 = n1 >= 16 ? 0xFFFF : n1 > 0 ? (__mmask16)((1u << n1) - 1u) : 0;
+    const __m512 lo = _mm512_maskz_loadu_ps(m0, x + c), hi = _mm512_maskz_loadu_ps(m1, x + c + 16);
+    _mm512_storeu_si512((void *)(xb + c), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+}
+
+/* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP); rows xb, stride xs */
+TB void tile_bf16(int R, int NP, const uint16_t *xb, int xs, const uint16_t *P, int kp2, int p,
+                  __m512 out[RB][2]) {
+  __m512 acc[RB][2];
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < NP; j++) acc[i][j] = _mm512_setzero_ps();
+  const uint16_t *w[2];
+  for (int j = 0; j < NP; j++) w[j] = P + (size_t)(p + j) * kp2 * XL_Q8P_ROWS;
+  for (int g = 0; g < kp2 / 2; g++) {
+    const size_t at = (size_t)g * 2 * XL_Q8P_ROWS;
+    __m512bh a[2];
+    for (int j = 0; j < NP; j++) {
+      _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
+      a[j] = (__m512bh)_mm512_loadu_si512((const void *)(w[j] + at));
+    }
+    for (int i = 0; i < R; i++) {
+      int32_t two;
+      memcpy(&two, xb + (size_t)i * xs + 2 * g, 4);
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(two);
+      for (int j = 0; j < NP; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, a[j]);
+    }
+  }
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < NP; j++) out[i][j] = acc[i][j];
+}
+
+__attribute__((target(TGT_BF16))) void xl_bf16p_matmul_avx512(const float *x, int M, int K,
+                                                              int ldx, const uint16_t *P,
+                                                              int row0, int N, float *y,
+                                                              int ldy) {
+  const int kp2 = xl_bf16p_kp(K), xs = (kp2 + 31) & ~31; /* row stride of xb: whole stores */
+  if ((size_t)xs * 2 > XQ_BYTES) {
+    xl_bf16p_matmul_portable(x, M, K, ldx, P, row0, N, y, ldy);
+    return;
+  }
+  const int chunk = XQ_BYTES / (xs * 2);
+  _Alignas(64) uint16_t xb[XQ_BYTES / 2]; /* [chunk, xs] */
+  const int p_begin = row0 / XL_Q8P_ROWS, p_end = (row0 + N + XL_Q8P_ROWS - 1) / XL_Q8P_ROWS;
+  for (int r0 = 0; r0 < M; r0 += chunk) {
+    const int r1 = r0 + chunk < M ? r0 + chunk : M;
+    for (int r = r0; r < r1; r++) round_row(x + (size_t)r * ldx, K, kp2, xb + (size_t)(r - r0) * xs);
+    for (int p = p_begin; p < p_end; p += 2) {
+      const int np = p + 1 < p_end ? 2 : 1;
+      for (int r = r0; r < r1;) {
+        const int R = r1 - r >= RB ? RB : 1;
+        const uint16_t *xr = xb + (size_t)(r - r0) * xs;
+        __m512 out[RB][2];
+        if (R == RB && np == 2) tile_bf16(RB, 2, xr, xs, P, kp2, p, out);
+        else if (R == RB) tile_bf16(RB, 1, xr, xs, P, kp2, p, out);
+        else if (np == 2) tile_bf16(1, 2, xr, xs, P, kp2, p, out);
+        else tile_bf16(1, 1, xr, xs, P, kp2, p, out);
+        for (int i = 0; i < R; i++)
+          for (int j = 0; j < np; j++) store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
+        r += R;
+      }
+    }
+  }
+}
 #undef T
+#undef TB
+#undef TF
 #endif /* __x86_64__ */
