@@ -26,7 +26,8 @@
 #define TGT_BF16 "avx512f,avx512bw,avx512bf16"
 #define TB __attribute__((target(TGT_BF16), always_inline)) static inline
 #define TF __attribute__((target("avx512f"), always_inline)) static inline
-#define XQ_BYTES 65536 /* quantised activations on the stack: rows per chunk x kp */
+#define XQ_BYTES 131072 /* narrowed activations on the stack: rows per chunk x row bytes (16 rows of
+                           4096 bf16: a batch of 16 reads the weights once) */
 #define RB 4           /* rows per tile */
 #define PF 2048        /* prefetch distance along each panel's bytes */
 
