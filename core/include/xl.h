@@ -139,6 +139,10 @@ uint64_t xl_model_fingerprint(const xl_model *model); /* hash of config + weight
 const char *xl_model_dir(const xl_model *model);
 xl_weights xl_model_weights(const xl_model *model);    /* the weight type chosen at load */
 size_t xl_model_weight_bytes(const xl_model *model);   /* RAM of the weights in that type */
+/* How the weights are multiplied: "f32 GEMM", "widening" (narrow weights widened to F32, F32
+ * activations), or the dot-product instructions with narrowed activations ("dot-product
+ * (vdpbf16ps)", "dot-product (vpdpbusd)"); chosen at load from the type and the CPU path. */
+const char *xl_model_weights_kernel(const xl_model *model);
 
 /* ---------------------------------------------------------------------------------------- */
 /* State: one session's memory. Holds, per layer, the keys and values of the last mem_len

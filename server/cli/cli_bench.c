@@ -510,7 +510,11 @@ static int bench_weights(const bench_opts *o, int tgt_len, int first) {
            xl_model_dir(w[0].m), c->n_layer, c->d_model, c->d_inner, c->vocab_size, c->mem_len,
            o->threads, o->thread_clock ? "thread CPU time" : "wall-clock time", rounds,
            o->min_seconds);
-  printf("\n");
+  printf("%s weight kernels:", xl_cpu_path());
+  for (int i = 0; i < n; i++)
+    printf("%s %s %s", i ? "," : "", xl_weights_name(xl_model_weights(w[i].m)),
+           xl_model_weights_kernel(w[i].m));
+  printf("\n\n");
   double rate[BENCH_MAX_ROUNDS][WEIGHTS_TYPES][WEIGHTS_KINDS] = {{{0}}};
   for (int r = 0; r < rounds; r++)
     for (int k = 0; k < WEIGHTS_KINDS; k++) {

@@ -62,6 +62,7 @@ int cli_info_main(int argc, char **argv) {
   size_t wb = xl_model_weight_bytes(m);
   printf("weights          %s: %zu bytes (%.2f MiB)\n", xl_weights_name(xl_model_weights(m)), wb,
          wb / 1048576.0);
+  printf("weight kernel    %s\n", xl_model_weights_kernel(m));
   size_t sb = xl_model_state_bytes(m), tb = xl_model_state_bytes_per_token(m);
   const char *kvd = xl_kv_dtype_name(xl_model_kv_dtype(m));
   printf("kv dtype         %s\n", kvd);
