@@ -25,6 +25,10 @@ def test_weight_types_over_http(start_daemon, tiny_model, tmp_path):
         d = start_daemon(tiny_model, *args, env=env)
         ev = d.wait_log(lambda o: o.get("event") == "ready")
         assert f"; weights {w.split('-')[0]}; cpu " in ev["msg"], ev
+        kernel = ev["msg"].split("; weight kernel ")[1]
+        assert kernel == "f32 GEMM" if w == "f32" else kernel in (
+            "widening", "dot-product (vdpbf16ps)" if w.startswith("bf16") else
+            "dot-product (vpdpbusd)"), ev
         runs[w] = next_token_logprobs(d.port)
     assert runs["bf16"] == runs["bf16-env"]  # the same weights, however they were chosen
     for w in ("bf16", "int8"):
