@@ -84,7 +84,8 @@ static xl_code build_position_cache(xl_model *m, xl_error *err) {
     L->pos_k = malloc((size_t)rows * m->hd * sizeof(float));
     L->pos_k_t = malloc((size_t)rows * m->hd * xl_kv_elem_bytes(m->kv_dtype));
     L->pos_bias = malloc((size_t)rows * c->n_head * sizeof(float));
-    if (m->kv_dtype == XL_KV_INT8) L->pos_k_t_scale = malloc((size_t)rows * c->n_head * sizeof(float));
+    if (m->kv_dtype == XL_KV_INT8)
+      L->pos_k_t_scale = malloc((size_t)rows * c->n_head * sizeof(float));
     if (!L->pos_k || !L->pos_k_t || !L->pos_bias ||
         (m->kv_dtype == XL_KV_INT8 && !L->pos_k_t_scale)) {
       free(r);
