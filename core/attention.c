@@ -220,11 +220,21 @@ void xl_decode_positions(const xl_model *m, int layer, const float *const *q, co
                          int n, int stride, float *out) {
   const xl_config *c = &m->cfg;
   const int H = c->n_head, dh = c->d_head, ld = m->n_pos_cached;
-  const float *pk = m->layers[layer].pos_k_t;           /* [H*Dh, n_pos_cached] */
+  const xl_layer *L = &m->layers[layer]; /* pos_k_t: [H*Dh, n_pos_cached] in the memory's dtype */
+  const xl_kv_kernels *kk = xl_kv_kern();
   for (int h = 0; h < H; h++) /* head h's table rows stay in cache while every query uses them */
-    for (int i = 0; i < n; i++)  /* out: [n, H, stride] */
-      xl_vec_dot_rows(q[i] + h * dh, dh, pk + (size_t)h * dh * ld, (size_t)ld, n_pos[i],
-                      out + ((size_t)i * H + h) * stride);
+    for (int i = 0; i < n; i++) { /* out: [n, H, stride] */
+      const size_t at = (size_t)h * dh * ld;
+      const float *qh = q[i] + h * dh;
+      float *o = out + ((size_t)i * H + h) * stride;
+      if (m->kv_dtype == XL_KV_BF16)
+        kk->dot_rows_bf16(qh, dh, (const uint16_t *)L->pos_k_t + at, (size_t)ld, n_pos[i], o);
+      else if (m->kv_dtype == XL_KV_INT8)
+        kk->dot_rows_i8(qh, dh, (const int8_t *)L->pos_k_t + at, (size_t)ld,
+                        L->pos_k_t_scale + (size_t)h * ld, n_pos[i], o);
+      else
+        xl_vec_dot_rows(qh, dh, (const float *)L->pos_k_t + at, (size_t)ld, n_pos[i], o);
+    }
 }
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,

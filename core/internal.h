@@ -63,7 +63,11 @@ typedef struct {
   const float *ff_ln_g;    /* [d_model] */
   const float *ff_ln_b;    /* [d_model] */
   float *pos_k;            /* [n_pos_cached, H*Dh]: W_r R_d for distance index d */
-  float *pos_k_t;          /* [H*Dh, n_pos_cached]: pos_k transposed (decode reads rows) */
+  void *pos_k_t;           /* [H*Dh, n_pos_cached]: pos_k transposed, stored as the model's
+                              session memory stores keys (F32, bf16 or int8): a decode step
+                              reads this table as it reads the memory's keys, at its width */
+  float *pos_k_t_scale;    /* int8 memories: [H, n_pos_cached] a scale per distance and head;
+                              else NULL */
   float *pos_bias;         /* [H, n_pos_cached]: v_h . pos_k[d]_h */
 } xl_layer;
 
@@ -190,6 +194,8 @@ xl_code xl_state_alloc(const xl_model *m, xl_kv_dtype dtype, int mem_len, xl_sta
  * bf16 round-to-nearest-even, int8 symmetric per head). */
 void xl_kv_store(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
                  const float *val);
+/* The key half of xl_kv_store: keys and key scales only (L->vals, L->vscale unused). */
+void xl_kv_store_key(const xl_model *m, const xl_kv_layer *L, int slot, const float *key);
 /* Reads position `slot` back as F32 rows [H*Dh] (widened). */
 void xl_kv_load(const xl_model *m, const xl_kv_layer *L, int slot, float *key, float *val);
 /* Head h's keys [Dh][count] and values [count][Dh] of `count` consecutive slots from `slot`,

@@ -102,28 +102,47 @@ static float get_f32(const unsigned char *p, size_t i) {
 }
 static void put_f32(unsigned char *p, size_t i, float v) { memcpy(p + 4 * i, &v, 4); }
 
-void xl_kv_store(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
-                 const float *val) {
+void xl_kv_store_key(const xl_model *m, const xl_kv_layer *L, int slot, const float *key) {
   const int hd = m->hd, H = m->cfg.n_head, dh = m->cfg.d_head, M = L->M;
   switch (L->dtype) {
     case XL_KV_F32: {
-      float *K = (float *)(void *)L->keys, *V = (float *)(void *)L->vals;
+      float *K = (float *)(void *)L->keys;
       for (int c = 0; c < hd; c++) K[(size_t)c * M + slot] = key[c];
-      memcpy(V + (size_t)slot * hd, val, (size_t)hd * sizeof(float));
       break;
     }
     case XL_KV_BF16: {
-      uint16_t *K = (uint16_t *)(void *)L->keys, *V = (uint16_t *)(void *)L->vals + (size_t)slot * hd;
+      uint16_t *K = (uint16_t *)(void *)L->keys;
       for (int c = 0; c < hd; c++) K[(size_t)c * M + slot] = xl_f32_to_bf16(key[c]);
+      break;
+    }
+    case XL_KV_INT8: {
+      int8_t *K = (int8_t *)L->keys;
+      for (int h = 0; h < H; h++) {
+        float ks = quantize_head(key + (size_t)h * dh, dh, K + (size_t)h * dh * M + slot, (size_t)M);
+        put_f32(L->kscale, (size_t)h * M + slot, ks);
+      }
+      break;
+    }
+  }
+}
+
+void xl_kv_store(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
+                 const float *val) {
+  const int hd = m->hd, H = m->cfg.n_head, dh = m->cfg.d_head;
+  xl_kv_store_key(m, L, slot, key);
+  switch (L->dtype) {
+    case XL_KV_F32:
+      memcpy((float *)(void *)L->vals + (size_t)slot * hd, val, (size_t)hd * sizeof(float));
+      break;
+    case XL_KV_BF16: {
+      uint16_t *V = (uint16_t *)(void *)L->vals + (size_t)slot * hd;
       for (int c = 0; c < hd; c++) V[c] = xl_f32_to_bf16(val[c]);
       break;
     }
     case XL_KV_INT8: {
-      int8_t *K = (int8_t *)L->keys, *V = (int8_t *)L->vals + (size_t)slot * hd;
+      int8_t *V = (int8_t *)L->vals + (size_t)slot * hd;
       for (int h = 0; h < H; h++) {
-        float ks = quantize_head(key + (size_t)h * dh, dh, K + (size_t)h * dh * M + slot, (size_t)M);
         float vs = quantize_head(val + (size_t)h * dh, dh, V + (size_t)h * dh, 1);
-        put_f32(L->kscale, (size_t)h * M + slot, ks);
         put_f32(L->vscale, (size_t)slot * H + h, vs);
       }
       break;

@@ -82,14 +82,20 @@ static xl_code build_position_cache(xl_model *m, xl_error *err) {
   for (int l = 0; l < c->n_layer; l++) {
     xl_layer *L = &m->layers[l];
     L->pos_k = malloc((size_t)rows * m->hd * sizeof(float));
-    L->pos_k_t = malloc((size_t)rows * m->hd * sizeof(float));
+    L->pos_k_t = malloc((size_t)rows * m->hd * xl_kv_elem_bytes(m->kv_dtype));
     L->pos_bias = malloc((size_t)rows * c->n_head * sizeof(float));
-    if (!L->pos_k || !L->pos_k_t || !L->pos_bias) {
+    if (m->kv_dtype == XL_KV_INT8)
+      L->pos_k_t_scale = malloc((size_t)rows * c->n_head * sizeof(float));
+    if (!L->pos_k || !L->pos_k_t || !L->pos_bias ||
+        (m->kv_dtype == XL_KV_INT8 && !L->pos_k_t_scale)) {
       free(r);
       return xl_fail(err, XL_NOMEM, "out of memory for positional projections");
     }
     xl_positional_project(m, l, rows, L->pos_k, L->pos_bias, r);
-    xl_transpose(L->pos_k, rows, m->hd, L->pos_k_t);
+    /* the decode step's copy, transposed and narrowed as the memory's keys are */
+    xl_kv_layer table = {m->kv_dtype, rows, L->pos_k_t, NULL, (unsigned char *)L->pos_k_t_scale,
+                         NULL};
+    for (int d = 0; d < rows; d++) xl_kv_store_key(m, &table, d, L->pos_k + (size_t)d * m->hd);
   }
   free(r);
   return XL_OK;
@@ -167,6 +173,7 @@ void xl_model_free(xl_model *m) {
     for (int l = 0; l < m->cfg.n_layer; l++) {
       free(m->layers[l].pos_k);
       free(m->layers[l].pos_k_t);
+      free(m->layers[l].pos_k_t_scale);
       free(m->layers[l].pos_bias);
     }
   free(m->layers);

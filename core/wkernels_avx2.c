@@ -3,9 +3,12 @@
  * to 4 rows x 2 outputs (a lone decode row: 1 row x 4 outputs), 16 registers being what AVX2
  * has: each 8-weight chunk of the weight rows is widened (bf16) or dequantised (int8, times
  * the block's scale) once and multiplied into the rows' accumulators; each (row, output)
- * accumulator is summed by the same reduction, so a row's result does not depend on the batch.
- * Compiled with target attributes, chosen at run time with the AVX2 F32 family; x86-64 only.
- * Any thread; pure functions.
+ * accumulator is summed by the same tree, run for 4 accumulators at once (sum4), so a
+ * row's result does not depend on the batch and small-K matrices do not spend their time on
+ * reductions. Weights are prefetched in software one tile ahead (AHEAD_MIN bytes at least),
+ * one prefetch per cache line along the matrix's bytes, whatever the element size. Compiled
+ * with target attributes, chosen at run time with the AVX2 F32 family; x86-64 only. Any
+ * thread; pure functions.
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -16,7 +19,8 @@
 
 #define T __attribute__((target("avx2,fma"), always_inline)) static inline
 #define ROW_BLOCK 64   /* rows of x kept hot while the weight rows stream past */
-#define PREFETCH 4096  /* bytes ahead in each weight row (the next groups of rows) */
+#define AHEAD_MIN 4096 /* least prefetch distance in bytes (the next tile's when it is larger) */
+#define LINE 64        /* cache line bytes */
 #define L 8            /* lanes */
 
 /* L weights of a row from column k as F32; s: the row's block scales (int8) */
@@ -30,12 +34,20 @@ T __m256 load_w(int q8, const void *w, const float *s, int k) {
                        _mm256_set1_ps(s[k / XL_Q8_BLOCK]));
 }
 
-/* the 8 lanes' sum by a fixed tree: halves, then quarters, then pairs */
-T float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
+/* lane j = the sum of the 8 lanes of c[j], by one fixed tree: halves (i + (i+4)), then
+ * (0 + 2) and (1 + 3), then those two; four accumulators at once */
+T __m128 sum4(__m256 c0, __m256 c1, __m256 c2, __m256 c3) {
+  __m128 x0 = _mm_add_ps(_mm256_castps256_ps128(c0), _mm256_extractf128_ps(c0, 1));
+  __m128 x1 = _mm_add_ps(_mm256_castps256_ps128(c1), _mm256_extractf128_ps(c1, 1));
+  __m128 x2 = _mm_add_ps(_mm256_castps256_ps128(c2), _mm256_extractf128_ps(c2, 1));
+  __m128 x3 = _mm_add_ps(_mm256_castps256_ps128(c3), _mm256_extractf128_ps(c3, 1));
+  /* [x0_0 + x0_2, x0_1 + x0_3, x1_0 + x1_2, x1_1 + x1_3], the same for x2, x3 */
+  __m128 p01 = _mm_add_ps(_mm_shuffle_ps(x0, x1, _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 2, 3, 2)));
+  __m128 p23 = _mm_add_ps(_mm_shuffle_ps(x2, x3, _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm_shuffle_ps(x2, x3, _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm_add_ps(_mm_shuffle_ps(p01, p23, _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 /* y[r + i, o + j] for i < rc, j < oc (rc <= RB, oc <= OB; missing ones repeat the first) */
@@ -52,17 +64,18 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
     w[j] = (const char *)W + row * ldw * esz;
     s[j] = q8 ? S + row * nb : NULL;
   }
+  /* the prefetch stream: the lines the tile reads, as it reads them, a tile or more ahead */
+  const size_t tile_bytes = (size_t)OB * ldw * esz, step = (size_t)OB * L * esz;
+  uintptr_t pf = (uintptr_t)w[0] + (tile_bytes > AHEAD_MIN ? tile_bytes : AHEAD_MIN), pf_end = pf;
   __m256 acc[4][4];
   for (int i = 0; i < RB; i++)
     for (int j = 0; j < OB; j++) acc[i][j] = _mm256_setzero_ps();
   const int kv = K & ~(L - 1);
   for (int k = 0; k < kv; k += L) {
     __m256 b[4];
-    for (int j = 0; j < OB; j++) {
-      if (prefetch) /* an integer address: past the matrix's end it is only a hint */
-        _mm_prefetch((const char *)((uintptr_t)w[j] + k * esz + PREFETCH), _MM_HINT_T0);
-      b[j] = load_w(q8, w[j], s[j], k);
-    }
+    if (prefetch) /* integer addresses: past the matrix's end they are only hints */
+      for (pf_end += step; pf < pf_end; pf += LINE) _mm_prefetch((const char *)pf, _MM_HINT_T0);
+    for (int j = 0; j < OB; j++) b[j] = load_w(q8, w[j], s[j], k);
     for (int i = 0; i < RB; i++) {
       __m256 v = _mm256_loadu_ps(a[i] + k);
       for (int j = 0; j < OB; j++) acc[i][j] = _mm256_fmadd_ps(v, b[j], acc[i][j]);
@@ -82,8 +95,13 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
       for (int j = 0; j < OB; j++) acc[i][j] = _mm256_fmadd_ps(v, b[j], acc[i][j]);
     }
   }
+  float sums[16]; /* sums[i * OB + j]: row i, output j; four accumulators at a time */
+  _Pragma("GCC unroll 4")
+  for (int n = 0; n < RB * OB; n += 4)
+    _mm_storeu_ps(sums + n, sum4(acc[n / OB][n % OB], acc[(n + 1) / OB][(n + 1) % OB],
+                                 acc[(n + 2) / OB][(n + 2) % OB], acc[(n + 3) / OB][(n + 3) % OB]));
   for (int i = 0; i < rc; i++)
-    for (int j = 0; j < oc; j++) y[(size_t)i * ldy + o + j] = hsum(acc[i][j]);
+    for (int j = 0; j < oc; j++) y[(size_t)i * ldy + o + j] = sums[i * OB + j];
 }
 
 T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, const float *S,

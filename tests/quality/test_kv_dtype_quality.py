@@ -1,6 +1,8 @@
 """The quality cost of a narrow session memory, measured on the bundled model
 (models/austen-byte) and its held-out test split: `xlserve eval` (segments of 128 bytes, memory
-256, as the model card's evaluation) with the memory stored as f32, bf16 and int8, side by side.
+256, as the model card's evaluation) with the memory stored as f32, bf16 and int8, side by side;
+and the same through the decode step (segments of one byte: each position is a decode step,
+which reads the memory's keys and the positional table at the memory's width).
 Asserts |bits/byte(dtype) - bits/byte(f32)| <= 0.003 (bf16) and <= 0.01 (int8) and that the
 per-byte log-probabilities stay close (max |delta| <= 0.25 nats: a random-looking worst byte
 may move, the average may not). Prints the table.
@@ -9,7 +11,8 @@ Data: corpus-data/test.txt (tools/corpus/prepare.py; not committed). When it is 
 makes it with prepare.py (which downloads Debian's r-cran-janeaustenr) and is skipped, saying
 why, when that fails (no network). The first XL_KV_QUALITY_BYTES bytes of the split (default
 40,000, ~25 s for the three runs on one core) are evaluated; set it to 0 for the whole split
-(171,033 bytes), as README's table.
+(171,033 bytes), as README's table. The decode run scores the first XL_KV_DECODE_BYTES bytes
+(default 6,000, ~6 s for the three runs).
 """
 import math
 import os
@@ -40,28 +43,31 @@ def held_out_split():
     return os.path.join(out, "test.txt")
 
 
-def eval_nll(path, dtype, tmp):
+def eval_nll(path, dtype, tmp, tgt_len):
     dump = os.path.join(tmp, "nll-%s.txt" % dtype)
-    p = subprocess.run([BIN, "eval", "--model", MODEL, "--text", path, "--tgt-len", "128",
+    p = subprocess.run([BIN, "eval", "--model", MODEL, "--text", path, "--tgt-len", str(tgt_len),
                         "--mem-len", "256", "--threads", "1", "--kv-dtype", dtype,
                         "--dump-nll", dump], capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr
     return np.loadtxt(dump), p.stdout.strip().splitlines()[-1]
 
 
-def test_narrow_memory_quality(tmp_path):
+@pytest.mark.parametrize("tgt_len,bytes_env,default_bytes",
+                         [(128, "XL_KV_QUALITY_BYTES", "40000"), (1, "XL_KV_DECODE_BYTES", "6000")],
+                         ids=["segments", "decode"])
+def test_narrow_memory_quality(tmp_path, tgt_len, bytes_env, default_bytes):
     split = held_out_split()
-    n = int(os.environ.get("XL_KV_QUALITY_BYTES", "40000"))
+    n = int(os.environ.get(bytes_env, default_bytes))
     data = open(split, "rb").read()
     if n > 0:
         data = data[:n]
     text = tmp_path / "split.txt"
     text.write_bytes(data)
     nll = {}
-    print("\n%-6s %10s %12s %16s  (%d bytes of %s)" % ("memory", "bits/byte", "delta", "max|dlogp|",
-                                                       len(data), split))
+    print("\n%-6s %10s %12s %16s  (%d bytes of %s, segments of %d)" %
+          ("memory", "bits/byte", "delta", "max|dlogp|", len(data), split, tgt_len))
     for dt in ("f32", "bf16", "int8"):
-        nll[dt], line = eval_nll(str(text), dt, str(tmp_path))
+        nll[dt], line = eval_nll(str(text), dt, str(tmp_path), tgt_len)
         assert len(nll[dt]) == len(data) - 1, line
         bpb = nll[dt].mean() / math.log(2)
         d = bpb - nll["f32"].mean() / math.log(2)
