@@ -150,6 +150,20 @@ static void check_matmul(int q8) {
 static void test_matmul_bf16(void) { check_matmul(0); }
 static void test_matmul_int8(void) { check_matmul(1); }
 
+/* The panel tests' verdict: every count of bad outputs must be 0 (each named when not). */
+static void panel_counts(const char *type, int bad_row, int bad_ref, int bad_inv, int bad_dot,
+                         int bad_dot_inv) {
+  if (bad_row || bad_ref || bad_inv || bad_dot || bad_dot_inv)
+    fprintf(stderr, "%s panels: %d rows read back wrong, %d off the reference, %d rows batch-"
+                    "dependent; dot kernel: %d rows off portable, %d alone off\n",
+            type, bad_row, bad_ref, bad_inv, bad_dot, bad_dot_inv);
+  CHECK(bad_row == 0);
+  CHECK(bad_ref == 0);
+  CHECK(bad_inv == 0);
+  CHECK(bad_dot == 0);
+  CHECK(bad_dot_inv == 0);
+}
+
 /* int8 weights in panels (wpanel.h), for every matrix width: each row read back from the panels
  * is the row-major row; the portable kernel is within the activations' quantisation bound of a
  * double reference on the dequantised weights, a row alone gives what it gives in a batch, a
@@ -230,15 +244,7 @@ static void test_int8_panels(void) {
     for (int i = 0; i < 2 * MAXN; i++)
       bad_vnni += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
   }
-  if (bad_row || bad_ref || bad_inv || bad_vnni || bad_vnni_inv)
-    fprintf(stderr, "int8 panels: %d rows read back wrong, %d off the reference, %d rows batch-"
-                    "dependent; VNNI: %d rows off portable, %d alone off portable\n",
-            bad_row, bad_ref, bad_inv, bad_vnni, bad_vnni_inv);
-  CHECK(bad_row == 0);
-  CHECK(bad_ref == 0);
-  CHECK(bad_inv == 0);
-  CHECK(bad_vnni == 0);
-  CHECK(bad_vnni_inv == 0);
+  panel_counts("int8", bad_row, bad_ref, bad_inv, bad_vnni, bad_vnni_inv);
   free(w), free(x), free(y), free(yp), free(y1), free(q), free(sc), free(P), free(S);
 }
 
@@ -304,15 +310,7 @@ static void test_bf16_panels(void) {
   CHECK(xl_bf16p_activation(1.0f) == 0x3F80 && xl_bf16p_activation(-1e-40f) == 0x8000);
   CHECK(xl_bf16p_activation(float_of(0x3F808000u)) == 0x3F80); /* tie: to even */
   CHECK(xl_bf16p_activation(float_of(0x7F800001u)) == 0x7FC0);  /* NaN: quiet */
-  if (bad_row || bad_ref || bad_inv || bad_dot || bad_dot_inv)
-    fprintf(stderr, "bf16 panels: %d rows read back wrong, %d off the reference, %d rows batch-"
-                    "dependent; dot kernel: %d off portable, %d rows batch-dependent\n",
-            bad_row, bad_ref, bad_inv, bad_dot, bad_dot_inv);
-  CHECK(bad_row == 0);
-  CHECK(bad_ref == 0);
-  CHECK(bad_inv == 0);
-  CHECK(bad_dot == 0);
-  CHECK(bad_dot_inv == 0);
+  panel_counts("bf16", bad_row, bad_ref, bad_inv, bad_dot, bad_dot_inv);
   free(w), free(x), free(y), free(yp), free(y1), free(h), free(P);
 }
 
