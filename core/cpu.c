@@ -5,6 +5,7 @@
  * (the CLI's --cpu / XLSERVE_CPU). xl_kern() may be called by any thread; xl_cpu_select only
  * while no forward pass runs (at start, or between the benchmark's measurements).
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "internal.h"
@@ -27,28 +28,34 @@ static int has_avx2(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
-static int has_avx512_vnni(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni");
-}
 #endif
 
-int xl_cpu_has_avx512_bf16(void) {
+/* The dot-product instruction sets (asked by every narrow GEMM call): detected once. Relaxed
+ * atomics: threads that race all store the same answer. */
+static int dot_set(atomic_int *cached, int bf16) {
+  int v = atomic_load_explicit(cached, memory_order_relaxed);
+  if (v < 0) {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    __builtin_cpu_init();
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        (bf16 ? __builtin_cpu_supports("avx512bf16") : __builtin_cpu_supports("avx512vnni"));
 #else
-  return 0;
+    (void)bf16;
+    v = 0;
 #endif
+    atomic_store_explicit(cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+int xl_cpu_has_avx512_bf16(void) {
+  static atomic_int cached = -1;
+  return dot_set(&cached, 1);
 }
 
 int xl_cpu_has_avx512_vnni(void) {
-#if defined(__x86_64__)
-  return has_avx512_vnni();
-#else
-  return 0;
-#endif
+  static atomic_int cached = -1;
+  return dot_set(&cached, 0);
 }
 
 /* Best first: auto takes the first one the CPU runs. */

@@ -56,7 +56,7 @@ extern const xl_kernels xl_kernels_neon;
 const xl_kernels *xl_kern(void);
 /* cpu.c: 1 when the CPU has AVX-512 F, BW and VNNI (the int8 dot-product kernel's needs). */
 int xl_cpu_has_avx512_vnni(void);
-/* cpu.c: 1 when the CPU has AVX-512 F and BF16 (the bf16 dot-product kernel's needs). */
+/* cpu.c: 1 when the CPU has AVX-512 F, BW and BF16 (the bf16 dot-product kernel's needs). */
 int xl_cpu_has_avx512_bf16(void);
 
 /* Portable exp for softmax arguments, shared by the families' scalar tails:
