@@ -183,6 +183,9 @@ typedef struct store_backend {
  * on dir/xlserve.lock (one daemon per directory). fsync: synchronous=FULL (a commit survives
  * power loss) instead of NORMAL (survives a crash of the process). Main thread, at start. */
 store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t cap);
+/* Tests only: hold (1) or let go (0) the SQLite backend's checkpoint thread, as if it never got
+ * a core; the writers' own checkpoints still run. Any thread. */
+void store_sqlite_hold_checkpoints(store_backend *b, int hold);
 void store_backend_free(store_backend *b);
 
 /* ------------------------------------------------------------------------------------------ */

@@ -44,9 +44,9 @@
  * not run inside a turn's commit: SQLite's automatic checkpoint is off and a checkpoint thread
  * with its own connection runs them (PASSIVE: the writer never waits for it) when the WAL
  * passes CKPT_SOFT bytes (the writer's WAL hook wakes it) and every 2 s; a WAL past CKPT_HARD
- * (a checkpointer that cannot keep up) is checkpointed by the writer itself. After a
- * checkpoint the WAL file is cut back to WAL_KEEP bytes (journal_size_limit), so a compaction's
- * big write does not leave a big WAL behind.
+ * (a checkpointer that has not kept up: 16 MiB behind) is checkpointed by the writer itself.
+ * After a checkpoint the WAL file is cut back to WAL_KEEP bytes (journal_size_limit), so a
+ * compaction's big write does not leave a big WAL behind.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -67,14 +67,18 @@
 #define SCHEMA_VERSION 5
 /* dead pieces / deltas deleted per `collect` call (one transaction of the compaction thread) */
 #define COLLECT_BATCH 4
-#define WAL_KEEP "33554432" /* bytes (32 MiB) */
+#define WAL_KEEP "33554432" /* bytes (32 MiB): keep in step with CKPT_HARD */
 /* A new file's page size: a turn dirties a few pages besides its delta's (the session's row,
  * its two index entries, the log's b-tree), so small pages keep a small model's turn small;
  * 16 KiB still keeps a big state's overflow chain short. (Files of schema 2 keep theirs.) */
 #define PAGE_SIZE "16384"
 
+/* The checkpoint thread is woken past CKPT_SOFT of WAL; past CKPT_HARD (it fell 16 MiB behind)
+ * the writer checkpoints itself after its commit, so the WAL file stays within CKPT_HARD plus
+ * one transaction however slow the checkpoint thread is scheduled (a reader still inside an
+ * older version can hold a checkpoint back until it ends). */
 #define CKPT_SOFT ((int64_t)16 << 20)
-#define CKPT_HARD ((int64_t)512 << 20)
+#define CKPT_HARD ((int64_t)32 << 20)
 
 typedef struct sqlite_cfg {
   char *path;
@@ -86,6 +90,7 @@ typedef struct sqlite_cfg {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop, kick;
+  int held; /* tests: the checkpoint thread skips its checkpoints */
 } sqlite_cfg;
 
 struct store_conn {
@@ -181,6 +186,7 @@ static void *ckpt_main(void *arg) {
       if (cfg->stop) break;
     }
     cfg->kick = 0;
+    if (cfg->held) continue;
     pthread_mutex_unlock(&cfg->mu);
     sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     pthread_mutex_lock(&cfg->mu);
@@ -188,6 +194,14 @@ static void *ckpt_main(void *arg) {
   pthread_mutex_unlock(&cfg->mu);
   sqlite3_close(db); /* the last connection: checkpoints everything and removes the WAL */
   return NULL;
+}
+
+void store_sqlite_hold_checkpoints(store_backend *b, int hold) {
+  sqlite_cfg *cfg = b->cfg;
+  pthread_mutex_lock(&cfg->mu);
+  cfg->held = hold;
+  pthread_cond_signal(&cfg->cv);
+  pthread_mutex_unlock(&cfg->mu);
 }
 
 static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {

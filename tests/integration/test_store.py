@@ -281,37 +281,50 @@ def test_restarts_kills_and_compactions_continue_bit_for_bit(medium_model, tmp_p
     assert seq == 72 and 1 < snap_seq <= seq  # every turn a version; compacted since the first
 
 
+def wal_resets(path):
+    """How many times the WAL was started over (its header's checkpoint sequence number, which
+    SQLite increments whenever a writer begins a new WAL after a complete checkpoint)."""
+    with open(path + "-wal", "rb") as f:
+        head = f.read(16)
+    return struct.unpack(">I", head[12:16])[0] if len(head) == 16 else 0
+
+
 def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
-    """One session, 150 turns of 30 tokens (each delta about a quarter of the 0.5 MiB state, so
-    a compaction every few turns): the row (snapshot + deltas) stays bounded however far the
-    compaction thread falls behind the turns: a compaction is asked for at deltas of 1.2
-    snapshots, turns keep committing while it is rebuilt and its pieces written, and writes are
-    held back once the deltas pass 1.5 snapshots, so the worst row is 2.5 states plus the turn
-    that crossed, the typical one at most 2.2 states plus a turn; the database file (which also
-    holds a compaction's new snapshot until its swap: 3.5 states at the worst moment) stops
-    growing (freed pages are reused), and the WAL stays bounded while far more than its size
-    goes through it."""
+    """One session, 300 turns of 30 tokens (each delta about a quarter of the 0.5 MiB state, so
+    a compaction every few turns; about 70 MiB go through the WAL): the row (snapshot + deltas)
+    stays bounded however far the compaction thread falls behind the turns: a compaction is
+    asked for at deltas of 1.2 snapshots, turns keep committing while it is rebuilt and its
+    pieces written, and writes are held back once the deltas pass 1.5 snapshots, so the worst
+    row is 2.5 states plus the turn that crossed, the typical one at most 2.2 states plus a
+    turn; the database file (which also holds a compaction's new snapshot until its swap: 3.5
+    states at the worst moment) stops growing (freed pages are reused); the WAL file never
+    passes 32 MiB plus a few transactions (past 32 MiB the writer checkpoints itself, whether or
+    not the checkpoint thread got a core) and is started over again and again."""
     sd = tmp_path / "state"
     d = start_daemon(medium_model, *store_args(sd, "--access-log", "false", "--no-store-fsync"))
     sb = json.loads(X.request(d.port, "GET", "/v1/models")[2])["data"][0]["xlserve"]["state_bytes"]
     r = random.Random(8)
     delta = 4 * 2 * 30 * 128 * 4  # the positions of one turn (4 layers, H*Dh 128)
     path = os.path.join(str(sd), "sessions.db")
-    sizes, rows = [], []
-    for i in range(150):
+    db_sizes, wal_sizes, rows = [], [], []
+    for i in range(300):
         ok(d.port, "s", "".join(r.choice("abcdefgh ") for _ in range(26)), 4)
         db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
         snap, deltas = db.execute("SELECT snap_bytes, delta_bytes FROM sessions").fetchone()
         db.close()
         rows.append(snap + deltas)
-        if i in (74, 149):
-            sizes.append((os.path.getsize(path), os.path.getsize(path + "-wal")))
+        wal_sizes.append(os.path.getsize(path + "-wal"))
+        if i in (149, 299):
+            db_sizes.append(os.path.getsize(path))
+    resets = wal_resets(path)
     rows.sort()
     assert rows[-1] <= 2.5 * sb + delta + 16384, (rows[-1], sb)
     assert rows[len(rows) // 2] <= 2.2 * sb + delta + 4096, (rows[len(rows) // 2], sb)
-    (db75, wal75), (db150, wal150) = sizes
-    assert db150 <= max(db75, 3.5 * sb) + (1 << 20), sizes  # not growing with turns
-    assert wal150 <= 24 << 20 and wal75 <= 24 << 20, sizes  # 150 turns wrote ~35 MiB through it
+    db150, db300 = db_sizes
+    assert db300 <= max(db150, 3.5 * sb) + (1 << 20), db_sizes  # not growing with turns
+    # a transaction here is a turn's delta or a 0.5 MiB snapshot; 4 MiB is several of them
+    assert max(wal_sizes) <= (32 << 20) + (4 << 20), max(wal_sizes)
+    assert resets >= 2, resets  # ~70 MiB went through a file of at most 36 MiB
 
 
 def kill9_rounds(model, tmp_path, n_sessions, rounds, seed, tol):

@@ -13,7 +13,9 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/select.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -294,6 +296,57 @@ static void test_sqlite_backend(void) {
   c = b->ops->connect(b->cfg, err, sizeof err);
   CHECK(b->ops->count(c) == 1);
   b->ops->disconnect(c);
+  store_backend_free(b);
+}
+
+/* The WAL's checkpoint sequence number (bytes 12..15 of its header, big-endian): SQLite adds
+ * one each time a writer starts the WAL over after a complete checkpoint. -1: no header. */
+static long wal_restarts(const char *wal) {
+  uint8_t h[16];
+  FILE *f = fopen(wal, "rb");
+  size_t n = f ? fread(h, 1, sizeof h, f) : 0;
+  if (f) fclose(f);
+  if (n != sizeof h) return -1;
+  return (long)((uint32_t)h[12] << 24 | (uint32_t)h[13] << 16 | (uint32_t)h[14] << 8 | h[15]);
+}
+
+/* With the checkpoint thread held (as if starved of a core), 96 MiB of 1 MiB snapshots go
+ * through the WAL: the writer checkpoints after its own commits once the WAL passes 32 MiB, so
+ * the file stays within 32 MiB plus a transaction and is started over again and again. */
+static void test_wal_bounded_without_the_checkpoint_thread(void) {
+  const char *dir = tl_tmpdir("store_wal");
+  char err[512], wal[1100];
+  snprintf(wal, sizeof wal, "%s/sessions.db-wal", dir);
+  store_backend *b = store_sqlite_open(dir, 0, err, sizeof err);
+  CHECK(b != NULL);
+  if (!b) return;
+  store_sqlite_hold_checkpoints(b, 1);
+  store_conn *c = b->ops->connect(b->cfg, err, sizeof err);
+  CHECK(c != NULL);
+  size_t len = (size_t)1 << 20;
+  uint8_t *state = malloc(len);
+  for (size_t i = 0; i < len; i++) state[i] = (uint8_t)(i * 29 + (i >> 11));
+  long long largest = 0;
+  int ok = 1;
+  for (int i = 0; c && i < 96 && ok; i++) {
+    store_row w;
+    int created;
+    row_of(&w, "wal", 1, 100 + i, (const uint8_t *)"meta", 4, state, len);
+    w.seq = (uint64_t)i + 1;
+    w.snap_id = (uint64_t)i + 7;
+    ok = b->ops->begin(c, err, sizeof err) == 0 && b->ops->put(c, &w, &created, err, sizeof err) == 0 &&
+         b->ops->commit(c, err, sizeof err) == 0;
+    struct stat sb;
+    if (ok && stat(wal, &sb) == 0 && sb.st_size > largest) largest = sb.st_size;
+  }
+  CHECK(ok);
+  long long bound = ((long long)32 << 20) + (2 << 20);
+  if (largest > bound) fprintf(stderr, "  the WAL reached %lld bytes\n", largest);
+  CHECK(largest > ((long long)16 << 20) && largest <= bound);
+  CHECK(wal_restarts(wal) >= 2);
+  free(state);
+  if (c) b->ops->disconnect(c);
+  store_sqlite_hold_checkpoints(b, 0);
   store_backend_free(b);
 }
 
@@ -1800,6 +1853,7 @@ int main(void) {
   RUN(test_codec_round_trip);
   RUN(test_codec_refuses_damage);
   RUN(test_sqlite_backend);
+  RUN(test_wal_bounded_without_the_checkpoint_thread);
   RUN(test_table_evicts_saves_and_restores);
   RUN(test_async_saves_wait_bounded);
   RUN(test_second_backend_and_failed_commits);
