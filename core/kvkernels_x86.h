@@ -1,0 +1,135 @@
+/*
+ * kvkernels_x86.h: the body of the x86 SIMD families of the narrow-memory table (kvkernels.h),
+ * written once over a vector of LANES floats: the decode step's key products and value mixes
+ * over bf16 or int8 memory, widened to F32 in registers and accumulated with fused
+ * multiply-adds, the memory read in passes over a few rows at a time and prefetched in
+ * software; ragged tails in scalar fmaf. Included once, by kvkernels_avx512.c and by
+ * kvkernels_avx2.c, each defining first:
+ *   T                        the functions' target attribute
+ *   VF, LANES                the vector type and its number of floats
+ *   VLOAD(p), VSTORE(p, v)   unaligned load / store of LANES floats
+ *   VSET1(x), VFMA(a, b, c), VMUL(a, b)   broadcast; a * b + c fused; a * b
+ *   widen_bf16(p), widen_i8(p)            LANES narrow values at p as a VF
+ *   PREFETCH(p, bytes), PF_VALS           a software prefetch; value rows ahead
+ *   KV_TABLE, KV_NAME        the table to define and its family's name
+ * Any thread; pure functions.
+ */
+#include <math.h>
+
+#include "kvkernels.h"
+
+/* Key products: s[j] is kept in memory (L1: one head's positions) and updated by a pass over
+ * KEY_ROWS key rows at a time, so the memory is read as KEY_ROWS sequential streams (the rows
+ * of a head lie one after the other) instead of one stream per head dimension. Each s[j] still
+ * gets its fused multiply-adds in the order k = 0, 1, .., dh-1 from 0, as the portable
+ * reference. */
+#define KEY_ROWS 8
+#define DOT_ROWS(WIDEN, SCALAR)                                                                    \
+  do {                                                                                             \
+    const int nv = n & ~(LANES - 1);                                                               \
+    for (int j = 0; j < n; j++) s[j] = 0.0f;                                                       \
+    int k = 0;                                                                                     \
+    for (; k + KEY_ROWS <= dh; k += KEY_ROWS) {                                                    \
+      VF qk[KEY_ROWS];                                                                             \
+      __typeof__(rows) r[KEY_ROWS];                                                                \
+      for (int i = 0; i < KEY_ROWS; i++) {                                                         \
+        qk[i] = VSET1(q[k + i]);                                                                   \
+        r[i] = rows + (size_t)(k + i) * ld;                                                        \
+      }                                                                                            \
+      for (int j = 0; j < nv; j += LANES) {                                                        \
+        if (!((j * sizeof *rows) & 63)) /* the next KEY_ROWS rows, once per 64-byte line */        \
+          for (int i = 0; i < KEY_ROWS; i++) PREFETCH(r[i] + j, KEY_ROWS * ld * sizeof *rows);     \
+        VF a = VLOAD(s + j);                                                                       \
+        for (int i = 0; i < KEY_ROWS; i++) a = VFMA(qk[i], WIDEN(r[i] + j), a);                    \
+        VSTORE(s + j, a);                                                                          \
+      }                                                                                            \
+      for (int j = nv; j < n; j++) {                                                               \
+        float a = s[j];                                                                            \
+        for (int i = 0; i < KEY_ROWS; i++) a = fmaf(q[k + i], SCALAR(r[i][j]), a);                 \
+        s[j] = a;                                                                                  \
+      }                                                                                            \
+    }                                                                                              \
+    for (; k < dh; k++) {                                                                          \
+      VF qk = VSET1(q[k]);                                                                         \
+      __typeof__(rows) r = rows + (size_t)k * ld;                                                  \
+      for (int j = 0; j < nv; j += LANES)                                                          \
+        VSTORE(s + j, VFMA(qk, WIDEN(r + j), VLOAD(s + j)));                                       \
+      for (int j = nv; j < n; j++) s[j] = fmaf(q[k], SCALAR(r[j]), s[j]);                          \
+    }                                                                                              \
+  } while (0)
+
+#define AS_FLOAT(x) ((float)(x))
+
+T static void dot_rows_bf16(const float *q, int dh, const uint16_t *rows, size_t ld, int n,
+                            float *s) {
+  DOT_ROWS(widen_bf16, xl_bf16_to_f32);
+}
+
+T static void dot_rows_i8(const float *q, int dh, const int8_t *rows, size_t ld, const float *scale,
+                          int n, float *s) {
+  DOT_ROWS(widen_i8, AS_FLOAT);
+  int j = 0;
+  for (; j + LANES <= n; j += LANES)
+    VSTORE(s + j, VMUL(VLOAD(s + j), VLOAD(scale + j)));
+  for (; j < n; j++) s[j] *= scale[j];
+}
+
+/* Value mixes. With dh a multiple of LANES and at most MIX_MAX_HEADS heads: VALUE_ROWS value
+ * rows at a time (contiguous memory, read in order), each row's weight per head computed
+ * first, then for every LANES outputs one load, VALUE_ROWS fused multiply-adds and one store.
+ * Otherwise one head at a time, scalar fmaf when dh is not a multiple of LANES. Either way each
+ * output gets its fused multiply-adds in the order j = 0, 1, .., n-1. w(j, h): row j's
+ * weight in head h. */
+#define VALUE_ROWS 8
+#define MIX_MAX_HEADS 64
+#define MIX_ROWS(WIDEN, SCALAR, WEIGHT)                                                            \
+  do {                                                                                             \
+    if (dh % LANES == 0 && H <= MIX_MAX_HEADS) {                                                   \
+      float w[VALUE_ROWS][MIX_MAX_HEADS];                                                          \
+      for (int j0 = 0; j0 < n; j0 += VALUE_ROWS) {                                                 \
+        const int nr = n - j0 < VALUE_ROWS ? n - j0 : VALUE_ROWS;                                  \
+        for (int i = 0; i < nr; i++)                                                               \
+          for (int h = 0; h < H; h++) {                                                            \
+            const int j = j0 + i;                                                                  \
+            w[i][h] = WEIGHT;                                                                      \
+          }                                                                                        \
+        const __typeof__(rows) r0 = rows + (size_t)j0 * ld;                                        \
+        for (int h = 0; h < H; h++) {                                                              \
+          VF wh[VALUE_ROWS];                                                                       \
+          for (int i = 0; i < nr; i++) wh[i] = VSET1(w[i][h]);                                     \
+          for (int i = 0; i < VALUE_ROWS; i++) /* this head's part of the rows PF_VALS ahead */    \
+            for (size_t b = 0; b < dh * sizeof *rows; b += 64)                                     \
+              PREFETCH(r0 + (size_t)(PF_VALS + i) * ld + (size_t)h * dh, b);                       \
+          for (int e = h * dh; e < (h + 1) * dh; e += LANES) {                                     \
+            VF a = VLOAD(out + e);                                                                 \
+            if (nr == VALUE_ROWS)                                                                  \
+              for (int i = 0; i < VALUE_ROWS; i++)                                                 \
+                a = VFMA(wh[i], WIDEN(r0 + (size_t)i * ld + e), a);                                \
+            else                                                                                   \
+              for (int i = 0; i < nr; i++)                                                         \
+                a = VFMA(wh[i], WIDEN(r0 + (size_t)i * ld + e), a);                                \
+            VSTORE(out + e, a);                                                                    \
+          }                                                                                        \
+        }                                                                                          \
+      }                                                                                            \
+      return;                                                                                      \
+    }                                                                                              \
+    for (int h = 0; h < H; h++)                                                                    \
+      for (int e = h * dh; e < (h + 1) * dh; e++) {                                                \
+        float a = out[e];                                                                          \
+        for (int j = 0; j < n; j++) a = fmaf(WEIGHT, SCALAR(rows[(size_t)j * ld + e]), a);         \
+        out[e] = a;                                                                                \
+      }                                                                                            \
+  } while (0)
+
+T static void mix_rows_bf16(float *out, const float *p, size_t p_stride, const uint16_t *rows,
+                            size_t ld, int n, int H, int dh) {
+  MIX_ROWS(widen_bf16, xl_bf16_to_f32, p[(size_t)h * p_stride + j]);
+}
+
+T static void mix_rows_i8(float *out, const float *p, size_t p_stride, const int8_t *rows,
+                          size_t ld, const float *scale, size_t s_stride, int n, int H, int dh) {
+  MIX_ROWS(widen_i8, AS_FLOAT, p[(size_t)h * p_stride + j] * scale[(size_t)j * s_stride + h]);
+}
+
+const xl_kv_kernels KV_TABLE = {KV_NAME, dot_rows_bf16, dot_rows_i8, mix_rows_bf16, mix_rows_i8};
