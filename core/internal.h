@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "bigmem.h"
 #include "kernels.h"
 #include "wkernels.h"
 #include "xl.h"
@@ -105,8 +106,7 @@ struct xl_model {
   int n_pos_cached;              /* rows of each layer's pos_k */
   float emb_scale;               /* sqrt(d_model) */
   xl_safetensors st;
-  void **owned;                  /* converted/realigned tensors, freed with the model */
-  int n_owned, cap_owned;
+  xl_arena arena;                /* converted/narrowed tensors and positional tables (bigmem.h) */
   size_t n_params;
   xl_weights weights;            /* the type of every xl_wmat above */
   size_t narrowed_params;        /* parameters held in xl_wmats narrower than F32 ... */

@@ -81,11 +81,11 @@ static xl_code build_position_cache(xl_model *m, xl_error *err) {
   if (!r) return xl_fail(err, XL_NOMEM, "out of memory for positional projections");
   for (int l = 0; l < c->n_layer; l++) {
     xl_layer *L = &m->layers[l];
-    L->pos_k = malloc((size_t)rows * m->hd * sizeof(float));
-    L->pos_k_t = malloc((size_t)rows * m->hd * xl_kv_elem_bytes(m->kv_dtype));
-    L->pos_bias = malloc((size_t)rows * c->n_head * sizeof(float));
+    L->pos_k = xl_arena_alloc(&m->arena, (size_t)rows * m->hd * sizeof(float));
+    L->pos_k_t = xl_arena_alloc(&m->arena, (size_t)rows * m->hd * xl_kv_elem_bytes(m->kv_dtype));
+    L->pos_bias = xl_arena_alloc(&m->arena, (size_t)rows * c->n_head * sizeof(float));
     if (m->kv_dtype == XL_KV_INT8)
-      L->pos_k_t_scale = malloc((size_t)rows * c->n_head * sizeof(float));
+      L->pos_k_t_scale = xl_arena_alloc(&m->arena, (size_t)rows * c->n_head * sizeof(float));
     if (!L->pos_k || !L->pos_k_t || !L->pos_bias ||
         (m->kv_dtype == XL_KV_INT8 && !L->pos_k_t_scale)) {
       free(r);
@@ -169,16 +169,8 @@ fail:
 
 void xl_model_free(xl_model *m) {
   if (!m) return;
-  if (m->layers)
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-      free(m->layers[l].pos_k);
-      free(m->layers[l].pos_k_t);
-      free(m->layers[l].pos_k_t_scale);
-      free(m->layers[l].pos_bias);
-    }
   free(m->layers);
-  for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
-  free(m->owned);
+  xl_arena_free(&m->arena);
   xl_tokenizer_free(m);
   char *st_path = (char *)m->st.path;
   xl_safetensors_close(&m->st);

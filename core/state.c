@@ -5,17 +5,16 @@
  * elements are the model's memory dtype (kv_store.c: F32, BF16 or INT8 with scales).
  * A state is used by one thread at a time.
  *
- * A state's memory of STATE_MAP_MIN bytes or more is a mapping of its own, populated at once:
- * freeing it returns it to the system whatever the allocator keeps (a session that leaves RAM
- * gives its bytes back), and filling it takes no page fault per page (a trap costs about 10 us
- * in some virtual machines: 0.6 s for a 225 MiB memory). Smaller ones come from the heap.
+ * A state's memory of STATE_MAP_MIN bytes or more is a mapping of its own (bigmem.h: 2 MiB
+ * aligned, huge pages where the kernel gives them), populated at once: freeing it returns it to
+ * the system whatever the allocator keeps (a session that leaves RAM gives its bytes back), and
+ * filling it takes no page fault per page (a trap costs about 10 us in some virtual machines:
+ * 0.6 s for a 225 MiB memory). Smaller ones come from the heap.
  */
 #include <stdlib.h>
 #include <string.h>
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/mman.h>
-#endif
 
+#include "bigmem.h"
 #include "internal.h"
 
 #define STATE_MAP_MIN ((size_t)256 << 10)
@@ -23,30 +22,13 @@
 /* n bytes, 64-byte aligned; *mapped: n when they are a mapping of their own, else 0 */
 static unsigned char *kv_alloc(size_t n, size_t *mapped) {
   *mapped = 0;
-#if defined(MAP_ANONYMOUS)
-  if (n >= STATE_MAP_MIN) {
-    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
-#if defined(MAP_POPULATE)
-    flags |= MAP_POPULATE;
-#endif
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    *mapped = n;
-    return p;
-  }
-#endif
+  if (n >= STATE_MAP_MIN) return xl_big_alloc(n, mapped);
   return aligned_alloc(64, (n + 63) & ~(size_t)63);
 }
 
 static void kv_free(unsigned char *kv, size_t mapped) {
-#if defined(MAP_ANONYMOUS)
-  if (mapped) {
-    munmap(kv, mapped);
-    return;
-  }
-#endif
-  (void)mapped;
-  free(kv);
+  if (mapped) xl_big_free(kv, mapped);
+  else free(kv);
 }
 
 xl_code xl_state_alloc(const xl_model *m, xl_kv_dtype dtype, int mem_len, xl_state **out,

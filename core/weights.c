@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigmem.h"
 #include "internal.h"
 #include "wpanel.h"
 
@@ -29,21 +30,6 @@ static float half_to_float(uint16_t h) {
   float f;
   memcpy(&f, &bits, 4);
   return f;
-}
-
-static xl_code own(xl_model *m, void *p, xl_error *err) {
-  if (m->n_owned == m->cap_owned) {
-    int cap = m->cap_owned ? 2 * m->cap_owned : 64;
-    void **o = realloc(m->owned, (size_t)cap * sizeof *o);
-    if (!o) {
-      free(p);
-      return xl_fail(err, XL_NOMEM, "out of memory binding weights");
-    }
-    m->owned = o;
-    m->cap_owned = cap;
-  }
-  m->owned[m->n_owned++] = p;
-  return XL_OK;
 }
 
 /* Looks up `name` with the expected shape (ndim 1 or 2; d1 ignored for ndim 1) and marks it
@@ -104,31 +90,30 @@ static xl_code tensor(xl_model *m, const char *name, int ndim, int64_t d0, int64
     *out = (const float *)(const void *)t->data;
     return XL_OK;
   }
-  float *f = malloc(n * sizeof *f + 1);
+  float *f = xl_arena_alloc(&m->arena, n * sizeof *f);
   if (!f) return xl_fail(err, XL_NOMEM, "out of memory converting tensor '%s'", name);
   entry_floats(t, 0, n, f);
   *out = f;
-  return own(m, f, err);
+  return XL_OK;
 }
 
 /* A weight matrix [rows, cols] in m->weights from its rows as F32 (from the file entry t, or
- * from src when t is NULL), narrowed one row at a time: no F32 copy of the whole matrix. */
+ * from src when t is NULL), narrowed one row at a time: no F32 copy of the whole matrix. Where
+ * a dot-product kernel wants panels (wpanel.h), the rows are narrowed into a temporary and
+ * packed into the model's arena; otherwise narrowed into the arena directly. */
 static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, const float *src,
                       int rows, int cols, xl_wmat *out, xl_error *err) {
   const int nb = xl_q8_blocks(cols);
   const size_t n = (size_t)rows * cols;
   const int q8 = m->weights == XL_WEIGHTS_INT8;
+  const int panels = q8 ? xl_q8p_wanted() : xl_bf16p_wanted();
   size_t bytes = n * (q8 ? 1 : 2);
-  void *data = malloc(bytes + 1);
-  float *scales = q8 ? malloc((size_t)rows * nb * sizeof *scales + 1) : NULL;
+  size_t scale_bytes = q8 ? (size_t)rows * nb * sizeof(float) : 0;
+  void *data = panels ? malloc(bytes + 1) : xl_arena_alloc(&m->arena, bytes);
+  float *scales = !q8 ? NULL : panels ? malloc(scale_bytes + 1) : xl_arena_alloc(&m->arena, scale_bytes);
   float *row = malloc((size_t)cols * sizeof *row + 1);
   xl_code rc = XL_OK;
-  if (!data || (q8 && !scales) || !row) {
-    free(data);
-    free(scales);
-    free(row);
-    return xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
-  }
+  if (!data || (q8 && !scales) || !row) rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
   for (int r = 0; r < rows && !rc; r++) {
     const float *x = row;
     if (t) entry_floats(t, (size_t)r * cols, (size_t)cols, row);
@@ -152,45 +137,28 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
     }
   }
   free(row);
-  size_t scale_bytes = q8 ? (size_t)rows * nb * sizeof *scales : 0;
-  int panels = 0;
-  if (!rc && !q8 && xl_bf16p_wanted()) { /* the bf16 dot-product kernel's layout (wpanel.h) */
-    uint16_t *P = malloc(xl_bf16p_count(rows, cols) * sizeof *P + 1);
-    if (!P) {
-      rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
-    } else {
-      xl_bf16p_pack(data, rows, cols, P);
-      free(data);
-      data = P, panels = 1;
-      bytes = xl_bf16p_count(rows, cols) * sizeof *P;
-    }
-  }
-  if (!rc && q8 && xl_q8p_wanted()) { /* the int8 dot-product kernel's layout (wpanel.h) */
-    uint8_t *P = malloc(xl_q8p_bytes(rows, cols) + 1);
-    float *S = malloc(xl_q8p_scale_count(rows, cols) * sizeof *S + 1);
-    if (!P || !S) {
-      free(P);
-      free(S);
-      rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
-    } else {
-      xl_q8p_pack(data, scales, rows, cols, P, S);
-      free(data);
-      free(scales);
-      data = P, scales = S, panels = 1;
+  if (!rc && panels) { /* the dot-product kernel's layout, from the rows (temporaries) */
+    void *rows_data = data;
+    float *rows_scales = scales;
+    if (q8) {
       bytes = xl_q8p_bytes(rows, cols);
-      scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof *S;
+      scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof(float);
+      data = xl_arena_alloc(&m->arena, bytes);
+      scales = xl_arena_alloc(&m->arena, scale_bytes);
+      if (data && scales) xl_q8p_pack(rows_data, rows_scales, rows, cols, data, scales);
+    } else {
+      bytes = xl_bf16p_count(rows, cols) * sizeof(uint16_t);
+      data = xl_arena_alloc(&m->arena, bytes);
+      if (data) xl_bf16p_pack(rows_data, rows, cols, data);
     }
-  }
-  if (rc) {
+    free(rows_data);
+    free(rows_scales);
+    if (!data || (q8 && !scales)) rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
+  } else if (panels) { /* failed: the temporaries go; arena memory goes with the model */
     free(data);
     free(scales);
-    return rc;
   }
-  if ((rc = own(m, data, err))) { /* own() frees what it cannot hold */
-    free(scales);
-    return rc;
-  }
-  if (scales && (rc = own(m, scales, err))) return rc;
+  if (rc) return rc;
   *out = (xl_wmat){m->weights, data, scales, cols, panels, 0};
   m->narrowed_bytes += bytes + scale_bytes;
   m->narrowed_params += n;
@@ -238,12 +206,14 @@ static xl_code wmat_of(xl_model *m, const char *what, const float *src, int rows
  * transposition is temporary unless the weights are F32). */
 static xl_code transposed(xl_model *m, const float *src, int rows, int cols, int counted,
                           xl_wmat *out, xl_error *err) {
-  float *t = malloc((size_t)rows * cols * sizeof *t + 1);
+  const size_t bytes = (size_t)rows * cols * sizeof(float);
+  const int kept = m->weights == XL_WEIGHTS_F32;
+  float *t = kept ? xl_arena_alloc(&m->arena, bytes) : malloc(bytes + 1);
   if (!t) return xl_fail(err, XL_NOMEM, "out of memory transposing a projection");
   xl_transpose(src, rows, cols, t);
-  if (m->weights == XL_WEIGHTS_F32) {
+  if (kept) {
     *out = (xl_wmat){XL_WEIGHTS_F32, t, NULL, rows, 0, 0};
-    return own(m, t, err);
+    return XL_OK;
   }
   xl_code rc = wmat_of(m, "a transposed projection", t, cols, rows, counted, out, err);
   free(t);
