@@ -15,9 +15,9 @@
 
 #include <stddef.h>
 
-/* n bytes, zero, 64-byte aligned (2 MiB where mapped), every page already faulted in (a
- * session's first turn pays no page faults). *mapped: what xl_big_free needs. NULL when out of
- * memory. Any thread. */
+/* n bytes, zero, 64-byte aligned (from 2 MiB on, 2 MiB aligned and marked for huge pages),
+ * every page already faulted in (a session's first turn pays no page faults). *mapped: what
+ * xl_big_free needs. NULL when out of memory. Any thread. */
 void *xl_big_alloc(size_t n, size_t *mapped);
 void xl_big_free(void *p, size_t mapped);
 

@@ -110,10 +110,13 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
   size_t bytes = n * (q8 ? 1 : 2);
   size_t scale_bytes = q8 ? (size_t)rows * nb * sizeof(float) : 0;
   void *data = panels ? malloc(bytes + 1) : xl_arena_alloc(&m->arena, bytes);
-  float *scales = !q8 ? NULL : panels ? malloc(scale_bytes + 1) : xl_arena_alloc(&m->arena, scale_bytes);
+  float *scales = !q8      ? NULL
+                  : panels ? malloc(scale_bytes + 1)
+                           : xl_arena_alloc(&m->arena, scale_bytes);
   float *row = malloc((size_t)cols * sizeof *row + 1);
   xl_code rc = XL_OK;
-  if (!data || (q8 && !scales) || !row) rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
+  if (!data || (q8 && !scales) || !row)
+    rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
   for (int r = 0; r < rows && !rc; r++) {
     const float *x = row;
     if (t) entry_floats(t, (size_t)r * cols, (size_t)cols, row);
@@ -153,7 +156,8 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
     }
     free(rows_data);
     free(rows_scales);
-    if (!data || (q8 && !scales)) rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
+    if (!data || (q8 && !scales))
+      rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
   } else if (panels) { /* failed: the temporaries go; arena memory goes with the model */
     free(data);
     free(scales);
