@@ -152,12 +152,32 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
 
 /* ---- a single query (decode step) ------------------------------------------------------ */
 
+/* s[j] = q . K[head h][col + j], j < n: products of head h's query (dh values) with n
+ * consecutive columns of a key table stored as a memory stores keys ([H*Dh][M], in its dtype;
+ * int8 with its scales [H][M]): a session memory's keys or the model's positional table. */
+static void key_products(const xl_kv_kernels *kk, const xl_kv_layer *K, const float *q, int dh,
+                         int h, int col, int n, float *s) {
+  const size_t at = (size_t)h * dh * K->M + (size_t)col;
+  switch (K->dtype) {
+    case XL_KV_BF16:
+      kk->dot_rows_bf16(q, dh, (const uint16_t *)(const void *)K->keys + at, (size_t)K->M, n, s);
+      break;
+    case XL_KV_INT8:
+      kk->dot_rows_i8(q, dh, (const int8_t *)K->keys + at, (size_t)K->M,
+                      (const float *)(const void *)K->kscale + (size_t)h * K->M + col, n, s);
+      break;
+    case XL_KV_F32:
+      xl_vec_dot_rows(q, dh, (const float *)(const void *)K->keys + at, (size_t)K->M, n, s);
+      break;
+  }
+}
+
 static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
                        xl_attn_scratch *sc) {
   const xl_config *c = &m->cfg;
   const xl_layer *L = &m->layers[layer];
   const xl_state *st = it->state;
-  const int hd = m->hd, dh = c->d_head, H = c->n_head, a = st->len, M = st->mem_len;
+  const int hd = m->hd, dh = c->d_head, H = c->n_head, a = st->len;
   const int lo = first_key(m, a), n_keys = a - lo + 1;
   const int n_pos_all = m->n_pos_cached;
   const float scale = (float)(1.0 / sqrt((double)dh));
@@ -173,20 +193,9 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
     float *s = probs + (size_t)h * n_keys; /* keys lo..a */
     for (int k = 0; k < dh; k++) sc->qu[k] = qh[k] + u[k];
     for (int ri = 0; ri < n_runs; ri++)
-      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0) {
-        size_t at = (size_t)h * dh * M + runs[ri].slot + (k0 - runs[ri].first); /* [c][slot] */
-        if (st->dtype == XL_KV_BF16)
-          kk->dot_rows_bf16(sc->qu, dh, (const uint16_t *)(const void *)mem.keys + at, (size_t)M,
-                            cnt, s + (k0 - lo));
-        else if (st->dtype == XL_KV_INT8)
-          kk->dot_rows_i8(sc->qu, dh, (const int8_t *)mem.keys + at, (size_t)M,
-                          (const float *)(const void *)mem.kscale + (size_t)h * M +
-                              runs[ri].slot + (k0 - runs[ri].first),
-                          cnt, s + (k0 - lo));
-        else
-          xl_vec_dot_rows(sc->qu, dh, (const float *)(const void *)mem.keys + at, (size_t)M, cnt,
-                          s + (k0 - lo));
-      }
+      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
+        key_products(kk, &mem, sc->qu, dh, h, runs[ri].slot + (k0 - runs[ri].first), cnt,
+                     s + (k0 - lo));
     float self = 0.0f; /* the new key: itself */
     for (int k = 0; k < dh; k++) self += sc->qu[k] * k_new[(size_t)h * dh + k];
     s[a - lo] = self;
@@ -219,22 +228,12 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
 void xl_decode_positions(const xl_model *m, int layer, const float *const *q, const int *n_pos,
                          int n, int stride, float *out) {
   const xl_config *c = &m->cfg;
-  const int H = c->n_head, dh = c->d_head, ld = m->n_pos_cached;
-  const xl_layer *L = &m->layers[layer]; /* pos_k_t: [H*Dh, n_pos_cached] in the memory's dtype */
+  const int H = c->n_head, dh = c->d_head;
+  const xl_kv_layer *T = &m->layers[layer].pos_keys; /* [H*Dh][n_pos_cached] */
   const xl_kv_kernels *kk = xl_kv_kern();
   for (int h = 0; h < H; h++) /* head h's table rows stay in cache while every query uses them */
-    for (int i = 0; i < n; i++) { /* out: [n, H, stride] */
-      const size_t at = (size_t)h * dh * ld;
-      const float *qh = q[i] + h * dh;
-      float *o = out + ((size_t)i * H + h) * stride;
-      if (m->kv_dtype == XL_KV_BF16)
-        kk->dot_rows_bf16(qh, dh, (const uint16_t *)L->pos_k_t + at, (size_t)ld, n_pos[i], o);
-      else if (m->kv_dtype == XL_KV_INT8)
-        kk->dot_rows_i8(qh, dh, (const int8_t *)L->pos_k_t + at, (size_t)ld,
-                        L->pos_k_t_scale + (size_t)h * ld, n_pos[i], o);
-      else
-        xl_vec_dot_rows(qh, dh, (const float *)L->pos_k_t + at, (size_t)ld, n_pos[i], o);
-    }
+    for (int i = 0; i < n; i++) /* out: [n, H, stride] */
+      key_products(kk, T, q[i] + h * dh, dh, h, 0, n_pos[i], out + ((size_t)i * H + h) * stride);
 }
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,

@@ -49,6 +49,16 @@ void xl_safetensors_close(xl_safetensors *st);
 xl_tensor_entry *xl_safetensors_find(xl_safetensors *st, const char *name);
 
 /* ---- model --------------------------------------------------------------------------- */
+/* One layer's memory, as pointers into a state (or a packed buffer of `M` positions). */
+typedef struct {
+  xl_kv_dtype dtype;
+  int M;                /* position stride: the ring's capacity */
+  unsigned char *keys;  /* [H*Dh][M] elements */
+  unsigned char *vals;  /* [M][H*Dh] elements */
+  unsigned char *kscale; /* INT8: F32 [H][M] (aligned in a state, maybe not when packed) */
+  unsigned char *vscale; /* INT8: F32 [M][H] */
+} xl_kv_layer;
+
 typedef struct {
   xl_wmat qkv_w;           /* [3*H*Dh, d_model]: rows q | k | v */
   xl_wmat o_w;             /* [d_model, H*Dh] */
@@ -64,11 +74,10 @@ typedef struct {
   const float *ff_ln_g;    /* [d_model] */
   const float *ff_ln_b;    /* [d_model] */
   float *pos_k;            /* [n_pos_cached, H*Dh]: W_r R_d for distance index d */
-  void *pos_k_t;           /* [H*Dh, n_pos_cached]: pos_k transposed, stored as the model's
-                              session memory stores keys (F32, bf16 or int8): a decode step
-                              reads this table as it reads the memory's keys, at its width */
-  float *pos_k_t_scale;    /* int8 memories: [H, n_pos_cached] a scale per distance and head;
-                              else NULL */
+  xl_kv_layer pos_keys;    /* the decode step's copy of pos_k: keys [H*Dh][n_pos_cached]
+                              (kscale [H][n_pos_cached] for int8), stored as the model's session
+                              memory stores keys, so a step reads it with the same kernels;
+                              vals unused */
   float *pos_bias;         /* [H, n_pos_cached]: v_h . pos_k[d]_h */
 } xl_layer;
 
@@ -159,16 +168,6 @@ struct xl_state {
   unsigned char *kv;  /* per layer: keys, values (, key scales, value scales); by slot */
   size_t kv_mapped;   /* bytes of kv when it is its own mapping (state.c), else 0 */
 };
-
-/* One layer's memory, as pointers into a state (or a packed buffer of `M` positions). */
-typedef struct {
-  xl_kv_dtype dtype;
-  int M;                /* position stride: the ring's capacity */
-  unsigned char *keys;  /* [H*Dh][M] elements */
-  unsigned char *vals;  /* [M][H*Dh] elements */
-  unsigned char *kscale; /* INT8: F32 [H][M] (aligned in a state, maybe not when packed) */
-  unsigned char *vscale; /* INT8: F32 [M][H] */
-} xl_kv_layer;
 
 size_t xl_kv_elem_bytes(xl_kv_dtype dt);
 /* Bytes of one layer of M positions in a state (sections 64-byte aligned). */

@@ -82,20 +82,19 @@ static xl_code build_position_cache(xl_model *m, xl_error *err) {
   for (int l = 0; l < c->n_layer; l++) {
     xl_layer *L = &m->layers[l];
     L->pos_k = xl_arena_alloc(&m->arena, (size_t)rows * m->hd * sizeof(float));
-    L->pos_k_t = xl_arena_alloc(&m->arena, (size_t)rows * m->hd * xl_kv_elem_bytes(m->kv_dtype));
     L->pos_bias = xl_arena_alloc(&m->arena, (size_t)rows * c->n_head * sizeof(float));
+    xl_kv_layer *T = &L->pos_keys;
+    *T = (xl_kv_layer){m->kv_dtype, rows, NULL, NULL, NULL, NULL};
+    T->keys = xl_arena_alloc(&m->arena, (size_t)rows * m->hd * xl_kv_elem_bytes(m->kv_dtype));
     if (m->kv_dtype == XL_KV_INT8)
-      L->pos_k_t_scale = xl_arena_alloc(&m->arena, (size_t)rows * c->n_head * sizeof(float));
-    if (!L->pos_k || !L->pos_k_t || !L->pos_bias ||
-        (m->kv_dtype == XL_KV_INT8 && !L->pos_k_t_scale)) {
+      T->kscale = xl_arena_alloc(&m->arena, (size_t)rows * c->n_head * sizeof(float));
+    if (!L->pos_k || !T->keys || !L->pos_bias || (m->kv_dtype == XL_KV_INT8 && !T->kscale)) {
       free(r);
       return xl_fail(err, XL_NOMEM, "out of memory for positional projections");
     }
     xl_positional_project(m, l, rows, L->pos_k, L->pos_bias, r);
     /* the decode step's copy, transposed and narrowed as the memory's keys are */
-    xl_kv_layer table = {m->kv_dtype, rows, L->pos_k_t, NULL, (unsigned char *)L->pos_k_t_scale,
-                         NULL};
-    for (int d = 0; d < rows; d++) xl_kv_store_key(m, &table, d, L->pos_k + (size_t)d * m->hd);
+    for (int d = 0; d < rows; d++) xl_kv_store_key(m, T, d, L->pos_k + (size_t)d * m->hd);
   }
   free(r);
   return XL_OK;

@@ -26,11 +26,6 @@ static unsigned char *kv_alloc(size_t n, size_t *mapped) {
   return aligned_alloc(64, (n + 63) & ~(size_t)63);
 }
 
-static void kv_free(unsigned char *kv, size_t mapped) {
-  if (mapped) xl_big_free(kv, mapped);
-  else free(kv);
-}
-
 xl_code xl_state_alloc(const xl_model *m, xl_kv_dtype dtype, int mem_len, xl_state **out,
                        xl_error *err) {
   *out = NULL;
@@ -59,7 +54,7 @@ xl_code xl_state_new(const xl_model *m, xl_state **out, xl_error *err) {
 
 void xl_state_free(xl_state *s) {
   if (!s) return;
-  kv_free(s->kv, s->kv_mapped);
+  xl_big_free(s->kv, s->kv_mapped); /* a mapping, or the heap's when 0 */
   free(s);
 }
 
