@@ -9,6 +9,11 @@ tools/xlconvert/torchfile.py. Works without torch installed.
                                       the whole pickled MemTransformerLM (model.pt) of train.py;
                                       give the hyperparameters it lacks as in the run script,
                                       e.g. --mem_len 1600 --same_length --clamp_len 1000
+  convert.py tf SOURCE OUT_DIR        kimiyoung/transformer-xl TensorFlow checkpoint (the
+                                      released tf_enwik8/ ... tf_lm1b/ archive directory, its
+                                      model/ directory or a prefix such as model/model.ckpt-0);
+                                      --preset enwik8|text8|wt103|lm1b gives the evaluation
+                                      script's flags; --weights bf16 stores bf16 matrices
 """
 import argparse
 import os
@@ -17,6 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from xlconvert.sources import ConvertError, convert_authors, convert_hf  # noqa: E402
+from xlconvert import tf_convert, tf_presets  # noqa: E402
 
 
 def _ints(s):
@@ -25,7 +31,7 @@ def _ints(s):
 
 def build_parser():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("source_kind", choices=["hf", "authors"])
+    ap.add_argument("source_kind", choices=["hf", "authors", "tf"])
     ap.add_argument("source", help="HF directory, or the authors' checkpoint file")
     ap.add_argument("out", help="output model directory")
     ap.add_argument("--vocab", help="vocabulary: vocab.pkl, vocab.bin, the authors' cache.pt, "
@@ -44,6 +50,15 @@ def build_parser():
                     "with div_val 1 and an adaptive softmax)")
     ap.add_argument("--div-val", "--div_val", dest="div_val", type=int)
     ap.add_argument("--layer-norm-epsilon", dest="layer_norm_epsilon", type=float)
+    tf = ap.add_argument_group("tf (the authors' TensorFlow checkpoints)")
+    tf.add_argument("--preset", choices=sorted(tf_presets.PRESETS),
+                    help="the released model's flags (tf/sota/NAME.sh), checked against the "
+                    "checkpoint; --mem-len etc. override the evaluation settings")
+    tf.add_argument("--corpus-info", dest="corpus_info",
+                    help="corpus-info.json (default: the archive's data/corpus-info.json)")
+    tf.add_argument("--weights", choices=["f32", "bf16"], default="f32",
+                    help="stored type of the weight matrices (int8 is made at load: "
+                    "xlserve --weights int8)")
     return ap
 
 
@@ -53,11 +68,14 @@ def main(argv=None):
                                          "pre_lnorm", "cutoffs", "div_val",
                                          "layer_norm_epsilon")}
     try:
-        if args.source_kind == "hf":
+        if args.source_kind == "tf":
+            cfg = tf_convert.convert_tf(args.source, args.out, args.preset, args.vocab,
+                                        args.corpus_info, ov, args.weights)
+        elif args.source_kind == "hf":
             cfg = convert_hf(args.source, args.out, ov, args.vocab, args.tokenizer)
         else:
             cfg = convert_authors(args.source, args.out, ov, args.vocab, args.tokenizer)
-    except ConvertError as e:
+    except (ConvertError, tf_convert.ConvertError) as e:
         print(f"convert.py: error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}: {cfg['n_layer']} layers, d_model {cfg['d_model']}, vocab "
