@@ -19,8 +19,10 @@ import torch
 import torch.nn as nn
 
 import mem_transformer as authors
+from authors_tf_layout import authors_tf_names
 from conftest import engine_nll, randomize, report, run_py, TOOLS
-from xlconvert import tf_bundle, tf_convert
+from tf_bundle_writer import write_bundle
+from xlconvert import tf_bundle
 
 CONVERT = os.path.join(TOOLS, "convert.py")
 
@@ -99,10 +101,6 @@ def test_tf_same_length_window_is_pytorch_window_of_mem_len_plus_one(qlen, mem):
 
 # ------------------------------------------------------------------------------------------
 # Random models in the TF layout, and the same weights in the authors' PyTorch model
-
-def _writer():
-    return pytest.importorskip("tf_bundle_writer")
-
 
 class OwnBias(nn.Module):
     """A decoder layer with its own r_w_bias / r_r_bias (untie_r): the authors' PyTorch layer
@@ -248,7 +246,7 @@ def archive(tmp_path, name, tf, syms, dataset, cutoffs, num_shards, vocab="pkl")
     root = tmp_path / name
     (root / "model").mkdir(parents=True)
     (root / "data").mkdir()
-    _writer().write_bundle(str(root / "model" / "model.ckpt-0"), tf, num_shards=num_shards)
+    write_bundle(str(root / "model" / "model.ckpt-0"), tf, num_shards=num_shards)
     (root / "model" / "checkpoint").write_text(
         'model_checkpoint_path: "/home/zihang/exp/model.ckpt-0"\n'
         'all_model_checkpoint_paths: "/home/zihang/exp/model.ckpt-0"\n')
@@ -270,6 +268,8 @@ def engine_model(engine, out, tmp_path):
         return out
     assert "xlserve_tokenizer" in r.stderr + r.stdout, r.stderr + r.stdout
     alt = tmp_path / (out.name + "_words")
+    if alt.exists():
+        return alt
     alt.mkdir()
     cfg = json.loads((out / "config.json").read_text())
     cfg["xlserve_tokenizer"] = "words"
@@ -325,6 +325,20 @@ def build(kw, seed, untie_r, tf_mem_len, proj_same_dim=True):
 
 def convert(*args):
     return run_py([CONVERT, *map(str, args)])
+
+
+@pytest.mark.parametrize("kw,untie_r,same_dim", [
+    (ENWIK8_LIKE, False, True), (TEXT8_LIKE, True, True), (WT103_LIKE, True, True),
+    (LM1B_LIKE, True, False), (DIV1_CUTOFFS, False, True)])
+def test_test_mapping_gives_the_authors_variables(kw, untie_r, same_dim):
+    """The TF variables this test makes from the PyTorch model are exactly those tf/model.py
+    creates for the configuration (authors_tf_layout.py, listed independently)."""
+    _, tf = build(kw, 0, untie_r, 4, same_dim)
+    conf = dict(kw, untie_r=untie_r, proj_same_dim=same_dim)
+    want = dict(authors_tf_names(conf))
+    got = {k: v.shape for k, v in tf.items() if k.startswith("transformer/")
+           and not k.endswith("/Adam")}
+    assert got == want
 
 
 def test_enwik8_like(tmp_path, engine):
@@ -473,7 +487,7 @@ def test_wrong_dtype_names_the_tensor(tmp_path):
     root = tmp_path / "m"
     root.mkdir()
     prefix = str(root / "model.ckpt-0")
-    _writer().write_bundle(prefix, tf, dtype_override={name: np.float16})
+    write_bundle(prefix, tf, dtype_override={name: 19})  # DT_HALF
     b = tf_bundle.Bundle(prefix)
     assert b.entries[name].dtype_name == "DT_HALF"
     with pytest.raises(tf_bundle.BundleError, match=f"tensor {name}: dtype DT_HALF"):
@@ -488,16 +502,10 @@ def test_wrong_dtype_names_the_tensor(tmp_path):
 def test_corrupt_checksum_names_the_tensor(tmp_path):
     root, tf = small_archive(tmp_path, num_shards=1)
     prefix = str(root / "model" / "model.ckpt-0")
-    b = tf_bundle.Bundle(prefix)
     name = "transformer/layer_0/rel_attn/o/kernel"
-    e = b.entries[name]
-    assert np.array_equal(b.read(name), tf[name])
-    shard = b.shard_file(e.shard_id)
-    with open(shard, "r+b") as f:  # flip one bit in the middle of the tensor
-        f.seek(e.offset + e.size // 2)
-        byte = f.read(1)[0]
-        f.seek(e.offset + e.size // 2)
-        f.write(bytes([byte ^ 0x10]))
+    assert np.array_equal(tf_bundle.Bundle(prefix).read(name), tf[name])
+    write_bundle(prefix, tf, corrupt_crc=name)
+    b = tf_bundle.Bundle(prefix)
     with pytest.raises(tf_bundle.BundleError, match=f"tensor {name}: checksum mismatch"):
         b.read(name)
     r = convert("tf", root, tmp_path / "o", "--mem-len", 4)
@@ -509,27 +517,39 @@ def test_corrupt_checksum_names_the_tensor(tmp_path):
 def test_truncated_shard_names_the_tensor(tmp_path):
     root, tf = small_archive(tmp_path, num_shards=2)
     prefix = str(root / "model" / "model.ckpt-0")
+    tf = {k: v for k, v in tf.items() if k.startswith("transformer/") and "/Adam" not in k}
+    man = write_bundle(prefix, tf, num_shards=2, truncate_shard=1)
     b = tf_bundle.Bundle(prefix)
-    # the tensor that ends last in shard 1
-    last = max((e for e in b.entries.values() if e.shard_id == 1 and e.dtype == 1),
-               key=lambda e: e.offset + e.size)
-    shard = b.shard_file(1)
-    os.truncate(shard, last.offset + last.size - 3)
+    last = b.entries[man["truncated"]]
+    assert last.shard_id == 1
     with pytest.raises(tf_bundle.BundleError, match=f"truncated: tensor {last.name} needs"):
         b.read(last.name)
     r = convert("tf", root, tmp_path / "o", "--mem-len", 4)
     assert r.returncode == 2 and last.name in r.stderr and "truncated" in r.stderr
 
 
+def test_partitioned_variable_refused(tmp_path):
+    _, tf = build(ENWIK8_LIKE, 10, untie_r=False, tf_mem_len=12)
+    name = "transformer/adaptive_embed/lookup_table"
+    prefix = str(tmp_path / "model.ckpt-0")
+    write_bundle(prefix, tf, slices={name: 3})
+    b = tf_bundle.Bundle(prefix)
+    with pytest.raises(tf_bundle.BundleError, match=f"tensor {name}: stored as 3 slices"):
+        b.read(name)
+    syms = tmp_path / "v.txt"
+    syms.write_text("".join(f"{i}\n" for i in range(60)))
+    r = convert("tf", prefix, tmp_path / "o", "--vocab", syms, "--mem-len", 4)
+    assert r.returncode == 2 and name in r.stderr and "partitioned" in r.stderr
+
+
 def test_corrupt_index(tmp_path):
-    root, _ = small_archive(tmp_path, num_shards=1)
+    root, tf = small_archive(tmp_path, num_shards=1)
+    prefix = str(root / "model" / "model.ckpt-0")
     index = root / "model" / "model.ckpt-0.index"
-    data = bytearray(index.read_bytes())
-    bad = bytearray(data)
-    bad[len(bad) // 3] ^= 0x01
-    index.write_bytes(bytes(bad))
-    with pytest.raises(tf_bundle.BundleError, match="checksum mismatch"):
-        tf_bundle.Bundle(str(root / "model" / "model.ckpt-0"))
+    data = index.read_bytes()
+    write_bundle(prefix, tf, corrupt_index_block=True)
+    with pytest.raises(tf_bundle.BundleError, match="index: data block .*checksum mismatch"):
+        tf_bundle.Bundle(prefix)
     index.write_bytes(bytes(data[:-1]))
     with pytest.raises(tf_bundle.BundleError, match="not a TensorFlow checkpoint"):
         tf_bundle.Bundle(str(root / "model" / "model.ckpt-0"))
@@ -538,14 +558,18 @@ def test_corrupt_index(tmp_path):
     assert r.returncode == 2 and "model.ckpt-0.index" in r.stderr
 
 
-def test_bundle_reads_back_every_tensor(tmp_path):
-    """Every float tensor the writer stored comes back bit for bit, across shards."""
+@pytest.mark.parametrize("opts", [dict(num_shards=3), dict(num_shards=2, align=64, big_endian=True),
+                                  dict(block_size=256, restart_interval=3)])
+def test_bundle_reads_back_every_tensor(tmp_path, opts):
+    """Every float tensor the writer stored comes back bit for bit: across shards, with padded
+    alignment and big-endian data, and with many small table blocks and restart points."""
     _, tf = build(WT103_LIKE, 9, untie_r=True, tf_mem_len=4)
     prefix = str(tmp_path / "ckpt")
-    _writer().write_bundle(prefix, tf, num_shards=3)
+    write_bundle(prefix, tf, **opts)
     b = tf_bundle.Bundle(prefix)
-    assert b.header.num_shards == 3 and set(b.entries) == set(tf)
-    assert {e.shard_id for e in b.entries.values()} == {0, 1, 2}
+    n = opts.get("num_shards", 1)
+    assert b.header.num_shards == n and set(b.entries) == set(tf)
+    assert {e.shard_id for e in b.entries.values()} == set(range(n))
     for name, want in tf.items():
         if want.dtype == np.float32:
             got = b.read(name)
