@@ -392,27 +392,35 @@ def read_corpus_info(path):
 
 
 def read_vocab(path, vocab_size):
-    """idx2sym from the archive's cache.pkl (a pickled data_utils.Corpus, read without
-    executing it), a vocab file of the authors' form (first field of each line: lm1b's
-    1b_word_vocab.txt "symbol count"), or a vocab.txt with one symbol per line."""
-    from xlconvert import sources  # the pickle reader and idx2sym search
+    """(idx2sym, meta) from the archive's cache.pkl (a pickled data_utils.Corpus, read without
+    executing it), a vocab file of the authors' form (first field of each line, duplicates
+    skipped: lm1b's 1b_word_vocab.txt "symbol count"), or a vocab.txt, one symbol per line."""
     if not path.endswith(".txt"):
         try:
-            return sources.vocab_symbols(path, vocab_size)
+            from xlconvert import vocab_kinds  # the converters' shared reader (lazy pickles)
+        except ImportError:
+            vocab_kinds = None
+        if vocab_kinds is not None:
+            try:
+                v = vocab_kinds.read_vocab(path, vocab_size)
+            except vocab_kinds.VocabError as e:
+                raise ConvertError(str(e)) from None
+            return v.symbols, v.meta
+        from xlconvert import sources
+        try:
+            return sources.vocab_symbols(path, vocab_size), {}
         except sources.ConvertError as e:
             raise ConvertError(str(e)) from None
-    with open(path, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConvertError(f"{path}: cannot read ({e})") from None
     while lines and lines[-1] == "":
         lines.pop()
     fields = [ln.split() for ln in lines]
     if fields and all(len(x) == 2 and x[1].isdigit() for x in fields):
-        syms = []
-        seen = set()
-        for x in fields:  # Vocab._build_from_file: first field, duplicates skipped
-            if x[0] not in seen:
-                seen.add(x[0])
-                syms.append(x[0])
+        syms = list(dict.fromkeys(x[0] for x in fields))  # Vocab._build_from_file
     else:
         syms = lines
     if len(syms) != vocab_size:
@@ -421,7 +429,9 @@ def read_vocab(path, vocab_size):
     if bad:
         raise ConvertError(f"{path}: {len(bad)} symbols are empty or contain white space "
                            f"(first: {bad[0]!r})")
-    return syms
+    if len(set(syms)) != len(syms):
+        raise ConvertError(f"{path}: a symbol appears twice")
+    return syms, {}
 
 
 # ------------------------------------------------------------------------------------------
@@ -529,8 +539,9 @@ def convert_tf(source, out_dir, preset=None, vocab_path=None, corpus_info_path=N
     if vocab_path is None:
         raise ConvertError(f"{where}: no vocabulary: give --vocab (the archive's "
                            "data/cache.pkl, or a vocab file)")
-    vocab = read_vocab(vocab_path, arch["vocab_size"])
-    kind, opts = tf_presets.tokenizer_for(dataset, vocab)
+    vocab, vmeta = read_vocab(vocab_path, arch["vocab_size"])
+    dataset = dataset or vmeta.get("dataset")
+    kind, opts = tf_presets.tokenizer_for(dataset, vocab, vmeta)
 
     cfg = {k: v for k, v in arch.items() if not k.startswith("_") and k != "proj_same_dim"}
     cfg.update({
