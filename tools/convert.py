@@ -70,7 +70,8 @@ def main(argv=None):
     try:
         if args.source_kind == "tf":
             cfg = tf_convert.convert_tf(args.source, args.out, args.preset, args.vocab,
-                                        args.corpus_info, ov, args.weights)
+                                        args.corpus_info, ov, args.weights,
+                                        tokenizer=args.tokenizer)
         elif args.source_kind == "hf":
             cfg = convert_hf(args.source, args.out, ov, args.vocab, args.tokenizer)
         else:

@@ -485,7 +485,10 @@ def _write_body(tmp, hjson, outs, bf16_names, progress):
 # Conversion
 
 def convert_tf(source, out_dir, preset=None, vocab_path=None, corpus_info_path=None,
-               overrides=None, weights="f32", log=None):
+               overrides=None, weights="f32", log=None, tokenizer=None, tokenizer_options=None):
+    """SOURCE: the archive directory, its model/ directory, a checkpoint prefix or .index file.
+    tokenizer / tokenizer_options: the user's choice over the automatic one (checked by
+    xlconvert.vocab_kinds where it exists)."""
     ov = dict(overrides or {})
     log = log or (lambda msg: print(msg, file=sys.stderr))
     prefix, data_dir = locate(source)
@@ -542,6 +545,23 @@ def convert_tf(source, out_dir, preset=None, vocab_path=None, corpus_info_path=N
     vocab, vmeta = read_vocab(vocab_path, arch["vocab_size"])
     dataset = dataset or vmeta.get("dataset")
     kind, opts = tf_presets.tokenizer_for(dataset, vocab, vmeta)
+    if tokenizer is not None or tokenizer_options:
+        try:
+            from xlconvert import vocab_kinds
+        except ImportError:
+            vocab_kinds = None
+        if vocab_kinds is not None:
+            meta = dict(vmeta, format="authors", dataset=dataset)
+            try:
+                kind, opts = vocab_kinds.choose(vocab, meta, tokenizer, tokenizer_options,
+                                                vocab_path)
+            except vocab_kinds.VocabError as e:
+                raise ConvertError(str(e)) from None
+        elif tokenizer == "words":
+            kind, opts = "words", {}
+        elif tokenizer not in (None, kind):
+            raise ConvertError(f"--tokenizer {tokenizer}: a TF checkpoint's vocabulary gives "
+                               f"{kind}")
 
     cfg = {k: v for k, v in arch.items() if not k.startswith("_") and k != "proj_same_dim"}
     cfg.update({
