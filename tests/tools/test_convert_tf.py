@@ -343,13 +343,17 @@ def test_test_mapping_gives_the_authors_variables(kw, untie_r, same_dim):
 
 def test_enwik8_like(tmp_path, engine):
     """div_val 1, no cutoffs, shared r biases, same_length; the released archive directory
-    (checkpoint file, cache.pkl, corpus-info.json) as the source; byte_table vocabulary."""
+    (checkpoint file, cache.pkl, corpus-info.json) as the source, converted without torch;
+    byte_table vocabulary."""
     ref, tf = build(ENWIK8_LIKE, 1, untie_r=False, tf_mem_len=12)
     syms = [str(b) for b in (32, 101, 116, 97, 111)] + [str(b) for b in range(33, 88)]
     root = archive(tmp_path, "tf_enwik8", tf, syms, "enwik8", [], num_shards=1)
     out = tmp_path / "out"
-    r = convert("tf", root, out, "--mem-len", 12, "--tgt-len", 8, "--clamp-len", 20,
-                "--same-length")
+    # in a process where torch cannot be imported
+    block = "import sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; " \
+            "import runpy; runpy.run_path(sys.argv[0], run_name='__main__')"
+    r = run_py(["-c", block, CONVERT, "tf", str(root), str(out), "--mem-len", "12",
+                "--tgt-len", "8", "--clamp-len", "20", "--same-length"])
     assert r.returncode == 0, r.stderr
     assert "training-only variables skipped" in r.stderr
     cfg = json.loads((out / "config.json").read_text())
