@@ -22,7 +22,7 @@ import mem_transformer as authors
 from authors_tf_layout import authors_tf_names
 from conftest import engine_nll, randomize, report, run_py, TOOLS
 from tf_bundle_writer import write_bundle
-from xlconvert import tf_bundle
+from xlconvert import tf_bundle, tf_convert
 
 CONVERT = os.path.join(TOOLS, "convert.py")
 
@@ -580,3 +580,20 @@ def test_bundle_reads_back_every_tensor(tmp_path, opts):
             assert got.dtype == np.float32 and np.array_equal(got, want), name
     with pytest.raises(tf_bundle.BundleError, match="global_step: dtype DT_INT64"):
         b.read("global_step")
+
+
+def test_python2_cache_pickle_symbols_are_utf8(tmp_path):
+    """A cache.pkl written by Python 2 holds its words as byte strings (SHORT_BINSTRING); read
+    as latin-1 they would be mojibake, so the converter decodes them as UTF-8."""
+    words = ["<eos>", "the", "café", "naïve", "Zürich"]
+    body = b"".join(b"U" + bytes([len(w.encode())]) + w.encode() for w in words)
+    # protocol 2: {"idx2sym": [ ... byte strings ... ]}
+    pkl = b"\x80\x02}U\x07idx2sym](" + body + b"es."
+    path = tmp_path / "cache.pkl"
+    path.write_bytes(pkl)
+    assert pickle.loads(pkl, encoding="bytes")[b"idx2sym"][2] == "café".encode()
+    syms, _ = tf_convert.read_vocab(str(path), 5)
+    assert syms == words
+    # a Python 3 pickle (characters past latin-1 in it) is left alone
+    path.write_bytes(pickle.dumps({"idx2sym": ["<eos>", "Ã©", "x", "日本", "z"]}, protocol=2))
+    assert tf_convert.read_vocab(str(path), 5)[0][1] == "Ã©"

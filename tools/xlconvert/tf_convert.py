@@ -391,6 +391,26 @@ def read_corpus_info(path):
     return info
 
 
+def repair_py2_strings(syms):
+    """Symbols as a Python 2 pickle's byte strings come out of a latin-1 unpickler: UTF-8 bytes
+    read one character per byte ("cafÃ©"). When every symbol is such a string (all characters
+    below 256, re-encoding gives valid UTF-8) and some are not ASCII, returns the decoded
+    symbols; else None (a Python 3 pickle has real characters)."""
+    out = []
+    changed = False
+    for s in syms:
+        if s.isascii():
+            out.append(s)
+            continue
+        try:
+            d = s.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            return None
+        out.append(d)
+        changed = True
+    return out if changed else None
+
+
 def read_vocab(path, vocab_size):
     """(idx2sym, meta) from the archive's cache.pkl (a pickled data_utils.Corpus, read without
     executing it), a vocab file of the authors' form (first field of each line, duplicates
@@ -405,12 +425,19 @@ def read_vocab(path, vocab_size):
                 v = vocab_kinds.read_vocab(path, vocab_size)
             except vocab_kinds.VocabError as e:
                 raise ConvertError(str(e)) from None
-            return v.symbols, v.meta
-        from xlconvert import sources
-        try:
-            return sources.vocab_symbols(path, vocab_size), {}
-        except sources.ConvertError as e:
-            raise ConvertError(str(e)) from None
+            syms, meta = v.symbols, v.meta
+        else:
+            from xlconvert import sources
+            try:
+                syms, meta = sources.vocab_symbols(path, vocab_size), {}
+            except sources.ConvertError as e:
+                raise ConvertError(str(e)) from None
+        fixed = repair_py2_strings(syms)
+        if fixed is not None:
+            print(f"{path}: note: the symbols are Python 2 byte strings; read as UTF-8",
+                  file=sys.stderr)
+            syms = fixed
+        return syms, meta
     try:
         with open(path, encoding="utf-8") as f:
             lines = [line.rstrip("\n") for line in f]
