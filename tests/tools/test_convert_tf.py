@@ -597,3 +597,38 @@ def test_python2_cache_pickle_symbols_are_utf8(tmp_path):
     # a Python 3 pickle (characters past latin-1 in it) is left alone
     path.write_bytes(pickle.dumps({"idx2sym": ["<eos>", "Ã©", "x", "日本", "z"]}, protocol=2))
     assert tf_convert.read_vocab(str(path), 5)[0][1] == "Ã©"
+
+
+@pytest.mark.parametrize("preset,vocab", [("enwik8", 204), ("text8", 27), ("wt103", 267735),
+                                          ("lm1b", 793471)])
+def test_presets_fit_the_released_shapes(preset, vocab):
+    """At full size, without data: the variables the authors' code creates for each released
+    model's flags (authors_tf_layout, recorded independently) give back the preset's
+    architecture, and the planned output fits the HF layout (no tensor missing or extra; lm1b
+    gets identity projections for its first cluster, which the checkpoint leaves out)."""
+    from authors_tf_layout import SOTA_FLAGS
+    from xlconvert import tf_presets
+    pre = tf_presets.PRESETS[preset]
+    for k, v in SOTA_FLAGS[preset].items():
+        assert pre[k] == v, (preset, k)
+
+    class Fake:
+        index_file = f"{preset}.index"
+        entries = {}
+
+    for name, shape in authors_tf_names(dict(SOTA_FLAGS[preset], n_token=vocab)):
+        e = tf_bundle.Entry(name)
+        e.dtype, e.shape = 1, shape
+        Fake.entries[name] = e
+    arch = tf_convert.infer_arch(Fake)
+    for k in tf_presets.ARCH_KEYS:
+        assert arch[k] == pre[k], (preset, k, arch[k])
+    assert arch["vocab_size"] == vocab
+    outs, skipped = tf_convert.plan(Fake, arch)
+    assert not skipped
+    cfg = dict(arch, tie_word_embeddings=True)
+    tf_convert.check_plan(cfg, outs, preset)
+    n_out = sum(int(np.prod(o.shape)) for o in outs)
+    n_tf = sum(int(np.prod(e.shape)) for e in Fake.entries.values())
+    # lm1b stores two identity [1280, 1280] projections the checkpoint leaves out
+    assert n_out - n_tf == (2 * 1280 * 1280 if preset == "lm1b" else 0)
