@@ -51,10 +51,28 @@ def main():
     ap.add_argument("--xlserve", default=os.path.join(ROOT, "build", "xlserve"))
     ap.add_argument("--work", required=True, help="scratch directory (removed at the end)")
     ap.add_argument("--vocab", type=int, default=793471)
+    ap.add_argument("--write-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    flags = dict(SOTA_FLAGS["lm1b"], n_token=args.vocab)
     archive = os.path.join(args.work, "tf_lm1b")
+    if args.write_only:
+        write_checkpoint(archive, args.vocab)
+        return
+    # the checkpoint is made in a child process, so that this one stays small: a child forked
+    # from a process holding the 3.4 GB of tensors would start with that in its peak RSS
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--work", args.work,
+                    "--vocab", str(args.vocab), "--write-only"], check=True)
+    t_write = time.monotonic() - t0
+    with open(os.path.join(archive, "n_params")) as f:
+        n_params = int(f.read())
+    ckpt_bytes = sum(os.path.getsize(os.path.join(archive, "model", p))
+                     for p in os.listdir(os.path.join(archive, "model")))
+    measure(args, archive, n_params, ckpt_bytes, t_write)
+
+
+def write_checkpoint(archive, vocab):
+    flags = dict(SOTA_FLAGS["lm1b"], n_token=vocab)
     os.makedirs(os.path.join(archive, "model"), exist_ok=True)
     os.makedirs(os.path.join(archive, "data"), exist_ok=True)
 
@@ -70,21 +88,20 @@ def main():
             a += 1.0
         tensors[name] = a
     n_params = sum(a.size for a in tensors.values())
-    t0 = time.monotonic()
     tf_bundle_writer.write_bundle(os.path.join(archive, "model", "model.ckpt-1191000"), tensors)
-    t_write = time.monotonic() - t0
-    del tensors
+    with open(os.path.join(archive, "n_params"), "w") as f:
+        f.write(str(n_params))
     with open(os.path.join(archive, "model", "checkpoint"), "w") as f:
         f.write('model_checkpoint_path: "model.ckpt-1191000"\n')
-    syms = ["<S>", "</S>", "<UNK>"] + [f"w{i}" for i in range(args.vocab - 3)]
+    syms = ["<S>", "</S>", "<UNK>"] + [f"w{i}" for i in range(vocab - 3)]
     with open(os.path.join(archive, "data", "1b_word_vocab.txt"), "w") as f:
-        f.writelines(f"{s} {args.vocab - i}\n" for i, s in enumerate(syms))
+        f.writelines(f"{s} {vocab - i}\n" for i, s in enumerate(syms))
     with open(os.path.join(archive, "data", "corpus-info.json"), "w") as f:
-        json.dump({"vocab_size": args.vocab, "dataset": "lm1b",
-                   "cutoffs": [0] + flags["cutoffs"] + [args.vocab]}, f)
-    ckpt_bytes = sum(os.path.getsize(os.path.join(archive, "model", p))
-                     for p in os.listdir(os.path.join(archive, "model")))
+        json.dump({"vocab_size": vocab, "dataset": "lm1b",
+                   "cutoffs": [0] + flags["cutoffs"] + [vocab]}, f)
 
+
+def measure(args, archive, n_params, ckpt_bytes, t_write):
     rows = []
     convert = [sys.executable, os.path.join(ROOT, "tools", "convert.py"), "tf", archive]
     vocab = ["--vocab", os.path.join(archive, "data", "1b_word_vocab.txt"), "--preset", "lm1b"]
