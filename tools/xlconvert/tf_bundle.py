@@ -133,7 +133,7 @@ def _raw_numpy(reg, buf):
     body = buf[:k * m].reshape(k, m)
     regs = np.zeros(k, dtype=np.uint32)
     regs[0] = reg
-    step = 2048
+    step = 512  # byte columns per block: a [step, k] copy of 32 MiB at most
     for j0 in range(0, m, step):
         cols = np.ascontiguousarray(body[:, j0:j0 + step].T)  # [cols, k]
         for col in cols:
