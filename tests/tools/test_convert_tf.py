@@ -477,12 +477,12 @@ def small_archive(tmp_path, num_shards=2):
 def test_preset_mismatch_and_missing_flags(tmp_path):
     root, _ = small_archive(tmp_path)
     r = convert("tf", root, tmp_path / "o1", "--preset", "enwik8")
-    assert r.returncode == 2 and "preset enwik8" in r.stderr and "n_layer 2" in r.stderr
+    assert r.returncode == 2 and "n_layer 2 (preset enwik8: 24)" in r.stderr
     r = convert("tf", root, tmp_path / "o2")
     assert r.returncode == 2 and "--mem-len" in r.stderr
     (root / "data" / "corpus-info.json").write_text(json.dumps({"vocab_size": 61}))
     r = convert("tf", root, tmp_path / "o3", "--mem-len", 5)
-    assert r.returncode == 2 and "corpus-info.json" in r.stderr and "61" in r.stderr
+    assert r.returncode == 2 and "corpus-info.json: vocab_size 61, the checkpoint has 60" in r.stderr
 
 
 def test_wrong_dtype_names_the_tensor(tmp_path):
@@ -499,7 +499,7 @@ def test_wrong_dtype_names_the_tensor(tmp_path):
     syms = tmp_path / "v.txt"
     syms.write_text("".join(f"{i}\n" for i in range(60)))
     r = convert("tf", prefix, tmp_path / "o", "--vocab", syms, "--mem-len", 4)
-    assert r.returncode == 2 and name in r.stderr and "DT_HALF" in r.stderr
+    assert r.returncode == 2 and f"tensor {name}: dtype DT_HALF" in r.stderr
     assert not (tmp_path / "o" / "model.safetensors").exists()
 
 
@@ -513,7 +513,7 @@ def test_corrupt_checksum_names_the_tensor(tmp_path):
     with pytest.raises(tf_bundle.BundleError, match=f"tensor {name}: checksum mismatch"):
         b.read(name)
     r = convert("tf", root, tmp_path / "o", "--mem-len", 4)
-    assert r.returncode == 2 and name in r.stderr and "checksum" in r.stderr
+    assert r.returncode == 2 and f"tensor {name}: checksum mismatch" in r.stderr
     assert not (tmp_path / "o" / "model.safetensors").exists()
     assert not (tmp_path / "o" / "model.safetensors.partial").exists()
 
@@ -529,7 +529,7 @@ def test_truncated_shard_names_the_tensor(tmp_path):
     with pytest.raises(tf_bundle.BundleError, match=f"truncated: tensor {last.name} needs"):
         b.read(last.name)
     r = convert("tf", root, tmp_path / "o", "--mem-len", 4)
-    assert r.returncode == 2 and last.name in r.stderr and "truncated" in r.stderr
+    assert r.returncode == 2 and f"truncated: tensor {last.name} needs" in r.stderr
 
 
 def test_partitioned_variable_refused(tmp_path):
@@ -543,7 +543,7 @@ def test_partitioned_variable_refused(tmp_path):
     syms = tmp_path / "v.txt"
     syms.write_text("".join(f"{i}\n" for i in range(60)))
     r = convert("tf", prefix, tmp_path / "o", "--vocab", syms, "--mem-len", 4)
-    assert r.returncode == 2 and name in r.stderr and "partitioned" in r.stderr
+    assert r.returncode == 2 and f"tensor {name}: stored as 3 slices" in r.stderr
 
 
 def test_corrupt_index(tmp_path):
@@ -559,7 +559,7 @@ def test_corrupt_index(tmp_path):
         tf_bundle.Bundle(str(root / "model" / "model.ckpt-0"))
     index.write_bytes(b"x" * 100)
     r = convert("tf", root, tmp_path / "o", "--mem-len", 4)
-    assert r.returncode == 2 and "model.ckpt-0.index" in r.stderr
+    assert r.returncode == 2 and "model.ckpt-0.index: no table magic" in r.stderr
 
 
 @pytest.mark.parametrize("opts", [dict(num_shards=3), dict(num_shards=2, align=64, big_endian=True),

@@ -345,7 +345,9 @@ def plan(bundle, arch):
             else:
                 raise ConvertError(f"{bundle.index_file}: missing tensor {t}")
 
-    extra = [n for n in ents if n not in used]
+    # keys of the parts of a partitioned variable (TF's slice keys start with a zero byte):
+    # left to the full entry, which Bundle.check refuses naming the variable
+    extra = [n for n in ents if n not in used and not n.startswith("\0")]
     skipped = [n for n in extra if SKIP_RE.search(n)]
     unknown = [n for n in extra if n not in skipped]
     if unknown:
@@ -604,8 +606,9 @@ def convert_tf(source, out_dir, preset=None, vocab_path=None, corpus_info_path=N
     try:
         outs, skipped = plan(bundle, arch)
         check_plan(cfg, outs, where)
-        for name in [n for n in bundle.entries if n not in skipped]:
-            bundle.check(name)
+        for name in bundle.entries:
+            if name not in skipped and not name.startswith("\0"):
+                bundle.check(name)
     except BundleError as e:
         raise ConvertError(str(e)) from None
     if skipped:
