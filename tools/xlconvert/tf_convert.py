@@ -611,6 +611,9 @@ def convert_tf(source, out_dir, preset=None, vocab_path=None, corpus_info_path=N
                 bundle.check(name)
     except BundleError as e:
         raise ConvertError(str(e)) from None
+    if ev["same_length"]:
+        log(f"{where}: note: mem_len {cfg['mem_len']} in config.json: TF's same_length mask "
+            f"with mem_len {ev['mem_len']} lets each query see {cfg['mem_len']} positions")
     if skipped:
         log(f"{where}: note: {len(skipped)} training-only variables skipped "
             f"({', '.join(skipped[:4])}{' ...' if len(skipped) > 4 else ''})")
