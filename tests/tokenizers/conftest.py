@@ -12,7 +12,7 @@ from tok_results import AGREEMENT  # noqa: E402
 def pytest_terminal_summary(terminalreporter):
     if not AGREEMENT:
         return
-    lines = ["tokenizer: C against the reference (lines equal / total)",
+    lines = ["tokenizer agreement (lines equal / total)",
              f"{'check':44s} {'source':10s} {'equal':>7s} / {'total':<7s}"]
     for check, source, eq, total in AGREEMENT:
         flag = "" if eq == total else "  DIFFER"

@@ -176,6 +176,10 @@ def test_character_classes():
     for ch in "\u4e00\uac00\u0301\ufe0f0!\U0001d400\U0001f600":
         assert ord(ch) not in ref.ALPHA_TOK, hex(ord(ch))
     assert ord("\U00011046") in ref.ALPHA_TOK and ord("\U00011046") not in ref.ALPHA
+    assert ord("\u094d") in ref.ALPHA_TOK and ord("\u094d") not in ref.ALPHA  # virama
+    # Thai: vowel signs are alphabetic, tone marks are not; Hebrew: points yes, cantillation no
+    assert ord("\u0e34") in ref.ALPHA and ord("\u0e48") not in ref.ALPHA
+    assert ord("\u05b8") in ref.ALPHA and ord("\u0591") not in ref.ALPHA
     assert ord("7") in ref.ALNUM_TOK and ord("\u0663") in ref.ALNUM_TOK
     assert ord("\u00bd") in ref.NUM and ord("\u00bd") not in ref.ALNUM_TOK
     assert ord("\u20ac") in ref.CURRENCY and ord("$") in ref.CURRENCY
