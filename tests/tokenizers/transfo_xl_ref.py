@@ -12,15 +12,17 @@ TransfoXLTokenizer adds around them.
 
 The pipeline, in order (each step is a function below):
   1. lower_case only: every character outside an occurrence of a never_split token is
-     lowercased on its own (str.lower() of one character: no final-sigma context), as the
-     base tokenizer's do_lower_case regex does.
+     lowercased on its own (str.lower() of one character: the full Unicode mapping, so
+     U+0130 becomes "i" + U+0307, but no final-sigma context), as the base tokenizer's
+     do_lower_case regex does.
   2. The line is cut around exact (case-sensitive) occurrences of the never_split tokens,
      which become tokens as they are; each piece in between goes through steps 3-6.
   3. str.strip() (Python whitespace, see WHITESPACE below), and str.lower() again with
      lower_case (a no-op after step 1).
   4. Moses punctuation normalisation (normalize_punctuation).
   5. The Moses English tokenizer (moses_tokenize), never_split as protected patterns:
-     matched case-insensitively (so "<EOS>" stays whole even though step 2 left it alone).
+     matched case-insensitively as Python's re does (so "<EOS>" stays whole even though step
+     2 left it alone; re also lets U+212A KELVIN SIGN match "k" and U+017F LONG S match "s").
   6. Number splitting: in each token, a "," or "." between two decimal digits (Unicode Nd)
      becomes " @,@ " / " @.@ " and the token is split again.
 Decoding: the Moses English detokenizer (which turns " @-@ " back into "-"), then
