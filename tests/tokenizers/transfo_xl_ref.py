@@ -49,7 +49,9 @@ those files on the scripts people write:
   NUM (IsN): categories Nd, Nl, No below U+10000.
   LOWER (IsLower): str.islower() of the character (Python's Lowercase property), every plane.
   CURRENCY (IsSc): category Sc below U+10000.
-  CJK (the detokenizer's is_cjk): the fixed code-point ranges in CJK_RANGES.
+  CJK (the detokenizer's is_cjk): the fixed code-point ranges in CJK_RANGES, both ends
+      included as in sacremoses 0.0.x (0.1.x tests them with both ends excluded, so that
+      e.g. U+AC00 HANGUL SYLLABLE GA and U+A840 are not CJK there).
   WHITESPACE: str.isspace() (Python's \\s and str.split()/strip()): \\t \\n \\v \\f \\r,
       U+001C-001F, space, U+0085, U+00A0, U+1680, U+2000-200A, U+2028, U+2029, U+202F,
       U+205F, U+3000. (Not U+200B, U+180E, U+FEFF.)
