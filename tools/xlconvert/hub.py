@@ -18,6 +18,7 @@ when the server answers 206, starts over on 200. Redirects are followed by hand 
 Authorization header (HF_TOKEN) is only sent to the endpoint's host.
 """
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -84,9 +85,10 @@ def remote_for(source, endpoint=None, revision="main"):
 
 
 def _request(remote, url, headers=None, method="GET", timeout=60, max_redirects=10):
-    """Opens URL following redirects by hand; returns (response, first_headers): the headers
-    of the first response (the hub puts X-Linked-Etag on the redirect itself)."""
-    first = None
+    """Opens URL following redirects by hand; returns (response, chain): the headers of every
+    response on the way, redirects first (the hub puts X-Linked-Etag on the redirect to its
+    CDN; a renamed repository adds a redirect before it)."""
+    chain = []
     for _ in range(max_redirects + 1):
         h = dict(headers or {})
         h.setdefault("User-Agent", "xlserve-convert/1")
@@ -97,13 +99,13 @@ def _request(remote, url, headers=None, method="GET", timeout=60, max_redirects=
             resp = _OPENER.open(req, timeout=timeout)
         except urllib.error.HTTPError as e:
             if e.code in (301, 302, 303, 307, 308) and e.headers.get("Location"):
-                if first is None:
-                    first = e.headers
+                chain.append(e.headers)
                 url = urllib.parse.urljoin(url, e.headers["Location"])
                 e.close()
                 continue
             raise
-        return resp, (first if first is not None else resp.headers)
+        chain.append(resp.headers)
+        return resp, chain
     raise HubError(f"{url}: more than {max_redirects} redirects")
 
 
@@ -139,7 +141,7 @@ def list_tree(remote):
                            f"({remote.tree_url}): no such repository or revision, or it needs "
                            "a token (HF_TOKEN)") from None
         raise HubError(f"{remote.tree_url}: HTTP {e.code}") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
         raise HubError(f"{remote.tree_url}: cannot connect ({_reason(e)})") from None
     except ValueError:
         raise HubError(f"{remote.tree_url}: the file list is not JSON") from None
@@ -207,7 +209,7 @@ def fetch_file(remote, want, dest_dir, retries=4, optional=False):
             if e.code == 404 and optional:
                 return None
             raise HubError(f"{url}: HTTP {e.code} {e.reason}") from None
-        except (urllib.error.URLError, OSError, ConnectionError, TimeoutError) as e:
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
             have = os.path.getsize(part) if os.path.exists(part) else 0
             if attempt >= retries:
                 raise HubError(f"{url}: the download broke off at {have} bytes "
@@ -234,14 +236,14 @@ def _download_once(remote, url, want, part):
         return True
     headers = {"Range": f"bytes={have}-"} if have else {}
     try:
-        resp, first = _request(remote, url, headers=headers)
+        resp, chain = _request(remote, url, headers=headers)
     except urllib.error.HTTPError as e:
         if e.code == 416 and have:  # nothing left to send: the .part is whole (or bad)
             return True
         raise
     with resp:
         # what the server publishes about the file (the hub: on the first, redirect response)
-        for h in (first, resp.headers):
+        for h in chain:
             sha = _quoted_hex(h.get("X-Linked-Etag") or h.get("ETag"), 64)
             if sha and want.sha256 is None:
                 want.sha256 = sha
@@ -327,8 +329,8 @@ def _verified(path, want, url, quiet=False):
 def fetch(remote, dest_dir, retries=4):
     """Downloads a model's source files into DEST_DIR; returns the layout found:
     ("hf", dest_dir) or ("authors", dest_dir)."""
-    os.makedirs(dest_dir, exist_ok=True)
     tree = list_tree(remote)
+    os.makedirs(dest_dir, exist_ok=True)
     if tree is not None:
         names = set(tree)
 
