@@ -12,9 +12,9 @@ What their code stores in DATADIR/cache.pt (torch.save of the Corpus), per datas
     of the prepared files vanish);
   - lm1b: the vocabulary read from a vocab file (no counting), train a list of file names,
     valid / test lists of per-line LongTensors framed by '<S>'.
-The prepared text files are what the preparation scripts their getdata.sh runs write: enwik8 bytes as decimal numbers
-separated by spaces, a newline byte starting a new line (see prepare_enwik8); text8 characters
-separated by spaces with '_' for a space (see prepare_text8).
+The prepared text files are what the preparation scripts of their getdata.sh write: enwik8
+bytes as decimal numbers separated by spaces, a newline byte starting a new line (see
+prepare_enwik8); text8 characters separated by spaces with '_' for a space (see prepare_text8).
 """
 import os
 
