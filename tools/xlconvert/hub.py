@@ -17,6 +17,7 @@ connection, or the next run of the command) asks for the rest with `Range: bytes
 when the server answers 206, starts over on 200. Redirects are followed by hand so that an
 Authorization header (HF_TOKEN) is only sent to the endpoint's host.
 """
+import errno
 import hashlib
 import http.client
 import json
@@ -204,24 +205,28 @@ def fetch_file(remote, want, dest_dir, retries=4, optional=False):
     attempt = 0
     while True:
         try:
-            done = _download_once(remote, url, want, part)
+            _download_once(remote, url, want, part)
+            break
         except urllib.error.HTTPError as e:
             if e.code == 404 and optional:
                 return None
-            raise HubError(f"{url}: HTTP {e.code} {e.reason}") from None
+            if e.code < 500 or attempt >= retries:
+                raise HubError(f"{url}: HTTP {e.code} {e.reason}") from None
+            err = f"HTTP {e.code}"
         except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
-            have = os.path.getsize(part) if os.path.exists(part) else 0
-            if attempt >= retries:
-                raise HubError(f"{url}: the download broke off at {have} bytes "
-                               f"({_reason(e)}); {attempt + 1} attempts made. Run the command "
-                               f"again to resume from {part}") from None
-            attempt += 1
-            _log(f"{want.name}: connection lost at {have} bytes ({_reason(e)}); resuming "
-                 f"(attempt {attempt + 1} of {retries + 1})")
-            time.sleep(min(2 ** attempt * 0.25, 5.0))
-            continue
-        if done:
-            break
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES,
+                                                      errno.EROFS):
+                raise HubError(f"{part}: {e.strerror}") from None
+            err = _reason(e)
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        if attempt >= retries:
+            raise HubError(f"{url}: the download broke off at {have} bytes ({err}); "
+                           f"{attempt + 1} attempts made. Run the command again to resume "
+                           f"from {part}")
+        attempt += 1
+        _log(f"{want.name}: connection lost at {have} bytes ({err}); resuming "
+             f"(attempt {attempt + 1} of {retries + 1})")
+        time.sleep(min(2 ** attempt * 0.25, 5.0))
     _verified(part, want, url)  # raises (and removes the file) on a mismatch
     os.replace(part, dest)
     return dest
