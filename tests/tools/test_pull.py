@@ -39,6 +39,7 @@ class FakeHub:
     def __init__(self):
         self.repos, self.plain = {}, {}
         self.cut_once, self.corrupt = set(), {}
+        self.renamed = {}  # old repo name -> new (answered with a 307, as the hub does)
         self.log = []  # (path, Range header or None)
         self.lock = threading.Lock()
 
@@ -56,6 +57,14 @@ def make_handler(hub):
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
             with hub.lock:
                 hub.log.append((path, self.headers.get("Range")))
+            for old, new in hub.renamed.items():
+                for pre in (f"/api/models/{old}/", f"/{old}/resolve/"):
+                    if path.startswith(pre):
+                        self.send_response(307)
+                        self.send_header("Location", pre.replace(old, new) + path[len(pre):])
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return None
             m = re.fullmatch(r"/api/models/(.+)/tree/([^/]+)", path)
             if m:
                 files = hub.repos.get(m.group(1))
@@ -210,6 +219,23 @@ def test_pull_hub_repository(tmp_path, hub):
     assert [p for p, _ in hub.log[n_before:]] == ["/api/models/tiny-org/tiny-xl/tree/main"]
     assert not dl.exists()  # removed without --keep-download
     engine_info(out)
+
+
+def test_pull_follows_a_renamed_repository(tmp_path, hub):
+    """The hub answers an old repository name with a 307 to the new one, before the LFS
+    redirect: the checksum on the second redirect is still found and checked."""
+    files, _ = hf_repo(tmp_path)
+    hub.repos["new-org/tiny"] = files
+    hub.renamed["tiny"] = "new-org/tiny"
+    out = tmp_path / "m"
+    r = pull(hub, "tiny", out)
+    assert r.returncode == 0, r.stderr
+    sha = hashlib.sha256(files["model.safetensors"]).hexdigest()
+    assert f"sha256 {sha} verified" in r.stderr
+    assert any(p == "/tiny/resolve/main/model.safetensors" for p, _ in hub.log)
+    hub.corrupt["model.safetensors"] = files["model.safetensors"][:-1] + b"\0"
+    r = pull(hub, "tiny", tmp_path / "m2")
+    assert r.returncode == 2 and "sha256 mismatch" in r.stderr, r.stderr
 
 
 def test_pull_resumes_across_runs(tmp_path, hub):

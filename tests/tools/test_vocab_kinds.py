@@ -285,6 +285,13 @@ def test_authors_text8_cache_gives_char_table(tmp_path, legacy):
     assert cfg["xlserve_tokenizer_options"] == {"unknown": "refuse", "space_symbol": "_",
                                                 "lower_case": True, "spell_digits": True}
     assert (out / "vocab.txt").read_text().splitlines() == want
+    # an xlserve directory converted again keeps its tokenizer and options
+    out3 = tmp_path / "again"
+    r = convert("hf", out, out3)
+    assert r.returncode == 0, r.stderr
+    again = json.loads((out3 / "config.json").read_text())
+    assert (again["xlserve_tokenizer"], again["xlserve_tokenizer_options"]) == \
+        (cfg["xlserve_tokenizer"], cfg["xlserve_tokenizer_options"])
     r = convert("authors", ckpt, tmp_path / "o2", "--vocab", cache,
                 "--tokenizer-option", "space_symbol=#")
     assert r.returncode == 2 and "space_symbol '#' is not in the table" in r.stderr, r.stderr
