@@ -239,7 +239,9 @@ def test_hf_pytorch_model_bin(tmp_path, engine):
     ids = random_ids(300, 80, 7)
     ref = evaluate_stream(m, ids, 8).double().numpy()
     out = tmp_path / "out"
-    r = convert("hf", src, out)
+    # the numbers are what this test checks: the words tokenizer (the vocab.pkl -> transfo_xl
+    # choice is tested in test_vocab_kinds.py)
+    r = convert("hf", src, out, "--tokenizer", "words")
     assert r.returncode == 0, r.stderr
     assert (out / "vocab.txt").read_text().splitlines()[5] == "w3"
     for tl in (8, 1):
@@ -266,7 +268,8 @@ def test_hf_safetensors_without_torch(tmp_path, engine):
     out = tmp_path / "out"
     block = "import sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; " \
             "import runpy; runpy.run_path(sys.argv[0], run_name='__main__')"
-    r = run_py(["-c", block, CONVERT, "hf", str(src), str(out), "--mem-len", "14"])
+    r = run_py(["-c", block, CONVERT, "hf", str(src), str(out), "--mem-len", "14",
+                "--tokenizer", "words"])
     assert r.returncode == 0, r.stderr
     assert json.loads((out / "config.json").read_text())["mem_len"] == 14
     m.cfg.mem_len = 14

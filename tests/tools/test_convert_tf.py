@@ -376,6 +376,12 @@ def test_text8_like_multishard(tmp_path, engine):
     r = convert("tf", root / "model" / "model.ckpt-0", out, "--mem-len", 10, "--tgt-len", 6)
     assert r.returncode == 0, r.stderr
     cfg = json.loads((out / "config.json").read_text())
+    # `pull` with the archive directory gives the same model
+    out2 = tmp_path / "out_pull"
+    r = convert("pull", root, out2, "--mem-len", 10, "--tgt-len", 6)
+    assert r.returncode == 0, r.stderr
+    assert (out2 / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+    assert json.loads((out2 / "config.json").read_text()) == cfg
     assert cfg["xlserve_tokenizer"] == "char_table" and cfg["untie_r"] is True
     assert cfg["xlserve_tokenizer_options"]["space_symbol"] == "_"
     assert cfg["mem_len"] == 10 and cfg["same_length"] is False and cfg["d_embed"] == 16

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from xlconvert import layout, torchfile
+from xlconvert import layout, torchfile, vocab_kinds
 from xlmodel import model_dir, safetensors_io
 
 
@@ -39,56 +39,34 @@ def _f32(a):
 # Vocabularies
 
 def vocab_symbols(path, vocab_size=None):
-    """idx2sym of a vocabulary file: HF vocab.pkl (pickled tokenizer __dict__), vocab.bin
-    (torch.save of the same), the authors' cache.pt (a pickled Corpus whose .vocab is a Vocab),
-    or a text file with one symbol per line (vocab.txt)."""
-    if path.endswith(".txt"):
-        with open(path, encoding="utf-8") as f:
-            syms = [line.rstrip("\n") for line in f]
-    else:
-        try:
-            obj = torchfile.load(path).obj
-        except torchfile.TorchFileError as e:
-            raise ConvertError(str(e)) from None
-        syms = _find_idx2sym(obj)
-        if syms is None:
-            raise ConvertError(f"{path}: no idx2sym / sym2idx vocabulary found in it")
-    bad = [s for s in syms if not isinstance(s, str) or "\n" in s or "\r" in s]
-    if bad:
-        raise ConvertError(f"{path}: {len(bad)} symbols are not single-line strings "
-                           f"(first: {bad[0]!r})")
-    if vocab_size is not None and len(syms) != vocab_size:
-        raise ConvertError(f"{path}: {len(syms)} symbols, the model has {vocab_size}")
-    return syms
+    """idx2sym of a vocabulary file (see vocab_kinds.read_vocab)."""
+    return read_vocab(path, vocab_size).symbols
 
 
-def _find_idx2sym(obj, depth=0):
-    if depth > 4:
-        return None
-    d = obj if isinstance(obj, dict) else getattr(obj, "__dict__", None)
-    if not isinstance(d, dict):
-        return None
-    if isinstance(d.get("idx2sym"), list):
-        return [s.decode("utf-8") if isinstance(s, bytes) else s for s in d["idx2sym"]]
-    s2i = d.get("sym2idx")
-    if isinstance(s2i, dict) and s2i:
-        items = sorted(s2i.items(), key=lambda kv: kv[1])
-        if [i for _, i in items] != list(range(len(items))):
-            raise ConvertError("sym2idx ids are not 0..n-1")
-        return [k for k, _ in items]
-    for key in ("vocab", "tokenizer", "corpus"):
-        if key in d:
-            r = _find_idx2sym(d[key], depth + 1)
-            if r is not None:
-                return r
-    return None
+def read_vocab(path, vocab_size=None, text_format="text"):
+    try:
+        return vocab_kinds.read_vocab(path, vocab_size, text_format)
+    except vocab_kinds.VocabError as e:
+        raise ConvertError(str(e)) from None
+
+
+def choose_tokenizer(vocab, kind=None, options=None, where="vocabulary"):
+    """(kind, options) for a VocabFile (None: no vocabulary) and the user's overrides."""
+    try:
+        return vocab_kinds.choose(vocab.symbols if vocab else None, vocab.meta if vocab else {},
+                                  kind, options, where)
+    except vocab_kinds.VocabError as e:
+        raise ConvertError(str(e)) from None
 
 
 # ------------------------------------------------------------------------------------------
 # Writing
 
-def finish(cfg, tensors, out_dir, where, vocab=None, tokenizer=None, metadata=None):
-    """Fills tied tensors, validates names and shapes against the config, writes OUT_DIR."""
+def finish(cfg, tensors, out_dir, where, vocab=None, tokenizer=None, metadata=None,
+           tokenizer_options=None):
+    """Fills tied tensors, validates names and shapes against the config, writes OUT_DIR.
+    vocab: a VocabFile or None; tokenizer / tokenizer_options: the user's choice (None: the
+    kind vocab_kinds derives from the vocabulary)."""
     tensors = dict(tensors)
     for dst, src in layout.tied_sources(cfg).items():
         if src not in tensors:
@@ -108,9 +86,17 @@ def finish(cfg, tensors, out_dir, where, vocab=None, tokenizer=None, metadata=No
     if tokenizer == "bytes" and cfg["vocab_size"] != 256:
         raise ConvertError(f"{where}: --tokenizer bytes needs vocab_size 256, the model has "
                            f"{cfg['vocab_size']}")
+    if tokenizer == "bytes":
+        vocab = None
+    kind, options = choose_tokenizer(vocab, tokenizer, tokenizer_options,
+                                     vocab.meta.get("path", where) if vocab else where)
     cfg = dict(cfg)
-    cfg["xlserve_tokenizer"] = "bytes" if vocab is None else "words"
-    return model_dir.write_model_dir(out_dir, cfg, tensors, vocab=vocab,
+    cfg["xlserve_tokenizer"] = kind
+    cfg.pop("xlserve_tokenizer_options", None)
+    if options:
+        cfg["xlserve_tokenizer_options"] = options
+    return model_dir.write_model_dir(out_dir, cfg, tensors,
+                                     vocab=vocab.symbols if vocab else None,
                                      metadata=dict(metadata or {}, producer="tools/convert.py"))
 
 
@@ -167,7 +153,8 @@ def _same_tensor(state, a, b):
     return va.shape == vb.shape and bool(np.array_equal(va, vb))
 
 
-def convert_authors(ckpt, out_dir, overrides=None, vocab_path=None, tokenizer=None):
+def convert_authors(ckpt, out_dir, overrides=None, vocab_path=None, tokenizer=None,
+                    tokenizer_options=None):
     """An authors' checkpoint (state_dict or whole pickled MemTransformerLM) -> model dir."""
     ov = dict(overrides or {})
     try:
@@ -317,10 +304,13 @@ def convert_authors(ckpt, out_dir, overrides=None, vocab_path=None, tokenizer=No
             skipped.append(k)
     if skipped:
         raise ConvertError(f"{where}: cannot map tensors: {', '.join(skipped)}")
-    vocab = vocab_symbols(vocab_path, vocab_size) if vocab_path else None
+    vocab = read_vocab(vocab_path, vocab_size) if vocab_path and tokenizer != "bytes" else None
+    if vocab is not None:
+        vocab.meta["path"] = vocab_path
     if vocab is None and tokenizer is None:
         tokenizer = "bytes" if vocab_size == 256 else None
     return finish(cfg, tensors, out_dir, where, vocab=vocab, tokenizer=tokenizer,
+                  tokenizer_options=tokenizer_options,
                   metadata={"source": "authors", "source_file": os.path.basename(ckpt)})
 
 
@@ -367,7 +357,37 @@ def _hf_config(path):
     return cfg
 
 
-def convert_hf(src_dir, out_dir, overrides=None, vocab_path=None, tokenizer=None):
+def _hf_tokenizer_files(src_dir, meta):
+    """tokenizer_config.json / special_tokens_map.json beside the vocabulary: HF passes them to
+    TransfoXLTokenizer.__init__, whose values win over the pickled dict's."""
+    if meta.get("format") != "hf_tokenizer":
+        return
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        p = os.path.join(src_dir, name)
+        if not os.path.exists(p):
+            continue
+        try:
+            with open(p, encoding="utf-8") as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ConvertError(f"{p}: not readable JSON ({e})") from None
+        if isinstance(d, dict):
+            meta.update({k: v for k, v in vocab_kinds.hf_tokenizer_meta(d).items()
+                         if k != "format"})
+
+
+def _xlserve_tokenizer(cfg_path):
+    with open(cfg_path) as f:
+        c = json.load(f)
+    kind = c.get("xlserve_tokenizer")
+    if kind not in vocab_kinds.KINDS or kind == "bytes":
+        return None
+    opts = c.get("xlserve_tokenizer_options") or {}
+    return kind, (opts if isinstance(opts, dict) else {})
+
+
+def convert_hf(src_dir, out_dir, overrides=None, vocab_path=None, tokenizer=None,
+               tokenizer_options=None):
     ov = dict(overrides or {})
     cfg_path = os.path.join(src_dir, "config.json")
     if not os.path.exists(cfg_path):
@@ -414,14 +434,25 @@ def convert_hf(src_dir, out_dir, overrides=None, vocab_path=None, tokenizer=None
     if cfg["mem_len"] <= 0:
         raise ConvertError(f"{cfg_path}: mem_len must be > 0 (give --mem-len)")
     vocab = None
+    found = vocab_path is None
     if vocab_path is None and tokenizer != "bytes":
         for name in ("vocab.pkl", "vocab.bin", "vocab.txt"):
             p = os.path.join(src_dir, name)
             if os.path.exists(p):
                 vocab_path = p
                 break
-    if vocab_path is not None:
-        vocab = vocab_symbols(vocab_path, cfg["vocab_size"])
+    if vocab_path is not None and tokenizer != "bytes":
+        # a vocab.txt inside an HF directory is TransfoXLTokenizer's vocab_file
+        vocab = read_vocab(vocab_path, cfg["vocab_size"],
+                           text_format="hf_tokenizer" if found else "text")
+        vocab.meta["path"] = vocab_path
+        _hf_tokenizer_files(src_dir, vocab.meta)
+    kept = _xlserve_tokenizer(cfg_path)
+    if kept is not None and tokenizer is None and vocab is not None and found:
+        # an xlserve model directory (converted before): its tokenizer stays as it was
+        tokenizer, opts = kept
+        tokenizer_options = dict(opts, **(tokenizer_options or {}))
     return finish(cfg, tensors, out_dir, where, vocab=vocab, tokenizer=tokenizer,
+                  tokenizer_options=tokenizer_options,
                   metadata={"source": "huggingface", "source_dir": os.path.basename(
                       os.path.abspath(src_dir))})

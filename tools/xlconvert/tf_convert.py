@@ -79,6 +79,12 @@ def _checkpoint_file_prefix(model_dir_path):
     return os.path.join(model_dir_path, os.path.basename(p))
 
 
+def is_tf_archive(path):
+    """Whether PATH is a directory in the released layout (model/ holding a checkpoint)."""
+    mdir = os.path.join(path, "model")
+    return os.path.isdir(mdir) and any(f.endswith(".index") for f in os.listdir(mdir))
+
+
 def locate(source):
     """(checkpoint prefix, data directory or None) from a prefix, an .index file, a model/
     directory or the archive directory (tf_enwik8/ with model/ and data/)."""

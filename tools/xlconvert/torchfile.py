@@ -19,6 +19,7 @@ storages; bf16 widened to float32).
 """
 import collections
 import io
+import os
 import pickle
 import struct
 import zipfile
@@ -90,14 +91,24 @@ def opaque_class(qualname):
     return type("Opaque_" + qualname.replace(".", "_"), (Opaque,), {"_name": qualname})
 
 
+# Bytes of tensor storage read from files so far (all loads): lets a caller (and the tests)
+# check that a lazy load of a big file, e.g. the authors' cache.pt, read none of its tensors.
+STORAGE_BYTES_READ = [0]
+
+
 class Storage:
-    """A storage: dtype + element count; its bytes are attached when read."""
+    """A storage: dtype + element count; its bytes are attached when read. A lazy load leaves
+    data None and a reader that fetches the bytes from the file on the first array()."""
 
     def __init__(self, dtype, key, numel):
         self.dtype, self.key, self.numel = dtype, key, numel
         self.data = None  # np.ndarray (1-D) once read
+        self.reader = None  # () -> np.ndarray, for lazy loads
 
     def array(self):
+        if self.data is None and self.reader is not None:
+            self.data = self.reader()
+            self.reader = None
         if self.data is None:
             raise TorchFileError(f"storage {self.key} was never read")
         return self.data
@@ -310,9 +321,9 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return self.storage_factory(pid)
 
 
-def _zip_load(path, data):
+def _zip_load(path, src, lazy=False):
     try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
+        zf = zipfile.ZipFile(src)
     except zipfile.BadZipFile as e:
         raise TorchFileError(f"{path}: corrupt zip archive ({e})") from None
     names = zf.namelist()
@@ -333,9 +344,16 @@ def _zip_load(path, data):
             rec = prefix + "data/" + key
             if rec not in names:
                 raise TorchFileError(f"{path}: storage record {rec} missing")
-            raw = zf.read(rec)
-            st.data = _decode_storage(raw, dt, path, key)
-            st.numel = st.data.size
+
+            def read(rec=rec, st=st, key=key):
+                raw = zf.read(rec)
+                STORAGE_BYTES_READ[0] += len(raw)
+                return _decode_storage(raw, st.dtype, path, key)
+            if lazy:
+                st.reader = read
+            else:
+                st.data = read()
+                st.numel = st.data.size
             storages[key] = st
         return storages[key]
 
@@ -360,8 +378,7 @@ def _decode_storage(raw, dt, path, key):
     return np.frombuffer(raw, dtype=dt)
 
 
-def _legacy_load(path, data):
-    f = io.BytesIO(data)
+def _legacy_load(path, f, size, lazy=False):
 
     def small_pickle(what):
         try:
@@ -402,42 +419,65 @@ def _legacy_load(path, data):
     if not isinstance(keys, list):
         raise TorchFileError(f"{path}: storage key list missing")
     pos = f.tell()
+    # Only the 8-byte element counts are read here; each storage's bytes are read at once,
+    # or (lazy) when its tensor is first materialised.
     for key in keys:
         key = key.decode() if isinstance(key, bytes) else str(key)
         if key not in storages:
             raise TorchFileError(f"{path}: storage {key} listed but never referenced")
         st = storages[key]
-        if pos + 8 > len(data):
+        if pos + 8 > size:
             raise TorchFileError(f"{path}: truncated before storage {key}")
-        (n,) = struct.unpack("<q", data[pos:pos + 8])
+        f.seek(pos)
+        (n,) = struct.unpack("<q", f.read(8))
         pos += 8
         itemsize = 2 if st.dtype == "bf16" else np.dtype(st.dtype).itemsize
-        if n != st.numel or n < 0 or pos + n * itemsize > len(data):
+        if n != st.numel or n < 0 or pos + n * itemsize > size:
             raise TorchFileError(f"{path}: storage {key}: {n} elements recorded, {st.numel} "
                                  "expected, or the file is truncated")
-        st.data = _decode_storage(data[pos:pos + n * itemsize], st.dtype, path, key)
+
+        def read(st=st, at=pos, nbytes=n * itemsize, key=key):
+            f.seek(at)
+            raw = f.read(nbytes)
+            STORAGE_BYTES_READ[0] += len(raw)
+            return _decode_storage(raw, st.dtype, path, key)
+        if lazy:
+            st.reader = read
+        else:
+            st.data = read()
         pos += n * itemsize
     return Loaded(obj, up.globals_seen)
 
 
-def load(path):
-    """Loads a torch.save() file (zip or legacy) or a plain pickle, safely. Returns Loaded."""
+def load(path, lazy=False):
+    """Loads a torch.save() file (zip or legacy) or a plain pickle, safely. Returns Loaded.
+    lazy=True reads the pickle only: tensor storages stay in the file until a TensorRef's
+    numpy() needs them (the file is kept open by the returned objects), so a file holding a
+    big encoded corpus next to a small vocabulary costs only the vocabulary."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        if lazy:
+            fh = open(path, "rb")
+            size = os.fstat(fh.fileno()).st_size
+        else:
+            with open(path, "rb") as f0:
+                fh = io.BytesIO(f0.read())
+            size = len(fh.getbuffer())
     except OSError as e:
         raise TorchFileError(f"{path}: {e.strerror}") from None
-    if data[:4] == b"PK\x03\x04":
-        return _zip_load(path, data)
-    if data[:1] == b"\x80":
+    head = fh.read(4)
+    fh.seek(0)
+    if head == b"PK\x03\x04":
+        return _zip_load(path, fh, lazy)
+    if head[:1] == b"\x80":
         # Legacy torch files start with a pickled magic number; plain pickles do not.
         try:
-            first = _RestrictedUnpickler(io.BytesIO(data), path, {}).load()
+            first = _RestrictedUnpickler(fh, path, {}).load()
         except Exception:
             first = None
+        fh.seek(0)
         if first == LEGACY_MAGIC:
-            return _legacy_load(path, data)
-    up = _RestrictedUnpickler(io.BytesIO(data), path, {})
+            return _legacy_load(path, fh, size, lazy)
+    up = _RestrictedUnpickler(fh, path, {})
     try:
         obj = up.load()
     except TorchFileError:

@@ -2,7 +2,9 @@
 (TransfoXLLMHeadModel tensor names) and, for word-level models, vocab.txt.
 
 The tokenizer is named by the config key "xlserve_tokenizer": "bytes" (256 symbols, id = byte
-value) or "words" (vocab.txt, one symbol per line in id order, "<eos>" = newline, "<unk>").
+value, no vocab.txt) or a kind that reads vocab.txt (one symbol per line in id order): "words"
+(whitespace split, "<eos>" = newline, "<unk>"), "transfo_xl", "byte_table", "char_table"; their
+settings are in "xlserve_tokenizer_options" (see tools/xlconvert/vocab_kinds.py).
 """
 import json
 import os
@@ -40,7 +42,8 @@ def write_model_dir(out_dir, config, tensors, vocab=None, dtype_override=None, m
         share = bool(cfg["proj_share_all_but_first"])
         cfg["tie_projs"] = [False] + [share] * len(cfg["cutoffs"])
     if vocab is not None:
-        cfg["xlserve_tokenizer"] = "words"
+        if config.get("xlserve_tokenizer") in (None, "bytes"):
+            cfg["xlserve_tokenizer"] = "words"
         if len(vocab) != cfg["vocab_size"]:
             raise ValueError(f"vocab has {len(vocab)} symbols, config says {cfg['vocab_size']}")
         with open(os.path.join(out_dir, "vocab.txt"), "w", encoding="utf-8") as f:
