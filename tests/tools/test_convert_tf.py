@@ -488,7 +488,8 @@ def test_preset_mismatch_and_missing_flags(tmp_path):
     assert r.returncode == 2 and "--mem-len" in r.stderr
     (root / "data" / "corpus-info.json").write_text(json.dumps({"vocab_size": 61}))
     r = convert("tf", root, tmp_path / "o3", "--mem-len", 5)
-    assert r.returncode == 2 and "corpus-info.json: vocab_size 61, the checkpoint has 60" in r.stderr
+    assert r.returncode == 2
+    assert "corpus-info.json: vocab_size 61, the checkpoint has 60" in r.stderr
 
 
 def test_wrong_dtype_names_the_tensor(tmp_path):
