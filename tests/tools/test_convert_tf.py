@@ -363,6 +363,14 @@ def test_enwik8_like(tmp_path, engine):
     assert (out / "vocab.txt").read_text().split("\n")[:3] == ["32", "101", "116"]
     for tl in (8, 3):
         parity(engine, tmp_path, out, ref, 60, tl, f"TF enwik8-like -> engine (tgt_len {tl})")
+    # the newline the authors' preprocessing removed: dropped on request instead of refused
+    assert cfg["xlserve_tokenizer_options"]["unknown"] == "refuse"
+    r = convert("tf", root, tmp_path / "out_drop", "--mem-len", 12, "--tokenizer-option",
+                "unknown=drop")
+    assert r.returncode == 0, r.stderr
+    cfg2 = json.loads((tmp_path / "out_drop" / "config.json").read_text())
+    assert cfg2["xlserve_tokenizer"] == "byte_table"
+    assert cfg2["xlserve_tokenizer_options"] == {"unknown": "drop"}
 
 
 def test_text8_like_multishard(tmp_path, engine):

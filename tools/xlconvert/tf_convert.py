@@ -39,7 +39,7 @@ import sys
 
 import numpy as np
 
-from xlconvert import layout, tf_presets
+from xlconvert import layout, tf_presets, vocab_kinds
 from xlconvert.tf_bundle import Bundle, BundleError
 from xlmodel import model_dir, safetensors_io
 
@@ -424,22 +424,11 @@ def read_vocab(path, vocab_size):
     executing it), a vocab file of the authors' form (first field of each line, duplicates
     skipped: lm1b's 1b_word_vocab.txt "symbol count"), or a vocab.txt, one symbol per line."""
     if not path.endswith(".txt"):
-        try:
-            from xlconvert import vocab_kinds  # the converters' shared reader (lazy pickles)
-        except ImportError:
-            vocab_kinds = None
-        if vocab_kinds is not None:
-            try:
-                v = vocab_kinds.read_vocab(path, vocab_size)
-            except vocab_kinds.VocabError as e:
-                raise ConvertError(str(e)) from None
-            syms, meta = v.symbols, v.meta
-        else:
-            from xlconvert import sources
-            try:
-                syms, meta = sources.vocab_symbols(path, vocab_size), {}
-            except sources.ConvertError as e:
-                raise ConvertError(str(e)) from None
+        try:  # the converters' shared reader (pickles read lazily, never executed)
+            v = vocab_kinds.read_vocab(path, vocab_size)
+        except vocab_kinds.VocabError as e:
+            raise ConvertError(str(e)) from None
+        syms, meta = v.symbols, v.meta
         fixed = repair_py2_strings(syms)
         if fixed is not None:
             print(f"{path}: note: the symbols are Python 2 byte strings; read as UTF-8",
@@ -581,22 +570,14 @@ def convert_tf(source, out_dir, preset=None, vocab_path=None, corpus_info_path=N
     dataset = dataset or vmeta.get("dataset")
     kind, opts = tf_presets.tokenizer_for(dataset, vocab, vmeta)
     if tokenizer is not None or tokenizer_options:
+        meta = dict(vmeta, format="authors", dataset=dataset)
+        if dataset is not None:
+            meta.setdefault("lower_case", tf_presets.LOWER_CASE.get(dataset, False))
         try:
-            from xlconvert import vocab_kinds
-        except ImportError:
-            vocab_kinds = None
-        if vocab_kinds is not None:
-            meta = dict(vmeta, format="authors", dataset=dataset)
-            try:
-                kind, opts = vocab_kinds.choose(vocab, meta, tokenizer, tokenizer_options,
-                                                vocab_path)
-            except vocab_kinds.VocabError as e:
-                raise ConvertError(str(e)) from None
-        elif tokenizer == "words":
-            kind, opts = "words", {}
-        elif tokenizer not in (None, kind):
-            raise ConvertError(f"--tokenizer {tokenizer}: a TF checkpoint's vocabulary gives "
-                               f"{kind}")
+            kind, opts = vocab_kinds.choose(vocab, meta, tokenizer, tokenizer_options,
+                                            vocab_path)
+        except vocab_kinds.VocabError as e:
+            raise ConvertError(str(e)) from None
 
     cfg = {k: v for k, v in arch.items() if not k.startswith("_") and k != "proj_same_dim"}
     cfg.update({

@@ -52,36 +52,12 @@ LOWER_CASE = {"enwik8": True, "text8": True, "wt103": False, "lm1b": False}
 
 
 def tokenizer_for(dataset, symbols, meta=None):
-    """(xlserve_tokenizer, xlserve_tokenizer_options) for a released model's vocabulary.
-    DATASET: the preset name (or corpus-info.json's "dataset"); META: what the vocabulary file
-    said about itself. The converters' shared rule (xlconvert.vocab_kinds) decides where it is
-    present; otherwise the same rule, restated for the four released vocabularies."""
+    """(xlserve_tokenizer, xlserve_tokenizer_options) for a released model's vocabulary, by the
+    converters' shared rule (xlconvert.vocab_kinds). DATASET: the preset name (or
+    corpus-info.json's "dataset"); META: what the vocabulary file said about itself."""
+    from xlconvert import vocab_kinds
     meta = dict(meta or {}, format="authors")
     if dataset is not None:
         meta["dataset"] = dataset
         meta.setdefault("lower_case", LOWER_CASE.get(dataset, False))
-    try:
-        from xlconvert import vocab_kinds
-    except ImportError:
-        vocab_kinds = None
-    if vocab_kinds is not None:
-        return vocab_kinds.tokenizer_for(symbols, meta)
-    if all(s.isdigit() and str(int(s)) == s and int(s) <= 255 for s in symbols):
-        return "byte_table", {"unknown": "refuse"}  # enwik8: byte values in decimal
-    if all(len(s) == 1 for s in symbols):  # text8: a..z and "_"
-        opts = {"unknown": "refuse"}
-        if "_" in symbols and " " not in symbols:
-            opts["space_symbol"] = "_"
-        upper = any(s != s.lower() for s in symbols)
-        opts["lower_case"] = bool(meta.get("lower_case", not upper)) and not upper
-        opts["spell_digits"] = dataset == "text8" and not any(s.isdigit() for s in symbols)
-        return "char_table", opts
-    opts = {}
-    if meta.get("lower_case") and not any(s != s.lower() for s in symbols
-                                          if not s.startswith("<")):
-        opts["lower_case"] = True
-    if "<eos>" not in symbols and "<S>" in symbols:
-        opts["eos_token"] = "<S>"  # lm1b: sentences framed <S> ... <S>
-    if "<unk>" not in symbols and "<UNK>" in symbols:
-        opts["unk_token"] = "<UNK>"
-    return "words", opts
+    return vocab_kinds.tokenizer_for(symbols, meta)
