@@ -25,7 +25,7 @@ void detok_ids(const xl_model *m, const int32_t *ids, size_t n, buf *out) {
     size_t w = xl_detok_push(m, &d, ids[i], tmp, sizeof tmp);
     if (w <= sizeof tmp) buf_add(out, tmp, w);
   }
-  size_t w = xl_detok_flush(&d, tmp, sizeof tmp);
+  size_t w = xl_detok_flush(m, &d, tmp, sizeof tmp);
   if (w <= sizeof tmp) buf_add(out, tmp, w);
 }
 

@@ -110,7 +110,7 @@ static int check_stop(job *j) {
 
 static void detok_into(job *j, int32_t t, buf *dst, int flush) {
   char tmp[8192];
-  size_t n = flush ? xl_detok_flush(&j->detok, tmp, sizeof tmp)
+  size_t n = flush ? xl_detok_flush(j->model, &j->detok, tmp, sizeof tmp)
                    : xl_detok_push(j->model, &j->detok, t, tmp, sizeof tmp);
   if (n > sizeof tmp) n = 0; /* cannot happen with vocab entries < 8 KiB (checked at load) */
   buf_add(dst, tmp, n);
