@@ -67,7 +67,18 @@ static size_t m_lit(const uint32_t *t, size_t n, size_t p, xl_ustr *o, const voi
   return (size_t)r->nfrom;
 }
 
-static void lit(text_buf *b, const lit_rule *r) { run_pass(b, m_lit, r); }
+static int has(const text_buf *b, uint32_t c) {
+  for (size_t i = 0; i < b->cur.n; i++)
+    if (b->cur.p[i] == c) return 1;
+  return 0;
+}
+
+/* A pass that can only match where character c is: skipped when the text has none. */
+static void run_pass_if(text_buf *b, uint32_t c, matcher m, const void *ctx) {
+  if (has(b, c)) run_pass(b, m, ctx);
+}
+
+static void lit(text_buf *b, const lit_rule *r) { run_pass_if(b, r->from[r->nfrom - 1], m_lit, r); }
 
 #define L1(a, s) ((lit_rule){{a}, 1, s, {0}, 0})
 #define L2(a, b2, s) ((lit_rule){{a, b2}, 2, s, {0}, 0})
@@ -163,11 +174,11 @@ static void normalize(text_buf *b) {
   lit(b, &L1('(', " ("));
   lit(b, &L1(')', ") "));
   run_pass(b, m_spaces, NULL);
-  run_pass(b, m_close_paren_punct, NULL);
+  run_pass_if(b, ')', m_close_paren_punct, NULL);
   run_pass(b, m_space_punct, NULL);
   lit(b, &L2('(', ' ', "("));
   lit(b, &L2(' ', ')', ")"));
-  run_pass(b, m_digit_space_pct, NULL);
+  run_pass_if(b, '%', m_digit_space_pct, NULL);
   lit(b, &L2(' ', ':', ":"));
   lit(b, &L2(' ', ';', ";"));
   /* Penn quotes */
@@ -182,8 +193,8 @@ static void normalize(text_buf *b) {
   run_pass(b, m_spaces, NULL);
   lit(b, &L1(0xB4, "'"));
   static const uint32_t lsq = 0x2018, rsq = 0x2019;
-  run_pass(b, m_alpha_quote_alpha, &lsq);
-  run_pass(b, m_alpha_quote_alpha, &rsq);
+  run_pass_if(b, lsq, m_alpha_quote_alpha, &lsq);
+  run_pass_if(b, rsq, m_alpha_quote_alpha, &rsq);
   lit(b, &L1(0x2018, "'"));
   lit(b, &L1(0x201A, "'"));
   lit(b, &L1(0x2019, "'"));
@@ -209,8 +220,8 @@ static void normalize(text_buf *b) {
   lit(b, &L2(',', 0xA0, ", "));
   run_pass(b, m_spaces, NULL);
   /* English: quotation followed by comma; numbers */
-  run_pass(b, m_quote_commas, NULL);
-  run_pass(b, m_digit_nbsp_digit, NULL);
+  run_pass_if(b, '"', m_quote_commas, NULL);
+  run_pass_if(b, 0xA0, m_digit_nbsp_digit, NULL);
   strip(b);
 }
 
@@ -497,21 +508,21 @@ int xl_moses_line(const xl_moses_opts *opt, const uint32_t *text, size_t n, xl_u
   }
   strip(&b);
   run_pass(&b, m_pad_not_alnum, NULL);
-  run_pass(&b, m_dash_split, NULL);
-  run_pass(&b, m_multidot1, NULL);
+  run_pass_if(&b, '-', m_dash_split, NULL);
+  run_pass_if(&b, '.', m_multidot1, NULL);
   while (!b.oom && contains_dotmulti_dot(&b.cur)) {
     run_pass(&b, m_multidot2, NULL);
     run_pass(&b, m_multidot3, NULL);
   }
-  run_pass(&b, m_comma1, NULL);
-  run_pass(&b, m_comma2, NULL);
-  run_pass(&b, m_comma3, NULL);
+  run_pass_if(&b, ',', m_comma1, NULL);
+  run_pass_if(&b, ',', m_comma2, NULL);
+  run_pass_if(&b, ',', m_comma3, NULL);
   static const int rules[5] = {AP_1, AP_2, AP_3, AP_4, AP_5};
-  for (int r = 0; r < 5; r++) run_pass(&b, m_apos, &rules[r]);
+  for (int r = 0; r < 5; r++) run_pass_if(&b, '\'', m_apos, &rules[r]);
   nonbreaking(&b);
   run_pass(&b, m_ws, NULL);
   strip(&b);
-  run_pass(&b, m_trailing_dot_apos, NULL);
+  run_pass_if(&b, '\'', m_trailing_dot_apos, NULL);
   for (size_t i = 0; i < n_prot; i++) {
     placeholder(i, ph, &phn);
     replace_all(&b, ph, phn, prot.p + prot_off[i], prot_off[i + 1] - prot_off[i]);

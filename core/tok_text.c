@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int xl_uclass(uint32_t cp) {
+int xl_uclass_search(uint32_t cp) {
   size_t lo = 0, hi = xl_uclass_count;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -45,11 +45,7 @@ int xl_ustr_reserve(xl_ustr *s, size_t need) {
   return 0;
 }
 
-int xl_ustr_push(xl_ustr *s, uint32_t c) {
-  if (s->n == s->cap && xl_ustr_reserve(s, s->n + 1)) return -1;
-  s->p[s->n++] = c;
-  return 0;
-}
+int xl_ustr_grow(xl_ustr *s) { return xl_ustr_reserve(s, s->n + 1); }
 
 int xl_ustr_append(xl_ustr *s, const uint32_t *c, size_t n) {
   if (xl_ustr_reserve(s, s->n + n)) return -1;

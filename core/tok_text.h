@@ -26,9 +26,13 @@ extern const xl_uclass_range xl_uclass_ranges[];
 extern const size_t xl_uclass_count;
 extern const xl_ulower_run xl_ulower_runs[];
 extern const size_t xl_ulower_count;
+extern const uint8_t xl_uclass_latin1[256]; /* the class bits of U+0000..U+00FF */
 extern const char xl_unicode_version[];
 
-int xl_uclass(uint32_t cp); /* the class bits of cp */
+int xl_uclass_search(uint32_t cp);
+static inline int xl_uclass(uint32_t cp) { /* the class bits of cp */
+  return cp < 256 ? xl_uclass_latin1[cp] : xl_uclass_search(cp);
+}
 static inline int xl_is_space(uint32_t c) { return xl_uclass(c) & XL_UC_SPACE; }
 static inline int xl_is_alpha(uint32_t c) { return xl_uclass(c) & XL_UC_ALPHA; }
 static inline int xl_is_n(uint32_t c) { return xl_uclass(c) & XL_UC_N; }
@@ -40,7 +44,12 @@ uint32_t xl_ulower(uint32_t cp); /* simple lowercase mapping (one code point) */
 /* A growable code-point string. Functions return -1 when out of memory. */
 typedef struct { uint32_t *p; size_t n, cap; } xl_ustr;
 int xl_ustr_reserve(xl_ustr *s, size_t need);
-int xl_ustr_push(xl_ustr *s, uint32_t c);
+int xl_ustr_grow(xl_ustr *s);
+static inline int xl_ustr_push(xl_ustr *s, uint32_t c) {
+  if (s->n == s->cap && xl_ustr_grow(s)) return -1;
+  s->p[s->n++] = c;
+  return 0;
+}
 int xl_ustr_append(xl_ustr *s, const uint32_t *c, size_t n);
 int xl_ustr_append_ascii(xl_ustr *s, const char *a);
 void xl_ustr_free(xl_ustr *s);

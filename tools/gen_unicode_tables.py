@@ -63,6 +63,10 @@ def main():
               % unicodedata.unidata_version)
     out.write(" * Read-only tables: any thread.\n */\n#include \"tok_text.h\"\n\n")
     out.write("const char xl_unicode_version[] = \"%s\";\n\n" % unicodedata.unidata_version)
+    out.write("const uint8_t xl_uclass_latin1[256] = {\n")
+    for cp in range(256):
+        out.write("%d," % flags_of(cp) + ("\n" if cp % 32 == 31 else ""))
+    out.write("};\n\n")
     out.write("const xl_uclass_range xl_uclass_ranges[] = {\n")
     for i, (a, b, f) in enumerate(ranges):
         out.write("{0x%X,0x%X,%d}," % (a, b, f) + ("\n" if i % 6 == 5 else ""))
