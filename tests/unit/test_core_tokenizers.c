@@ -257,6 +257,54 @@ static void test_transfo_xl_streaming(void) {
   xl_model_free(m);
 }
 
+/* Any bytes (invalid UTF-8, NULs, control characters, the pipeline's own placeholder words)
+ * encode without error and decode to valid UTF-8 (under the sanitizers: no overflow). */
+static void test_transfo_xl_any_input(void) {
+  xl_error err;
+  xl_model *m = make("tx_fuzz", "transfo_xl", NULL, WT_SYMS, N_WT, &err);
+  if (!m) {
+    CHECK(0);
+    return;
+  }
+  static const char *const pieces[] = {"DOTMULTI", "DOTDOTMULTI", "THISISPROTECTED000", "<unk>",
+                                       "<UNK>", "...", "..", "@-@", " @,@ ", "1,000", "3.5",
+                                       "'s", "n't", "\"", "``", "''", "--", "-", "\xC2\xA0",
+                                       "\xE2\x80\x9C", "\xE6\x97\xA5", "\xF0\x9F\x98\x80", "\n"};
+  uint64_t s = 99;
+  int bad = 0;
+  for (int trial = 0; trial < 2000 && !bad; trial++) {
+    char text[512];
+    size_t n = 0;
+    while (n < 400) {
+      s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+      unsigned r = (unsigned)(s >> 33);
+      if (r % 3 == 0) {
+        const char *p = pieces[(r / 3) % (sizeof pieces / sizeof *pieces)];
+        size_t l = strlen(p);
+        memcpy(text + n, p, l);
+        n += l;
+      } else {
+        text[n++] = r % 3 == 1 ? (char)((r >> 8) & 0xFF) : " .,a1'-(\"$%"[(r >> 8) % 12];
+      }
+      if ((r >> 20) % 17 == 0) break;
+    }
+    int32_t *ids = NULL;
+    size_t k = 0;
+    if (xl_tokenize(m, text, n, &ids, &k, &err) != XL_OK) {
+      bad = 1;
+      break;
+    }
+    static char out[1 << 16];
+    size_t w = stream_decode(m, ids, k, out, sizeof out);
+    free(ids);
+    for (size_t i = 0; i < w; i++) /* UTF-8 well formed: no stray continuation bytes */
+      if (((unsigned char)out[i] & 0xC0) == 0x80 && (i == 0 || (unsigned char)out[i - 1] < 0x80))
+        bad = 1;
+  }
+  CHECK(!bad);
+  xl_model_free(m);
+}
+
 static void test_byte_table(void) {
   xl_error err;
   static const char *const syms[] = {"104", "105", "32", "195", "169", "10", "<unk>"};
@@ -350,6 +398,7 @@ int main(void) {
   RUN(test_transfo_xl_decode);
   RUN(test_transfo_xl_round_trip);
   RUN(test_transfo_xl_streaming);
+  RUN(test_transfo_xl_any_input);
   RUN(test_byte_table);
   RUN(test_char_table);
   RUN(test_bad_options);
