@@ -17,7 +17,8 @@ enum {
   XL_UC_SC = 8,    /* IsSc: currency symbols */
   XL_UC_SO = 16,   /* IsSo: other symbols */
   XL_UC_LOWER = 32,/* IsLower: Lowercase */
-  XL_UC_SPACE = 64 /* Python's str.isspace (\s, str.split, str.strip) */
+  XL_UC_SPACE = 64, /* Python's str.isspace (\s, str.split, str.strip) */
+  XL_UC_ALNUM = 128 /* IsAlnum: IsAlpha and decimal digits */
 };
 
 typedef struct { uint32_t first, last; uint8_t flags; } xl_uclass_range;
@@ -37,7 +38,7 @@ static inline int xl_is_space(uint32_t c) { return xl_uclass(c) & XL_UC_SPACE; }
 static inline int xl_is_alpha(uint32_t c) { return xl_uclass(c) & XL_UC_ALPHA; }
 static inline int xl_is_n(uint32_t c) { return xl_uclass(c) & XL_UC_N; }
 static inline int xl_is_digit(uint32_t c) { return xl_uclass(c) & XL_UC_ND; }
-static inline int xl_is_alnum(uint32_t c) { return xl_uclass(c) & (XL_UC_ALPHA | XL_UC_ND); }
+static inline int xl_is_alnum(uint32_t c) { return xl_uclass(c) & XL_UC_ALNUM; }
 static inline int xl_is_lower(uint32_t c) { return xl_uclass(c) & XL_UC_LOWER; }
 uint32_t xl_ulower(uint32_t cp); /* simple lowercase mapping (one code point) */
 
