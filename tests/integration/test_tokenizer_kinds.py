@@ -55,6 +55,15 @@ def test_transfo_xl_tokenize_detokenize_info_and_generation(start_daemon, tmp_pa
         if line.startswith("data: {"):
             streamed += json.loads(line[6:])["choices"][0]["text"]
     assert streamed == c["choices"][0]["text"]
+    # text_offset: where each token's text lands in the detokenized reply
+    c = X.complete(d.port, **dict(body, logprobs=0, max_tokens=40))
+    text, lp = c["choices"][0]["text"], c["choices"][0]["logprobs"]
+    offs = lp["text_offset"]
+    assert offs == sorted(offs) and len(offs) == len(lp["tokens"])
+    words = [(o, t.strip()) for o, t in zip(offs, lp["tokens"]) if t.strip().isalnum()]
+    assert words
+    for o, w in words:
+        assert text[o:].lstrip(" ").startswith(w), (o, w, text)
     # structured output needs a byte-level model
     st, _, b = X.post_json(d.port, "/v1/completions",
                            {"prompt": "a", "response_format": {"type": "json_object"}})
