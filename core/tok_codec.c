@@ -204,7 +204,9 @@ xl_code xl_tokenize(const xl_model *m, const char *text, size_t len, int32_t **i
     case XL_TOKENIZER_WORDS: rc = encode_words(m, text, len, &v, err); break;
     case XL_TOKENIZER_TRANSFO_XL: rc = encode_transfo_xl(m, text, len, &v, err); break;
     default: {
-      v.cap = 8 * len + 8;
+      /* one id per byte or character, up to 7 for a spelled digit (" seven ") */
+      v.cap = (m->tok->info.kind == XL_TOKENIZER_CHAR_TABLE && m->tok->info.spell_digits ? 8 : 1) *
+                  len + 8;
       if (!(v.p = malloc(v.cap * sizeof *v.p))) return xl_fail(err, XL_NOMEM, "out of memory");
       rc = xl_table_encode(m, text, len, v.p, &v.n, err);
       break;

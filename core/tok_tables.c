@@ -62,7 +62,7 @@ static void describe_char(uint32_t c, char *out, size_t cap) {
 
 xl_code xl_table_encode(const xl_model *m, const char *text, size_t len, int32_t *out, size_t *n,
                         xl_error *err) {
-  const struct xl_tok *t = m->tok; /* out: room for 8 ids per byte (spelled digits) */
+  const struct xl_tok *t = m->tok; /* out: see tok_internal.h */
   size_t k = 0;
   if (t->info.kind == XL_TOKENIZER_BYTE_TABLE) {
     for (size_t i = 0; i < len; i++) {
