@@ -43,8 +43,9 @@ void xl_moses_detok_reset(xl_detok *d);
 
 /* byte_table / char_table (tok_tables.c). */
 xl_code xl_table_setup(xl_model *m, xl_error *err);
+/* out: room for len + 8 ids (8 * len + 8 with spell_digits) */
 xl_code xl_table_encode(const xl_model *m, const char *text, size_t len, int32_t *out, size_t *n,
-                        xl_error *err); /* out: room for len + 8 ids (8 * len + 8 with spell_digits) */
+                        xl_error *err);
 size_t xl_table_token_bytes(const xl_model *m, int32_t id, char *out, size_t cap);
 
 #endif
