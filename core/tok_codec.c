@@ -321,7 +321,8 @@ size_t xl_detok_push(const xl_model *m, xl_detok *d, int32_t id, char *out, size
 }
 
 size_t xl_detok_flush(const xl_model *m, xl_detok *d, char *out, size_t cap) {
-  if (m && m->cfg.tokenizer == XL_TOKENIZER_TRANSFO_XL) return xl_moses_detok_end_line(m, d, out, cap);
+  if (m && m->cfg.tokenizer == XL_TOKENIZER_TRANSFO_XL)
+    return xl_moses_detok_end_line(m, d, out, cap);
   if (!d->n_pending || cap < 3) return 0;
   d->n_pending = 0;
   memcpy(out, REPLACEMENT, 3);

@@ -84,9 +84,13 @@ static int all_in(const uint32_t *u, size_t n, int (*pred)(uint32_t)) {
     if (!pred(u[i])) return 0;
   return 1;
 }
-static int is_open(uint32_t c) { return (xl_uclass(c) & XL_UC_SC) || c == '(' || c == '[' || c == '{' || c == 0xBF || c == 0xA1; }
+static int is_open(uint32_t c) { /* currency, ( [ { ¿ ¡ */
+  return (xl_uclass(c) & XL_UC_SC) || c == '(' || c == '[' || c == '{' || c == 0xBF || c == 0xA1;
+}
 static int is_close(uint32_t c) { return c < 128 && c && strchr(",.?!:;\\%}])", (int)c); }
-static int is_quote(uint32_t c) { return c == '\'' || c == '"' || c == 0x201E || c == 0x201C || c == '`'; }
+static int is_quote(uint32_t c) {
+  return c == '\'' || c == '"' || c == 0x201E || c == 0x201C || c == '`';
+}
 static int is_dquote(uint32_t c) { return c == 0x201E || c == 0x201C || c == 0x201D; }
 
 /* One bit per quote token (Moses counts each distinct token's occurrences). Tokens of up to

@@ -533,7 +533,8 @@ int xl_moses_line(const xl_moses_opts *opt, const uint32_t *text, size_t n, xl_u
   static const uint32_t DOT[1] = {'.'};
   for (;;) {
     int found = 0;
-    for (size_t p = 0; !found && p + 11 <= b.cur.n; p++) found = at_word(b.cur.p, b.cur.n, p, DDM, 11);
+    for (size_t p = 0; !found && p + 11 <= b.cur.n; p++)
+      found = at_word(b.cur.p, b.cur.n, p, DDM, 11);
     if (!found || b.oom) break;
     replace_all(&b, DDM, 11, DM_DOT, 9);
   }

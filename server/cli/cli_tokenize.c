@@ -34,7 +34,8 @@ static void decode_ids(const xl_model *m, const int32_t *ids, size_t n, buf *who
   xl_detok d;
   char tmp[8192];
   xl_detok_init(&d);
-  for (size_t i = 0; i < n; i++) buf_add(stream, tmp, xl_detok_push(m, &d, ids[i], tmp, sizeof tmp));
+  for (size_t i = 0; i < n; i++)
+    buf_add(stream, tmp, xl_detok_push(m, &d, ids[i], tmp, sizeof tmp));
   buf_add(stream, tmp, xl_detok_flush(m, &d, tmp, sizeof tmp));
   /* the whole decode: every token pushed before anything is read out */
   xl_detok_init(&d);
@@ -182,7 +183,8 @@ int cli_tokenize_main(int argc, char **argv) {
       printf("usage: xlserve tokenize [--model DIR] [--decode] [--bench FILE]\n"
              "  reads stdin, one text per line (without its newline); prints one JSON object\n"
              "  per line: {\"ids\":[...],\"pieces\":[...]} or {\"error\":\"...\"}\n"
-             "  --decode      each line is a JSON array of ids; prints {\"text\":...,\"stream\":...}\n"
+             "  --decode      each line is a JSON array of ids; prints\n"
+             "                {\"text\":...,\"stream\":...}\n"
              "                (stream: the streaming detokeniser's output, token by token)\n"
              "  --bench FILE  encode/decode speed on FILE in MB/s, next to one forward step\n");
       return 0;
