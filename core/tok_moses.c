@@ -20,6 +20,7 @@ typedef size_t (*matcher)(const uint32_t *t, size_t n, size_t p, xl_ustr *out, c
 typedef struct {
   xl_ustr cur, tmp;
   int oom;
+  int ascii; /* the text is ASCII: no rule adds other characters, so their passes are skipped */
 } text_buf;
 
 static void run_pass(text_buf *b, matcher m, const void *ctx) {
@@ -75,7 +76,7 @@ static int has(const text_buf *b, uint32_t c) {
 
 /* A pass that can only match where character c is: skipped when the text has none. */
 static void run_pass_if(text_buf *b, uint32_t c, matcher m, const void *ctx) {
-  if (has(b, c)) run_pass(b, m, ctx);
+  if (!(c >= 128 && b->ascii) && has(b, c)) run_pass(b, m, ctx);
 }
 
 static void lit(text_buf *b, const lit_rule *r) { run_pass_if(b, r->from[r->nfrom - 1], m_lit, r); }
@@ -467,11 +468,12 @@ static void placeholder(size_t i, uint32_t *out, size_t *n) {
 }
 
 int xl_moses_line(const xl_moses_opts *opt, const uint32_t *text, size_t n, xl_ustr *tokens) {
-  text_buf b = {{0}, {0}, 0};
+  text_buf b = {{0}, {0}, 0, 1};
   xl_ustr prot = {0};         /* the protected tokens' text, one after another */
   size_t *prot_off = NULL, n_prot = 0, cap_prot = 0;
   int rc = -1;
   if (xl_ustr_append(&b.cur, text, n)) goto done;
+  for (size_t i = 0; i < n && b.ascii; i++) b.ascii = text[i] < 128;
   strip(&b);
   normalize(&b);
   /* tokenize() */
