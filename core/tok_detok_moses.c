@@ -5,8 +5,9 @@
  * detokenizer places the spaces (currency and opening brackets attach to the next token,
  * closing punctuation to the previous one, quotes alternate, "'s"-style contractions attach,
  * CJK runs join), then " @,@ " -> "," and " @.@ " -> ".". Every rule looks backwards except the
- * "@-@" join, so one token is held back until the next shows whether it joins; the number
- * rules hold back at most four bytes. Written from the published rules. Reentrant: the state
+ * "@-@" join, so a punctuation or quote token is held back until the next shows whether it
+ * joins (a word is placed the same either way, at once); the number rules hold back at most
+ * four bytes. Written from the published rules. Reentrant: the state
  * lives in the caller's xl_detok.
  */
 #include <string.h>
@@ -150,6 +151,12 @@ static void place(sink *s, const uint32_t *u, size_t n, int merged) {
   d->mx_prev_last = u[n - 1];
 }
 
+/* Whether a rule that looks at the whole token applies to it (currency/opening brackets,
+ * closing punctuation, quotes): only then does a following "@-@" change its place. */
+static int whole_token_rule(const uint32_t *u, size_t n) {
+  return all_in(u, n, is_open) || all_in(u, n, is_close) || all_in(u, n, is_quote);
+}
+
 /* The token's text after XML unescaping, as code points. */
 static size_t unescaped(const xl_model *m, int32_t id, uint32_t *u, size_t cap) {
   const char *sym = m->vocab[id];
@@ -259,7 +266,15 @@ static void push(sink *s, const xl_model *m, int32_t id) {
     d->mx_in_merged = 0;
   }
   for (size_t i = from; i + 1 < k; i++) place(s, u + st[i], ln[i], 0);
-  d->mx_held = (k > from) ? id : -1;
+  if (k <= from) {
+    d->mx_held = -1;
+  } else if (whole_token_rule(u + st[k - 1], ln[k - 1])) {
+    d->mx_held = id; /* its place depends on whether "@-@" follows */
+  } else { /* a word: placed the same either way, so now; a "@-@" after it just adds "-" */
+    place(s, u + st[k - 1], ln[k - 1], 0);
+    d->mx_held = -1;
+    d->mx_in_merged = 1;
+  }
 }
 
 size_t xl_moses_detok_push(const xl_model *m, xl_detok *d, int32_t id, char *out, size_t cap) {
