@@ -258,6 +258,21 @@ static void test_transfo_xl_streaming(void) {
     if (bad) fprintf(stderr, "streaming differs at trial %d\n", trial);
   }
   CHECK(!bad);
+  /* latency: a word comes out with its own push; a bracket waits for the next token */
+  xl_detok d;
+  xl_detok_init(&d);
+  char buf[4096];
+  int32_t hello = -1, paren = -1, world = -1;
+  for (int i = 0; i < N_WT; i++) {
+    if (!strcmp(WT_SYMS[i], "Hello")) hello = i;
+    if (!strcmp(WT_SYMS[i], "(")) paren = i;
+    if (!strcmp(WT_SYMS[i], "world")) world = i;
+  }
+  size_t w = xl_detok_push(m, &d, hello, buf, sizeof buf);
+  CHECK(w == 5 && !memcmp(buf, "Hello", 5));
+  CHECK(xl_detok_push(m, &d, paren, buf, sizeof buf) == 0);
+  w = xl_detok_push(m, &d, world, buf, sizeof buf);
+  CHECK(w == 7 && !memcmp(buf, " (world", 7));
   xl_model_free(m);
 }
 
