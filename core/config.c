@@ -145,9 +145,14 @@ static xl_code parse(json_t *root, const char *path, xl_config *c, xl_error *err
   json_t *tok = json_object_get(root, "xlserve_tokenizer");
   if (tok && !json_is_null(tok)) {
     const char *t = json_string_value(tok);
-    if (t && !strcmp(t, "bytes")) c->tokenizer = XL_TOKENIZER_BYTES;
-    else if (t && !strcmp(t, "words")) c->tokenizer = XL_TOKENIZER_WORDS;
-    else return xl_fail(err, XL_CONFIG, "%s: 'xlserve_tokenizer' must be \"bytes\" or \"words\"", path);
+    int k = 0;
+    while (k < XL_TOKENIZER_KIND_COUNT && !(t && !strcmp(t, xl_tokenizer_kind_name(k)))) k++;
+    if (k == XL_TOKENIZER_KIND_COUNT)
+      return xl_fail(err, XL_CONFIG,
+                     "%s: 'xlserve_tokenizer' must be \"bytes\", \"words\", \"transfo_xl\", "
+                     "\"byte_table\" or \"char_table\"",
+                     path);
+    c->tokenizer = (xl_tokenizer_kind)k;
   } else {
     c->tokenizer = c->vocab_size == 256 ? XL_TOKENIZER_BYTES : XL_TOKENIZER_WORDS;
   }

@@ -122,11 +122,12 @@ struct xl_model {
   size_t narrowed_bytes;         /* ... and the bytes they take (weights + scales) */
   uint64_t fingerprint;
   xl_kv_dtype kv_dtype;          /* memory dtype of its states (a load option) */
-  /* tokenizer (words) */
+  /* tokenizer (tokenizer.c; its kind's state in tok, tok_internal.h) */
   char **vocab;                  /* [vocab_size] symbols, NULL for byte models */
   int32_t *vocab_index;          /* open-addressing table of ids, size vocab_index_cap */
   size_t vocab_index_cap;
   int32_t unk_id, eos_id;
+  struct xl_tok *tok;
 };
 
 /* Number of distance rows a forward needs for klen keys: distances 0..klen-1, or 0..mem_len-1

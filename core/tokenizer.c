@@ -1,21 +1,30 @@
 /*
- * tokenizer.c: the two tokenizers (bytes: id = byte value; words: vocab.txt, whitespace split,
- * "<eos>" per newline, "<unk>" for unknown words) and the streaming detokeniser that emits
- * only complete UTF-8 sequences. Loading happens once with the model; the rest is reentrant
- * (any thread; an xl_detok belongs to one stream).
+ * tokenizer.c: the model's tokenizer: loads vocab.txt and the options of config.json
+ * ("xlserve_tokenizer_options"), and dispatches encoding and decoding by kind: bytes (id = byte
+ * value), words (whitespace split, "<eos>" per newline, "<unk>"), transfo_xl (tok_moses.c,
+ * tok_detok_moses.c), byte_table and char_table (tok_tables.c). Also the streaming
+ * detokeniser's UTF-8 assembly. Loading happens once with the model; the rest is reentrant (any
+ * thread; an xl_detok belongs to one stream).
  */
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tok_internal.h"
 
-#define MAX_SYMBOL_BYTES 1024
+static const char *const KIND_NAMES[XL_TOKENIZER_KIND_COUNT] = {"bytes", "words", "transfo_xl",
+                                                                "byte_table", "char_table"};
+
+const char *xl_tokenizer_kind_name(xl_tokenizer_kind kind) {
+  return (unsigned)kind < XL_TOKENIZER_KIND_COUNT ? KIND_NAMES[kind] : "unknown";
+}
 
 static uint64_t sym_hash(const char *s, size_t n) { return xl_hash64(s, n, 0x746f6b656eULL); }
 
-static int32_t vocab_lookup(const xl_model *m, const char *s, size_t n) {
+int32_t xl_vocab_find(const xl_model *m, const char *s, size_t n) {
+  if (!m->vocab_index) return -1;
   size_t mask = m->vocab_index_cap - 1, i = sym_hash(s, n) & mask;
   for (;; i = (i + 1) & mask) {
     int32_t id = m->vocab_index[i];
@@ -25,14 +34,13 @@ static int32_t vocab_lookup(const xl_model *m, const char *s, size_t n) {
   }
 }
 
-xl_code xl_tokenizer_load(xl_model *m, xl_error *err) {
-  m->unk_id = m->eos_id = -1;
-  if (m->cfg.tokenizer == XL_TOKENIZER_BYTES) return XL_OK;
+static xl_code load_vocab(xl_model *m, xl_error *err) {
   char path[XL_MAX_PATH + 32];
   snprintf(path, sizeof path, "%s/vocab.txt", m->dir);
   FILE *f = fopen(path, "rb");
-  if (!f) return xl_fail(err, XL_IO, "%s: %s (word-level models need a vocab.txt)", path,
-                         strerror(errno));
+  if (!f)
+    return xl_fail(err, XL_IO, "%s: %s (a %s tokenizer needs a vocab.txt)", path,
+                   strerror(errno), xl_tokenizer_kind_name(m->cfg.tokenizer));
   int V = m->cfg.vocab_size;
   m->vocab = calloc((size_t)V, sizeof *m->vocab);
   size_t cap = 16;
@@ -44,7 +52,7 @@ xl_code xl_tokenizer_load(xl_model *m, xl_error *err) {
     return xl_fail(err, XL_NOMEM, "%s: out of memory", path);
   }
   memset(m->vocab_index, 0xff, cap * sizeof *m->vocab_index);
-  char line[MAX_SYMBOL_BYTES + 2];
+  char line[XL_MAX_SYMBOL_BYTES + 2];
   int n = 0;
   xl_code rc = XL_OK;
   while (fgets(line, sizeof line, f)) {
@@ -52,7 +60,7 @@ xl_code xl_tokenizer_load(xl_model *m, xl_error *err) {
     if (len && line[len - 1] == '\n') line[--len] = '\0';
     else if (!feof(f)) {
       rc = xl_fail(err, XL_TOKENIZER, "%s:%d: symbol longer than %d bytes", path, n + 1,
-                   MAX_SYMBOL_BYTES);
+                   XL_MAX_SYMBOL_BYTES);
       break;
     }
     if (len && line[len - 1] == '\r') line[--len] = '\0';
@@ -64,7 +72,11 @@ xl_code xl_tokenizer_load(xl_model *m, xl_error *err) {
       rc = xl_fail(err, XL_TOKENIZER, "%s:%d: empty symbol", path, n + 1);
       break;
     }
-    if (vocab_lookup(m, line, len) >= 0) {
+    if (strlen(line) != len) {
+      rc = xl_fail(err, XL_TOKENIZER, "%s:%d: symbol contains a NUL byte", path, n + 1);
+      break;
+    }
+    if (xl_vocab_find(m, line, len) >= 0) {
       rc = xl_fail(err, XL_TOKENIZER, "%s:%d: duplicate symbol '%s'", path, n + 1, line);
       break;
     }
@@ -72,6 +84,7 @@ xl_code xl_tokenizer_load(xl_model *m, xl_error *err) {
       rc = xl_fail(err, XL_NOMEM, "%s: out of memory", path);
       break;
     }
+    if (len > m->tok->max_symbol) m->tok->max_symbol = len;
     size_t i = sym_hash(line, len) & (cap - 1);
     while (m->vocab_index[i] >= 0) i = (i + 1) & (cap - 1);
     m->vocab_index[i] = n++;
@@ -80,9 +93,199 @@ xl_code xl_tokenizer_load(xl_model *m, xl_error *err) {
   if (rc) return rc;
   if (n != V)
     return xl_fail(err, XL_TOKENIZER, "%s: %d symbols, config.json says vocab_size=%d", path, n, V);
-  m->unk_id = vocab_lookup(m, "<unk>", 5);
-  m->eos_id = vocab_lookup(m, "<eos>", 5);
   return XL_OK;
+}
+
+/* ---- options ------------------------------------------------------------------------- */
+
+static xl_code opt_bool(json_t *o, const char *path, const char *key, int *out, xl_error *err) {
+  json_t *v = json_object_get(o, key);
+  if (!v || json_is_null(v)) return XL_OK;
+  if (!json_is_boolean(v))
+    return xl_fail(err, XL_CONFIG, "%s: 'xlserve_tokenizer_options.%s' must be true or false",
+                   path, key);
+  *out = json_is_true(v);
+  return XL_OK;
+}
+
+static xl_code opt_string(json_t *o, const char *path, const char *key, int allow_null,
+                          char **out, xl_error *err) {
+  json_t *v = json_object_get(o, key);
+  if (!v) return XL_OK;
+  if (json_is_null(v) && allow_null) {
+    free(*out);
+    *out = NULL;
+    return XL_OK;
+  }
+  if (!json_is_string(v) || (!allow_null && json_string_length(v) == 0) ||
+      strlen(json_string_value(v)) != json_string_length(v))
+    return xl_fail(err, XL_CONFIG, "%s: 'xlserve_tokenizer_options.%s' must be a%s string", path,
+                   key, allow_null ? " string or null" : " non-empty");
+  char *s = strdup(json_string_value(v));
+  if (!s) return xl_fail(err, XL_NOMEM, "out of memory");
+  free(*out);
+  *out = s;
+  return XL_OK;
+}
+
+typedef struct {
+  char *delimiter, *eos, *unk, *space, *unknown;
+  char **never_split;
+  int n_never_split, never_split_set;
+} raw_opts;
+
+static void raw_free(raw_opts *r) {
+  free(r->delimiter);
+  free(r->eos);
+  free(r->unk);
+  free(r->space);
+  free(r->unknown);
+  for (int i = 0; i < r->n_never_split; i++) free(r->never_split[i]);
+  free(r->never_split);
+}
+
+static xl_code read_options(xl_model *m, raw_opts *r, xl_error *err) {
+  char path[XL_MAX_PATH + 32];
+  snprintf(path, sizeof path, "%s/config.json", m->dir);
+  json_error_t je;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  if (!root) return xl_fail(err, XL_FORMAT, "%s: %s", path, je.text);
+  xl_tokenizer_info *in = &m->tok->info;
+  xl_code rc = XL_OK;
+  json_t *o = json_object_get(root, "xlserve_tokenizer_options");
+  if (o && !json_is_null(o)) {
+    if (!json_is_object(o)) {
+      rc = xl_fail(err, XL_CONFIG, "%s: 'xlserve_tokenizer_options' must be an object", path);
+      goto out;
+    }
+    static const char *const KNOWN[] = {"lower_case", "delimiter", "never_split", "eos_token",
+                                        "unk_token", "unknown", "space_symbol", "spell_digits"};
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+      size_t k = 0;
+      while (k < sizeof KNOWN / sizeof *KNOWN && strcmp(KNOWN[k], key)) k++;
+      if (k == sizeof KNOWN / sizeof *KNOWN) {
+        rc = xl_fail(err, XL_CONFIG, "%s: unknown key 'xlserve_tokenizer_options.%s'", path, key);
+        goto out;
+      }
+    }
+    if ((rc = opt_bool(o, path, "lower_case", &in->lower_case, err)) ||
+        (rc = opt_bool(o, path, "spell_digits", &in->spell_digits, err)) ||
+        (rc = opt_string(o, path, "delimiter", 1, &r->delimiter, err)) ||
+        (rc = opt_string(o, path, "eos_token", 0, &r->eos, err)) ||
+        (rc = opt_string(o, path, "unk_token", 0, &r->unk, err)) ||
+        (rc = opt_string(o, path, "space_symbol", 0, &r->space, err)) ||
+        (rc = opt_string(o, path, "unknown", 0, &r->unknown, err)))
+      goto out;
+    if (r->unknown && strcmp(r->unknown, "refuse") && strcmp(r->unknown, "drop")) {
+      rc = xl_fail(err, XL_CONFIG,
+                   "%s: 'xlserve_tokenizer_options.unknown' must be \"refuse\" or \"drop\"", path);
+      goto out;
+    }
+    json_t *ns = json_object_get(o, "never_split");
+    if (ns && !json_is_null(ns)) {
+      if (!json_is_array(ns) || json_array_size(ns) > 4096) {
+        rc = xl_fail(err, XL_CONFIG,
+                     "%s: 'xlserve_tokenizer_options.never_split' must be an array of strings",
+                     path);
+        goto out;
+      }
+      r->never_split_set = 1;
+      r->never_split = calloc(json_array_size(ns) + 1, sizeof *r->never_split);
+      if (!r->never_split) {
+        rc = xl_fail(err, XL_NOMEM, "out of memory");
+        goto out;
+      }
+      for (size_t i = 0; i < json_array_size(ns); i++) {
+        json_t *s = json_array_get(ns, i);
+        if (!json_is_string(s) || !json_string_length(s) ||
+            strlen(json_string_value(s)) != json_string_length(s)) {
+          rc = xl_fail(err, XL_CONFIG,
+                       "%s: 'xlserve_tokenizer_options.never_split[%zu]' must be a non-empty "
+                       "string", path, i);
+          goto out;
+        }
+        if (!(r->never_split[r->n_never_split++] = strdup(json_string_value(s)))) {
+          rc = xl_fail(err, XL_NOMEM, "out of memory");
+          goto out;
+        }
+      }
+    }
+  }
+out:
+  json_decref(root);
+  return rc;
+}
+
+/* ---- load ----------------------------------------------------------------------------- */
+
+static xl_code setup_transfo_xl(xl_model *m, raw_opts *r, xl_error *err) {
+  struct xl_tok *t = m->tok;
+  if (!r->never_split_set) { /* Hugging Face's default: the special tokens */
+    static const char *const DEF[] = {"<unk>", "<eos>", "<formula>"};
+    r->never_split = calloc(3, sizeof *r->never_split);
+    if (!r->never_split) return xl_fail(err, XL_NOMEM, "out of memory");
+    for (int i = 0; i < 3; i++)
+      if (!(r->never_split[r->n_never_split++] = strdup(DEF[i])))
+        return xl_fail(err, XL_NOMEM, "out of memory");
+  }
+  int n = r->n_never_split;
+  t->never_split = r->never_split;
+  r->never_split = NULL;
+  r->n_never_split = 0;
+  t->info.n_never_split = n;
+  t->never_split_u = calloc((size_t)n + 1, sizeof *t->never_split_u);
+  t->never_split_id = calloc((size_t)n + 1, sizeof *t->never_split_id);
+  if (!t->never_split_u || !t->never_split_id) return xl_fail(err, XL_NOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    if (xl_utf8_decode(t->never_split[i], strlen(t->never_split[i]), &t->never_split_u[i]))
+      return xl_fail(err, XL_NOMEM, "out of memory");
+    t->never_split_id[i] = xl_vocab_find(m, t->never_split[i], strlen(t->never_split[i]));
+  }
+  t->info.never_split = (const char *const *)t->never_split;
+  t->delimiter = r->delimiter;
+  r->delimiter = NULL;
+  t->info.delimiter = t->delimiter;
+  return XL_OK;
+}
+
+xl_code xl_tokenizer_load(xl_model *m, xl_error *err) {
+  m->unk_id = m->eos_id = -1;
+  struct xl_tok *t = calloc(1, sizeof *t);
+  if (!t) return xl_fail(err, XL_NOMEM, "out of memory");
+  m->tok = t;
+  xl_tokenizer_info *in = &t->info;
+  in->kind = m->cfg.tokenizer;
+  in->name = xl_tokenizer_kind_name(in->kind);
+  in->lower_case = in->kind == XL_TOKENIZER_CHAR_TABLE;
+  in->spells_any_text = in->kind == XL_TOKENIZER_BYTES;
+  t->space_id = -1;
+  if (in->kind == XL_TOKENIZER_BYTES) return XL_OK;
+  raw_opts r;
+  memset(&r, 0, sizeof r);
+  xl_code rc = read_options(m, &r, err);
+  if (!rc) rc = load_vocab(m, err);
+  if (rc) goto out;
+  const char *eos = r.eos ? r.eos : "<eos>", *unk = r.unk ? r.unk : "<unk>";
+  m->unk_id = xl_vocab_find(m, unk, strlen(unk));
+  m->eos_id = xl_vocab_find(m, eos, strlen(eos));
+  in->eos_token = m->eos_id >= 0 ? m->vocab[m->eos_id] : NULL;
+  in->unk_token = m->unk_id >= 0 ? m->vocab[m->unk_id] : NULL;
+  in->unknown_drop = r.unknown && !strcmp(r.unknown, "drop");
+  if (in->kind == XL_TOKENIZER_CHAR_TABLE) {
+    t->info.space_symbol = r.space ? r.space : "_";
+    if (r.space) { /* keep the string alive with the model */
+      t->delimiter = r.space;
+      r.space = NULL;
+    }
+  }
+  if (in->kind == XL_TOKENIZER_TRANSFO_XL) rc = setup_transfo_xl(m, &r, err);
+  else if (in->kind == XL_TOKENIZER_BYTE_TABLE || in->kind == XL_TOKENIZER_CHAR_TABLE)
+    rc = xl_table_setup(m, err);
+out:
+  raw_free(&r);
+  return rc;
 }
 
 void xl_tokenizer_free(xl_model *m) {
@@ -92,140 +295,25 @@ void xl_tokenizer_free(xl_model *m) {
   free(m->vocab_index);
   m->vocab = NULL;
   m->vocab_index = NULL;
-}
-
-static int is_space(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
-}
-
-xl_code xl_tokenize(const xl_model *m, const char *text, size_t len, int32_t **ids, size_t *n_ids,
-                    xl_error *err) {
-  *ids = NULL;
-  *n_ids = 0;
-  int32_t *out = malloc((len + 1) * sizeof *out); /* never more tokens than bytes (+1) */
-  if (!out) return xl_fail(err, XL_NOMEM, "out of memory tokenizing %zu bytes", len);
-  size_t n = 0;
-  if (m->cfg.tokenizer == XL_TOKENIZER_BYTES) {
-    for (size_t i = 0; i < len; i++) out[n++] = (uint8_t)text[i];
-  } else {
-    size_t i = 0;
-    while (i < len) {
-      if (text[i] == '\n') {
-        if (m->eos_id >= 0) out[n++] = m->eos_id;
-        i++;
-        continue;
-      }
-      if (is_space(text[i])) {
-        i++;
-        continue;
-      }
-      size_t j = i;
-      while (j < len && text[j] != '\n' && !is_space(text[j])) j++;
-      int32_t id = vocab_lookup(m, text + i, j - i);
-      if (id < 0) id = m->unk_id;
-      if (id < 0) {
-        free(out);
-        return xl_fail(err, XL_TOKENIZER, "word '%.*s' is not in the vocabulary (no <unk>)",
-                       (int)(j - i > 64 ? 64 : j - i), text + i);
-      }
-      out[n++] = id;
-      i = j;
+  struct xl_tok *t = m->tok;
+  if (t) {
+    for (int i = 0; i < t->info.n_never_split; i++) {
+      free(t->never_split[i]);
+      xl_ustr_free(&t->never_split_u[i]);
     }
+    free(t->never_split);
+    free(t->never_split_u);
+    free(t->never_split_id);
+    free(t->delimiter);
+    free(t->id_byte_v);
+    free(t);
   }
-  *ids = out;
-  *n_ids = n;
-  return XL_OK;
+  m->tok = NULL;
 }
 
-size_t xl_token_bytes(const xl_model *m, int32_t id, int first_in_line, char *out, size_t cap) {
-  if (id < 0 || id >= m->cfg.vocab_size) return 0;
-  if (m->cfg.tokenizer == XL_TOKENIZER_BYTES) {
-    if (cap >= 1) out[0] = (char)id;
-    return 1;
-  }
-  if (id == m->eos_id) {
-    if (cap >= 1) out[0] = '\n';
-    return 1;
-  }
-  const char *s = m->vocab[id];
-  size_t n = strlen(s), need = n + (first_in_line ? 0 : 1);
-  if (need > cap) return need;
-  if (!first_in_line) *out++ = ' ';
-  memcpy(out, s, n);
-  return need;
-}
+const xl_tokenizer_info *xl_model_tokenizer(const xl_model *m) { return &m->tok->info; }
 
-/* ---- streaming UTF-8 ----------------------------------------------------------------- */
-
-static const char REPLACEMENT[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
-
-static int utf8_expected(uint8_t b) {
-  if (b >= 0xC2 && b <= 0xDF) return 2;
-  if (b >= 0xE0 && b <= 0xEF) return 3;
-  if (b >= 0xF0 && b <= 0xF4) return 4;
-  return 0;
-}
-
-/* May byte `b` be the second byte after lead byte `lead`? (rejects overlongs, surrogates) */
-static int utf8_second_ok(uint8_t lead, uint8_t b) {
-  if (b < 0x80 || b > 0xBF) return 0;
-  if (lead == 0xE0) return b >= 0xA0;
-  if (lead == 0xED) return b <= 0x9F;
-  if (lead == 0xF0) return b >= 0x90;
-  if (lead == 0xF4) return b <= 0x8F;
-  return 1;
-}
-
-void xl_detok_init(xl_detok *d) {
-  d->n_pending = 0;
-  d->line_start = 1;
-}
-
-static size_t push_byte(xl_detok *d, uint8_t b, char *out) {
-  size_t w = 0;
-  if (d->n_pending) {
-    uint8_t lead = (uint8_t)d->pending[0];
-    int ok = d->n_pending == 1 ? utf8_second_ok(lead, b) : (b >= 0x80 && b <= 0xBF);
-    if (ok) {
-      d->pending[d->n_pending++] = (char)b;
-      if (d->n_pending == utf8_expected(lead)) {
-        memcpy(out, d->pending, (size_t)d->n_pending);
-        w = (size_t)d->n_pending;
-        d->n_pending = 0;
-      }
-      return w;
-    }
-    memcpy(out, REPLACEMENT, 3); /* broken sequence: one U+FFFD, then b starts afresh */
-    w = 3;
-    d->n_pending = 0;
-  }
-  if (b < 0x80) {
-    out[w++] = (char)b;
-  } else if (utf8_expected(b)) {
-    d->pending[d->n_pending++] = (char)b;
-  } else {
-    memcpy(out + w, REPLACEMENT, 3);
-    w += 3;
-  }
-  return w;
-}
-
-size_t xl_detok_push(const xl_model *m, xl_detok *d, int32_t id, char *out, size_t cap) {
-  char tok[MAX_SYMBOL_BYTES + 8];
-  size_t n = xl_token_bytes(m, id, d->line_start, tok, sizeof tok);
-  if (n > sizeof tok) return 0;
-  if (m->cfg.tokenizer == XL_TOKENIZER_WORDS) d->line_start = (id == m->eos_id);
-  size_t w = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (w + 8 > cap) break; /* cap >= 64 + longest symbol per the contract */
-    w += push_byte(d, (uint8_t)tok[i], out + w);
-  }
-  return w;
-}
-
-size_t xl_detok_flush(xl_detok *d, char *out, size_t cap) {
-  if (!d->n_pending || cap < 3) return 0;
-  d->n_pending = 0;
-  memcpy(out, REPLACEMENT, 3);
-  return 3;
+const char *xl_token_symbol(const xl_model *m, int32_t id) {
+  if (!m->vocab || id < 0 || id >= m->cfg.vocab_size) return NULL;
+  return m->vocab[id];
 }

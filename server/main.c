@@ -28,6 +28,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"generate", cli_generate_main, "generate text from a prompt, streamed to stdout"},
     {"eval", cli_eval_main, "evaluate a text segment by segment with memory (bpc / perplexity)"},
     {"bench", cli_bench_main, "measure decode, segment evaluation and recurrence speed"},
+    {"tokenize", cli_tokenize_main, "run the model's tokenizer on stdin lines (JSON out; --decode, --bench)"},
     {"info", cli_info_main, "print a model's configuration, size and per-session state size"},
 };
 

@@ -64,7 +64,16 @@ const char *xl_code_text(xl_code code);  /* "malformed file" */
 
 #define XL_MAX_CLUSTERS 8
 
-typedef enum { XL_TOKENIZER_BYTES = 0, XL_TOKENIZER_WORDS = 1 } xl_tokenizer_kind;
+/* Tokenizer kinds (config.json "xlserve_tokenizer"; docs/models.md describes each). */
+typedef enum {
+  XL_TOKENIZER_BYTES = 0,      /* id = byte value (vocab_size 256) */
+  XL_TOKENIZER_WORDS = 1,      /* vocab.txt, whitespace split, <eos> per newline */
+  XL_TOKENIZER_TRANSFO_XL = 2, /* Hugging Face TransfoXLTokenizer: Moses pipeline (wt103) */
+  XL_TOKENIZER_BYTE_TABLE = 3, /* symbols are byte values as decimal strings (enwik8) */
+  XL_TOKENIZER_CHAR_TABLE = 4  /* symbols are characters, one stands for space (text8) */
+} xl_tokenizer_kind;
+#define XL_TOKENIZER_KIND_COUNT 5
+const char *xl_tokenizer_kind_name(xl_tokenizer_kind kind); /* "transfo_xl", ... */
 
 typedef struct xl_config {
   int vocab_size;          /* n_token */
@@ -222,31 +231,69 @@ xl_code xl_forward(const xl_model *model, xl_workspace *ws, xl_feed *items, int 
                    xl_error *err);
 
 /* ---------------------------------------------------------------------------------------- */
-/* Tokenizer (owned by the model). Bytes: id = byte value. Words: whitespace split, "<eos>" for
- * each newline, "<unk>" for unknown words. */
+/* Tokenizer (owned by the model): the kind config.json names, with its options
+ * ("xlserve_tokenizer_options"). Newlines: every kind but bytes/byte_table/char_table maps each
+ * newline to the end-of-line token (<eos>) and decodes it back to "\n"; transfo_xl runs the Moses
+ * pipeline on each line separately. */
 
-/* Encodes text into *ids (malloc'd; free()). For word models a trailing text without newline
- * gets no <eos>. */
+typedef struct xl_tokenizer_info {
+  xl_tokenizer_kind kind;
+  const char *name;          /* "bytes", "words", "transfo_xl", "byte_table", "char_table" */
+  int lower_case;            /* transfo_xl, char_table: input lowercased first */
+  const char *delimiter;     /* transfo_xl: NULL = Moses pipeline; "" = characters; else split */
+  const char *const *never_split; /* transfo_xl: kept whole (special tokens) */
+  int n_never_split;
+  const char *eos_token;     /* the end-of-line symbol, NULL when the vocabulary has none */
+  const char *unk_token;     /* the unknown-word symbol, NULL when none */
+  int unknown_drop;          /* byte_table, char_table: 1 = drop what the table cannot spell,
+                                0 = refuse (XL_TOKENIZER naming it) */
+  const char *space_symbol;  /* char_table: the symbol standing for a space */
+  int spell_digits;          /* char_table: digits spelled out as words first */
+  int spells_any_text;       /* 1 when every byte string has an encoding (bytes only) */
+} xl_tokenizer_info;
+const xl_tokenizer_info *xl_model_tokenizer(const xl_model *model);
+
+/* Encodes text into *ids (malloc'd; free()). Text without a final newline gets no end-of-line
+ * token. XL_TOKENIZER (message naming the character, byte or word) when the text cannot be
+ * encoded: a table kind without the symbol (unknown: refuse), a word model without <unk>. */
 xl_code xl_tokenize(const xl_model *model, const char *text, size_t len, int32_t **ids,
                     size_t *n_ids, xl_error *err);
 /* Appends the bytes of one token to out (cap bytes); returns the byte count (may exceed cap:
- * then nothing is written). Word tokens are preceded by a space unless first_in_line. */
+ * then nothing is written). Word and transfo_xl tokens are preceded by a space unless
+ * first_in_line (the surface form: transfo_xl's detokenizer may join them differently). */
 size_t xl_token_bytes(const xl_model *model, int32_t id, int first_in_line, char *out,
                       size_t cap);
+/* The vocabulary symbol of id (NULL for bytes models or an id out of range). */
+const char *xl_token_symbol(const xl_model *model, int32_t id);
 
 /* Streaming detokeniser: emits only complete UTF-8 sequences (bytes models split multi-byte
- * characters over several tokens). */
+ * characters over several tokens) and, for transfo_xl, only text that later tokens cannot
+ * change (the Moses detokenizer looks backwards, except that "@-@" joins its neighbours and
+ * " @,@ " / " @.@ " become "," / "."). The concatenation of every push and the flush is the
+ * decoded text, byte for byte, however the tokens are split between calls. Plain data: no
+ * resources to free. */
 typedef struct xl_detok {
   char pending[8];
   int n_pending;
-  int line_start; /* word models: next token starts a line */
+  int line_start;        /* word models: next token starts a line */
+  /* transfo_xl: the current line's Moses state */
+  int mx_tokens;         /* tokens placed in this line */
+  int mx_prepend;        /* the next token gets a space (Moses' prepend_space) */
+  int mx_join;           /* the last token was a joining "@-@" */
+  int mx_in_merged;      /* inside a token joined by "@-@" */
+  int32_t mx_held;       /* token whose spacing waits for the next token, -1 none */
+  uint32_t mx_prev_last; /* last character of the previous token */
+  uint64_t mx_quotes[3]; /* parity of each quote token seen (Moses' quote_counts) */
+  char mx_num[2][8];     /* partial matches of " @,@ " and " @.@ " */
+  int mx_num_n[2];
 } xl_detok;
 void xl_detok_init(xl_detok *d);
-/* Feeds one token; writes complete text to out (cap >= 64 + longest vocab entry); returns
- * bytes written. Invalid UTF-8 from a byte model is passed through as U+FFFD. */
+/* Feeds one token; writes complete text to out (cap >= 64 + 2 x the longest vocab entry);
+ * returns bytes written. Invalid UTF-8 from a byte model is passed through as U+FFFD. */
 size_t xl_detok_push(const xl_model *model, xl_detok *d, int32_t id, char *out, size_t cap);
-/* Flushes an incomplete trailing sequence as U+FFFD. */
-size_t xl_detok_flush(xl_detok *d, char *out, size_t cap);
+/* Ends the stream: writes what was held back (transfo_xl) and an incomplete trailing UTF-8
+ * sequence as U+FFFD. The detokeniser can then start a new stream. */
+size_t xl_detok_flush(const xl_model *model, xl_detok *d, char *out, size_t cap);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Sampling. The RNG is explicit state, so a seeded request reproduces bit for bit (alone or

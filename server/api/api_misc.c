@@ -61,7 +61,7 @@ static void model_obj(json_writer *w, app *a) {
   jw_kint(w, "n_head", c->n_head);
   jw_kint(w, "mem_len", c->mem_len);
   jw_kbool(w, "same_length", c->same_length);
-  jw_kstring(w, "tokenizer", c->tokenizer == XL_TOKENIZER_WORDS ? "words" : "bytes");
+  jw_kstring(w, "tokenizer", xl_tokenizer_kind_name(c->tokenizer));
   jw_kuint(w, "parameters", xl_model_param_count(a->model));
   jw_kuint(w, "state_bytes", xl_model_state_bytes(a->model));
   jw_kstring(w, "kv_dtype", xl_kv_dtype_name(xl_model_kv_dtype(a->model)));

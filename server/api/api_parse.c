@@ -268,8 +268,8 @@ static int parse_structured_output(json_t *root, gen_request *g, const parse_lim
   if (!given) return 0;
   if (lim->words_tokenizer) {
     json_decref(owned);
-    BAD(param, "structured output needs a byte-level model: this model's word vocabulary cannot "
-               "spell arbitrary JSON");
+    BAD(param, "structured output needs a byte-level model (tokenizer \"bytes\"): this model's "
+               "vocabulary cannot spell arbitrary JSON");
   }
   char err[400];
   g->constraint = jc_compile(schema, object_only, err, sizeof err);

@@ -28,7 +28,8 @@ typedef struct api_error {
 typedef struct parse_limits {
   long long default_max_tokens, max_tokens_limit;
   int vocab_size;
-  int words_tokenizer; /* word-level vocabulary: structured output is refused */
+  int words_tokenizer; /* a tokenizer that cannot spell every byte string (words, transfo_xl,
+                          byte_table, char_table): structured output is refused */
 } parse_limits;
 
 #define MAX_STOPS 16

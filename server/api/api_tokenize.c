@@ -5,7 +5,8 @@
  *                         "add_special_tokens" | "add_special" (no effect: no special tokens
  *                         are ever added)} -> {"tokens", "count", "max_model_len"[, "token_strs"]}
  *   POST /detokenize     {"tokens": [ids]} -> {"prompt": text, "content": text}
- *   GET  /tokenizer_info the tokenizer's facts (kind, vocabulary, eos/bos/pad/unk tokens)
+ *   GET  /tokenizer_info the tokenizer's facts (kind, vocabulary, eos/bos/pad/unk tokens, the
+ *                        kind's options)
  *   GET  /version        {"version"}
  * /v1/-prefixed aliases route here too. Thread: loop thread only.
  */
@@ -25,7 +26,7 @@ void detok_ids(const xl_model *m, const int32_t *ids, size_t n, buf *out) {
     size_t w = xl_detok_push(m, &d, ids[i], tmp, sizeof tmp);
     if (w <= sizeof tmp) buf_add(out, tmp, w);
   }
-  size_t w = xl_detok_flush(&d, tmp, sizeof tmp);
+  size_t w = xl_detok_flush(m, &d, tmp, sizeof tmp);
   if (w <= sizeof tmp) buf_add(out, tmp, w);
 }
 
@@ -163,22 +164,56 @@ static void detokenize(req *r) {
   json_decref(root);
 }
 
+static void opt_string(buf *b, const char *key, const char *v) {
+  buf_printf(b, ",\"%s\":", key);
+  if (v) json_escape(b, v, strlen(v));
+  else buf_adds(b, "null");
+}
+
 static void tokenizer_info(req *r) {
   app *a = r->a;
   const xl_config *c = xl_model_config(a->model);
-  int words = c->tokenizer == XL_TOKENIZER_WORDS;
+  const xl_tokenizer_info *t = xl_model_tokenizer(a->model);
+  static const char *const CLASS[XL_TOKENIZER_KIND_COUNT] = {
+      "XLByteTokenizer", "XLWordTokenizer", "TransfoXLTokenizer", "XLByteTableTokenizer",
+      "XLCharTableTokenizer"};
   buf b;
   buf_init(&b);
-  /* byte models have no special tokens; word models end each line with <eos> and map unknown
-   * words to <unk> */
-  buf_printf(&b,
-             "{\"tokenizer_class\":\"%s\",\"tokenizer\":\"%s\",\"vocab_size\":%d,"
-             "\"eos_token\":%s,\"bos_token\":null,\"pad_token\":null,\"unk_token\":%s,"
-             "\"add_bos_token\":false,\"add_eos_token\":false,\"model_max_length\":%lld,"
-             "\"max_model_len\":%lld}",
-             words ? "XLWordTokenizer" : "XLByteTokenizer", words ? "words" : "bytes",
-             c->vocab_size, words ? "\"<eos>\"" : "null", words ? "\"<unk>\"" : "null",
-             a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens);
+  /* byte models have no special tokens; the others name theirs (null when the vocabulary has
+   * none); "options" are the model's xlserve_tokenizer_options as in effect */
+  buf_printf(&b, "{\"tokenizer_class\":\"%s\",\"tokenizer\":\"%s\",\"vocab_size\":%d",
+             CLASS[t->kind], t->name, c->vocab_size);
+  opt_string(&b, "eos_token", t->eos_token);
+  buf_adds(&b, ",\"bos_token\":null,\"pad_token\":null");
+  opt_string(&b, "unk_token", t->unk_token);
+  buf_printf(&b, ",\"add_bos_token\":false,\"add_eos_token\":false,\"model_max_length\":%lld,"
+                 "\"max_model_len\":%lld,\"spells_any_text\":%s,\"options\":{",
+             a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens,
+             t->spells_any_text ? "true" : "false");
+  switch (t->kind) {
+    case XL_TOKENIZER_TRANSFO_XL:
+      buf_printf(&b, "\"lower_case\":%s", t->lower_case ? "true" : "false");
+      opt_string(&b, "delimiter", t->delimiter);
+      buf_adds(&b, ",\"never_split\":[");
+      for (int i = 0; i < t->n_never_split; i++) {
+        if (i) buf_addc(&b, ',');
+        json_escape(&b, t->never_split[i], strlen(t->never_split[i]));
+      }
+      buf_adds(&b, "],\"newline\":\"eos_token\"");
+      break;
+    case XL_TOKENIZER_BYTE_TABLE:
+      buf_printf(&b, "\"unknown\":\"%s\"", t->unknown_drop ? "drop" : "refuse");
+      break;
+    case XL_TOKENIZER_CHAR_TABLE:
+      buf_printf(&b, "\"unknown\":\"%s\",\"lower_case\":%s,\"spell_digits\":%s",
+                 t->unknown_drop ? "drop" : "refuse", t->lower_case ? "true" : "false",
+                 t->spell_digits ? "true" : "false");
+      opt_string(&b, "space_symbol", t->space_symbol);
+      break;
+    case XL_TOKENIZER_WORDS: buf_adds(&b, "\"newline\":\"eos_token\""); break;
+    default: break;
+  }
+  buf_adds(&b, "}}");
   req_reply_json(r, 200, &b);
   buf_free(&b);
 }

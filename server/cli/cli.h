@@ -9,5 +9,6 @@ int cli_info_main(int argc, char **argv);
 int cli_generate_main(int argc, char **argv);
 int cli_eval_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
+int cli_tokenize_main(int argc, char **argv);
 
 #endif

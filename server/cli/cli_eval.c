@@ -127,8 +127,10 @@ int cli_eval_main(int argc, char **argv) {
   printf("model %s  tokens %zu  tgt_len %d  mem_len %d  clamp_len %d  same_length %d  weights %s\n",
          xl_model_dir(m), n, tgt_len, c->mem_len, c->clamp_len, c->same_length,
          xl_weights_name(xl_model_weights(m)));
-  if (c->tokenizer == XL_TOKENIZER_BYTES)
-    printf("nll/token %.6f  bits/byte %.4f  tokens/s %.1f\n", mean, mean / log(2.0),
+  if (c->tokenizer == XL_TOKENIZER_BYTES || c->tokenizer == XL_TOKENIZER_BYTE_TABLE ||
+      c->tokenizer == XL_TOKENIZER_CHAR_TABLE) /* character models: the authors' bpc */
+    printf("nll/token %.6f  bits/%s %.4f  tokens/s %.1f\n", mean,
+           c->tokenizer == XL_TOKENIZER_CHAR_TABLE ? "char" : "byte", mean / log(2.0),
            (double)(n - 1) / secs);
   else
     printf("nll/token %.6f  perplexity %.3f  tokens/s %.1f\n", mean, exp(mean),

@@ -109,7 +109,7 @@ int cli_generate_main(int argc, char **argv) {
   }
   xl_detok dt;
   xl_detok_init(&dt);
-  char text[2048];
+  char text[4096];
   size_t n_hist = n_ids;
   for (int t = 0; t < n_new; t++) {
     int32_t tok = xl_sample(lp, vocab, &sp, history, n_hist, &rng, scratch, NULL);
@@ -126,7 +126,7 @@ int cli_generate_main(int argc, char **argv) {
       goto out;
     }
   }
-  size_t w = xl_detok_flush(&dt, text, sizeof text);
+  size_t w = xl_detok_flush(m, &dt, text, sizeof text);
   fwrite(text, 1, w, stdout);
   fputc('\n', stdout);
   rc = 0;

@@ -45,7 +45,8 @@ int cli_info_main(int argc, char **argv) {
   printf("model            %s\n", xl_model_dir(m));
   printf("cpu path         %s  (this CPU runs: %s)\n", xl_cpu_path(), runnable);
   printf("fingerprint      %016" PRIx64 "\n", xl_model_fingerprint(m));
-  printf("tokenizer        %s\n", c->tokenizer == XL_TOKENIZER_BYTES ? "bytes" : "words (vocab.txt)");
+  printf("tokenizer        %s%s\n", xl_tokenizer_kind_name(c->tokenizer),
+         c->tokenizer == XL_TOKENIZER_BYTES ? "" : " (vocab.txt)");
   printf("vocab_size       %d\n", c->vocab_size);
   printf("cutoffs          [");
   for (int i = 0; i < c->n_cutoffs; i++) printf("%s%d", i ? ", " : "", c->cutoffs[i]);

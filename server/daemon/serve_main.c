@@ -194,7 +194,7 @@ static void model_loaded(uv_work_t *w, int status) {
   a->limits.default_max_tokens = a->cfg->default_max_tokens;
   a->limits.max_tokens_limit = a->cfg->max_tokens_limit;
   a->limits.vocab_size = mc->vocab_size;
-  a->limits.words_tokenizer = mc->tokenizer == XL_TOKENIZER_WORDS;
+  a->limits.words_tokenizer = !xl_model_tokenizer(a->model)->spells_any_text;
   sched_opts so = {(int)a->cfg->workers, (int)a->cfg->max_batch, (int)a->cfg->batch_tokens,
                    (int)a->cfg->max_running, (int)a->cfg->max_queue};
   a->sched = sched_new(a->model, &so, wake_loop, &a->wake);

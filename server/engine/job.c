@@ -110,10 +110,11 @@ static int check_stop(job *j) {
 
 static void detok_into(job *j, int32_t t, buf *dst, int flush) {
   char tmp[8192];
-  size_t n = flush ? xl_detok_flush(&j->detok, tmp, sizeof tmp)
+  size_t n = flush ? xl_detok_flush(j->model, &j->detok, tmp, sizeof tmp)
                    : xl_detok_push(j->model, &j->detok, t, tmp, sizeof tmp);
   if (n > sizeof tmp) n = 0; /* cannot happen with vocab entries < 8 KiB (checked at load) */
   buf_add(dst, tmp, n);
+  j->detok_out += n;
 }
 
 /* Structured output: every token whose bytes cannot continue the document gets -inf. */
@@ -172,6 +173,13 @@ void job_take_token(job *j, const float *lp, void *scratch, double now) {
     tok_rec *r = &j->recs[j->n_recs++];
     r->id = t;
     r->lp = chosen;
+    r->off = j->detok_out;
+    if (c->tokenizer == XL_TOKENIZER_TRANSFO_XL) { /* + what the detokeniser still holds back */
+      xl_detok peek = j->detok;
+      char tmp[8192];
+      size_t n = xl_detok_flush(j->model, &peek, tmp, sizeof tmp);
+      r->off += n <= sizeof tmp ? n : 0;
+    }
     r->n_top = j->n_top ? xl_top_logprobs(lp, c->vocab_size, j->n_top, r->top_ids, r->top_lps) : 0;
   }
   detok_into(j, t, &j->hold, 0);
@@ -332,8 +340,10 @@ size_t job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t off) {
     buf_addc(b, '}');
   }
   buf_adds(b, "],\"text_offset\":[");
+  int placed = xl_model_config(j->model)->tokenizer == XL_TOKENIZER_TRANSFO_XL;
   for (int i = from; i < to; i++) {
     if (i > from) buf_addc(b, ',');
+    if (placed) off = j->recs[i].off; /* the detokeniser decides where each token lands */
     buf_printf(b, "%zu", off);
     off += token_text(j->model, j->recs[i].id, raw, sizeof raw);
   }

@@ -39,6 +39,8 @@ typedef enum {
 typedef struct tok_rec {
   int32_t id;
   float lp;
+  size_t off;       /* where its text starts in the decoded reply (text_offset; detokenizers that
+                       place spaces by context, transfo_xl) */
   int n_top;
   int32_t top_ids[JOB_MAX_TOP];
   float top_lps[JOB_MAX_TOP];
@@ -107,6 +109,7 @@ typedef struct job {
   int n_recs, cap_recs, recs_sent;
   size_t text_sent; /* stream: bytes of reply already formatted into out */
   size_t lp_off;    /* stream: token bytes of the records already sent (text_offset) */
+  size_t detok_out; /* bytes the detokeniser has produced for the reply */
   buf head;         /* stream: the chunks' start, built at first use by job_chunk_head/prefix */
   size_t head_prefix_len; /* head's bytes up to the end of "model":... */
   finish_reason finish;

@@ -23,7 +23,7 @@ static size_t detok_all(const xl_model *m, const int32_t *ids, size_t n, char *o
   xl_detok_init(&d);
   size_t w = 0;
   for (size_t i = 0; i < n; i++) w += xl_detok_push(m, &d, ids[i], out + w, 2048);
-  w += xl_detok_flush(&d, out + w, 16);
+  w += xl_detok_flush(m, &d, out + w, 16);
   out[w] = '\0';
   return w;
 }
