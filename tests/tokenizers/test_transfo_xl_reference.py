@@ -54,11 +54,6 @@ def xlserve():
         pytest.skip("XLSERVE_BIN is not set (run through ctest, or export it)")
     if not os.access(path, os.X_OK):
         pytest.fail(f"XLSERVE_BIN={path} is not an executable file")
-    # MERGE: this skip is only for the time before the C tokenizer's branch is merged; once
-    # `xlserve tokenize` exists it never fires and should be deleted.
-    r = subprocess.run([path, "tokenize", "--help"], capture_output=True, text=True, timeout=60)
-    if "unknown command" in r.stderr and "tokenize" in r.stderr:
-        pytest.skip("xlserve has no `tokenize` subcommand yet (the C tokenizer is not merged)")
     return path
 
 
