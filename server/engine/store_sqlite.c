@@ -347,9 +347,24 @@ static int sq_begin(store_conn *c, char *err, size_t cap) {
   return step_done(c, c->begin, err, cap, "BEGIN");
 }
 
+/* COMMIT in WAL mode appends the transaction's pages to the WAL, its last frame marking the
+ * commit, syncs the WAL (synchronous=FULL), then publishes the new version in the WAL index.
+ * A failure while the frames are written (SQLITE_FULL: no room; BUSY, NOMEM) leaves no commit
+ * frame: nothing is kept (-1). An I/O error (SQLITE_IOERR_*: a failed write or fsync, what a
+ * dying disk or a full one under a cache answer) may come after the commit frame reached the
+ * file: the version is not published, so this process reads the old row, but a reopen's WAL
+ * recovery may find the frame valid and keep the transaction: the outcome is unknown (-2). */
 static int sq_commit(store_conn *c, char *err, size_t cap) {
   settle(c);
-  return step_done(c, c->commit, err, cap, "COMMIT");
+  int rc = sqlite3_step(c->commit);
+  if (rc == SQLITE_DONE || rc == SQLITE_ROW) {
+    sqlite3_reset(c->commit);
+    return 0;
+  }
+  int ext = sqlite3_extended_errcode(c->db);
+  fail(err, cap, c->db, "COMMIT");
+  sqlite3_reset(c->commit);
+  return (ext & 0xff) == SQLITE_IOERR && ext != SQLITE_IOERR_NOMEM ? -2 : -1;
 }
 
 static void sq_rollback(store_conn *c) {
