@@ -10,11 +10,16 @@ import http.client
 import json
 import os
 import random
+import select
 import signal
+import socket
 import sqlite3
+import subprocess
 import struct
 import threading
 import time
+
+import pytest
 
 import xlharness as X
 
@@ -727,3 +732,197 @@ def test_one_daemon_per_state_dir(start_daemon, tiny_model, tmp_path):
     assert d2.wait_exit(30) == 1
     d2.reader.join(5)
     assert any("in use by another xlserve" in json.dumps(l) for l in d2.lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Redis: a write whose reply is lost
+
+REDIS = __import__("shutil").which("redis-server")
+
+
+class CuttingProxy:
+    """A TCP proxy between the daemon and redis-server that can cut one connection at a chosen
+    moment. It learns each script's SHA1 from the daemon's SCRIPT LOAD (the script's text names
+    it: `marker`), then, when armed:
+      cut="reply": forwards the next EVALSHA of that script to Redis, waits until Redis has
+        answered it (so the write is applied), and closes both sides instead of forwarding the
+        reply (the daemon sees the connection drop after sending);
+      cut="index": forwards that script's reply, then closes both sides when the daemon sends
+        its index update (ZADD) instead of forwarding it."""
+
+    def __init__(self, redis_port):
+        self.redis_port = redis_port
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.port = self.lsock.getsockname()[1]
+        self.shas = {}  # marker -> sha
+        self.armed = None  # (marker, cut)
+        self.cuts = 0
+        self.mu = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def arm(self, marker, cut):
+        with self.mu:
+            self.armed = (marker, cut)
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.pipe, args=(c,), daemon=True).start()
+
+    def pipe(self, c):
+        r = socket.create_connection(("127.0.0.1", self.redis_port))
+        loading = None  # the marker of a SCRIPT LOAD whose reply is awaited
+        state = None  # "await_reply": cut the next reply; "await_zadd": cut at the next ZADD
+        try:
+            while True:
+                ready, _, _ = select.select([c, r], [], [])
+                if c in ready:
+                    data = c.recv(1 << 20)
+                    if not data:
+                        return
+                    if b"SCRIPT" in data and b"LOAD" in data:
+                        loading = next((m for m in MARKERS if m in data), None)
+                    with self.mu:
+                        armed = self.armed
+                    if state == "await_zadd" and b"ZADD" in data:
+                        with self.mu:
+                            self.cuts += 1
+                        return
+                    if armed and state is None and b"EVALSHA" in data[:40] and \
+                            self.shas.get(armed[0], b"?") in data[:200]:
+                        with self.mu:
+                            self.armed = None
+                        state = "await_reply" if armed[1] == "reply" else "await_zadd"
+                    r.sendall(data)
+                if r in ready:
+                    data = r.recv(1 << 20)
+                    if not data:
+                        return
+                    if loading is not None and data.startswith(b"$40\r\n"):
+                        self.shas[loading] = data[5:45]
+                        loading = None
+                    if state == "await_reply":
+                        with self.mu:
+                            self.cuts += 1
+                        return
+                    c.sendall(data)
+        except OSError:
+            return
+        finally:
+            c.close()
+            r.close()
+
+    def close(self):
+        self.lsock.close()
+
+
+APPEND_SCRIPT = b"RPUSH"  # only the append script's text has it
+PUT_SCRIPT = b"local existed"  # only the put script's
+MARKERS = (APPEND_SCRIPT, PUT_SCRIPT)
+
+
+def redis_command(port, *args):
+    """One RESP command to redis-server; the reply's first line (bulk: its value), decoded."""
+    req = b"*%d\r\n" % len(args) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(req)
+        lines = s.recv(65536).split(b"\r\n")
+    if lines[0].startswith(b"$") and lines[0] != b"$-1":
+        return lines[1].decode()
+    return lines[0].decode()
+
+
+@pytest.fixture
+def redis_port(tmp_path):
+    if REDIS is None:
+        pytest.skip("redis-server is not installed (tools/install-deps.sh test installs it)")
+    port = X.free_port()
+    d = tmp_path / "redis"
+    d.mkdir()
+    p = subprocess.Popen([REDIS, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(d),
+                          "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+
+    def pong():
+        try:
+            return redis_command(port, "PING") == "+PONG"
+        except OSError:
+            return False
+    X.wait_until(pong, 20, "redis-server answers PING")
+    yield port
+    p.terminate()
+    p.wait(timeout=20)
+
+
+def stored_tokens(port, sid):
+    """The tokens column of session sid's Redis row (prefix t, any owner)."""
+    keys = redis_command(port, "KEYS", "t:s:{*:%s}" % sid)
+    n = int(keys[1:]) if keys.startswith("*") else 0
+    assert n == 1, keys
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"*2\r\n$4\r\nKEYS\r\n$%d\r\nt:s:{*:%s}\r\n" % (len("t:s:{*:%s}" % sid),
+                                                               sid.encode()))
+        key = s.recv(4096).split(b"\r\n")[2].decode()
+    return int(redis_command(port, "HGET", key, "tokens"))
+
+
+def test_redis_lost_reply_is_outcome_unknown_and_the_next_turn_reads_the_store(
+        start_daemon, tiny_model, redis_port):
+    """The append script of a turn runs in Redis but its reply is cut (a proxy closes the
+    connection after Redis answered): the turn is answered 503 store_outcome_unknown with
+    Retry-After, never 'not kept, retrying is safe'. The session is re-read from Redis: it holds
+    the turn, and the next turn continues from there (its session_tokens count the unknown
+    turn once, no double feed). An index update (ZADD) cut after the row's script succeeded is
+    not a failure of the turn: 200, counted, and the index is repaired after a later batch."""
+    proxy = CuttingProxy(redis_port)
+    d = start_daemon(tiny_model, "--store", "redis", "--redis-url",
+                     "redis://127.0.0.1:%d/0" % proxy.port, "--redis-prefix", "t")
+    b1 = ok(d.port, "u", "Anne Elliot of Kellynch Hall", 6)
+    t1 = b1["xlserve"]["session_tokens"]
+    proxy.arm(APPEND_SCRIPT, "reply")
+    st, h, b = X.post_json(d.port, "/v1/completions",
+                           dict(prompt=" was vain", max_tokens=6, temperature=0),
+                           headers={"X-Session-Id": "u"})
+    assert proxy.cuts == 1
+    assert st == 503 and b["error"]["code"] == "store_outcome_unknown", b
+    assert "may or may not" in b["error"]["message"] and "safe" not in b["error"]["message"]
+    assert int(h["retry-after"]) >= 1
+    t2 = stored_tokens(redis_port, "u")  # Redis applied the turn
+    assert t2 > t1
+    # the RAM copy was dropped: the session is read back from Redis (after the reconnection's
+    # short backoff, 503 store_unavailable meanwhile)
+    def read_back():
+        st, s = X.get_session(d.port, "u")
+        assert st in (200, 503), s
+        return s if st == 200 else None
+    X.wait_until(read_back, 10, "the session is read back from Redis")
+    assert read_back()["tokens"] == t2
+    b3 = ok(d.port, "u", " of himself", 4)
+    u = b3["usage"]
+    assert b3["xlserve"]["session_tokens"] == t2 + u["prompt_tokens"] + u["completion_tokens"]
+    assert stored_tokens(redis_port, "u") == b3["xlserve"]["session_tokens"]
+    m = X.metrics(d.port)
+    assert m["xlserve_store_outcome_unknown_total"] == 1
+
+    # the index update after a new session's first write is cut: the turn is kept and answered
+    proxy.arm(PUT_SCRIPT, "index")
+    bi = ok(d.port, "v", "Sir Walter", 4)
+    assert proxy.cuts == 2
+    assert stored_tokens(redis_port, "v") == bi["xlserve"]["session_tokens"]
+    m = X.metrics(d.port)
+    assert m["xlserve_store_index_errors_total"] == 1
+    assert redis_command(redis_port, "ZCARD", "t:lru") == ":1"  # v is not indexed yet
+
+    def repaired():  # any later batch redoes it once the connection is back (after the
+        st, b = comp(d.port, "u", " again", 1)  # backoff: 503 store_unavailable meanwhile)
+        assert st in (200, 503), b
+        return redis_command(redis_port, "ZCARD", "t:lru") == ":2"
+    X.wait_until(repaired, 10, "the index update is redone")
+    proxy.close()
