@@ -926,3 +926,66 @@ def test_redis_lost_reply_is_outcome_unknown_and_the_next_turn_reads_the_store(
         return redis_command(redis_port, "ZCARD", "t:lru") == ":2"
     X.wait_until(repaired, 10, "the index update is redone")
     proxy.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# A full disk
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A tmpfs of 6 MiB mounted for the test (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs the suite as root)")
+    d = tmp_path / "small"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_disk_full_fails_cleanly_and_recovers_after_deletes(start_daemon, medium_model,
+                                                            small_fs):
+    """The store on a 6 MiB filesystem: sessions (each a 512 KiB state) are created until a
+    commit fails: a clear error naming the full disk, the turn not kept. Deleting sessions gives
+    their space back without moving anything: new sessions commit again in the same directory,
+    and after a restart every kept session is whole."""
+    sd = small_fs / "state"
+    d = start_daemon(medium_model, *store_args(sd))
+    prompt = "It is a truth universally acknowledged, that a single man in possession " * 2
+    kept, full = [], None
+    for i in range(200):
+        st, b = comp(d.port, "s%d" % i, prompt, 1)
+        if st != 200:
+            full = (st, b)
+            break
+        kept.append(("s%d" % i, b["xlserve"]["session_tokens"]))
+    assert full is not None, "6 MiB never filled up"
+    st, b = full
+    assert st in (500, 503) and b["error"]["code"] == "store_failed", full
+    assert "full" in b["error"]["message"], b
+    assert len(kept) >= 3, kept
+    assert X.get_session(d.port, "s%d" % len(kept))[0] == 404  # not kept
+    # delete most sessions: their space comes back
+    for sid, _ in kept[:-2]:
+        st, _, r = X.request(d.port, "DELETE", "/v1/sessions/" + sid)
+        assert st in (200, 204), r
+    again = []
+    for i in range(3):
+        st, b = comp(d.port, "n%d" % i, prompt, 1)
+        assert st == 200, b
+        again.append(("n%d" % i, b["xlserve"]["session_tokens"]))
+    assert d.stop() == 0, d.tail()
+    db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
+    assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    db.close()
+    d = start_daemon(medium_model, *store_args(sd))
+    for sid, tokens in kept[-2:] + again:
+        st, s = X.get_session(d.port, sid)
+        assert st == 200 and s["tokens"] == tokens, (sid, s)
+    for sid, _ in kept[:-2]:
+        assert X.get_session(d.port, sid)[0] == 404
