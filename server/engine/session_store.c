@@ -392,6 +392,15 @@ static int exec_op(session_store *st, store_op *op) {
       if (c == CODEC_OK)
         c = sess_decode(st->model, op->in, ml, op->in + ml, op->in_len - ml, &op->out, err, cap);
       op->status = from_codec(c);
+      if (op->status == STORE_OK) { /* an import: its values must be ones this model makes */
+        xl_error xe;
+        if (xl_state_check_range(op->out->state, &xe) != XL_OK) {
+          snprintf(err, cap, "%.300s", xe.message);
+          session_free(op->out);
+          op->out = NULL;
+          op->status = STORE_INVALID;
+        }
+      }
       return 0;
     }
   }

@@ -649,6 +649,29 @@ def test_import_refuses_inconsistent_and_non_finite_states(start_daemon, tiny_mo
             assert st == 400 and e["code"] == "invalid_state" and word in e["message"], (edit, r)
     assert X.get_session(d.port, "dst")[1] == kept
     assert X.get_session(d.port, "fresh")[0] == 404
+    # finite but beyond anything the model's forward pass makes (3e38 overflows attention)
+    def huge_key(s):
+        struct.pack_into("<f", s, 64 + 8, 3e38)
+
+    def huge_value(s):
+        struct.pack_into("<f", s, len(s) - 8 - 12, -1e6)
+
+    for edit, what in ((huge_key, "key"), (huge_value, "value")):
+        body = b"".join(edit_envelope(env, edit))
+        for sid in ("dst", "fresh"):
+            st, _, r = X.request(d.port, "PUT", "/v1/sessions/%s/state" % sid, body=body,
+                                 headers={"Content-Type": "application/octet-stream"})
+            e = json.loads(r)["error"]
+            assert st == 400 and e["code"] == "invalid_state", r
+            assert "beyond what this model's forward pass can produce" in e["message"], r
+            assert what in e["message"], r
+    assert X.get_session(d.port, "dst")[1] == kept
+    assert X.get_session(d.port, "fresh")[0] == 404
+    # the exported state itself is accepted (it is within the bound)
+    st, _, r = X.request(d.port, "PUT", "/v1/sessions/copy/state", body=env,
+                         headers={"Content-Type": "application/octet-stream"})
+    assert st in (200, 201), r
+    assert X.request(d.port, "DELETE", "/v1/sessions/copy")[0] in (200, 204)
     # the same blobs in the store's rows
     for i in range(len(cases)):
         ok(d.port, "row%d" % i, "row", 3)
