@@ -1012,3 +1012,38 @@ def test_disk_full_fails_cleanly_and_recovers_after_deletes(start_daemon, medium
         assert st == 200 and s["tokens"] == tokens, (sid, s)
     for sid, _ in kept[:-2]:
         assert X.get_session(d.port, sid)[0] == 404
+
+
+def test_a_forward_that_turns_non_finite_commits_nothing(start_daemon, tiny_model, tmp_path):
+    """A stored row whose memory no forward pass of the model makes (every key and value 3e38:
+    finite, so it loads; only imports are range-checked) makes the next forward's outputs
+    non-finite: the turn fails with a clear error, nothing of it is committed (the row and its
+    log are as they were), and the session still answers as stored; other sessions are
+    served."""
+    sd = tmp_path / "state"
+    d = start_daemon(tiny_model, *store_args(sd))
+    ok(d.port, "bad", "Anne Elliot of Kellynch Hall", 4)
+    ok(d.port, "good", "Sir Walter Elliot", 4)
+    st, _, env = X.request(d.port, "GET", "/v1/sessions/bad/state")
+    assert st == 200
+    assert d.stop() == 0, d.tail()
+
+    def huge(s):
+        for at in range(64, len(s) - 8, 4):
+            struct.pack_into("<f", s, at, 3e38 if at % 8 else -3e38)
+    meta, state = edit_envelope(env, huge)
+    db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
+    set_piece(db, "bad", 0, meta)
+    set_piece(db, "bad", 1, state)
+    db.commit()
+    db.close()
+    before = rows(sd)["bad"]
+    d = start_daemon(tiny_model, *store_args(sd))
+    st0, s0 = X.get_session(d.port, "bad")
+    assert st0 == 200
+    st, b = comp(d.port, "bad", " was vain", 4)
+    assert st == 500 and b["error"]["code"] == "generation_failed", b
+    assert "non-finite" in b["error"]["message"] and "not kept" in b["error"]["message"], b
+    assert X.get_session(d.port, "bad") == (st0, s0)
+    assert rows(sd)["bad"] == before  # nothing committed
+    ok(d.port, "good", " of Kellynch", 3)
