@@ -767,6 +767,11 @@ static int index_cmds(store_conn *c, const keys *k, const char *id, double when,
  * touch_indexes. */
 static int unindex(store_conn *c, const keys *k, const char *id, char *err, size_t cap) {
   char why[300];
+  for (int i = 0; i < c->n_pending; i++) /* an older update of it must not index it again */
+    if (!strcmp(c->pending[i].k.member, k->member)) {
+      c->pending[i] = c->pending[--c->n_pending];
+      break;
+    }
   if (index_cmds(c, k, id, 0, 1, why, sizeof why)) index_failed(c, k, id, 0, 1, why);
   (void)err, (void)cap;
   return 0;
