@@ -110,6 +110,7 @@ struct store_conn {
       *append_delta, *swap_row, *swap_sizes, *collect_pieces, *collect_deltas;
   int in_deltas; /* deltas_get is bound to the row of the last get */
   int freed;     /* the open transaction deletes rows (del, expire) */
+  int tight;     /* this connection's journal_size_limit is the tight one (0) */
   uint8_t *snap;  /* the last get's state, its pieces joined (when it has more than one) */
 };
 
@@ -417,9 +418,13 @@ static void shrink(store_conn *c) {
   }
 }
 
+/* cfg->tight and the reserve are shared by the connections of the store and compaction
+ * threads, whose commits the front serialises (one write transaction at a time); the WAL's
+ * size limit is each connection's own. */
 static void set_tight(store_conn *c, int tight) {
-  if (c->cfg->tight == tight) return;
   c->cfg->tight = tight;
+  if (c->tight == tight) return;
+  c->tight = tight;
   sqlite3_exec(c->db, tight ? "PRAGMA journal_size_limit=0"
                             : "PRAGMA journal_size_limit=" WAL_KEEP, NULL, NULL, NULL);
 }
