@@ -1,6 +1,8 @@
 /*
  * store_sqlite.c: the embedded session store backend: SQLite in WAL mode, one file
  * (state_dir/sessions.db), one row per session (see session_store.h for the ops).
+ * Beside it: xlserve.lock (one daemon per directory) and xlserve.reserve (room kept for a full
+ * disk: see "a full disk" below).
  * store_sqlite_open runs on the main thread at start (directory, lock, schema); every other
  * function runs on the thread that owns the connection (one connection per thread, opened
  * with SQLITE_OPEN_NOMUTEX): the store thread (turns, saves, deletions) and the compaction
