@@ -484,10 +484,19 @@ static void repair_indexes(store_conn *c) {
 
 /* Pipelined index updates after a write of k (last used: when). Best effort: a failure does
  * not fail the write (index_failed). */
+static void forget_pending(store_conn *c, const keys *k) {
+  for (int i = 0; i < c->n_pending; i++) /* an older update must not undo this one */
+    if (!strcmp(c->pending[i].k.member, k->member)) {
+      c->pending[i] = c->pending[--c->n_pending];
+      return;
+    }
+}
+
 static int touch_indexes(store_conn *c, const keys *k, const char *id, double when, char *err,
                          size_t cap) {
   char why[300];
   if (index_cmds(c, k, id, when, 0, why, sizeof why)) index_failed(c, k, id, when, 0, why);
+  else forget_pending(c, k);
   (void)err, (void)cap;
   return 0;
 }
@@ -767,11 +776,7 @@ static int index_cmds(store_conn *c, const keys *k, const char *id, double when,
  * touch_indexes. */
 static int unindex(store_conn *c, const keys *k, const char *id, char *err, size_t cap) {
   char why[300];
-  for (int i = 0; i < c->n_pending; i++) /* an older update of it must not index it again */
-    if (!strcmp(c->pending[i].k.member, k->member)) {
-      c->pending[i] = c->pending[--c->n_pending];
-      break;
-    }
+  forget_pending(c, k); /* an older update of it must not index it again */
   if (index_cmds(c, k, id, 0, 1, why, sizeof why)) index_failed(c, k, id, 0, 1, why);
   (void)err, (void)cap;
   return 0;
