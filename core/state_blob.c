@@ -28,6 +28,7 @@
  * finite (int8: every scale finite and >= 0).
  *  end u64      checksum: xl_hash64 of every byte before it
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,4 +171,92 @@ size_t xl_model_state_blob_max_bytes(const xl_model *m) {
     most = n > most ? n : most;
   }
   return BLOB_HEADER + most + 8;
+}
+
+/* ---- the range a forward pass can produce ----
+ * Layer l's memory holds k = W_k h and v = W_v h (rows hd..3hd of qkv_w, no bias) of the
+ * layer's input h as the projection sees it:
+ *   pre-LN:  h = LN_attn(x): |h_i| <= |g_i| sqrt(d - 1) + |b_i| (a centred component is at most
+ *            sqrt(d - 1) standard deviations from the mean; eps only shrinks it);
+ *   post-LN, l > 0: h is the previous layer's output LN_ff(...): the same bound with its g, b;
+ *   post-LN, l = 0: h = the embedding times sqrt(d_model): |h_i| <= sqrt(d_model) *
+ *            max over clusters of max|table| * sum_k |proj_ik| (max|table| without a proj).
+ * So |k_j| <= sum_i |W_ji| bound_i, and likewise v_j. A stored element may exceed it by its
+ * rounding (bf16: 2^-8 relative; int8: none, the scale is the max) and the sums' float error:
+ * RANGE_SLACK. A state outside it was not made by this model (3e38 keys overflow the attention
+ * scores to Inf and every later output to NaN). */
+#define RANGE_SLACK 1.01f
+
+static void ln_bound(const float *g, const float *b, int d, float *h /* [d] */) {
+  float r = sqrtf((float)(d > 1 ? d - 1 : 1));
+  for (int i = 0; i < d; i++) h[i] = fabsf(g[i]) * r + (b ? fabsf(b[i]) : 0.0f);
+}
+
+static float row_abs_max(const xl_wmat *W, int rows, float *row) {
+  float mx = 0.0f;
+  for (int r = 0; r < rows; r++) {
+    xl_wmat_row(W, r, row);
+    for (int c = 0; c < W->cols; c++) mx = fabsf(row[c]) > mx ? fabsf(row[c]) : mx;
+  }
+  return mx;
+}
+
+/* The bound of the embedding's components (post-LN layer 0's input). */
+static void embed_bound(const xl_model *m, float *h /* [d_model] */, float *row /* [d_embed] */) {
+  const int dm = m->cfg.d_model;
+  for (int i = 0; i < dm; i++) h[i] = 0.0f;
+  for (int c = 0; c < m->n_emb_clusters; c++) {
+    const xl_emb_cluster *e = &m->emb[c];
+    float t = row_abs_max(&e->table, e->end - e->begin, row);
+    for (int i = 0; i < dm; i++) {
+      float s = t;
+      if (e->proj.data) {
+        xl_wmat_row(&e->proj, i, row);
+        s = 0.0f;
+        for (int k = 0; k < e->d_emb; k++) s += fabsf(row[k]) * t;
+      }
+      s *= m->emb_scale;
+      h[i] = s > h[i] ? s : h[i];
+    }
+  }
+}
+
+xl_code xl_state_check_range(const xl_state *s, xl_error *err) {
+  const xl_model *m = s->model;
+  const int dm = m->cfg.d_model, hd = m->hd;
+  int wide = dm > m->cfg.d_embed ? dm : m->cfg.d_embed;
+  /* h[d_model] | row[wide] | bound[2 hd] (keys then values) | kv[2 hd] */
+  float *h = malloc(sizeof(float) * ((size_t)dm + (size_t)wide + 4 * (size_t)hd));
+  if (!h) return xl_fail(err, XL_NOMEM, "out of memory checking a state's range");
+  float *row = h + dm, *bound = row + wide, *kv = bound + 2 * hd;
+  xl_ring_run runs[2];
+  int n_runs = xl_ring_runs(s, runs);
+  xl_code rc = XL_OK;
+  for (int l = 0; l < m->cfg.n_layer && rc == XL_OK && s->len > 0; l++) {
+    const xl_layer *L = &m->layers[l];
+    if (m->cfg.pre_lnorm) ln_bound(L->attn_ln_g, L->attn_ln_b, dm, h);
+    else if (l > 0) ln_bound(m->layers[l - 1].ff_ln_g, m->layers[l - 1].ff_ln_b, dm, h);
+    else embed_bound(m, h, row);
+    for (int j = 0; j < 2 * hd; j++) { /* qkv rows hd.. : the keys, then the values */
+      xl_wmat_row(&L->qkv_w, hd + j, row);
+      float b = 0.0f;
+      for (int i = 0; i < dm; i++) b += fabsf(row[i]) * h[i];
+      bound[j] = b * RANGE_SLACK + 1e-30f;
+    }
+    xl_kv_layer kl = xl_state_layer(s, l);
+    for (int r = 0; r < n_runs && rc == XL_OK; r++)
+      for (int p = 0; p < runs[r].count && rc == XL_OK; p++) {
+        xl_kv_load(m, &kl, runs[r].slot + p, kv, kv + hd);
+        for (int j = 0; j < 2 * hd; j++) {
+          if (fabsf(kv[j]) <= bound[j]) continue;
+          rc = xl_fail(err, XL_STATE, "state blob: layer %d, position %d of the memory: %s "
+                       "component %d is %g, beyond what this model's forward pass can produce "
+                       "(|x| <= %g)", l, runs[r].first + p, j < hd ? "key" : "value",
+                       j % hd, (double)kv[j], (double)bound[j]);
+          break;
+        }
+      }
+  }
+  free(h);
+  return rc;
 }

@@ -184,6 +184,13 @@ xl_code xl_state_serialize(const xl_state *state, uint8_t **blob, size_t *blob_l
 xl_code xl_state_deserialize(const xl_model *model, const uint8_t *blob, size_t blob_len,
                              xl_state **out, xl_error *err);
 
+/* Checks that every key and value the state holds is one this model's forward pass can put
+ * in its memory: a per-component bound derived from the weights (the LayerNorm before the
+ * projection bounds its input; see state_blob.c). XL_STATE naming the layer, position and
+ * value otherwise. Reads the embedding tables and the attention projections once per call:
+ * meant for states from outside (imports), not for every load of one's own. */
+xl_code xl_state_check_range(const xl_state *state, xl_error *err);
+
 /* Delta: what feeding changed since the state had fed `from` tokens (the newest
  * min(fed - from, mem_len) positions and the ring counters), so a durable copy can be brought
  * up to date without rewriting the whole state. from < fed (else XL_ARG). *blob is malloc'd. */

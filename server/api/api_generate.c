@@ -659,6 +659,7 @@ static void on_turn_committed(void *ctx, int status, const char *msg) {
   req *r = ctx;
   if (status) r->store_err = xstrdup(msg && *msg ? msg : "store error");
   r->store_conflict = status == -2;
+  r->store_unknown = status == -3;
   r->commit_wait = 0;
   maybe_finish(r);
   req_unref(r); /* the commit's reference */
@@ -722,6 +723,8 @@ static void gen_finish(req *r) {
   else if (r->cancelled_by_drain) err_code = "shutting_down", err_msg = "the server is shutting down";
   else if (r->store_err && j->finish != FINISH_CANCELLED && r->store_conflict)
     err_code = "session_conflict", err_msg = r->store_err;
+  else if (r->store_err && j->finish != FINISH_CANCELLED && r->store_unknown)
+    err_code = "store_outcome_unknown", err_msg = r->store_err;
   else if (r->store_err && j->finish != FINISH_CANCELLED)
     err_code = "store_failed", err_msg = r->store_err;
   char kept[600];
@@ -730,6 +733,13 @@ static void gen_finish(req *r) {
              "another replica committed a turn of this session first (%.300s); this turn was "
              "not kept: the session is at the other turn's version; send the request again "
              "with the conversation as it is now",
+             err_msg);
+    err_msg = kept;
+  } else if (err_code && !strcmp(err_code, "store_outcome_unknown")) {
+    snprintf(kept, sizeof kept,
+             "the session store did not confirm the turn's commit (%.300s); the turn may or "
+             "may not have been kept: the session is re-read from the store before its next "
+             "turn, so check its session_tokens before sending the turn again",
              err_msg);
     err_msg = kept;
   } else if (err_code && !strcmp(err_code, "store_failed")) {
@@ -759,6 +769,9 @@ static void gen_finish(req *r) {
     } else if (err_code && !strcmp(err_code, "store_failed")) {
       r->retry_after = "1"; /* the turn was not kept: a retry is safe once the store is back */
       req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
+    } else if (err_code && !strcmp(err_code, "store_outcome_unknown")) {
+      r->retry_after = "1";
+      req_error(r, 503, "server_error", err_code, NULL, "%s", err_msg);
     } else if (err_code && !strcmp(err_code, "session_conflict")) {
       req_error(r, 409, "invalid_request_error", err_code, "session_id", "%s", err_msg);
     } else if (err_code) {

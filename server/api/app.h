@@ -133,6 +133,7 @@ struct req {
   uint64_t held_tokens; /* the session's transcript length after this turn */
   char *store_err;   /* the commit failed: why */
   int store_conflict; /* ... because another replica committed a turn of the session first */
+  int store_unknown;  /* ... with an unknown outcome (the turn may or may not be kept) */
   /* generation */
   job *job;
   int job_running;  /* submitted, DONE not yet processed */

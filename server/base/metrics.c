@@ -144,6 +144,14 @@ void metrics_render(buf *o, const metrics_gauges *g, const char *const *route_na
   counter(o, "xlserve_store_wait_shortfalls_total",
           "Redis commits that fewer replicas than redis_wait_replicas acknowledged in time.",
           ld(&m->store_wait_shortfalls));
+  counter(o, "xlserve_store_outcome_unknown_total",
+          "Session writes whose outcome is unknown (the reply was lost, or an I/O error after "
+          "the commit): 503 store_outcome_unknown; the session is re-read from the store.",
+          ld(&m->store_outcome_unknown));
+  counter(o, "xlserve_store_index_errors_total",
+          "Redis index updates (listing, expiry) that failed after their session was written; "
+          "repaired at the next write.",
+          ld(&m->store_index_errors));
   gauge(o, "xlserve_store_up", "0 while the session store is unreachable, else 1.",
         !atomic_load_explicit(&m->store_down, memory_order_relaxed));
   gauge(o, "xlserve_ready", "1 when serving (model loaded, not draining).", g->ready);

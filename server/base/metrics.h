@@ -36,6 +36,9 @@ typedef struct metrics {
    * another replica advanced the session, requests answered 503 store_unavailable, WAITs that
    * fell short, and whether the store is unreachable now (the store thread sets it) */
   atomic_uint_fast64_t store_conflicts, sessions_stale, store_unavailable, store_wait_shortfalls;
+  /* writes whose outcome is unknown (a lost reply, an I/O error after the commit), and Redis
+   * index updates (listing, expiry) that failed after their row was written */
+  atomic_uint_fast64_t store_outcome_unknown, store_index_errors;
   atomic_int store_down;
   histogram ttft, inter_token, queue_wait, duration, batch_size, batch_tokens, forward_seconds,
       store_read, store_write, store_swap,

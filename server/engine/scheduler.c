@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,6 +300,12 @@ static void unpark_siblings(sched *s, job *j) {
   }
 }
 
+static int finite_row(const float *x, int n) {
+  int ok = 1;
+  for (int i = 0; i < n; i++) ok &= isfinite(x[i]) != 0;
+  return ok;
+}
+
 static void run_batch(sched *s, worker *w, int n) {
   const xl_model *m = s->model;
   int k = 0;
@@ -350,6 +357,16 @@ static void run_batch(sched *s, worker *w, int n) {
       r++;
       if (rc != XL_OK) {
         j->error = err;
+        job_finish(j, FINISH_ERROR);
+        continue;
+      }
+      if (lp && !finite_row(lp, s->vocab)) { /* a memory no forward pass of the model makes */
+        j->error.code = XL_STATE;
+        snprintf(j->error.message, sizeof j->error.message,
+                 "the forward pass produced a non-finite value: the session's memory holds "
+                 "values this model cannot have made; the turn was not kept");
+        if (!j->decoding) j->pos += w->take[i]; /* it fed the session: the turn is rolled back */
+        j->want_snapshot = 0; /* nothing of it is committed */
         job_finish(j, FINISH_ERROR);
         continue;
       }

@@ -295,7 +295,7 @@ static int exec_op(session_store *st, store_op *op) {
       op->row.snap_id = new_snap_id();
       int rc = B->put(st->conn, &op->row, &op->created, err, cap);
       if (rc < 0) {
-        op->status = STORE_ERROR;
+        op->status = rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
         return -1;
       }
       if (rc == 1) { /* a shared store's compare-and-set: nothing written */
@@ -313,7 +313,7 @@ static int exec_op(session_store *st, store_op *op) {
       store_delta d = {op->row.seq, op->meta, op->row.meta_len, op->delta, op->delta_len};
       int rc = B->append(st->conn, &op->row, &d, &op->after, err, cap);
       if (rc < 0) {
-        op->status = STORE_ERROR;
+        op->status = rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
         return -1;
       }
       if (rc == 1) { /* nothing written: the batch is intact */
@@ -392,6 +392,15 @@ static int exec_op(session_store *st, store_op *op) {
       if (c == CODEC_OK)
         c = sess_decode(st->model, op->in, ml, op->in + ml, op->in_len - ml, &op->out, err, cap);
       op->status = from_codec(c);
+      if (op->status == STORE_OK) { /* an import: its values must be ones this model makes */
+        xl_error xe;
+        if (xl_state_check_range(op->out->state, &xe) != XL_OK) {
+          snprintf(err, cap, "%.300s", xe.message);
+          session_free(op->out);
+          op->out = NULL;
+          op->status = STORE_INVALID;
+        }
+      }
       return 0;
     }
   }
@@ -664,13 +673,19 @@ static void swap_in(session_store *st, compaction *c) {
   compaction_free(c);
 }
 
-static void fail_writes(store_op **ops, int n, const char *why) {
+/* The batch's writes that had succeeded get `status` (STORE_ERROR: rolled back; STORE_UNKNOWN:
+ * the commit's outcome is unknown). */
+static void fail_writes_as(store_op **ops, int n, const char *why, store_status status) {
   for (int i = 0; i < n; i++)
     if (is_write(ops[i]) && ops[i]->status == STORE_OK) {
-      ops[i]->status = STORE_ERROR;
+      ops[i]->status = status;
       snprintf(ops[i]->err, sizeof ops[i]->err, "%s", why);
       ops[i]->n = 0;
     }
+}
+
+static void fail_writes(store_op **ops, int n, const char *why) {
+  fail_writes_as(ops, n, why, STORE_ERROR);
 }
 
 static int same_session(const store_op *a, const store_op *b) {
@@ -730,9 +745,10 @@ static void run_batch_locked(session_store *st, store_op **ops, int n, int write
     }
   }
   if (in_txn) {
-    if (B->commit(st->conn, why, sizeof why)) {
+    int crc = B->commit(st->conn, why, sizeof why);
+    if (crc) {
       B->rollback(st->conn);
-      fail_writes(ops, n, why);
+      fail_writes_as(ops, n, why, crc == -2 ? STORE_UNKNOWN : STORE_ERROR);
     } else {
       double dt = now_mono() - t0;
       long delta = 0;
@@ -758,7 +774,9 @@ static void run_batch_locked(session_store *st, store_op **ops, int n, int write
 out:
   for (int i = 0; i < n; i++) {
     store_op *op = ops[i];
-    if (op->status == STORE_ERROR) ctr_add(&g_metrics.store_errors, 1);
+    if (op->status == STORE_ERROR || op->status == STORE_UNKNOWN)
+      ctr_add(&g_metrics.store_errors, 1);
+    if (op->status == STORE_UNKNOWN) ctr_add(&g_metrics.store_outcome_unknown, 1);
     if (op->kind == SOP_SAVE || op->kind == SOP_APPEND) { /* not needed any more */
       free(op->meta);
       free(op->state);

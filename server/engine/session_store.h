@@ -109,7 +109,9 @@ typedef struct store_backend_ops {
   /* A connection for the calling thread. NULL with a message on failure. */
   store_conn *(*connect)(void *cfg, char *err, size_t cap);
   void (*disconnect)(store_conn *c);
-  /* A batch of writes (and reads) that commits atomically. 0 ok, -1 error. */
+  /* A batch of writes (and reads) that commits atomically. 0 ok, -1 error (nothing of the
+   * batch is kept). commit: -2 when its outcome is unknown (an I/O error after the batch
+   * reached the disk: it may be there now or after the next open). */
   int (*begin)(store_conn *c, char *err, size_t cap);
   int (*commit)(store_conn *c, char *err, size_t cap);
   void (*rollback)(store_conn *c);
@@ -124,13 +126,14 @@ typedef struct store_backend_ops {
   void (*release)(store_conn *c);
   /* Inserts or replaces the row (row->owner, row->id) with the snapshot row->meta/state at
    * version row->seq (snap_seq = seq, identity row->snap_id), dropping its deltas. *created = 1
-   * when the row is new. 0 ok, -1 error. */
+   * when the row is new. 0 ok, -1 error (not written), -2 outcome unknown (shared backends:
+   * the write was sent and its reply was lost: it may have been applied). */
   int (*put)(store_conn *c, const store_row *row, int *created, char *err, size_t cap);
   /* Appends delta d (d->seq) to the row and updates its metadata columns from row (not its
    * blobs), only if the row is at version d->seq - 1; then the row's seq is d->seq. `after`
    * gets snap_bytes, delta_bytes and n_deltas. 0 ok, 1 conflict (no such row, or another
-   * version: nothing written), -1 error. Shared backends: put with row->cas set answers 1 the
-   * same way. */
+   * version: nothing written), -1 error (not written), -2 outcome unknown (as put's).
+   * Shared backends: put with row->cas set answers 1 the same way. */
   int (*append)(store_conn *c, const store_row *row, const store_delta *d, store_row *after,
                 char *err, size_t cap);
   /* Replaces the row's snapshot by row->meta/state standing for version row->seq, with
@@ -212,8 +215,11 @@ typedef enum {
   STORE_INVALID,  /* LOAD/DECODE: corrupted envelope (message says what) */
   STORE_MISMATCH, /* LOAD/DECODE: another model or format version */
   STORE_ERROR,    /* backend failure, or not run (shutdown deadline) */
-  STORE_CONFLICT  /* APPEND, SAVE with row.cas: the row is at another version (another replica
+  STORE_CONFLICT, /* APPEND, SAVE with row.cas: the row is at another version (another replica
                      wrote it): nothing written */
+  STORE_UNKNOWN   /* SAVE/APPEND: the outcome is unknown (the write's reply was lost, or an I/O
+                     error after the commit reached the disk): the store may hold it or not;
+                     whoever holds the session must re-read it from the store */
 } store_status;
 
 typedef struct store_op store_op;

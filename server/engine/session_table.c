@@ -482,11 +482,20 @@ static void on_turn_committed(store_op *op) {
   if (op->status == STORE_CONFLICT) ctr_add(&g_metrics.store_conflicts, 1);
   if (op->status == STORE_OK) {
     st_release(c->t, c->s);
+  } else if (op->status == STORE_UNKNOWN) {
+    /* kept or not, the store's row is the truth: s leaves RAM, its next use re-reads it */
+    xlog_msg("error", "store_outcome_unknown", "session %s: the commit of its turn has an "
+             "unknown outcome (%s); the session is re-read from the store at its next use",
+             op->id, op->err);
+    drop(c->t, c->s, 0);
   } else {
     xlog_msg("error", "store_error", "saving session %s: %s", op->id, op->err);
     roll_back_turn(c->t, c->s);
   }
-  ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK ? 0 : op->status == STORE_CONFLICT ? -2 : -1,
+  ((st_done_fn)c->fn)(c->ctx, op->status == STORE_OK         ? 0
+                              : op->status == STORE_CONFLICT ? -2
+                              : op->status == STORE_UNKNOWN  ? -3
+                                                             : -1,
                       op->err);
   free(c);
   store_op_free(op);

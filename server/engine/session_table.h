@@ -47,7 +47,8 @@ typedef struct st_answer {
 } st_answer;
 typedef void (*st_wait_fn)(void *ctx, const st_answer *a);
 /* status: 0 done, 1 nothing there (remove), -1 failed (message), -2 refused: a shared store's
- * row is at another version (another replica wrote it; st_turn_end) */
+ * row is at another version (another replica wrote it; st_turn_end), -3 the commit's outcome
+ * is unknown (st_turn_end: the session left RAM and is re-read from the store) */
 typedef void (*st_done_fn)(void *ctx, int status, const char *message);
 typedef void (*st_bytes_fn)(void *ctx, uint8_t *bytes, size_t n, const char *error); /* takes bytes */
 typedef void (*st_rows_fn)(void *ctx, const store_row *rows, int n, const char *error);

@@ -26,6 +26,7 @@
 #include "store_redis.h"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -110,6 +111,10 @@ struct store_conn {
   redisReply *held; /* get's reply, lent until release */
   size_t next_delta;
   int logged_down;
+  int lost; /* the last command was sent and its reply lost (the connection failed meanwhile) */
+  /* index updates that failed after their row was written, redone after the next batch */
+  struct pending_index *pending;
+  int n_pending;
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -241,6 +246,7 @@ static redisReply *command(store_conn *c, int argc, const char **argv, const siz
   if (!r) {
     snprintf(err, cap, "Redis: %s", c->rc->errstr[0] ? c->rc->errstr : "connection lost");
     drop_conn(c, err);
+    c->lost = 1;
     return NULL;
   }
   if (r->type == REDIS_REPLY_ERROR) {
@@ -334,7 +340,20 @@ static void rdisconnect(store_conn *c) {
   if (!c) return;
   if (c->held) freeReplyObject(c->held);
   if (c->rc) redisFree(c->rc);
+  free(c->pending);
   free(c);
+}
+
+/* A connection Redis closed while it was idle (a restart, a timeout, a proxy) reads as ready:
+ * nothing is due on it between commands. It is replaced before a write is sent on it, so a
+ * write's lost reply means the write did reach a live connection. */
+static void drop_if_stale(store_conn *c) {
+  if (!c->rc || c->rc->fd < 0) return;
+  struct pollfd p = {.fd = c->rc->fd, .events = POLLIN};
+  if (poll(&p, 1, 0) <= 0) return;
+  redisFree(c->rc);
+  c->rc = NULL;
+  c->next_try = 0; /* reconnect at once (ensure), no backoff: it was up a moment ago */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -380,6 +399,8 @@ static void make_keys(const redis_cfg *g, const char *id, const uint8_t owner[32
 /* EVALSHA script with the keys of (owner, id) and the arguments in a (after them). */
 static redisReply *run_script(store_conn *c, int script, const keys *k, const args *a, char *err,
                               size_t cap) {
+  c->lost = 0;
+  drop_if_stale(c);
   if (ensure(c, err, cap)) return NULL;
   const char *argv[MAX_ARGS + 5];
   size_t lens[MAX_ARGS + 5];
@@ -414,10 +435,74 @@ static int discard_replies(store_conn *c, int n, char *err, size_t cap) {
   return 0;
 }
 
-/* Pipelined index updates after a write of k (last used: when). Best effort: a failure is
- * returned (the connection is then dropped) but the row is written. */
+/* An index update to redo: ZADD (remove 0) or ZREM of (owner, id) in P:lru and P:o:OWNER. */
+typedef struct pending_index {
+  keys k;
+  char id[129];
+  double when;
+  int remove;
+} pending_index;
+#define MAX_PENDING 256
+
+static int index_cmds(store_conn *c, const keys *k, const char *id, double when, int remove,
+                      char *err, size_t cap);
+
+/* The row of k was written but its index update failed (the connection is dropped): not a
+ * failure of the write. Counted, logged, and kept to be redone after the next batch (and by
+ * the row's next write anyway). */
+static void index_failed(store_conn *c, const keys *k, const char *id, double when, int remove,
+                         const char *why) {
+  ctr_add(&g_metrics.store_index_errors, 1);
+  xlog_msg("warn", "store_index_error", "session %s: its row is written but the index update "
+           "failed (%s); it is redone once Redis answers", id, why);
+  if (!c->pending) c->pending = xcalloc(MAX_PENDING, sizeof *c->pending);
+  for (int i = 0; i < c->n_pending; i++)
+    if (!strcmp(c->pending[i].k.member, k->member)) { /* the newer update replaces it */
+      c->pending[i].when = when, c->pending[i].remove = remove;
+      return;
+    }
+  if (c->n_pending == MAX_PENDING) { /* the oldest is dropped: its row's next write redoes it */
+    memmove(c->pending, c->pending + 1, sizeof *c->pending * (MAX_PENDING - 1));
+    c->n_pending--;
+  }
+  pending_index *p = &c->pending[c->n_pending++];
+  p->k = *k;
+  snprintf(p->id, sizeof p->id, "%s", id);
+  p->when = when;
+  p->remove = remove;
+}
+
+/* Redoes the pending index updates (after a batch, on a live connection). */
+static void repair_indexes(store_conn *c) {
+  char err[300];
+  while (c->n_pending > 0 && c->rc) {
+    pending_index *p = &c->pending[c->n_pending - 1];
+    if (index_cmds(c, &p->k, p->id, p->when, p->remove, err, sizeof err)) return;
+    c->n_pending--;
+  }
+}
+
+/* Pipelined index updates after a write of k (last used: when). Best effort: a failure does
+ * not fail the write (index_failed). */
+static void forget_pending(store_conn *c, const keys *k) {
+  for (int i = 0; i < c->n_pending; i++) /* an older update must not undo this one */
+    if (!strcmp(c->pending[i].k.member, k->member)) {
+      c->pending[i] = c->pending[--c->n_pending];
+      return;
+    }
+}
+
 static int touch_indexes(store_conn *c, const keys *k, const char *id, double when, char *err,
                          size_t cap) {
+  char why[300];
+  if (index_cmds(c, k, id, when, 0, why, sizeof why)) index_failed(c, k, id, when, 0, why);
+  else forget_pending(c, k);
+  (void)err, (void)cap;
+  return 0;
+}
+
+static int zadd_indexes(store_conn *c, const keys *k, const char *id, double when, char *err,
+                        size_t cap) {
   char score[32];
   snprintf(score, sizeof score, "%.17g", when);
   const char *a1[] = {"ZADD", "", score, k->member};
@@ -503,6 +588,10 @@ static int rbegin(store_conn *c, char *err, size_t cap) {
 
 static int rcommit(store_conn *c, char *err, size_t cap) {
   redis_cfg *g = c->cfg;
+  if (c->n_pending) {
+    char why[300];
+    if (!ensure(c, why, sizeof why)) repair_indexes(c);
+  }
   if (g->wait_replicas <= 0 || !c->rc) return 0;
   char n[16], ms[16];
   snprintf(n, sizeof n, "%d", g->wait_replicas);
@@ -592,7 +681,7 @@ static int rput(store_conn *c, const store_row *row, int *created, char *err, si
   arg_str(&a, "meta"), arg_bin(&a, row->meta, row->meta_len);
   arg_str(&a, "state"), arg_bin(&a, row->state, row->state_len);
   redisReply *r = run_script(c, SCR_PUT, &k, &a, err, cap);
-  if (!r) return -1;
+  if (!r) return c->lost ? -2 : -1; /* sent, reply lost: it may have been applied */
   long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
   freeReplyObject(r);
   if (v < 0) return 1;
@@ -621,7 +710,7 @@ static int rappend(store_conn *c, const store_row *row, const store_delta *d, st
   row_fields(&a, row);
   redisReply *r = run_script(c, SCR_APPEND, &k, &a, err, cap);
   free(entry);
-  if (!r) return -1;
+  if (!r) return c->lost ? -2 : -1; /* sent, reply lost: it may have been applied */
   if (r->type == REDIS_REPLY_INTEGER) {
     freeReplyObject(r);
     return 1;
@@ -672,8 +761,29 @@ static int rversion(store_conn *c, const char *id, const uint8_t owner[32], uint
   return absent ? 1 : 0;
 }
 
-/* Removes (owner, id) from the two indexes (pipelined). */
+static int zrem_indexes(store_conn *c, const keys *k, const char *id, char *err, size_t cap);
+
+static int index_cmds(store_conn *c, const keys *k, const char *id, double when, int remove,
+                      char *err, size_t cap) {
+  if (!c->rc) {
+    snprintf(err, cap, "Redis: not connected");
+    return -1;
+  }
+  return remove ? zrem_indexes(c, k, id, err, cap) : zadd_indexes(c, k, id, when, err, cap);
+}
+
+/* Removes (owner, id) from the two indexes after its row is gone: best effort, as
+ * touch_indexes. */
 static int unindex(store_conn *c, const keys *k, const char *id, char *err, size_t cap) {
+  char why[300];
+  forget_pending(c, k); /* an older update of it must not index it again */
+  if (index_cmds(c, k, id, 0, 1, why, sizeof why)) index_failed(c, k, id, 0, 1, why);
+  (void)err, (void)cap;
+  return 0;
+}
+
+/* Removes (owner, id) from the two indexes (pipelined). */
+static int zrem_indexes(store_conn *c, const keys *k, const char *id, char *err, size_t cap) {
   char lru[160];
   snprintf(lru, sizeof lru, "%s:lru", c->cfg->prefix);
   const char *a1[] = {"ZREM", lru, k->member};

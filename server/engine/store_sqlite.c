@@ -1,6 +1,8 @@
 /*
  * store_sqlite.c: the embedded session store backend: SQLite in WAL mode, one file
  * (state_dir/sessions.db), one row per session (see session_store.h for the ops).
+ * Beside it: xlserve.lock (one daemon per directory) and xlserve.reserve (room kept for a full
+ * disk: see "a full disk" below).
  * store_sqlite_open runs on the main thread at start (directory, lock, schema); every other
  * function runs on the thread that owns the connection (one connection per thread, opened
  * with SQLITE_OPEN_NOMUTEX): the store thread (turns, saves, deletions) and the compaction
@@ -58,11 +60,13 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "buf.h"
 #include "session_store.h"
 #include "util.h"
+#include "xlog.h"
 
 #define SCHEMA_VERSION 5
 /* dead pieces / deltas deleted per `collect` call (one transaction of the compaction thread) */
@@ -91,6 +95,12 @@ typedef struct sqlite_cfg {
   pthread_cond_t cv;
   int stop, kick;
   int held; /* tests: the checkpoint thread skips its checkpoints */
+  /* a full disk (store thread): the reserve file (dir/xlserve.reserve, reserve_bytes) is
+   * given up at the first SQLITE_FULL so that deletes and checkpoints find room, and made
+   * again once the space is back; `tight`: the filesystem is nearly full (see check_space) */
+  char *reserve;
+  int64_t reserve_bytes;
+  int reserve_held, tight;
 } sqlite_cfg;
 
 struct store_conn {
@@ -101,14 +111,19 @@ struct store_conn {
   sqlite3_stmt *piece_put, *meta_get, *pieces_get, *pieces_clear, *deltas_clear, *deltas_get, *append_row,
       *append_delta, *swap_row, *swap_sizes, *collect_pieces, *collect_deltas;
   int in_deltas; /* deltas_get is bound to the row of the last get */
+  int freed;     /* the open transaction deletes rows (del, expire) */
+  int tight;     /* this connection's journal_size_limit is the tight one (0) */
   uint8_t *snap;  /* the last get's state, its pieces joined (when it has more than one) */
 };
 
 static const char *COLS =
     "owner, fingerprint, created, last_used, tokens, turns, mode, messages, positions";
 
+static __thread int saw_full; /* this thread's last failure was SQLITE_FULL */
+
 static int fail(char *err, size_t cap, sqlite3 *db, const char *what) {
   snprintf(err, cap, "sqlite: %s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
+  if (db && (sqlite3_extended_errcode(db) & 0xff) == SQLITE_FULL) saw_full = 1;
   return -1;
 }
 
@@ -342,21 +357,153 @@ static int step_done(store_conn *c, sqlite3_stmt *st, char *err, size_t cap, con
   return 0;
 }
 
+/* ---- a full disk ----
+ * SQLite in WAL mode needs room to give room back: a delete is a transaction appended to the
+ * WAL, and a checkpoint writes the WAL's new pages into the database file before the WAL can
+ * be cut. A disk that filled up with both could do neither (every later turn and delete
+ * failed until the directory moved to a larger disk). So:
+ *   - while the filesystem is nearly full (`tight`: less free than TIGHT_FREE, more than the
+ *     WAL can hold before the checkpoint thread copies it), the writer checkpoints after each commit and the WAL is cut back to nothing at
+ *     each restart (journal_size_limit 0): the data lives in the database file, not twice;
+ *   - a reserve file (a thirty-second of the filesystem, 64 KiB to 8 MiB) is kept beside the
+ *     database; the first SQLITE_FULL deletes it, and then (outside the failed transaction) a
+ *     TRUNCATE checkpoint empties the WAL, incremental_vacuum gives the database's free pages
+ *     back (new files are auto_vacuum=INCREMENTAL) and a second checkpoint cuts the file;
+ *   - after a commit that deleted rows while tight, the same vacuum and checkpoint;
+ *   - once four reserves' worth is free again the reserve is made again; above TIGHT_FREE the
+ *     WAL keeps WAL_KEEP bytes again.
+ * The failed turn itself is not kept (SQLITE_FULL leaves no commit frame: sq_commit). */
+#define TIGHT_FREE ((int64_t)64 << 20)
+#define SHRINK_PAGES "8" /* pages given back per step (a file without auto_vacuum: none) */
+
+static int64_t free_bytes(const char *path, int64_t *total) {
+  struct statvfs v;
+  if (statvfs(path, &v)) return -1;
+  if (total) *total = (int64_t)v.f_blocks * (int64_t)v.f_frsize;
+  return (int64_t)v.f_bavail * (int64_t)v.f_frsize;
+}
+
+static void reserve_make(sqlite_cfg *cfg) {
+  int fd = open(cfg->reserve, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  int rc = posix_fallocate(fd, 0, (off_t)cfg->reserve_bytes);
+  close(fd);
+  if (rc) {
+    unlink(cfg->reserve);
+    return;
+  }
+  cfg->reserve_held = 1;
+}
+
+static long freelist(store_conn *c) {
+  sqlite3_stmt *st;
+  long n = -1;
+  if (sqlite3_prepare_v2(c->db, "PRAGMA freelist_count", -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_step(st) == SQLITE_ROW) n = (long)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }
+  return n;
+}
+
+/* Cuts the WAL and gives the database's free pages back to the filesystem (store thread, no
+ * transaction open): a few pages at a time, each step's moves going through the WAL and its
+ * TRUNCATE checkpoint cutting the file, so a nearly full disk has room for the next step. */
+static void shrink(store_conn *c) {
+  sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+  for (long left = freelist(c), was = -1; left > 0 && (was < 0 || left < was);
+       was = left, left = freelist(c)) {
+    if (sqlite3_exec(c->db, "PRAGMA incremental_vacuum(" SHRINK_PAGES ")", NULL, NULL, NULL) !=
+            SQLITE_OK ||
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL) !=
+            SQLITE_OK)
+      break;
+  }
+}
+
+/* cfg->tight and the reserve are shared by the connections of the store and compaction
+ * threads, whose commits the front serialises (one write transaction at a time); the WAL's
+ * size limit is each connection's own. */
+static void set_tight(store_conn *c, int tight) {
+  c->cfg->tight = tight;
+  if (c->tight == tight) return;
+  c->tight = tight;
+  sqlite3_exec(c->db, tight ? "PRAGMA journal_size_limit=0"
+                            : "PRAGMA journal_size_limit=" WAL_KEEP, NULL, NULL, NULL);
+}
+
+/* After a commit (store thread): the free space decides tight, and the reserve comes back. */
+static void check_space(store_conn *c) {
+  sqlite_cfg *cfg = c->cfg;
+  if (!cfg->reserve) return;
+  int64_t total = 0, avail = free_bytes(cfg->path, &total);
+  if (avail < 0) return;
+  (void)total;
+  int tight = avail < TIGHT_FREE;
+  if (!cfg->reserve_held && avail >= 4 * cfg->reserve_bytes) {
+    reserve_make(cfg);
+    if (cfg->reserve_held)
+      xlog_msg("info", "store_space_back", "the state directory's filesystem has room again "
+               "(%lld bytes free); the store's reserve is made again", (long long)avail);
+  }
+  set_tight(c, tight);
+  if (cfg->tight) sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+}
+
+/* After a write failed with SQLITE_FULL and its transaction is gone (store thread). */
+static void on_full(store_conn *c) {
+  sqlite_cfg *cfg = c->cfg;
+  set_tight(c, 1);
+  if (cfg->reserve_held) {
+    unlink(cfg->reserve);
+    cfg->reserve_held = 0;
+  }
+  shrink(c);
+  int64_t avail = free_bytes(cfg->path, NULL);
+  xlog_msg("error", "store_disk_full", "the state directory's filesystem is full: turns are "
+           "not kept until sessions are deleted or space is freed (%lld bytes free after the "
+           "store gave back what it could)", (long long)avail);
+}
+
 static int sq_begin(store_conn *c, char *err, size_t cap) {
   settle(c);
   return step_done(c, c->begin, err, cap, "BEGIN");
 }
 
+/* COMMIT in WAL mode appends the transaction's pages to the WAL, its last frame marking the
+ * commit, syncs the WAL (synchronous=FULL), then publishes the new version in the WAL index.
+ * A failure while the frames are written (SQLITE_FULL: no room; BUSY, NOMEM) leaves no commit
+ * frame: nothing is kept (-1). An I/O error (SQLITE_IOERR_*: a failed write or fsync, what a
+ * dying disk or a full one under a cache answer) may come after the commit frame reached the
+ * file: the version is not published, so this process reads the old row, but a reopen's WAL
+ * recovery may find the frame valid and keep the transaction: the outcome is unknown (-2). */
 static int sq_commit(store_conn *c, char *err, size_t cap) {
   settle(c);
-  return step_done(c, c->commit, err, cap, "COMMIT");
+  int rc = sqlite3_step(c->commit);
+  if (rc == SQLITE_DONE || rc == SQLITE_ROW) {
+    sqlite3_reset(c->commit);
+    if (c->freed && c->cfg->tight) shrink(c);
+    c->freed = 0;
+    if (c->cfg->reserve) check_space(c);
+    return 0;
+  }
+  c->freed = 0;
+  int ext = sqlite3_extended_errcode(c->db);
+  fail(err, cap, c->db, "COMMIT");
+  sqlite3_reset(c->commit);
+  return (ext & 0xff) == SQLITE_IOERR && ext != SQLITE_IOERR_NOMEM ? -2 : -1;
 }
 
 static void sq_rollback(store_conn *c) {
   settle(c);
-  if (sqlite3_get_autocommit(c->db)) return; /* SQLite already rolled back (e.g. SQLITE_FULL) */
-  sqlite3_step(c->rollback);
-  sqlite3_reset(c->rollback);
+  c->freed = 0;
+  if (!sqlite3_get_autocommit(c->db)) { /* else SQLite already rolled back (e.g. SQLITE_FULL) */
+    sqlite3_step(c->rollback);
+    sqlite3_reset(c->rollback);
+  }
+  if (saw_full && c->cfg->reserve) {
+    saw_full = 0;
+    on_full(c);
+  }
 }
 
 static void read_meta(sqlite3_stmt *st, store_row *row) {
@@ -613,6 +760,7 @@ static int sq_del(store_conn *c, const char *id, const uint8_t owner[32], char *
   int rc = sqlite3_step(c->del);
   sqlite3_reset(c->del);
   if (rc != SQLITE_DONE) return fail(err, cap, c->db, "deleting a session");
+  c->freed = 1;
   return sqlite3_changes(c->db) > 0 ? 0 : 1;
 }
 
@@ -633,6 +781,7 @@ static int sq_expire(store_conn *c, double before, int max, store_key *out, char
   }
   sqlite3_reset(c->expire);
   if (rc != SQLITE_DONE) return fail(err, cap, c->db, "expiring sessions");
+  if (n > 0) c->freed = 1;
   return n;
 }
 
@@ -677,6 +826,7 @@ static void sq_destroy(void *cfgp) {
   pthread_cond_destroy(&cfg->cv);
   if (cfg->lock_fd >= 0) close(cfg->lock_fd);
   free(cfg->path);
+  free(cfg->reserve);
   free(cfg);
 }
 
@@ -944,7 +1094,10 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
   } else {
     char e2[512];
     /* big pages for big blobs (a state is MiBs): fewer pages per row. Only a new file takes it. */
+    /* a new file can give its free pages back (incremental_vacuum): set before anything is
+     * written to it (the switch to WAL writes its header) */
     rc = exec(db, "PRAGMA page_size=" PAGE_SIZE, e2, sizeof e2) ||
+         (version == 0 && exec(db, "PRAGMA auto_vacuum=INCREMENTAL", e2, sizeof e2)) ||
          exec(db, "PRAGMA journal_mode=WAL", e2, sizeof e2) ||
          (version == 1 && migrate(db, 1, steps_v1, e2, sizeof e2)) ||
          (version >= 1 && version <= 2 && migrate(db, 2, steps_v2, e2, sizeof e2)) ||
@@ -966,6 +1119,17 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
     return NULL;
   }
   cfg->ckpt_started = 1;
+  buf_printf(&p, "%s/xlserve.reserve", dir);
+  cfg->reserve = buf_steal(&p);
+  int64_t total = 0;
+  if (free_bytes(cfg->path, &total) >= 0) {
+    cfg->reserve_bytes = total / 32;
+    if (cfg->reserve_bytes < ((int64_t)64 << 10)) cfg->reserve_bytes = (int64_t)64 << 10;
+    if (cfg->reserve_bytes > ((int64_t)8 << 20)) cfg->reserve_bytes = (int64_t)8 << 20;
+    struct stat rs;
+    if (!stat(cfg->reserve, &rs) && rs.st_size >= cfg->reserve_bytes) cfg->reserve_held = 1;
+    else reserve_make(cfg); /* no room for it: made once there is (check_space) */
+  }
   store_backend *b = xcalloc(1, sizeof *b);
   b->ops = &SQLITE_OPS;
   b->cfg = cfg;

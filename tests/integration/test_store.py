@@ -10,11 +10,16 @@ import http.client
 import json
 import os
 import random
+import select
 import signal
+import socket
 import sqlite3
+import subprocess
 import struct
 import threading
 import time
+
+import pytest
 
 import xlharness as X
 
@@ -644,6 +649,29 @@ def test_import_refuses_inconsistent_and_non_finite_states(start_daemon, tiny_mo
             assert st == 400 and e["code"] == "invalid_state" and word in e["message"], (edit, r)
     assert X.get_session(d.port, "dst")[1] == kept
     assert X.get_session(d.port, "fresh")[0] == 404
+    # finite but beyond anything the model's forward pass makes (3e38 overflows attention)
+    def huge_key(s):
+        struct.pack_into("<f", s, 64 + 8, 3e38)
+
+    def huge_value(s):
+        struct.pack_into("<f", s, len(s) - 8 - 12, -1e6)
+
+    for edit, what in ((huge_key, "key"), (huge_value, "value")):
+        body = b"".join(edit_envelope(env, edit))
+        for sid in ("dst", "fresh"):
+            st, _, r = X.request(d.port, "PUT", "/v1/sessions/%s/state" % sid, body=body,
+                                 headers={"Content-Type": "application/octet-stream"})
+            e = json.loads(r)["error"]
+            assert st == 400 and e["code"] == "invalid_state", r
+            assert "beyond what this model's forward pass can produce" in e["message"], r
+            assert what in e["message"], r
+    assert X.get_session(d.port, "dst")[1] == kept
+    assert X.get_session(d.port, "fresh")[0] == 404
+    # the exported state itself is accepted (it is within the bound)
+    st, _, r = X.request(d.port, "PUT", "/v1/sessions/copy/state", body=env,
+                         headers={"Content-Type": "application/octet-stream"})
+    assert st in (200, 201), r
+    assert X.request(d.port, "DELETE", "/v1/sessions/copy")[0] in (200, 204)
     # the same blobs in the store's rows
     for i in range(len(cases)):
         ok(d.port, "row%d" % i, "row", 3)
@@ -727,3 +755,295 @@ def test_one_daemon_per_state_dir(start_daemon, tiny_model, tmp_path):
     assert d2.wait_exit(30) == 1
     d2.reader.join(5)
     assert any("in use by another xlserve" in json.dumps(l) for l in d2.lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Redis: a write whose reply is lost
+
+REDIS = __import__("shutil").which("redis-server")
+
+
+class CuttingProxy:
+    """A TCP proxy between the daemon and redis-server that can cut one connection at a chosen
+    moment. It learns each script's SHA1 from the daemon's SCRIPT LOAD (the script's text names
+    it: `marker`), then, when armed:
+      cut="reply": forwards the next EVALSHA of that script to Redis, waits until Redis has
+        answered it (so the write is applied), and closes both sides instead of forwarding the
+        reply (the daemon sees the connection drop after sending);
+      cut="index": forwards that script's reply, then closes both sides when the daemon sends
+        its index update (ZADD) instead of forwarding it."""
+
+    def __init__(self, redis_port):
+        self.redis_port = redis_port
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.port = self.lsock.getsockname()[1]
+        self.shas = {}  # marker -> sha
+        self.armed = None  # (marker, cut)
+        self.cuts = 0
+        self.mu = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def arm(self, marker, cut):
+        with self.mu:
+            self.armed = (marker, cut)
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.pipe, args=(c,), daemon=True).start()
+
+    def pipe(self, c):
+        r = socket.create_connection(("127.0.0.1", self.redis_port))
+        loading = None  # the marker of a SCRIPT LOAD whose reply is awaited
+        state = None  # "await_reply": cut the next reply; "await_zadd": cut at the next ZADD
+        try:
+            while True:
+                ready, _, _ = select.select([c, r], [], [])
+                if c in ready:
+                    data = c.recv(1 << 20)
+                    if not data:
+                        return
+                    if b"SCRIPT" in data and b"LOAD" in data:
+                        loading = next((m for m in MARKERS if m in data), None)
+                    with self.mu:
+                        armed = self.armed
+                    if state == "await_zadd" and b"ZADD" in data:
+                        with self.mu:
+                            self.cuts += 1
+                        return
+                    if armed and state is None and b"EVALSHA" in data[:40] and \
+                            self.shas.get(armed[0], b"?") in data[:200]:
+                        with self.mu:
+                            self.armed = None
+                        state = "await_reply" if armed[1] == "reply" else "await_zadd"
+                    r.sendall(data)
+                if r in ready:
+                    data = r.recv(1 << 20)
+                    if not data:
+                        return
+                    if loading is not None and data.startswith(b"$40\r\n"):
+                        self.shas[loading] = data[5:45]
+                        loading = None
+                    if state == "await_reply":
+                        with self.mu:
+                            self.cuts += 1
+                        return
+                    c.sendall(data)
+        except OSError:
+            return
+        finally:
+            c.close()
+            r.close()
+
+    def close(self):
+        self.lsock.close()
+
+
+APPEND_SCRIPT = b"RPUSH"  # only the append script's text has it
+PUT_SCRIPT = b"local existed"  # only the put script's
+MARKERS = (APPEND_SCRIPT, PUT_SCRIPT)
+
+
+def redis_command(port, *args):
+    """One RESP command to redis-server; the reply's first line (bulk: its value), decoded."""
+    req = b"*%d\r\n" % len(args) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(req)
+        lines = s.recv(65536).split(b"\r\n")
+    if lines[0].startswith(b"$") and lines[0] != b"$-1":
+        return lines[1].decode()
+    return lines[0].decode()
+
+
+@pytest.fixture
+def redis_port(tmp_path):
+    if REDIS is None:
+        pytest.skip("redis-server is not installed (tools/install-deps.sh test installs it)")
+    port = X.free_port()
+    d = tmp_path / "redis"
+    d.mkdir()
+    p = subprocess.Popen([REDIS, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(d),
+                          "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+
+    def pong():
+        try:
+            return redis_command(port, "PING") == "+PONG"
+        except OSError:
+            return False
+    X.wait_until(pong, 20, "redis-server answers PING")
+    yield port
+    p.terminate()
+    p.wait(timeout=20)
+
+
+def stored_tokens(port, sid):
+    """The tokens column of session sid's Redis row (prefix t, any owner)."""
+    keys = redis_command(port, "KEYS", "t:s:{*:%s}" % sid)
+    n = int(keys[1:]) if keys.startswith("*") else 0
+    assert n == 1, keys
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"*2\r\n$4\r\nKEYS\r\n$%d\r\nt:s:{*:%s}\r\n" % (len("t:s:{*:%s}" % sid),
+                                                               sid.encode()))
+        key = s.recv(4096).split(b"\r\n")[2].decode()
+    return int(redis_command(port, "HGET", key, "tokens"))
+
+
+def test_redis_lost_reply_is_outcome_unknown_and_the_next_turn_reads_the_store(
+        start_daemon, tiny_model, redis_port):
+    """The append script of a turn runs in Redis but its reply is cut (a proxy closes the
+    connection after Redis answered): the turn is answered 503 store_outcome_unknown with
+    Retry-After, never 'not kept, retrying is safe'. The session is re-read from Redis: it holds
+    the turn, and the next turn continues from there (its session_tokens count the unknown
+    turn once, no double feed). An index update (ZADD) cut after the row's script succeeded is
+    not a failure of the turn: 200, counted, and the index is repaired after a later batch."""
+    proxy = CuttingProxy(redis_port)
+    d = start_daemon(tiny_model, "--store", "redis", "--redis-url",
+                     "redis://127.0.0.1:%d/0" % proxy.port, "--redis-prefix", "t")
+    b1 = ok(d.port, "u", "Anne Elliot of Kellynch Hall", 6)
+    t1 = b1["xlserve"]["session_tokens"]
+    proxy.arm(APPEND_SCRIPT, "reply")
+    st, h, b = X.post_json(d.port, "/v1/completions",
+                           dict(prompt=" was vain", max_tokens=6, temperature=0),
+                           headers={"X-Session-Id": "u"})
+    assert proxy.cuts == 1
+    assert st == 503 and b["error"]["code"] == "store_outcome_unknown", b
+    assert "may or may not" in b["error"]["message"] and "safe" not in b["error"]["message"]
+    assert int(h["retry-after"]) >= 1
+    t2 = stored_tokens(redis_port, "u")  # Redis applied the turn
+    assert t2 > t1
+    # the RAM copy was dropped: the session is read back from Redis (after the reconnection's
+    # short backoff, 503 store_unavailable meanwhile)
+    def read_back():
+        st, s = X.get_session(d.port, "u")
+        assert st in (200, 503), s
+        return s if st == 200 else None
+    X.wait_until(read_back, 10, "the session is read back from Redis")
+    assert read_back()["tokens"] == t2
+    b3 = ok(d.port, "u", " of himself", 4)
+    u = b3["usage"]
+    assert b3["xlserve"]["session_tokens"] == t2 + u["prompt_tokens"] + u["completion_tokens"]
+    assert stored_tokens(redis_port, "u") == b3["xlserve"]["session_tokens"]
+    m = X.metrics(d.port)
+    assert m["xlserve_store_outcome_unknown_total"] == 1
+
+    # the index update after a new session's first write is cut: the turn is kept and answered
+    proxy.arm(PUT_SCRIPT, "index")
+    bi = ok(d.port, "v", "Sir Walter", 4)
+    assert proxy.cuts == 2
+    assert stored_tokens(redis_port, "v") == bi["xlserve"]["session_tokens"]
+    m = X.metrics(d.port)
+    assert m["xlserve_store_index_errors_total"] == 1
+    assert redis_command(redis_port, "ZCARD", "t:lru") == ":1"  # v is not indexed yet
+
+    def repaired():  # any later batch redoes it once the connection is back (after the
+        st, b = comp(d.port, "u", " again", 1)  # backoff: 503 store_unavailable meanwhile)
+        assert st in (200, 503), b
+        return redis_command(redis_port, "ZCARD", "t:lru") == ":2"
+    X.wait_until(repaired, 10, "the index update is redone")
+    proxy.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# A full disk
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A tmpfs of 6 MiB mounted for the test (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs the suite as root)")
+    d = tmp_path / "small"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_disk_full_fails_cleanly_and_recovers_after_deletes(start_daemon, medium_model,
+                                                            small_fs):
+    """The store on a 6 MiB filesystem: sessions (each a 512 KiB state) are created until a
+    commit fails: a clear error naming the full disk, the turn not kept. Deleting sessions gives
+    their space back without moving anything: new sessions commit again in the same directory,
+    and after a restart every kept session is whole."""
+    sd = small_fs / "state"
+    d = start_daemon(medium_model, *store_args(sd))
+    prompt = "It is a truth universally acknowledged, that a single man in possession " * 2
+    kept, full = [], None
+    for i in range(200):
+        st, b = comp(d.port, "s%d" % i, prompt, 1)
+        if st != 200:
+            full = (st, b)
+            break
+        kept.append(("s%d" % i, b["xlserve"]["session_tokens"]))
+    assert full is not None, "6 MiB never filled up"
+    st, b = full
+    assert st in (500, 503) and b["error"]["code"] == "store_failed", full
+    assert "full" in b["error"]["message"], b
+    assert len(kept) >= 3, kept
+    assert X.get_session(d.port, "s%d" % len(kept))[0] == 404  # not kept
+    # delete most sessions: their space comes back
+    for sid, _ in kept[:-2]:
+        st, _, r = X.request(d.port, "DELETE", "/v1/sessions/" + sid)
+        assert st in (200, 204), r
+    again = []
+    for i in range(3):
+        st, b = comp(d.port, "n%d" % i, prompt, 1)
+        assert st == 200, b
+        again.append(("n%d" % i, b["xlserve"]["session_tokens"]))
+    assert d.stop() == 0, d.tail()
+    db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
+    assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    db.close()
+    d = start_daemon(medium_model, *store_args(sd))
+    for sid, tokens in kept[-2:] + again:
+        st, s = X.get_session(d.port, sid)
+        assert st == 200 and s["tokens"] == tokens, (sid, s)
+    for sid, _ in kept[:-2]:
+        assert X.get_session(d.port, sid)[0] == 404
+
+
+def test_a_forward_that_turns_non_finite_commits_nothing(start_daemon, tiny_model, tmp_path):
+    """A stored row whose memory no forward pass of the model makes (every key and value 3e38:
+    finite, so it loads; only imports are range-checked) makes the next forward's outputs
+    non-finite: the turn fails with a clear error, nothing of it is committed (the row and its
+    log are as they were), and the session still answers as stored; other sessions are
+    served."""
+    sd = tmp_path / "state"
+    d = start_daemon(tiny_model, *store_args(sd))
+    ok(d.port, "bad", "Anne Elliot of Kellynch Hall", 4)
+    ok(d.port, "good", "Sir Walter Elliot", 4)
+    st, _, env = X.request(d.port, "GET", "/v1/sessions/bad/state")
+    assert st == 200
+    assert d.stop() == 0, d.tail()
+
+    def huge(s):
+        for at in range(64, len(s) - 8, 4):
+            struct.pack_into("<f", s, at, 3e38 if at % 8 else -3e38)
+    meta, state = edit_envelope(env, huge)
+    db = sqlite3.connect(os.path.join(str(sd), "sessions.db"))
+    set_piece(db, "bad", 0, meta)
+    set_piece(db, "bad", 1, state)
+    db.commit()
+    db.close()
+    before = rows(sd)["bad"]
+    d = start_daemon(tiny_model, *store_args(sd))
+    st0, s0 = X.get_session(d.port, "bad")
+    assert st0 == 200
+    st, b = comp(d.port, "bad", " was vain", 4)
+    assert st == 500 and b["error"]["code"] == "generation_failed", b
+    assert "non-finite" in b["error"]["message"] and "not kept" in b["error"]["message"], b
+    assert X.get_session(d.port, "bad") == (st0, s0)
+    assert rows(sd)["bad"] == before  # nothing committed
+    ok(d.port, "good", " of Kellynch", 3)

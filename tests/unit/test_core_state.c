@@ -572,6 +572,62 @@ static void test_big_buffers_and_arena(void) {
   CHECK(a.chunks == NULL && a.bytes == 0);
 }
 
+
+/* The range check of imported states: every state the model's own forward pass makes is
+ * within it (pre-LN and post-LN, partial and wrapped rings, many inputs); a finite key of
+ * 3e38 (which the finiteness check lets through) or a value of -1e6 is refused, naming the
+ * layer, the component and the bound. */
+static void test_range_of_imported_states(void) {
+  for (int pre = 0; pre <= 1; pre++) {
+    tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+    spec.pre_lnorm = pre;
+    spec.seed = 11 + (unsigned)pre;
+    xl_model *m = load(&spec, pre ? "range_pre" : "range_post");
+    CHECK(m != NULL);
+    if (!m) continue;
+    xl_workspace *ws;
+    xl_error err;
+    CHECK_CODE(xl_workspace_new(m, &ws, &err), XL_OK);
+    int32_t t[200];
+    float lp[256];
+    for (unsigned seed = 1; seed <= 6; seed++) {
+      xl_state *a;
+      CHECK_CODE(xl_state_new(m, &a, &err), XL_OK);
+      tokens(t, 200, seed * 17);
+      int n = seed < 3 ? 12 : 120;
+      CHECK(run(m, ws, a, t, n, 1 + (int)seed, lp) == 0);
+      CHECK_CODE(xl_state_check_range(a, &err), XL_OK);
+      uint8_t *blob;
+      size_t nb;
+      CHECK_CODE(xl_state_serialize(a, &blob, &nb, &err), XL_OK);
+      if (seed == 6) {
+        size_t payload = nb - 64 - 8, key0 = 64 + 4 * 3, val_last = 64 + payload - 4 * 5;
+        uint8_t *b = malloc(nb);
+        struct { size_t at; float v; const char *what; } bad[] = {
+            {key0, 3.0e38f, "key"}, {val_last, -1.0e6f, "value"}};
+        for (int k = 0; k < 2; k++) {
+          memcpy(b, blob, nb);
+          uint32_t u = f32_bits(bad[k].v);
+          memcpy(b + bad[k].at, &u, 4);
+          resign(b, nb);
+          xl_state *s = NULL;
+          CHECK_CODE(xl_state_deserialize(m, b, nb, &s, &err), XL_OK); /* finite: loads */
+          if (!s) continue;
+          CHECK_CODE(xl_state_check_range(s, &err), XL_STATE);
+          CHECK(strstr(err.message, "beyond what this model's forward pass can produce") &&
+                strstr(err.message, bad[k].what));
+          xl_state_free(s);
+        }
+        free(b);
+      }
+      free(blob);
+      xl_state_free(a);
+    }
+    xl_workspace_free(ws);
+    xl_model_free(m);
+  }
+}
+
 int main(void) {
   RUN(test_big_buffers_and_arena);
   RUN(test_blob_round_trip);
@@ -582,5 +638,6 @@ int main(void) {
   RUN(test_chunking_invariance);
   RUN(test_deltas_rebuild_the_state);
   RUN(test_delta_refusals);
+  RUN(test_range_of_imported_states);
   return tl_summary();
 }

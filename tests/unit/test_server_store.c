@@ -9,6 +9,7 @@
 #define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #endif
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -1834,6 +1835,148 @@ static void test_sqlite_migrates_v4(void) {
       4, DELTAS_HAVE_ROWIDS);
 }
 
+
+/* ---------------------------------------------------------------------------------------- */
+/* A VFS over the default one that can fail the WAL's next fsync (SQLITE_IOERR_FSYNC) or its
+ * next write (SQLITE_FULL), as a failing or full disk does. */
+
+static sqlite3_vfs *REAL_VFS, SHIM_VFS;
+static int SHIM_FAIL_SYNC, SHIM_FAIL_WRITE; /* armed: the WAL's next xSync / xWrite fails */
+typedef struct shim_file {
+  sqlite3_file base;
+  int wal;
+  sqlite3_file *real; /* follows this struct */
+} shim_file;
+#define REAL(f) (((shim_file *)(f))->real)
+static int sh_close(sqlite3_file *f) { return REAL(f)->pMethods->xClose(REAL(f)); }
+static int sh_read(sqlite3_file *f, void *p, int n, sqlite3_int64 o) {
+  return REAL(f)->pMethods->xRead(REAL(f), p, n, o);
+}
+static int sh_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 o) {
+  if (((shim_file *)f)->wal && __atomic_exchange_n(&SHIM_FAIL_WRITE, 0, __ATOMIC_SEQ_CST))
+    return SQLITE_FULL;
+  return REAL(f)->pMethods->xWrite(REAL(f), p, n, o);
+}
+static int sh_truncate(sqlite3_file *f, sqlite3_int64 n) {
+  return REAL(f)->pMethods->xTruncate(REAL(f), n);
+}
+static int sh_sync(sqlite3_file *f, int flags) {
+  if (((shim_file *)f)->wal && __atomic_exchange_n(&SHIM_FAIL_SYNC, 0, __ATOMIC_SEQ_CST))
+    return SQLITE_IOERR_FSYNC;
+  return REAL(f)->pMethods->xSync(REAL(f), flags);
+}
+static int sh_size(sqlite3_file *f, sqlite3_int64 *n) {
+  return REAL(f)->pMethods->xFileSize(REAL(f), n);
+}
+static int sh_lock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xLock(REAL(f), l); }
+static int sh_unlock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xUnlock(REAL(f), l); }
+static int sh_check(sqlite3_file *f, int *r) {
+  return REAL(f)->pMethods->xCheckReservedLock(REAL(f), r);
+}
+static int sh_fctl(sqlite3_file *f, int op, void *a) {
+  return REAL(f)->pMethods->xFileControl(REAL(f), op, a);
+}
+static int sh_sector(sqlite3_file *f) { return REAL(f)->pMethods->xSectorSize(REAL(f)); }
+static int sh_caps(sqlite3_file *f) { return REAL(f)->pMethods->xDeviceCharacteristics(REAL(f)); }
+static int sh_shmmap(sqlite3_file *f, int i, int sz, int ext, void volatile **pp) {
+  return REAL(f)->pMethods->xShmMap(REAL(f), i, sz, ext, pp);
+}
+static int sh_shmlock(sqlite3_file *f, int o, int n, int fl) {
+  return REAL(f)->pMethods->xShmLock(REAL(f), o, n, fl);
+}
+static void sh_shmbarrier(sqlite3_file *f) { REAL(f)->pMethods->xShmBarrier(REAL(f)); }
+static int sh_shmunmap(sqlite3_file *f, int del) {
+  return REAL(f)->pMethods->xShmUnmap(REAL(f), del);
+}
+static const sqlite3_io_methods SHIM_IO = {
+    2,        sh_close, sh_read,   sh_write, sh_truncate,   sh_sync,     sh_size,
+    sh_lock,  sh_unlock, sh_check, sh_fctl,  sh_sector,     sh_caps,     sh_shmmap,
+    sh_shmlock, sh_shmbarrier, sh_shmunmap, NULL, NULL};
+static int sh_open(sqlite3_vfs *v, const char *name, sqlite3_file *f, int flags, int *out) {
+  (void)v;
+  shim_file *sf = (shim_file *)f;
+  sf->real = (sqlite3_file *)(sf + 1);
+  sf->wal = (flags & SQLITE_OPEN_WAL) != 0;
+  sf->base.pMethods = NULL;
+  int rc = REAL_VFS->xOpen(REAL_VFS, name, sf->real, flags, out);
+  if (sf->real->pMethods) sf->base.pMethods = &SHIM_IO;
+  return rc;
+}
+static int sh_delete(sqlite3_vfs *v, const char *n, int sync) {
+  (void)v;
+  return REAL_VFS->xDelete(REAL_VFS, n, sync);
+}
+static int sh_access(sqlite3_vfs *v, const char *n, int fl, int *r) {
+  (void)v;
+  return REAL_VFS->xAccess(REAL_VFS, n, fl, r);
+}
+static int sh_full(sqlite3_vfs *v, const char *n, int k, char *o) {
+  (void)v;
+  return REAL_VFS->xFullPathname(REAL_VFS, n, k, o);
+}
+
+static void shim_install(void) {
+  REAL_VFS = sqlite3_vfs_find(NULL);
+  SHIM_VFS = *REAL_VFS;
+  SHIM_VFS.iVersion = 1; /* only the methods above (and the real ones' version-1 rest) */
+  SHIM_VFS.szOsFile = (int)sizeof(shim_file) + REAL_VFS->szOsFile;
+  SHIM_VFS.zName = "xlserve-test-shim";
+  SHIM_VFS.pNext = NULL;
+  SHIM_VFS.xOpen = sh_open;
+  SHIM_VFS.xDelete = sh_delete;
+  SHIM_VFS.xAccess = sh_access;
+  SHIM_VFS.xFullPathname = sh_full;
+  sqlite3_vfs_register(&SHIM_VFS, 1);
+}
+
+static void shim_remove(void) {
+  sqlite3_vfs_unregister(&SHIM_VFS);
+  sqlite3_vfs_register(REAL_VFS, 1);
+}
+
+/* SQLite, durability turn, fsync on: a COMMIT whose fsync of the WAL fails has an unknown
+ * outcome (its commit frame may be in the file: a reopen's recovery could keep it): the turn
+ * is answered -3, never "not kept", and the session leaves RAM; the store's row is then
+ * whole and a next turn commits on it. A COMMIT that finds no room (SQLITE_FULL) wrote no
+ * commit frame: the turn is not kept (-1) and the store's row is the previous turn's. */
+static void test_sqlite_commit_outcome_unknown(void) {
+  shim_install();
+  char err[512];
+  store_backend *b = store_sqlite_open(tl_tmpdir("store_unknown"), 1, err, sizeof err);
+  CHECK(b != NULL);
+  store_opts o = {.async_commit_ms = 1000, .max_batch = 64};
+  session_store *st = store_new(b, &o, notify, NULL);
+  CHECK(store_start(st, M, err, sizeof err) == 0);
+  session_table *t = st_new(M, (size_t)1 << 30, 0, 100, st, DUR_TURN);
+  uint8_t owner[32];
+  memset(owner, 8, 32);
+  xl_error xe;
+  session *s = st_create(t, "u1", owner, &xe);
+  CHECK(committed_turn(st, t, s, 20, 1) == 0 && store_equals_ram(st, s));
+  uint64_t unknown0 = atomic_load(&g_metrics.store_outcome_unknown);
+  SHIM_FAIL_SYNC = 1;
+  CHECK(committed_turn(st, t, s, 9, 2) == -3);
+  CHECK(SHIM_FAIL_SYNC == 0); /* the failure did come from the WAL's fsync */
+  CHECK(atomic_load(&g_metrics.store_outcome_unknown) == unknown0 + 1);
+  CHECK(st_lookup(t, "u1", owner, &s) == ST_MISSING); /* dropped: re-read at its next use */
+  CHECK(restore(st, t, "u1", owner, &s) == ST_FOUND && s);
+  if (s) {
+    uint64_t fed = xl_state_tokens_fed(s->state);
+    CHECK(fed == 20 || fed == 29); /* either outcome, whole */
+    CHECK(committed_turn(st, t, s, 5, 3) == 0 && store_equals_ram(st, s));
+    fed = xl_state_tokens_fed(s->state);
+    SHIM_FAIL_WRITE = 1;
+    CHECK(committed_turn(st, t, s, 7, 4) == -1); /* SQLITE_FULL: not kept */
+    CHECK(SHIM_FAIL_WRITE == 0);
+    CHECK(atomic_load(&g_metrics.store_outcome_unknown) == unknown0 + 1);
+    CHECK(restore(st, t, "u1", owner, &s) == ST_FOUND && s &&
+          xl_state_tokens_fed(s->state) == fed);
+    if (s) CHECK(committed_turn(st, t, s, 3, 5) == 0 && store_equals_ram(st, s));
+  }
+  end_store(st, b, t);
+  shim_remove();
+}
+
 int main(void) {
   metrics_init();
   const char *dir = tl_tmpdir("server_store");
@@ -1867,6 +2010,7 @@ int main(void) {
   RUN(test_writes_held_back_behind_a_lagging_compaction);
   RUN(test_a_compaction_swap_only_repoints);
   RUN(test_pieces_left_by_a_crash_are_collected);
+  RUN(test_sqlite_commit_outcome_unknown);
   xl_workspace_free(WS);
   xl_model_free(M);
   xl_model_free(M2);
