@@ -73,9 +73,7 @@ def _class_disagreements():
     from sacremoses.util import is_cjk
     for lo, hi in ref.CJK_RANGES:
         out |= {cp for cp in (lo - 1, lo, hi, hi + 1) if is_cjk(chr(cp)) != ref.is_cjk(chr(cp))}
-    lower = set(map(ord, t.IsLower))
-    out |= {cp for cp in range(0x110000)
-            if (cp in lower) != chr(cp).islower() and not 0xD800 <= cp <= 0xDFFF}
+    out |= set(map(ord, t.IsLower)) ^ set(ref.LOWER)
     return out
 
 

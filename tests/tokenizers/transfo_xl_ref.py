@@ -70,6 +70,7 @@ ends in digits), never_split entries are matched literally (sacremoses compiles 
 regexes; the defaults hold no metacharacter), the XML unescaping of the detokenizer runs
 (escape=False only concerns the tokenizer).
 """
+import os
 import re
 import unicodedata
 
@@ -80,10 +81,32 @@ NEVER_SPLIT = ("<unk>", "<eos>", "<formula>")
 # --------------------------------------------------------------------------------------------
 # Character classes
 
-_IDEOGRAPH_BLOCKS = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0xF900, 0xFAFF))
-_GENERIC_MARK_BLOCKS = ((0x0300, 0x036F), (0x1AB0, 0x1AFF), (0x1DC0, 0x1DFF),
-                        (0x20D0, 0x20FF), (0xFE20, 0xFE2F), (0xFE00, 0xFE0F))
-_CIRCLED_LETTERS = (0x24B6, 0x24E9)
+# The class data: sacremoses' perluniprops files (IsAlpha, IsAlnum, IsN, IsSc, IsLower), the
+# sets Hugging Face's tokenizer runs with, as the generated table core/tok_unicode_tables.c
+# holds them (tools/gen_unicode_tables.py --perluniprops; one {first, last, flags} entry per run
+# of code points, flags: 1 IsAlpha, 2 IsN, 8 IsSc, 32 IsLower, 128 IsAlnum). Only the data is
+# shared with the C: the rules below are this file's own. test_transfo_xl_ref_vs_sacremoses.py
+# checks these sets against sacremoses' own.
+_TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "core", "tok_unicode_tables.c")
+_F_ALPHA, _F_N, _F_SC, _F_LOWER, _F_ALNUM = 1, 2, 8, 32, 128
+
+
+def _read_table(path=_TABLE):
+    with open(path, encoding="utf-8") as f:
+        src = f.read()
+    body = src[src.index("xl_uclass_ranges[] = {"):]
+    body = body[:body.index("};")]
+    sets = {k: set() for k in (_F_ALPHA, _F_N, _F_SC, _F_LOWER, _F_ALNUM)}
+    for first, last, flags in re.findall(r"\{0x([0-9A-F]+),0x([0-9A-F]+),(\d+)\}", body):
+        for bit, members in sets.items():
+            if int(flags) & bit:
+                members.update(range(int(first, 16), int(last, 16) + 1))
+    return {k: frozenset(v) for k, v in sets.items()}
+
+
+_SETS = _read_table()
+
 # The viramas and nuktas sacremoses adds to the tokenizer's IsAlpha/IsAlnum (Devanagari,
 # Bengali, Gurmukhi, Gujarati, Oriya, Tamil, Telugu, Kannada, Malayalam, Sinhala, Lao, Myanmar,
 # Tagalog, Sundanese, Lepcha, Saurashtra, Rejang, Meetei Mayek, and above U+FFFF Kharoshthi,
@@ -108,32 +131,16 @@ def _inside(cp, blocks):
     return any(lo <= cp <= hi for lo, hi in blocks)
 
 
-def _is_alpha(cp):
-    if cp > 0xFFFF or _inside(cp, _IDEOGRAPH_BLOCKS):
-        return False
-    cat = unicodedata.category(chr(cp))
-    if cat in ("Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Mc"):
-        return True
-    if cat == "Mn":
-        ccc = unicodedata.combining(chr(cp))
-        return not _inside(cp, _GENERIC_MARK_BLOCKS) and \
-            (ccc == 0 or (10 <= ccc <= 199 and ccc not in (107, 122)))
-    return _CIRCLED_LETTERS[0] <= cp <= _CIRCLED_LETTERS[1]
-
-
-def _bmp_set(pred):
-    return frozenset(cp for cp in range(0x10000) if pred(cp))
-
-
-ALPHA = _bmp_set(_is_alpha)
+ALPHA = _SETS[_F_ALPHA]
 ALPHA_TOK = ALPHA | frozenset(INDIC_SIGNS)
-ALNUM_TOK = ALPHA_TOK | _bmp_set(lambda cp: unicodedata.category(chr(cp)) == "Nd")
-NUM = _bmp_set(lambda cp: unicodedata.category(chr(cp)) in ("Nd", "Nl", "No"))
-CURRENCY = _bmp_set(lambda cp: unicodedata.category(chr(cp)) == "Sc")
+ALNUM_TOK = _SETS[_F_ALNUM] | frozenset(INDIC_SIGNS)
+NUM = _SETS[_F_N]
+CURRENCY = _SETS[_F_SC]
+LOWER = _SETS[_F_LOWER]
 
 
 def is_lower(ch):
-    return ch.islower()
+    return ord(ch) in LOWER
 
 
 def is_cjk(ch):
