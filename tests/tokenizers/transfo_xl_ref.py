@@ -436,3 +436,19 @@ def detokenize(tokens):
     text = moses_detokenize(tokens)
     text = text.replace(" @,@ ", ",").replace(" @.@ ", ".")
     return text.strip()
+
+
+def decode(tokens, eos_token="<eos>"):
+    """What xlserve's transfo_xl decoder gives: the tokens are cut at each eos_token, every
+    piece is decoded as Hugging Face does (detokenize), and the pieces are joined with newlines.
+    (xlserve's choice, the inverse of its encoder turning each newline into <eos>; Hugging Face
+    keeps "<eos>" as a word.)"""
+    pieces, cur = [], []
+    for tok in tokens:
+        if tok == eos_token:
+            pieces.append(cur)
+            cur = []
+        else:
+            cur.append(tok)
+    pieces.append(cur)
+    return "\n".join(detokenize(p) for p in pieces)
