@@ -141,6 +141,40 @@ out:
   return rc;
 }
 
+/* The never_split token at u[p..n) (the longest), or -1; its length in *len. */
+static int special_at(const struct xl_tok *t, const uint32_t *u, size_t n, size_t p,
+                      size_t *len) {
+  int best = -1;
+  size_t best_len = 0;
+  for (int k = 0; k < t->info.n_never_split; k++) {
+    const xl_ustr *s = &t->never_split_u[k];
+    if (s->n > best_len && p + s->n <= n && !memcmp(u + p, s->p, s->n * sizeof *u))
+      best = k, best_len = s->n;
+  }
+  *len = best_len;
+  return best;
+}
+
+/* lower_case: HF's tokenize lowercases every character outside the never_split tokens first
+ * (Python's str.lower of each character: U+0130 becomes "i" + U+0307), so that "<EOS>" is then
+ * cut out as "<eos>". */
+static int lower_outside_specials(const struct xl_tok *t, const uint32_t *u, size_t n,
+                                  xl_ustr *out) {
+  size_t p = 0, len;
+  while (p < n) {
+    if (special_at(t, u, n, p, &len) >= 0) {
+      if (xl_ustr_append(out, u + p, len)) return -1;
+      p += len;
+    } else if (u[p] == 0x130) {
+      if (xl_ustr_push(out, 'i') || xl_ustr_push(out, 0x307)) return -1;
+      p++;
+    } else if (xl_ustr_push(out, xl_ulower(u[p++]))) {
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* One line: split on the never_split tokens (leftmost, longest), each kept whole; the pieces
  * between go through encode_chunk. */
 static xl_code encode_line(const xl_model *m, const uint32_t *u, size_t n, ids_vec *v,
@@ -148,13 +182,8 @@ static xl_code encode_line(const xl_model *m, const uint32_t *u, size_t n, ids_v
   const struct xl_tok *t = m->tok;
   size_t start = 0, p = 0;
   while (p < n) {
-    int best = -1;
-    size_t best_len = 0;
-    for (int k = 0; k < t->info.n_never_split; k++) {
-      const xl_ustr *s = &t->never_split_u[k];
-      if (s->n > best_len && p + s->n <= n && !memcmp(u + p, s->p, s->n * sizeof *u))
-        best = k, best_len = s->n;
-    }
+    size_t best_len;
+    int best = special_at(t, u, n, p, &best_len);
     if (best < 0) {
       p++;
       continue;
@@ -181,7 +210,16 @@ static xl_code encode_transfo_xl(const xl_model *m, const char *text, size_t len
   size_t start = 0;
   for (size_t i = 0; i <= u.n && !rc; i++) {
     if (i < u.n && u.p[i] != '\n') continue;
-    rc = encode_line(m, u.p + start, i - start, v, err);
+    if (m->tok->info.lower_case) {
+      xl_ustr low = {0};
+      if (lower_outside_specials(m->tok, u.p + start, i - start, &low))
+        rc = xl_fail(err, XL_NOMEM, "out of memory");
+      else
+        rc = encode_line(m, low.p, low.n, v, err);
+      xl_ustr_free(&low);
+    } else {
+      rc = encode_line(m, u.p + start, i - start, v, err);
+    }
     if (!rc && i < u.n && m->eos_id >= 0 && ids_push(v, m->eos_id))
       rc = xl_fail(err, XL_NOMEM, "out of memory");
     start = i + 1;

@@ -114,6 +114,29 @@ static void strip(text_buf *b) {
 static int in_set(uint32_t c, const char *set) { return c && c < 128 && strchr(set, (int)c); }
 static int ascii_alpha(uint32_t c) { return (c | 32) >= 'a' && (c | 32) <= 'z'; }
 
+/* The tokenizer's IsAlpha and IsAlnum are sacremoses' perluniprops classes plus the Indic
+ * viramas and nuktas it appends to both (sacremoses.indic); the detokenizer uses the plain
+ * IsAlpha. Sorted, for bsearch. */
+static const uint32_t INDIC_SIGNS[] = {
+    0x93C,   0x94D,   0x9BC,   0x9CD,   0xA3C,   0xA4D,   0xABC,   0xACD,   0xAFD,   0xAFE,
+    0xAFF,   0xB3C,   0xB4D,   0xBCD,   0xC4D,   0xCBC,   0xCCD,   0xD3B,   0xD3C,   0xD4D,
+    0xDCA,   0xEBA,   0x1039,  0x1714,  0x1BAB,  0x1C37,  0xA8C4,  0xA8F3,  0xA8F4,  0xA953,
+    0xAAF6,  0x10A3F, 0x11046, 0x110B9, 0x110BA, 0x11133, 0x11173, 0x111C0, 0x111CA, 0x11235,
+    0x11236, 0x112E9, 0x112EA, 0x1133C, 0x1134D, 0x11442, 0x11446, 0x114C2, 0x114C3, 0x115BF,
+    0x115C0, 0x1163F, 0x116B6, 0x116B7, 0x11839, 0x1183A, 0x119E0, 0x11A34, 0x11C3F, 0x11D42,
+    0x11D45, 0x11D97, 0x1E94A};
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+static int indic_sign(uint32_t c) {
+  return c >= 0x93C && bsearch(&c, INDIC_SIGNS, sizeof INDIC_SIGNS / sizeof *INDIC_SIGNS,
+                               sizeof *INDIC_SIGNS, cmp_u32) != NULL;
+}
+static int tok_alpha(uint32_t c) { return xl_is_alpha(c) || indic_sign(c); }
+static int tok_alnum(uint32_t c) { return xl_is_alnum(c) || indic_sign(c); }
+
 /* ---- the punctuation normaliser ------------------------------------------------------- */
 
 static size_t m_close_paren_punct(const uint32_t *t, size_t n, size_t p, xl_ustr *o,
@@ -123,13 +146,6 @@ static size_t m_close_paren_punct(const uint32_t *t, size_t n, size_t p, xl_ustr
   put(o, ')');
   put(o, t[p + 2]);
   return 3;
-}
-
-static size_t m_space_punct(const uint32_t *t, size_t n, size_t p, xl_ustr *o, const void *ctx) {
-  (void)ctx; /* " ([.!:?;,])" -> "\1" */
-  if (t[p] != ' ' || p + 1 >= n || !in_set(t[p + 1], ".!:?;,")) return 0;
-  put(o, t[p + 1]);
-  return 2;
 }
 
 static size_t m_digit_space_pct(const uint32_t *t, size_t n, size_t p, xl_ustr *o,
@@ -176,7 +192,6 @@ static void normalize(text_buf *b) {
   lit(b, &L1(')', ") "));
   run_pass(b, m_spaces, NULL);
   run_pass_if(b, ')', m_close_paren_punct, NULL);
-  run_pass(b, m_space_punct, NULL);
   lit(b, &L2('(', ' ', "("));
   lit(b, &L2(' ', ')', ")"));
   run_pass_if(b, '%', m_digit_space_pct, NULL);
@@ -237,7 +252,7 @@ static size_t m_pad_not_alnum(const uint32_t *t, size_t n, size_t p, xl_ustr *o,
                               const void *ctx) {
   (void)n, (void)ctx; /* "([^IsAlnum\s\.'\`\,\-])" -> " \1 " */
   uint32_t c = t[p];
-  if (in_set(c, ".'`,-") || xl_is_alnum(c) || xl_is_space(c)) return 0;
+  if (in_set(c, ".'`,-") || tok_alnum(c) || xl_is_space(c)) return 0;
   put(o, ' ');
   put(o, c);
   put(o, ' ');
@@ -246,7 +261,7 @@ static size_t m_pad_not_alnum(const uint32_t *t, size_t n, size_t p, xl_ustr *o,
 
 static size_t m_dash_split(const uint32_t *t, size_t n, size_t p, xl_ustr *o, const void *ctx) {
   (void)ctx; /* "([IsAlnum])\-(?=[IsAlnum])" -> "\1 @-@ " */
-  if (p + 2 >= n || t[p + 1] != '-' || !xl_is_alnum(t[p]) || !xl_is_alnum(t[p + 2])) return 0;
+  if (p + 2 >= n || t[p + 1] != '-' || !tok_alnum(t[p]) || !tok_alnum(t[p + 2])) return 0;
   put(o, t[p]);
   puts_a(o, " @-@ ");
   return 2;
@@ -323,7 +338,7 @@ static size_t m_apos(const uint32_t *t, size_t n, size_t p, xl_ustr *o, const vo
   int rule = *(const int *)ctx;
   if (p + 2 >= n || t[p + 1] != '\'') return 0;
   uint32_t l = t[p], r = t[p + 2];
-  int la = xl_is_alpha(l) != 0, ra = xl_is_alpha(r) != 0, ok = 0, glue = 0;
+  int la = tok_alpha(l) != 0, ra = tok_alpha(r) != 0, ok = 0, glue = 0;
   switch (rule) {
     case AP_1: ok = !la && !ra; break;
     case AP_2: ok = !la && !xl_is_n(l) && ra; break;
@@ -397,7 +412,7 @@ static void nonbreaking(text_buf *b) {
     int dot_alpha = 0, has_dot = 0;
     for (size_t k = 0; k < pn; k++) {
       if (pre[k] == '.') has_dot = 1;
-      if (xl_is_alpha(pre[k])) dot_alpha = 1;
+      if (tok_alpha(pre[k])) dot_alpha = 1;
     }
     if ((has_dot && dot_alpha) ||
         in_list(pre, pn, NB_PREFIXES, sizeof NB_PREFIXES / sizeof *NB_PREFIXES) ||
