@@ -150,11 +150,11 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
 }
 
 /* The end of an SSE stream: usage chunk (if asked) and [DONE], or an in-band error. */
-static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens,
-                        const char *err_code, const char *err_msg) {
-  if (err_code) {
+static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens, api_err err,
+                        const char *err_msg) {
+  if (err) {
     buf_adds(b, "data: ");
-    error_body(b, "server_error", err_code, NULL, err_msg);
+    api_err_stream_body(b, err, err_msg);
     buf_adds(b, "\n\n");
   } else if (j->include_usage) {
     job_chunk_prefix(b, j);
@@ -332,7 +332,7 @@ static void api_generate(req *r, job_kind kind) {
   }
   gen_request *g = &r->g;
   if (g->model && strcmp(g->model, a->model_name)) {
-    req_error(r, 404, "invalid_request_error", "model_not_found", "model",
+    req_error(r, API_ERR_MODEL_NOT_FOUND, "model",
               "model '%s' does not exist (this server serves '%s')", g->model, a->model_name);
     return;
   }
@@ -340,12 +340,12 @@ static void api_generate(req *r, job_kind kind) {
   /* session */
   const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
   if (hid && !session_id_valid(hid, strlen(hid))) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "X-Session-Id",
+    req_error(r, API_ERR_INVALID_VALUE, "X-Session-Id",
               "X-Session-Id must be 1-128 characters of [A-Za-z0-9._-]");
     return;
   }
   if (hid && g->session_id && strcmp(hid, g->session_id)) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "session_id",
+    req_error(r, API_ERR_INVALID_VALUE, "session_id",
               "'session_id' differs from the X-Session-Id header");
     return;
   }
@@ -356,7 +356,7 @@ static void api_generate(req *r, job_kind kind) {
     st_status st = req_find_session(r, sid, &s);
     if (st == ST_PENDING) return; /* the store looks for it; this handler runs again */
     if (st == ST_FOUND && s->busy) {
-      req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
+      req_error(r, API_ERR_SESSION_BUSY, "session_id",
                 "session %s is serving another request", sid);
       return;
     }
@@ -369,23 +369,23 @@ static void api_generate(req *r, job_kind kind) {
   /* several choices: in a session, the memory keeps one of them, named by the request */
   int groups = kind == JOB_CHAT ? 1 : g->n_prompts, per = g->best_of;
   if (sid && groups > 1) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "prompt",
+    req_error(r, API_ERR_INVALID_VALUE, "prompt",
               "a session continues one text: send one prompt per request in a session");
     return;
   }
   if (sid && per > g->n) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "best_of",
+    req_error(r, API_ERR_INVALID_VALUE, "best_of",
               "'best_of' greater than 'n' is not supported in a session");
     return;
   }
   if (sid && per > 1 && g->session_choice < 0) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "n",
+    req_error(r, API_ERR_INVALID_VALUE, "n",
               "in a session, n > 1 needs 'session_choice': the index of the choice whose text "
               "the session's memory keeps (the others are forks, discarded after the request)");
     return;
   }
   if (!sid && g->session_choice >= 0) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "session_choice",
+    req_error(r, API_ERR_INVALID_VALUE, "session_choice",
               "'session_choice' applies to requests in a session");
     return;
   }
@@ -411,14 +411,14 @@ static void api_generate(req *r, job_kind kind) {
     xl_error xe;
     memset(&xe, 0, sizeof xe);
     if (xl_tokenize(a->model, text, text_len, &toks, &ntok, &xe) != XL_OK) {
-      req_error(r, 400, "invalid_request_error", "tokenizer_error", prompt_param(r),
+      req_error(r, API_ERR_TOKENIZER_ERROR, prompt_param(r),
                 "cannot tokenize the %s: %s", prompt_param(r), xe.message);
       return;
     }
   }
   if (ntok > (size_t)a->cfg->max_prompt_tokens) {
     free(toks);
-    req_error(r, 422, "invalid_request_error", "prompt_too_long", prompt_param(r),
+    req_error(r, API_ERR_PROMPT_TOO_LONG, prompt_param(r),
               "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", ntok,
               a->cfg->max_prompt_tokens);
     return;
@@ -427,7 +427,7 @@ static void api_generate(req *r, job_kind kind) {
   int has_pending = s && s->pending >= 0 && !reset;
   if (ntok == 0 && !has_pending && g->max_tokens > 0) {
     free(toks);
-    req_error(r, 400, "invalid_request_error", "empty_prompt", prompt_param(r),
+    req_error(r, API_ERR_EMPTY_PROMPT, prompt_param(r),
               "the prompt is empty and the session holds nothing to continue from");
     return;
   }
@@ -442,7 +442,7 @@ static void api_generate(req *r, job_kind kind) {
     const gen_prompt *gp = &g->prompts[p];
     char param[32];
     snprintf(param, sizeof param, "prompt[%d]", p);
-    const char *bad = NULL;
+    api_err bad = API_ERR_NONE;
     xl_error pe;
     memset(&pe, 0, sizeof pe);
     if (gp->ids) {
@@ -450,24 +450,24 @@ static void api_generate(req *r, job_kind kind) {
       ptoks[p] = xmalloc(sizeof(int32_t) * (pn[p] ? pn[p] : 1));
       memcpy(ptoks[p], gp->ids, sizeof(int32_t) * pn[p]);
     } else if (gp->len && xl_tokenize(a->model, gp->text, gp->len, &ptoks[p], &pn[p], &pe) != XL_OK) {
-      bad = "tokenizer_error";
+      bad = API_ERR_TOKENIZER_ERROR;
     }
-    if (!bad && pn[p] > (size_t)a->cfg->max_prompt_tokens) bad = "prompt_too_long";
-    if (!bad && pn[p] == 0) bad = "empty_prompt"; /* a list's prompts each feed something */
+    if (!bad && pn[p] > (size_t)a->cfg->max_prompt_tokens) bad = API_ERR_PROMPT_TOO_LONG;
+    if (!bad && pn[p] == 0) bad = API_ERR_EMPTY_PROMPT; /* a list's prompts each feed something */
     if (bad) {
       size_t count = pn[p];
       for (int q = 1; q < groups; q++) free(ptoks[q]);
       free(ptoks);
       free(pn);
       free(toks);
-      if (!strcmp(bad, "tokenizer_error"))
-        req_error(r, 400, "invalid_request_error", bad, param, "cannot tokenize %s: %s", param, pe.message);
-      else if (!strcmp(bad, "prompt_too_long"))
-        req_error(r, 422, "invalid_request_error", bad, param,
+      if (bad == API_ERR_TOKENIZER_ERROR)
+        req_error(r, bad, param, "cannot tokenize %s: %s", param, pe.message);
+      else if (bad == API_ERR_PROMPT_TOO_LONG)
+        req_error(r, bad, param,
                   "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, count,
                   a->cfg->max_prompt_tokens);
       else
-        req_error(r, 400, "invalid_request_error", bad, param, "%s is empty", param);
+        req_error(r, bad, param, "%s is empty", param);
       return;
     }
   }
@@ -478,7 +478,7 @@ static void api_generate(req *r, job_kind kind) {
     free(toks);
     ctr_add(&g_metrics.rejected_queue_full, 1);
     r->retry_after = "1";
-    req_error(r, 429, "rate_limit_error", "queue_full",
+    req_error(r, API_ERR_QUEUE_FULL,
               NULL, "the server is at capacity (max_running + max_queue); retry shortly");
     return;
   }
@@ -497,7 +497,7 @@ static void api_generate(req *r, job_kind kind) {
     free(ptoks);
     free(pn);
     free(toks);
-    req_error(r, 500, "server_error", "session_create_failed", NULL, "cannot create a session: %s",
+    req_error(r, API_ERR_SESSION_CREATE_FAILED, NULL, "cannot create a session: %s",
               xe.message);
     return;
   }
@@ -717,22 +717,23 @@ void gen_on_done(req *r) {
 static void gen_finish(req *r) {
   job *j = r->job;
   uint64_t held = r->held_tokens;
-  const char *err_code = NULL, *err_msg = NULL;
-  if (j->finish == FINISH_ERROR) err_code = "generation_failed", err_msg = j->error.message;
-  else if (r->cancelled_by_drain) err_code = "shutting_down", err_msg = "the server is shutting down";
+  api_err err = API_ERR_NONE;
+  const char *err_msg = NULL;
+  if (j->finish == FINISH_ERROR) err = API_ERR_GENERATION_FAILED, err_msg = j->error.message;
+  else if (r->cancelled_by_drain) err = API_ERR_SHUTTING_DOWN;
   else if (r->store_err && j->finish != FINISH_CANCELLED && r->store_conflict)
-    err_code = "session_conflict", err_msg = r->store_err;
+    err = API_ERR_SESSION_CONFLICT, err_msg = r->store_err;
   else if (r->store_err && j->finish != FINISH_CANCELLED)
-    err_code = "store_failed", err_msg = r->store_err;
+    err = API_ERR_STORE_FAILED, err_msg = r->store_err;
   char kept[600];
-  if (err_code && !strcmp(err_code, "session_conflict")) {
+  if (err == API_ERR_SESSION_CONFLICT) {
     snprintf(kept, sizeof kept,
              "another replica committed a turn of this session first (%.300s); this turn was "
              "not kept: the session is at the other turn's version; send the request again "
              "with the conversation as it is now",
              err_msg);
     err_msg = kept;
-  } else if (err_code && !strcmp(err_code, "store_failed")) {
+  } else if (err == API_ERR_STORE_FAILED) {
     snprintf(kept, sizeof kept,
              "the turn could not be committed to the session store (%.400s); it was not kept: "
              "the session is back at its last committed turn, so retrying the request is safe",
@@ -744,7 +745,7 @@ static void gen_finish(req *r) {
     if (!r->client_gone && (j->finish != FINISH_CANCELLED || r->cancelled_by_drain)) {
       buf b;
       buf_init(&b);
-      stream_tail(&b, r, j, held, err_code, err_msg);
+      stream_tail(&b, r, j, held, err, err_msg);
       pthread_mutex_lock(&j->mu);
       buf_add(&j->out, b.p, b.len);
       pthread_mutex_unlock(&j->mu);
@@ -754,15 +755,11 @@ static void gen_finish(req *r) {
     if (r->ping_open) uv_timer_stop(&r->ping);
     req_kick(r);
   } else if (!r->mhd_done) {
-    if (err_code && j->finish == FINISH_ERROR) {
-      req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
-    } else if (err_code && !strcmp(err_code, "store_failed")) {
-      r->retry_after = "1"; /* the turn was not kept: a retry is safe once the store is back */
-      req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
-    } else if (err_code && !strcmp(err_code, "session_conflict")) {
-      req_error(r, 409, "invalid_request_error", err_code, "session_id", "%s", err_msg);
-    } else if (err_code) {
-      req_error(r, 503, "server_error", err_code, NULL, "%s", err_msg);
+    if (err) {
+      if (err == API_ERR_STORE_FAILED)
+        r->retry_after = "1"; /* the turn was not kept: a retry is safe once the store is back */
+      req_error(r, err, err == API_ERR_SESSION_CONFLICT ? "session_id" : NULL, "%s",
+                err_msg ? err_msg : api_err_get(err)->message);
     } else if (j->finish == FINISH_CANCELLED) {
       req_kick(r); /* client gone: the access handler closes */
     } else {

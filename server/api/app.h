@@ -167,7 +167,7 @@ struct req {
   /* log */
   int status;
   int counted; /* in xlserve_requests_total */
-  const char *err_code;
+  api_err err; /* the error answered (the access log's "error"); API_ERR_NONE: none */
 };
 
 /* http_server.c */
@@ -183,10 +183,10 @@ void req_unref(req *r);
 void req_reply(req *r, int status, const char *content_type, const char *body, size_t len);
 /* Takes body's bytes; a request that waits (REQ_WAITING) gets it through req_defer_reply. */
 void req_reply_json(req *r, int status, buf *body);
-/* The OpenAI error object {"error":{"message","type","param","code"}}; NULL param, code: null. */
-void error_body(buf *b, const char *type, const char *code, const char *param, const char *msg);
-void req_error(req *r, int status, const char *type, const char *code, const char *param,
-               const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Answers with the error table's row of err (api_errors.h): its status and the OpenAI error
+ * object naming param (NULL: null) with the formatted detail as its message. */
+void req_error(req *r, api_err err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void req_error_from(req *r, const api_error *e);
 void req_start_stream(req *r);
 void req_suspend_for_job(req *r);

@@ -85,7 +85,7 @@ static void req_free(req *r) {
       buf_adds(&l, ",\"tokens_in\":0,\"tokens_out\":0,\"queue_ms\":null,\"ttft_ms\":null");
       buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
     }
-    if (r->err_code) buf_printf(&l, ",\"error\":\"%s\"", r->err_code);
+    if (r->err) buf_printf(&l, ",\"error\":\"%s\"", api_err_code(r->err));
     if (r->client_gone) buf_adds(&l, ",\"client_gone\":true");
     if (r->sess_reset) buf_adds(&l, ",\"session_reset\":true");
     buf_addc(&l, '}');
@@ -215,8 +215,8 @@ static void on_sweep(uv_timer_t *t) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->timed_out = 1;
-    r->err_code = "request_timeout";
-    r->status = 408;
+    r->err = API_ERR_REQUEST_TIMEOUT;
+    r->status = api_err_status(API_ERR_REQUEST_TIMEOUT);
     if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
   }
   if (a->n_new == 0) {
@@ -274,43 +274,20 @@ void req_reply_json(req *r, int status, buf *body) {
   else reply_buf(r, status, "application/json", body);
 }
 
-void error_body(buf *b, const char *type, const char *code, const char *param,
-                       const char *msg) {
-  json_writer w;
-  jw_init(&w, b);
-  jw_object(&w);
-  jw_key(&w, "error");
-  jw_object(&w);
-  jw_kstring(&w, "message", msg);
-  jw_kstring(&w, "type", type);
-  jw_kstring(&w, "param", param && *param ? param : NULL);
-  jw_kstring(&w, "code", code);
-  jw_end(&w);
-  jw_end(&w);
-}
-
-static void verror(req *r, int status, const char *type, const char *code, const char *param,
-                   const char *fmt, va_list ap) {
+void req_error(req *r, api_err err, const char *param, const char *fmt, ...) {
   char msg[1024];
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  buf b;
-  buf_init(&b);
-  error_body(&b, type, code, param, msg);
-  r->err_code = code;
-  req_reply_json(r, status, &b);
-}
-
-void req_error(req *r, int status, const char *type, const char *code, const char *param,
-               const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  verror(r, status, type, code, param, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  buf b;
+  buf_init(&b);
+  api_err_body(&b, err, param, msg);
+  r->err = err;
+  req_reply_json(r, api_err_status(err), &b);
 }
 
-void req_error_from(req *r, const api_error *e) {
-  req_error(r, e->status, e->type, e->code, e->param, "%s", e->message);
-}
+void req_error_from(req *r, const api_error *e) { req_error(r, e->err, e->param, "%s", e->message); }
 
 /* SSE body: copies what the handler produced (stream_take); suspends when there is nothing
  * (never returns 0 without suspending); -1 after the last bytes; -2 when the client is gone. */
@@ -472,7 +449,7 @@ static void early_checks(req *r) {
   size_t pl = strlen(pre);
   if (pl) {
     if (strncmp(path, pre, pl) || (path[pl] != '/' && path[pl] != 0)) {
-      req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route for %s", path);
+      req_error(r, API_ERR_NOT_FOUND, NULL, "no route for %s", path);
       return;
     }
     path += pl;
@@ -480,7 +457,7 @@ static void early_checks(req *r) {
   }
   route_match m;
   if (!routes_match(path, r->method, &m)) {
-    req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
+    req_error(r, API_ERR_NOT_FOUND, NULL, "no route for %s %s",
               r->method, path);
     return;
   }
@@ -501,32 +478,32 @@ static void early_checks(req *r) {
     snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, m.allow);
     buf b;
     buf_init(&b);
-    error_body(&b, "invalid_request_error", "method_not_allowed", NULL, msg);
-    r->err_code = "method_not_allowed";
+    api_err_body(&b, API_ERR_METHOD_NOT_ALLOWED, NULL, msg);
+    r->err = API_ERR_METHOD_NOT_ALLOWED;
     size_t n = b.len;
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, m.allow);
-    queue(r, 405, resp);
+    queue(r, api_err_status(API_ERR_METHOD_NOT_ALLOWED), resp);
     return;
   }
   r->rt = rt;
   r->param = m.param;
   r->param_len = m.param_len;
   if (rt->needs_key && !auth_check(&a->keys, hdr(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
-    req_error(r, 401, "authentication_error", "invalid_api_key", NULL,
+    req_error(r, API_ERR_INVALID_API_KEY, NULL,
               "missing or invalid API key (send 'Authorization: Bearer KEY')");
     return;
   }
   if (!rt->while_draining && a->phase >= APP_DRAINING) {
     r->retry_after = "5";
-    req_error(r, 503, "server_error", "draining", NULL, "the server is shutting down");
+    req_error(r, API_ERR_DRAINING, NULL, "the server is shutting down");
     return;
   }
   if (rt->needs_model && a->phase == APP_LOADING) {
     r->retry_after = "2";
-    req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
+    req_error(r, API_ERR_LOADING, NULL, "the model is still loading");
     return;
   }
   r->body_limit = (size_t)a->cfg->max_body_bytes;
@@ -539,7 +516,7 @@ static void early_checks(req *r) {
     errno = 0;
     unsigned long long n = strtoull(cl, &end, 10);
     if (errno || *end || n > (unsigned long long)r->body_limit) {
-      req_error(r, 413, "invalid_request_error", "body_too_large", NULL,
+      req_error(r, API_ERR_BODY_TOO_LARGE, NULL,
                 "the request body exceeds %zu bytes", r->body_limit);
       return;
     }
@@ -551,20 +528,20 @@ static void early_checks(req *r) {
 static void reply_malformed(req *r, const char *problem) {
   buf b;
   buf_init(&b);
-  error_body(&b, "invalid_request_error", "malformed_request", NULL, problem);
-  r->err_code = "malformed_request";
+  api_err_body(&b, API_ERR_MALFORMED_REQUEST, NULL, problem);
+  r->err = API_ERR_MALFORMED_REQUEST;
   size_t n = b.len;
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
   if (r->a->phase < APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-  queue(r, 400, resp);
+  queue(r, api_err_status(API_ERR_MALFORMED_REQUEST), resp);
 }
 
 /* The handler of the row early_checks matched (a request that reaches here has one). */
 static void dispatch(req *r) {
   if (r->rt) r->rt->handler(r);
-  else req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route");
+  else req_error(r, API_ERR_NOT_FOUND, NULL, "no route");
 }
 
 static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
@@ -592,8 +569,8 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
     }
     *upload_size = 0;
     if (now_mono() - r->t_start > (double)a->cfg->request_timeout) {
-      r->err_code = "request_timeout";
-      r->status = 408;
+      r->err = API_ERR_REQUEST_TIMEOUT;
+      r->status = api_err_status(API_ERR_REQUEST_TIMEOUT);
       return MHD_NO;
     }
     return MHD_YES;
@@ -601,7 +578,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
   switch (r->phase) {
     case REQ_NEW:
       if (r->too_big) {
-        req_error(r, 413, "invalid_request_error", "body_too_large", NULL,
+        req_error(r, API_ERR_BODY_TOO_LARGE, NULL,
                   "the request body exceeds %zu bytes", r->body_limit);
         return MHD_YES;
       }
