@@ -1,7 +1,10 @@
 /*
- * api_generate.c: POST /v1/completions and /v1/chat/completions. Validates the request, finds
- * or creates the session (409 when busy), renders/tokenizes what this turn feeds (pending token
- * first), admits a job (429 when the queue is full), and on completion updates the session's
+ * api_generate.c: POST /v1/completions and /v1/chat/completions, the HTTP side of a
+ * generation. api_generate runs the request through its stages, each a function that answers
+ * and stops the way when the request cannot go on: parse (api_parse.c), the session (409 when
+ * busy), the choices, what the turn feeds (chat plan, tokens, pending token first), admission
+ * (429 when the queue is full), the session held; then the generation module (engine's
+ * generation.c) builds and submits the job group. On completion it updates the session's
  * transcript record and answers: a JSON body, or the SSE tail (usage, [DONE]).
  * Thread: loop thread only.
  */
@@ -11,6 +14,7 @@
 #include <time.h>
 
 #include "app.h"
+#include "generation.h"
 #include "util.h"
 #include "xlog.h"
 
@@ -21,13 +25,12 @@ static const char *prompt_param(const req *r) {
 /* usage: prompts counted once each (the choices of a prompt share its prefill), every
  * generated token counted (best_of's discarded choices too) */
 static void usage_json(buf *b, const req *r) {
-  int pt = r->job->n_prompt, ct = r->job->n_gen;
-  for (int i = 0; i < r->n_others; i++) pt += r->others[i]->n_prompt, ct += r->others[i]->n_gen;
+  int pt = r->gen.main->n_prompt, ct = r->gen.main->n_gen;
+  for (int i = 0; i < r->gen.n_others; i++)
+    pt += r->gen.others[i]->n_prompt, ct += r->gen.others[i]->n_gen;
   buf_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", pt, ct,
              pt + ct);
 }
-
-static job *job_at(const req *r, int i) { return i == 0 ? r->job : r->others[i - 1]; }
 
 static int by_index(const void *a, const void *b) {
   const job *x = *(job *const *)a, *y = *(job *const *)b;
@@ -43,9 +46,9 @@ static int by_score(const void *a, const void *b) { /* best_of: the highest sum 
 /* The choices to answer with, in order; out[k] is answered with index k. best_of > n: per
  * prompt, the n choices whose tokens have the highest summed log-probability. */
 static int answer_jobs(const req *r, job **out) {
-  int total = 1 + r->n_others;
+  int total = 1 + r->gen.n_others;
   job **all = xmalloc(sizeof *all * (size_t)total);
-  for (int i = 0; i < total; i++) all[i] = job_at(r, i);
+  for (int i = 0; i < total; i++) all[i] = gen_group_at(&r->gen, i);
   qsort(all, (size_t)total, sizeof *all, by_index);
   int per = r->g.best_of > 0 ? r->g.best_of : 1, n = r->g.n > 0 ? r->g.n : 1, k = 0;
   if (per == n) {
@@ -73,20 +76,20 @@ static void xlserve_json(buf *b, const req *r, uint64_t session_tokens) {
 }
 
 /* The job that fed choice c's prompt: its group's first job (group = index / best_of; group 0:
- * r->job, which in a session may carry another index). Only that job scored the prompt; the
+ * r->gen.main, which in a session may carry another index). Only that job scored the prompt; the
  * group's other choices fork its state after the prompt. */
 static const job *prompt_job(const req *r, const job *c) {
   int per = r->g.best_of > 0 ? r->g.best_of : 1, group = c->index / per;
-  if (group == 0) return r->job;
-  for (int i = 0; i < r->n_others; i++)
-    if (r->others[i]->index == group * per) return r->others[i];
+  if (group == 0) return r->gen.main;
+  for (int i = 0; i < r->gen.n_others; i++)
+    if (r->gen.others[i]->index == group * per) return r->gen.others[i];
   return c; /* not reached: make_others makes every group's first job */
 }
 
 /* echo: choice's prompt as sent (a string), or its token ids detokenised; pj feeds it */
 static void echo_text(buf *b, const req *r, const job *pj) {
   const gen_request *g = &r->g;
-  int per = g->best_of > 0 ? g->best_of : 1, group = pj == r->job ? 0 : pj->index / per;
+  int per = g->best_of > 0 ? g->best_of : 1, group = pj == r->gen.main ? 0 : pj->index / per;
   const gen_prompt *gp = &g->prompts[group];
   if (!gp->ids) {
     buf_add(b, gp->text, gp->len);
@@ -103,7 +106,7 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
   json_escape(b, j->model_name, strlen(j->model_name));
   if (j->kind == JOB_CHAT) buf_printf(b, ",\"system_fingerprint\":\"%s\"", j->fingerprint);
   buf_adds(b, ",\"choices\":[");
-  job **ans = xmalloc(sizeof *ans * (size_t)(1 + r->n_others));
+  job **ans = xmalloc(sizeof *ans * (size_t)(1 + r->gen.n_others));
   int na = answer_jobs(r, ans);
   for (int k = 0; k < na; k++) {
     const job *c = ans[k];
@@ -140,7 +143,7 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
   buf_addc(b, ']');
   if (j->kind == JOB_CHAT && r->g.prompt_logprobs >= 0) {
     buf_adds(b, ",\"prompt_logprobs\":");
-    job_fmt_prompt_logprobs(b, r->job, r->g.prompt_logprobs);
+    job_fmt_prompt_logprobs(b, r->gen.main, r->g.prompt_logprobs);
   }
   buf_adds(b, ",\"usage\":");
   usage_json(b, r);
@@ -167,101 +170,49 @@ static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens, a
   buf_adds(b, "data: [DONE]\n\n");
 }
 
-static void make_id(job *j) {
+static void make_id(gen_params *p) {
   uint8_t rnd[12];
   char hx[25];
   random_bytes(rnd, sizeof rnd);
   hex_encode(rnd, sizeof rnd, hx);
-  snprintf(j->id, sizeof j->id, "%s-%s", j->kind == JOB_CHAT ? "chatcmpl" : "cmpl", hx);
+  snprintf(p->id, sizeof p->id, "%s-%s", p->kind == JOB_CHAT ? "chatcmpl" : "cmpl", hx);
 }
 
-/* echo with logprobs, prompt_logprobs: the job feeding a prompt scores it (before submit) */
-static void score_setup(job *j, const gen_request *g) {
+/* The generation's parameters: the validated request's, taking its logit_bias and schema. */
+static gen_params *params_of(req *r) {
+  app *a = r->a;
+  gen_request *g = &r->g;
+  gen_params *p = gen_params_new();
+  p->kind = g->kind;
+  p->model = a->model;
+  p->max_tokens = (int)g->max_tokens;
+  p->sampling = g->sampling;
+  p->seeded = g->seeded;
+  p->seed = g->seed;
+  p->stream = g->stream;
+  p->include_usage = g->include_usage;
+  p->n_top = g->n_top;
+  p->score_top = -1; /* echo with logprobs, prompt_logprobs: the job feeding a prompt scores it */
   if ((g->echo && g->n_top >= 0) || g->prompt_logprobs >= 0) {
-    int top = g->echo && g->n_top > g->prompt_logprobs ? g->n_top : g->prompt_logprobs;
-    job_score_setup(j, top, g->prompt_logprobs >= 0);
+    p->score_top = g->echo && g->n_top > g->prompt_logprobs ? g->n_top : g->prompt_logprobs;
+    p->score_rank = g->prompt_logprobs >= 0;
   }
-}
-
-/* A job with m's request fields, for another choice (loop thread, before submit). */
-static job *job_like(const job *m, req *r) {
-  job *c = job_new();
-  c->owner = r;
-  c->kind = m->kind;
-  c->model = m->model;
-  c->max_tokens = m->max_tokens;
-  c->sampling = m->sampling;
-  c->seeded = m->seeded;
-  c->stream = m->stream;
-  c->include_usage = m->include_usage;
-  c->n_top = m->n_top;
-  if (m->n_bias) {
-    c->n_bias = m->n_bias;
-    c->bias_ids = xmalloc(sizeof *c->bias_ids * (size_t)m->n_bias);
-    c->bias_vals = xmalloc(sizeof *c->bias_vals * (size_t)m->n_bias);
-    memcpy(c->bias_ids, m->bias_ids, sizeof *c->bias_ids * (size_t)m->n_bias);
-    memcpy(c->bias_vals, m->bias_vals, sizeof *c->bias_vals * (size_t)m->n_bias);
+  p->chunk = a->prefill_chunk;
+  make_id(p);
+  p->created = (long long)time(NULL);
+  p->fingerprint = a->fingerprint;
+  p->t_arrival = r->t_start;
+  p->model_name = xstrdup(a->model_name);
+  p->bias_ids = g->bias_ids, p->bias_vals = g->bias_vals, p->n_bias = g->n_bias;
+  g->bias_ids = NULL, g->bias_vals = NULL, g->n_bias = 0;
+  p->constraint = g->constraint;
+  g->constraint = NULL;
+  for (int i = 0; i < g->n_stops; i++) gen_params_add_stop(p, g->stops[i], g->stop_lens[i]);
+  if (g->kind == JOB_CHAT) {
+    gen_params_add_stop(p, a->tpl.auto_stop, strlen(a->tpl.auto_stop));
+    gen_params_add_stop(p, a->tpl.extra_stop, strlen(a->tpl.extra_stop));
   }
-  c->constraint = jc_schema_ref(m->constraint);
-  for (int i = 0; i < m->n_stops; i++) job_add_stop(c, m->stops[i], strlen(m->stops[i]));
-  c->chunk = m->chunk;
-  memcpy(c->id, m->id, sizeof c->id);
-  c->created = m->created;
-  c->model_name = xstrdup(m->model_name);
-  c->fingerprint = m->fingerprint;
-  c->t_arrival = m->t_arrival;
-  c->hist = xmalloc(sizeof(int32_t) * (size_t)(c->max_tokens ? c->max_tokens : 1));
-  xl_detok_init(&c->detok);
-  c->own_session = 1;
-  c->sink = m->stream ? (job *)m : NULL;
-  return c;
-}
-
-/* The jobs of the other choices: per prompt group p, `per` choices with indexes p*per + k; the
- * group's first job feeds the prompt (group 0: r->job), the rest are its parked siblings. */
-static void make_others(req *r, int groups, int per, int32_t **ptoks, size_t *pn) {
-  job *m = r->job;
-  const gen_request *g = &r->g;
-  r->others = xcalloc((size_t)(groups * per), sizeof *r->others);
-  for (int p = 0; p < groups; p++) {
-    job *lead = m;
-    if (p > 0) {
-      lead = job_like(m, r);
-      lead->index = p * per;
-      lead->n_input = (int)pn[p];
-      lead->n_prompt = (int)pn[p];
-      lead->input = xmalloc(sizeof(int32_t) * (pn[p] ? pn[p] : 1));
-      memcpy(lead->input, ptoks[p], sizeof(int32_t) * pn[p]);
-      score_setup(lead, g);
-      r->others[r->n_others++] = lead;
-    }
-    lead->sibs = xcalloc((size_t)per, sizeof *lead->sibs);
-    for (int k = 0; k < per; k++) {
-      int idx = p * per + k;
-      if (idx == lead->index) continue;
-      job *c = job_like(m, r);
-      c->index = idx;
-      c->input = xmalloc(sizeof(int32_t));
-      c->parked = 1;
-      lead->sibs[lead->n_sibs++] = c;
-      r->others[r->n_others++] = c;
-    }
-  }
-  for (int i = 0; i < r->n_others; i++) {
-    job *c = r->others[i];
-    xl_error e;
-    memset(&e, 0, sizeof e);
-    c->sess = session_new(c->model, &e); /* the lead's: its prompt; a sibling's: replaced by the fork */
-    if (!c->sess) abort();               /* out of memory: xmalloc's policy */
-    if (g->seeded) {
-      xl_rng_seed(&c->rng, g->seed + (uint64_t)c->index);
-    } else {
-      uint64_t sd;
-      random_bytes((uint8_t *)&sd, sizeof sd);
-      xl_rng_seed(&c->rng, sd);
-    }
-  }
-  r->others_left = r->n_others;
+  return p;
 }
 
 /* ---- the request's hooks: what the HTTP code calls without knowing the generation ---- */
@@ -271,17 +222,16 @@ static void hook_close(req *r) {
 }
 
 static void hook_free(req *r) {
-  for (int i = 0; i < r->n_others; i++) job_free(r->others[i]);
-  free(r->others);
-  job_free(r->job);
+  gen_group_free(&r->gen);
   if (r->have_g) gen_request_free(&r->g);
   if (r->have_plan) chat_plan_free(&r->plan);
 }
 
 static void hook_log(req *r, buf *l, double dur) {
-  job *j = r->job; /* its DONE was handled (the job holds a reference) */
+  job *j = r->gen.main; /* its DONE was handled (the job holds a reference) */
   int tin = j ? j->n_prompt : 0, tout = j ? j->n_gen : 0;
-  for (int i = 0; i < r->n_others; i++) tin += r->others[i]->n_prompt, tout += r->others[i]->n_gen;
+  for (int i = 0; i < r->gen.n_others; i++)
+    tin += r->gen.others[i]->n_prompt, tout += r->gen.others[i]->n_gen;
   buf_printf(l, ",\"tokens_in\":%d,\"tokens_out\":%d", tin, tout); /* all choices */
   if (j && j->t_sched) buf_printf(l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
   else buf_adds(l, ",\"queue_ms\":null");
@@ -294,7 +244,7 @@ static void hook_log(req *r, buf *l, double dur) {
 
 /* The SSE bytes the request's jobs produced (job.out of the first job: every choice's sink). */
 static size_t hook_stream_take(req *r, char *out, size_t max) {
-  job *j = r->job;
+  job *j = r->gen.main;
   pthread_mutex_lock(&j->mu);
   size_t n = j->out.len < max ? j->out.len : max;
   if (n) {
@@ -306,7 +256,7 @@ static size_t hook_stream_take(req *r, char *out, size_t max) {
 }
 
 static int hook_stream_put(req *r, const char *bytes, size_t n) {
-  job *j = r->job;
+  job *j = r->gen.main;
   if (!j) return 0;
   pthread_mutex_lock(&j->mu);
   buf_add(&j->out, bytes, n);
@@ -314,284 +264,236 @@ static int hook_stream_put(req *r, const char *bytes, size_t n) {
   return 1;
 }
 
-static void api_generate(req *r, job_kind kind) {
+/* One request's way through the handler: what each stage found, freed in one place. */
+typedef struct turn {
+  const char *sid; /* the session's id (NULL: a stateless request) */
+  session *s;      /* the session found (NULL: none yet) */
+  int groups, per; /* prompts; choices generated per prompt */
+  int reset;       /* chat: the conversation no longer matches the session's: start afresh */
+  gen_inputs in;
+} turn;
+
+/* Each stage returns 0 to go on, or 1 when it has answered (or suspended) the request. */
+
+static int stage_parse(req *r, job_kind kind) {
   app *a = r->a;
-  api_error e;
-  r->on_close = hook_close;
-  r->on_free = hook_free;
-  r->log_fields = hook_log;
-  r->stream_take = hook_stream_take;
-  r->stream_put = hook_stream_put;
   if (!r->have_g) { /* parsed once: the handler runs again after a session restore */
     r->have_g = 1;
+    api_error e;
     if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &r->g, &e)) {
       req_error_from(r, &e);
-      return;
+      return 1;
     }
     buf_free(&r->body);
   }
-  gen_request *g = &r->g;
-  if (g->model && strcmp(g->model, a->model_name)) {
+  if (r->g.model && strcmp(r->g.model, a->model_name)) {
     req_error(r, API_ERR_MODEL_NOT_FOUND, "model",
-              "model '%s' does not exist (this server serves '%s')", g->model, a->model_name);
-    return;
+              "model '%s' does not exist (this server serves '%s')", r->g.model, a->model_name);
+    return 1;
   }
+  return 0;
+}
 
-  /* session */
+/* The session named by X-Session-Id or session_id: found, missing (created once the request
+ * is good), or the reason it cannot serve. */
+static int stage_session(req *r, turn *t) {
+  const gen_request *g = &r->g;
   const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
   if (hid && !session_id_valid(hid, strlen(hid))) {
     req_error(r, API_ERR_INVALID_VALUE, "X-Session-Id",
               "X-Session-Id must be 1-128 characters of [A-Za-z0-9._-]");
-    return;
+    return 1;
   }
   if (hid && g->session_id && strcmp(hid, g->session_id)) {
     req_error(r, API_ERR_INVALID_VALUE, "session_id",
               "'session_id' differs from the X-Session-Id header");
-    return;
+    return 1;
   }
-  const char *sid = hid ? hid : g->session_id;
-  session *s = NULL;
-  if (sid) {
-    snprintf(r->session_id, sizeof r->session_id, "%s", sid);
-    st_status st = req_find_session(r, sid, &s);
-    if (st == ST_PENDING) return; /* the store looks for it; this handler runs again */
-    if (st == ST_FOUND && s->busy) {
-      req_error(r, API_ERR_SESSION_BUSY, "session_id",
-                "session %s is serving another request", sid);
-      return;
-    }
-    if (st != ST_FOUND && st != ST_MISSING) { /* MISSING: created below, once the request is good */
-      req_session_error(r, sid, st);
-      return;
-    }
+  t->sid = hid ? hid : g->session_id;
+  if (!t->sid) return 0;
+  snprintf(r->session_id, sizeof r->session_id, "%s", t->sid);
+  st_status st = req_find_session(r, t->sid, &t->s);
+  if (st == ST_PENDING) return 1; /* the store looks for it; this handler runs again */
+  if (st == ST_FOUND && t->s->busy) {
+    req_error(r, API_ERR_SESSION_BUSY, "session_id", "session %s is serving another request",
+              t->sid);
+    return 1;
   }
+  if (st != ST_FOUND && st != ST_MISSING) {
+    req_session_error(r, t->sid, st);
+    return 1;
+  }
+  return 0;
+}
 
-  /* several choices: in a session, the memory keeps one of them, named by the request */
-  int groups = kind == JOB_CHAT ? 1 : g->n_prompts, per = g->best_of;
-  if (sid && groups > 1) {
+/* Several choices: in a session, the memory keeps one of them, named by the request. */
+static int stage_choices(req *r, turn *t) {
+  const gen_request *g = &r->g;
+  t->groups = g->kind == JOB_CHAT ? 1 : g->n_prompts;
+  t->per = g->best_of;
+  if (t->sid && t->groups > 1) {
     req_error(r, API_ERR_INVALID_VALUE, "prompt",
               "a session continues one text: send one prompt per request in a session");
-    return;
+    return 1;
   }
-  if (sid && per > g->n) {
+  if (t->sid && t->per > g->n) {
     req_error(r, API_ERR_INVALID_VALUE, "best_of",
               "'best_of' greater than 'n' is not supported in a session");
-    return;
+    return 1;
   }
-  if (sid && per > 1 && g->session_choice < 0) {
+  if (t->sid && t->per > 1 && g->session_choice < 0) {
     req_error(r, API_ERR_INVALID_VALUE, "n",
               "in a session, n > 1 needs 'session_choice': the index of the choice whose text "
               "the session's memory keeps (the others are forks, discarded after the request)");
-    return;
+    return 1;
   }
-  if (!sid && g->session_choice >= 0) {
+  if (!t->sid && g->session_choice >= 0) {
     req_error(r, API_ERR_INVALID_VALUE, "session_choice",
               "'session_choice' applies to requests in a session");
-    return;
+    return 1;
   }
+  return 0;
+}
 
-  /* what this turn feeds */
+/* What this turn feeds: the chat plan's text or the prompt, tokenized, after the session's
+ * pending token; then the other prompts of a list. */
+static int stage_inputs(req *r, turn *t) {
+  app *a = r->a;
+  gen_request *g = &r->g;
+  gen_inputs *in = &t->in;
   const char *text = g->prompt;
   size_t text_len = g->prompt_len;
-  if (kind == JOB_CHAT) {
+  if (g->kind == JOB_CHAT) {
     session empty;
     memset(&empty, 0, sizeof empty);
-    chat_plan_turn(&a->tpl, s ? s : &empty, g->msgs, g->n_msgs, g->history, &r->plan);
+    chat_plan_turn(&a->tpl, t->s ? t->s : &empty, g->msgs, g->n_msgs, g->history, &r->plan);
     r->have_plan = 1;
     text = r->plan.text.p ? r->plan.text.p : "";
     text_len = r->plan.text.len;
   }
-  int32_t *toks = NULL;
-  size_t ntok = 0;
   if (g->prompt_ids) {
-    ntok = g->n_prompt_ids;
-    toks = xmalloc(sizeof *toks * (ntok ? ntok : 1));
-    memcpy(toks, g->prompt_ids, sizeof *toks * ntok);
+    in->ntok = g->n_prompt_ids;
+    in->toks = xmalloc(sizeof *in->toks * (in->ntok ? in->ntok : 1));
+    memcpy(in->toks, g->prompt_ids, sizeof *in->toks * in->ntok);
   } else if (text_len) {
     xl_error xe;
     memset(&xe, 0, sizeof xe);
-    if (xl_tokenize(a->model, text, text_len, &toks, &ntok, &xe) != XL_OK) {
-      req_error(r, API_ERR_TOKENIZER_ERROR, prompt_param(r),
-                "cannot tokenize the %s: %s", prompt_param(r), xe.message);
-      return;
+    if (xl_tokenize(a->model, text, text_len, &in->toks, &in->ntok, &xe) != XL_OK) {
+      req_error(r, API_ERR_TOKENIZER_ERROR, prompt_param(r), "cannot tokenize the %s: %s",
+                prompt_param(r), xe.message);
+      return 1;
     }
   }
-  if (ntok > (size_t)a->cfg->max_prompt_tokens) {
-    free(toks);
+  if (in->ntok > (size_t)a->cfg->max_prompt_tokens) {
     req_error(r, API_ERR_PROMPT_TOO_LONG, prompt_param(r),
-              "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", ntok,
+              "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", in->ntok,
               a->cfg->max_prompt_tokens);
-    return;
+    return 1;
   }
-  int reset = r->have_plan && r->plan.kind == PLAN_RESET;
-  int has_pending = s && s->pending >= 0 && !reset;
-  if (ntok == 0 && !has_pending && g->max_tokens > 0) {
-    free(toks);
+  t->reset = r->have_plan && r->plan.kind == PLAN_RESET;
+  if (t->s && t->s->pending >= 0 && !t->reset) in->pending = t->s->pending;
+  if (in->ntok == 0 && in->pending < 0 && g->max_tokens > 0) {
     req_error(r, API_ERR_EMPTY_PROMPT, prompt_param(r),
               "the prompt is empty and the session holds nothing to continue from");
-    return;
+    return 1;
   }
-  /* the other prompts of a list (completions without a session) */
-  int32_t **ptoks = NULL;
-  size_t *pn = NULL;
-  if (groups > 1) {
-    ptoks = xcalloc((size_t)groups, sizeof *ptoks);
-    pn = xcalloc((size_t)groups, sizeof *pn);
+  in->groups = t->groups;
+  if (t->groups > 1) {
+    in->ptoks = xcalloc((size_t)t->groups, sizeof *in->ptoks);
+    in->pn = xcalloc((size_t)t->groups, sizeof *in->pn);
   }
-  for (int p = 1; p < groups; p++) {
+  for (int p = 1; p < t->groups; p++) {
     const gen_prompt *gp = &g->prompts[p];
     char param[32];
     snprintf(param, sizeof param, "prompt[%d]", p);
-    api_err bad = API_ERR_NONE;
     xl_error pe;
     memset(&pe, 0, sizeof pe);
     if (gp->ids) {
-      pn[p] = gp->n_ids;
-      ptoks[p] = xmalloc(sizeof(int32_t) * (pn[p] ? pn[p] : 1));
-      memcpy(ptoks[p], gp->ids, sizeof(int32_t) * pn[p]);
-    } else if (gp->len && xl_tokenize(a->model, gp->text, gp->len, &ptoks[p], &pn[p], &pe) != XL_OK) {
-      bad = API_ERR_TOKENIZER_ERROR;
+      in->pn[p] = gp->n_ids;
+      in->ptoks[p] = xmalloc(sizeof(int32_t) * (in->pn[p] ? in->pn[p] : 1));
+      memcpy(in->ptoks[p], gp->ids, sizeof(int32_t) * in->pn[p]);
+    } else if (gp->len &&
+               xl_tokenize(a->model, gp->text, gp->len, &in->ptoks[p], &in->pn[p], &pe) != XL_OK) {
+      req_error(r, API_ERR_TOKENIZER_ERROR, param, "cannot tokenize %s: %s", param, pe.message);
+      return 1;
     }
-    if (!bad && pn[p] > (size_t)a->cfg->max_prompt_tokens) bad = API_ERR_PROMPT_TOO_LONG;
-    if (!bad && pn[p] == 0) bad = API_ERR_EMPTY_PROMPT; /* a list's prompts each feed something */
-    if (bad) {
-      size_t count = pn[p];
-      for (int q = 1; q < groups; q++) free(ptoks[q]);
-      free(ptoks);
-      free(pn);
-      free(toks);
-      if (bad == API_ERR_TOKENIZER_ERROR)
-        req_error(r, bad, param, "cannot tokenize %s: %s", param, pe.message);
-      else if (bad == API_ERR_PROMPT_TOO_LONG)
-        req_error(r, bad, param,
-                  "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, count,
-                  a->cfg->max_prompt_tokens);
-      else
-        req_error(r, bad, param, "%s is empty", param);
-      return;
+    if (in->pn[p] > (size_t)a->cfg->max_prompt_tokens) {
+      req_error(r, API_ERR_PROMPT_TOO_LONG, param,
+                "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, in->pn[p],
+                a->cfg->max_prompt_tokens);
+      return 1;
+    }
+    if (in->pn[p] == 0) { /* a list's prompts each feed something */
+      req_error(r, API_ERR_EMPTY_PROMPT, param, "%s is empty", param);
+      return 1;
     }
   }
-  if (!sched_has_room_for(a->sched, groups * per)) {
-    for (int q = 1; q < groups; q++) free(ptoks[q]);
-    free(ptoks);
-    free(pn);
-    free(toks);
-    ctr_add(&g_metrics.rejected_queue_full, 1);
-    r->retry_after = "1";
-    req_error(r, API_ERR_QUEUE_FULL,
-              NULL, "the server is at capacity (max_running + max_queue); retry shortly");
-    return;
-  }
+  return 0;
+}
 
-  /* commit: from here on the request will run */
+/* 429 unless every job of the request fits in the queue now. */
+static int stage_admit(req *r, const turn *t) {
+  if (sched_has_room_for(r->a->sched, t->groups * t->per)) return 0;
+  ctr_add(&g_metrics.rejected_queue_full, 1);
+  r->retry_after = "1";
+  req_error(r, API_ERR_QUEUE_FULL, NULL,
+            "the server is at capacity (max_running + max_queue); retry shortly");
+  return 1;
+}
+
+/* From here on the request runs: its session is created (or a temporary one made) and held. */
+static int stage_hold_session(req *r, turn *t) {
+  app *a = r->a;
   xl_error xe;
   memset(&xe, 0, sizeof xe);
-  if (sid && !s) {
-    s = st_create(a->sessions, sid, r->owner, &xe);
-  } else if (!sid) {
-    s = session_new(a->model, &xe);
+  if (t->sid && !t->s) {
+    t->s = st_create(a->sessions, t->sid, r->owner, &xe);
+  } else if (!t->sid) {
+    t->s = session_new(a->model, &xe);
     r->sess_stateless = 1;
   }
-  if (!s) {
-    for (int q = 1; q < groups; q++) free(ptoks[q]);
-    free(ptoks);
-    free(pn);
-    free(toks);
-    req_error(r, API_ERR_SESSION_CREATE_FAILED, NULL, "cannot create a session: %s",
-              xe.message);
-    return;
+  if (!t->s) {
+    req_error(r, API_ERR_SESSION_CREATE_FAILED, NULL, "cannot create a session: %s", xe.message);
+    return 1;
   }
-  if (reset) {
-    session_reset(s);
-    s->unsaved = 1; /* the store still has the old conversation */
+  if (t->reset) {
+    session_reset(t->s);
+    t->s->unsaved = 1; /* the store still has the old conversation */
     r->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
-  if (!r->sess_stateless) st_acquire(a->sessions, s);
-  r->sess = s;
+  if (!r->sess_stateless) st_acquire(a->sessions, t->s);
+  r->sess = t->s;
+  return 0;
+}
 
-  job *j = job_new();
-  r->job = j;
-  j->owner = r;
-  j->kind = kind;
-  j->model = a->model;
-  j->sess = s;
-  j->n_input = (int)ntok + (has_pending ? 1 : 0);
-  j->input = xmalloc(sizeof(int32_t) * (size_t)(j->n_input ? j->n_input : 1));
-  if (has_pending) j->input[0] = s->pending;
-  if (ntok) memcpy(j->input + (has_pending ? 1 : 0), toks, sizeof(int32_t) * ntok);
-  free(toks);
-  j->input_has_pending = has_pending;
-  j->n_prompt = (int)ntok;
-  j->max_tokens = (int)g->max_tokens;
-  j->sampling = g->sampling;
-  j->seeded = g->seeded;
-  j->index = sid && g->session_choice > 0 ? g->session_choice : 0;
-  if (g->seeded) xl_rng_seed(&j->rng, g->seed + (uint64_t)j->index); /* choice k: seed + k */
-  else j->rng = s->rng;
-  j->stream = g->stream;
-  j->include_usage = g->include_usage;
-  j->n_top = g->n_top;
-  j->constraint = g->constraint; /* the job owns the compiled schema from here */
-  g->constraint = NULL;
-  if (g->n_bias) {
-    j->n_bias = g->n_bias;
-    j->bias_ids = xmalloc(sizeof *j->bias_ids * (size_t)g->n_bias);
-    j->bias_vals = xmalloc(sizeof *j->bias_vals * (size_t)g->n_bias);
-    memcpy(j->bias_ids, g->bias_ids, sizeof *j->bias_ids * (size_t)g->n_bias);
-    memcpy(j->bias_vals, g->bias_vals, sizeof *j->bias_vals * (size_t)g->n_bias);
-  }
-  score_setup(j, g);
-  for (int i = 0; i < g->n_stops; i++) job_add_stop(j, g->stops[i], g->stop_lens[i]);
-  if (kind == JOB_CHAT) {
-    job_add_stop(j, a->tpl.auto_stop, strlen(a->tpl.auto_stop));
-    job_add_stop(j, a->tpl.extra_stop, strlen(a->tpl.extra_stop));
-  }
-  j->chunk = a->prefill_chunk;
-  make_id(j);
-  j->created = (long long)time(NULL);
-  j->model_name = xstrdup(a->model_name);
-  j->fingerprint = a->fingerprint;
-  j->t_arrival = r->t_start;
-  j->want_snapshot = !r->sess_stateless && st_persistent(a->sessions);
-  j->hist = xmalloc(sizeof(int32_t) * (size_t)(j->max_tokens ? j->max_tokens : 1));
-  xl_detok_init(&j->detok);
-  if (groups * per > 1) make_others(r, groups, per, ptoks, pn);
-  for (int q = 1; q < groups; q++) free(ptoks[q]);
-  free(ptoks);
-  free(pn);
-  if (j->stream && kind == JOB_CHAT) { /* the role chunks (no worker has the jobs yet) */
-    job **all = xmalloc(sizeof *all * (size_t)(1 + r->n_others));
-    for (int i = 0; i <= r->n_others; i++) all[i] = job_at(r, i);
-    qsort(all, (size_t)(1 + r->n_others), sizeof *all, by_index);
-    for (int i = 0; i <= r->n_others; i++) {
-      job_chunk_head(&j->out, all[i]);
-      buf_adds(&j->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                        "\"finish_reason\":null");
-      job_chunk_tail(&j->out, all[i]);
-    }
-    free(all);
-  }
+/* Builds the request's jobs, submits them, and starts the answer (a stream, or a wait). */
+static void stage_run(req *r, turn *t) {
+  app *a = r->a;
+  gen_params *p = params_of(r);
+  int main_index = t->sid && r->g.session_choice > 0 ? r->g.session_choice : 0;
+  int snapshot = !r->sess_stateless && st_persistent(a->sessions);
+  gen_group_build(&r->gen, p, t->s, &t->in, t->per, main_index, &t->s->rng, snapshot, r);
+  gen_params_unref(p); /* the jobs hold it */
+  r->others_left = r->gen.n_others;
+  job *j = r->gen.main;
+  if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&r->gen);
   r->job_running = 1;
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
     if (j->stream) req_start_stream(r);
-    for (int i = r->n_others; i >= 0; i--) {
-      job *c = job_at(r, i);
+    for (int i = r->gen.n_others; i >= 0; i--) {
+      job *c = gen_group_at(&r->gen, i);
       c->finish = FINISH_LENGTH;
       if (c->stream) job_emit_stream(c, 1);
       gen_on_job_done(r, c);
     }
     return;
   }
-  job **all = xmalloc(sizeof *all * (size_t)(1 + r->n_others));
-  for (int i = 0; i <= r->n_others; i++) all[i] = job_at(r, i);
-  int failed = sched_submit_all(a->sched, all, 1 + r->n_others);
-  free(all);
-  if (failed) { /* cannot happen after sched_has_room_for */
-    for (int k = r->n_others; k >= 0; k--) {
-      job *c = job_at(r, k);
+  if (gen_group_submit(&r->gen, a->sched)) { /* cannot happen after sched_has_room_for */
+    for (int k = r->gen.n_others; k >= 0; k--) {
+      job *c = gen_group_at(&r->gen, k);
       c->finish = FINISH_ERROR;
       snprintf(c->error.message, sizeof c->error.message, "queue full");
       gen_on_job_done(r, c);
@@ -603,11 +505,29 @@ static void api_generate(req *r, job_kind kind) {
   else req_suspend_for_job(r);
 }
 
+/* parse -> session -> choices -> inputs -> admission -> session held -> run; a stage that
+ * answers ends the request's way, and what the stages built is freed here. */
+static void api_generate(req *r, job_kind kind) {
+  r->on_close = hook_close;
+  r->on_free = hook_free;
+  r->log_fields = hook_log;
+  r->stream_take = hook_stream_take;
+  r->stream_put = hook_stream_put;
+  turn t;
+  memset(&t, 0, sizeof t);
+  gen_inputs_init(&t.in);
+  if (!stage_parse(r, kind) && !stage_session(r, &t) && !stage_choices(r, &t) &&
+      !stage_inputs(r, &t) && !stage_admit(r, &t) && !stage_hold_session(r, &t))
+    stage_run(r, &t);
+  gen_inputs_free(&t.in);
+}
+
 void gen_cancel(req *r, int by_drain) {
   if (!r->job_running) return;
   if (by_drain) r->cancelled_by_drain = 1;
-  if (!r->main_done) sched_cancel(r->a->sched, r->job);
-  for (int i = 0; i < r->n_others; i++) sched_cancel(r->a->sched, r->others[i]); /* a no-op once done */
+  if (!r->main_done) sched_cancel(r->a->sched, r->gen.main);
+  for (int i = 0; i < r->gen.n_others; i++)
+    sched_cancel(r->a->sched, r->gen.others[i]); /* a no-op once done */
 }
 
 void gen_on_output(req *r) {
@@ -617,7 +537,7 @@ void gen_on_output(req *r) {
 
 /* Records what this turn did to the session (loop thread; the worker is done with it). */
 static void update_session(req *r) {
-  job *j = r->job;
+  job *j = r->gen.main;
   session *s = r->sess;
   if (!j->seeded) s->rng = j->rng;
   int fed = j->pos > 0 || j->decoding;
@@ -629,7 +549,8 @@ static void update_session(req *r) {
         const chat_message *m = &r->g.msgs[i];
         session_push_msg(s, m->role, chat_hash(m->role, m->content, m->len));
       }
-      session_push_msg(s, ROLE_ASSISTANT, chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
+      session_push_msg(s, ROLE_ASSISTANT,
+                       chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
       s->chat = CHAT_MESSAGES;
       session_set_tail(s, j->tail.p, j->tail.len);
     } else if (fed) {
@@ -665,7 +586,7 @@ static void on_turn_committed(void *ctx, int status, const char *msg) {
 }
 
 void gen_on_job_done(req *r, job *j) {
-  if (j == r->job) {
+  if (j == r->gen.main) {
     gen_on_done(r);
     return;
   }
@@ -678,13 +599,13 @@ void gen_on_job_done(req *r, job *j) {
              j->error.message);
   r->others_left--;
   if (r->main_done && !r->others_left) {
-    if (r->job->stream) req_kick(r);
+    if (r->gen.main->stream) req_kick(r);
     maybe_finish(r);
   }
 }
 
 void gen_on_done(req *r) {
-  job *j = r->job;
+  job *j = r->gen.main;
   app *a = r->a;
   if (j->finish != FINISH_STOP && j->finish != FINISH_LENGTH) gen_cancel(r, 0); /* the others too */
   r->main_done = 1;
@@ -715,7 +636,7 @@ void gen_on_done(req *r) {
 
 /* The end of the response: the stream's tail, or the full body; drops the job's reference. */
 static void gen_finish(req *r) {
-  job *j = r->job;
+  job *j = r->gen.main;
   uint64_t held = r->held_tokens;
   api_err err = API_ERR_NONE;
   const char *err_msg = NULL;

@@ -17,6 +17,7 @@
 #include "buf.h"
 #include "chat.h"
 #include "config.h"
+#include "generation.h"
 #include "http_cors.h"
 #include "job.h"
 #include "metrics.h"
@@ -134,14 +135,13 @@ struct req {
   char *store_err;   /* the commit failed: why */
   int store_conflict; /* ... because another replica committed a turn of the session first */
   /* generation */
-  job *job;
+  gen_group gen; /* the request's jobs (generation.h) */
   int job_running;  /* submitted, DONE not yet processed */
   int stream_complete;
   int client_gone, cancelled_by_drain;
   gen_request g;
   int have_g;
-  job **others;     /* several choices: every job but `job` (siblings, other prompts' jobs) */
-  int n_others, others_left; /* ... and how many are not done yet */
+  int others_left;  /* several choices: how many of gen.others are not done yet */
   int main_done;    /* `job`'s DONE was handled */
   session *sess;        /* held (busy) while job_running */
   int sess_stateless;   /* sess is a temporary, freed at completion */
