@@ -7,11 +7,10 @@
 
 #include "json_writer.h"
 
-static const api_err_info TABLE[API_ERR_COUNT] = {
-    [API_ERR_NONE] = {0, NULL, NULL, NULL},
-#define API_ERR_ROW(name, status, type, code, message) \
+static const api_err_info TABLE[API_ERR_COUNT] = {[API_ERR_NONE] = {0, NULL, NULL, NULL},
+#define API_ERR_ROW(name, status, type, code, message)                                             \
   [API_ERR_##name] = {status, type, code, message},
-    API_ERRORS(API_ERR_ROW)
+                                                  API_ERRORS(API_ERR_ROW)
 #undef API_ERR_ROW
 };
 

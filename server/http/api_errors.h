@@ -11,43 +11,44 @@
 #include "buf.h"
 
 /* X(NAME, status, type, code, default message) */
-#define API_ERRORS(X)                                                                            \
-  X(INVALID_JSON, 400, "invalid_request_error", "invalid_json", "the body is not valid JSON")    \
-  X(INVALID_VALUE, 400, "invalid_request_error", "invalid_value", "a field has an invalid value") \
-  X(EMPTY_PROMPT, 400, "invalid_request_error", "empty_prompt", "the prompt is empty")           \
-  X(TOKENIZER_ERROR, 400, "invalid_request_error", "tokenizer_error", "cannot tokenize the text") \
-  X(UNSUPPORTED_FIELD, 400, "invalid_request_error", "unsupported_field",                        \
-    "a field this server does not implement")                                                    \
-  X(INVALID_STATE, 400, "invalid_request_error", "invalid_state", "not a session state")         \
-  X(MALFORMED_REQUEST, 400, "invalid_request_error", "malformed_request",                        \
-    "the request's framing cannot be trusted")                                                   \
-  X(INVALID_API_KEY, 401, "authentication_error", "invalid_api_key",                             \
-    "missing or invalid API key (send 'Authorization: Bearer KEY')")                             \
-  X(NOT_FOUND, 404, "invalid_request_error", "not_found", "no route")                            \
-  X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found", "no such model")           \
-  X(SESSION_NOT_FOUND, 404, "invalid_request_error", "session_not_found", "no such session")     \
-  X(SESSION_EXPIRED, 404, "invalid_request_error", "session_expired", "the session was lost")    \
-  X(METHOD_NOT_ALLOWED, 405, "invalid_request_error", "method_not_allowed",                      \
-    "the method is not allowed here")                                                            \
-  X(REQUEST_TIMEOUT, 408, "invalid_request_error", "request_timeout",                            \
-    "the request did not arrive in time")                                                        \
-  X(SESSION_BUSY, 409, "invalid_request_error", "session_busy",                                  \
-    "the session is serving another request")                                                    \
-  X(SESSION_INCOMPATIBLE, 409, "invalid_request_error", "session_incompatible",                  \
-    "the session was made by another model")                                                     \
-  X(SESSION_CONFLICT, 409, "invalid_request_error", "session_conflict",                          \
-    "another replica committed a turn of this session first")                                    \
-  X(BODY_TOO_LARGE, 413, "invalid_request_error", "body_too_large", "the request body is too large") \
-  X(PROMPT_TOO_LONG, 422, "invalid_request_error", "prompt_too_long", "the prompt is too long")  \
-  X(QUEUE_FULL, 429, "rate_limit_error", "queue_full", "the queue is full")                      \
-  X(GENERATION_FAILED, 500, "server_error", "generation_failed", "the generation failed")        \
-  X(STORE_FAILED, 500, "server_error", "store_failed", "the session store failed")               \
-  X(SESSION_CREATE_FAILED, 500, "server_error", "session_create_failed",                         \
-    "cannot create a session")                                                                   \
-  X(SESSION_FORK_FAILED, 500, "server_error", "session_fork_failed", "cannot fork the session")  \
-  X(LOADING, 503, "server_error", "loading", "the model is still loading")                       \
-  X(DRAINING, 503, "server_error", "draining", "the server is shutting down")                    \
-  X(SHUTTING_DOWN, 503, "server_error", "shutting_down", "the server is shutting down")          \
+#define API_ERRORS(X)                                                                              \
+  X(INVALID_JSON, 400, "invalid_request_error", "invalid_json", "the body is not valid JSON")      \
+  X(INVALID_VALUE, 400, "invalid_request_error", "invalid_value", "a field has an invalid value")  \
+  X(EMPTY_PROMPT, 400, "invalid_request_error", "empty_prompt", "the prompt is empty")             \
+  X(TOKENIZER_ERROR, 400, "invalid_request_error", "tokenizer_error", "cannot tokenize the text")  \
+  X(UNSUPPORTED_FIELD, 400, "invalid_request_error", "unsupported_field",                          \
+    "a field this server does not implement")                                                      \
+  X(INVALID_STATE, 400, "invalid_request_error", "invalid_state", "not a session state")           \
+  X(MALFORMED_REQUEST, 400, "invalid_request_error", "malformed_request",                          \
+    "the request's framing cannot be trusted")                                                     \
+  X(INVALID_API_KEY, 401, "authentication_error", "invalid_api_key",                               \
+    "missing or invalid API key (send 'Authorization: Bearer KEY')")                               \
+  X(NOT_FOUND, 404, "invalid_request_error", "not_found", "no route")                              \
+  X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found", "no such model")             \
+  X(SESSION_NOT_FOUND, 404, "invalid_request_error", "session_not_found", "no such session")       \
+  X(SESSION_EXPIRED, 404, "invalid_request_error", "session_expired", "the session was lost")      \
+  X(METHOD_NOT_ALLOWED, 405, "invalid_request_error", "method_not_allowed",                        \
+    "the method is not allowed here")                                                              \
+  X(REQUEST_TIMEOUT, 408, "invalid_request_error", "request_timeout",                              \
+    "the request did not arrive in time")                                                          \
+  X(SESSION_BUSY, 409, "invalid_request_error", "session_busy",                                    \
+    "the session is serving another request")                                                      \
+  X(SESSION_INCOMPATIBLE, 409, "invalid_request_error", "session_incompatible",                    \
+    "the session was made by another model")                                                       \
+  X(SESSION_CONFLICT, 409, "invalid_request_error", "session_conflict",                            \
+    "another replica committed a turn of this session first")                                      \
+  X(BODY_TOO_LARGE, 413, "invalid_request_error", "body_too_large",                                \
+    "the request body is too large")                                                               \
+  X(PROMPT_TOO_LONG, 422, "invalid_request_error", "prompt_too_long", "the prompt is too long")    \
+  X(QUEUE_FULL, 429, "rate_limit_error", "queue_full", "the queue is full")                        \
+  X(GENERATION_FAILED, 500, "server_error", "generation_failed", "the generation failed")          \
+  X(STORE_FAILED, 500, "server_error", "store_failed", "the session store failed")                 \
+  X(SESSION_CREATE_FAILED, 500, "server_error", "session_create_failed",                           \
+    "cannot create a session")                                                                     \
+  X(SESSION_FORK_FAILED, 500, "server_error", "session_fork_failed", "cannot fork the session")    \
+  X(LOADING, 503, "server_error", "loading", "the model is still loading")                         \
+  X(DRAINING, 503, "server_error", "draining", "the server is shutting down")                      \
+  X(SHUTTING_DOWN, 503, "server_error", "shutting_down", "the server is shutting down")            \
   X(STORE_UNAVAILABLE, 503, "server_error", "store_unavailable", "the session store failed")
 
 typedef enum {
@@ -55,7 +56,7 @@ typedef enum {
 #define API_ERR_ENUM(name, status, type, code, message) API_ERR_##name,
   API_ERRORS(API_ERR_ENUM)
 #undef API_ERR_ENUM
-  API_ERR_COUNT
+      API_ERR_COUNT
 } api_err;
 
 typedef struct api_err_info {
@@ -67,13 +68,12 @@ typedef struct api_err_info {
 
 /* The row of e (API_ERR_NONE and out-of-range values: NULL). */
 const api_err_info *api_err_get(api_err e);
-int api_err_status(api_err e);        /* 0 for none */
-const char *api_err_code(api_err e);  /* NULL for none */
+int api_err_status(api_err e);       /* 0 for none */
+const char *api_err_code(api_err e); /* NULL for none */
 
 /* The OpenAI error object {"error":{"message","type","param","code"}} as given; NULL or ""
  * param and NULL code: null. The writer under the two below. */
-void error_body(buf *b, const char *type, const char *code, const char *param,
-                const char *message);
+void error_body(buf *b, const char *type, const char *code, const char *param, const char *message);
 /* The OpenAI error object of e. param NULL or "":
  * null; message NULL: the row's default message. */
 void api_err_body(buf *b, api_err e, const char *param, const char *message);

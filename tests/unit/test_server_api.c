@@ -45,7 +45,8 @@ static void test_error_table_rows(void) {
   CHECK(!strcmp(api_err_get(API_ERR_QUEUE_FULL)->type, "rate_limit_error"));
   CHECK(api_err_status(API_ERR_INVALID_API_KEY) == 401);
   CHECK(!strcmp(api_err_get(API_ERR_INVALID_API_KEY)->type, "authentication_error"));
-  CHECK(api_err_status(API_ERR_SESSION_BUSY) == 409 && api_err_status(API_ERR_BODY_TOO_LARGE) == 413);
+  CHECK(api_err_status(API_ERR_SESSION_BUSY) == 409 &&
+        api_err_status(API_ERR_BODY_TOO_LARGE) == 413);
   CHECK(api_err_status(API_ERR_PROMPT_TOO_LONG) == 422 && api_err_status(API_ERR_LOADING) == 503);
   CHECK(!strcmp(api_err_code(API_ERR_INVALID_VALUE), "invalid_value"));
 }
@@ -54,16 +55,19 @@ static void test_error_table_bodies(void) {
   buf b;
   buf_init(&b);
   api_err_body(&b, API_ERR_INVALID_VALUE, "max_tokens", "'max_tokens' must be \"small\"");
-  CHECK(buf_is(&b, "{\"error\":{\"message\":\"'max_tokens' must be \\\"small\\\"\",\"type\":"
-                   "\"invalid_request_error\",\"param\":\"max_tokens\",\"code\":\"invalid_value\"}}"));
+  CHECK(buf_is(&b,
+               "{\"error\":{\"message\":\"'max_tokens' must be \\\"small\\\"\",\"type\":"
+               "\"invalid_request_error\",\"param\":\"max_tokens\",\"code\":\"invalid_value\"}}"));
   b.len = 0; /* no detail: the row's default message; "" param: null */
   api_err_body(&b, API_ERR_LOADING, "", NULL);
-  CHECK(buf_is(&b, "{\"error\":{\"message\":\"the model is still loading\",\"type\":"
-                   "\"server_error\",\"param\":null,\"code\":\"loading\"}}"));
+  CHECK(buf_is(&b,
+               "{\"error\":{\"message\":\"the model is still loading\",\"type\":"
+               "\"server_error\",\"param\":null,\"code\":\"loading\"}}"));
   b.len = 0; /* inside a stream: type server_error whatever the row's, no param */
   api_err_stream_body(&b, API_ERR_SESSION_CONFLICT, "lost");
-  CHECK(buf_is(&b, "{\"error\":{\"message\":\"lost\",\"type\":\"server_error\",\"param\":null,"
-                   "\"code\":\"session_conflict\"}}"));
+  CHECK(buf_is(&b,
+               "{\"error\":{\"message\":\"lost\",\"type\":\"server_error\",\"param\":null,"
+               "\"code\":\"session_conflict\"}}"));
   b.len = 0; /* a value outside the table still writes a whole body */
   api_err_body(&b, API_ERR_COUNT, NULL, "x");
   json_t *j = json_loadb(b.p, b.len, 0, NULL);
@@ -104,15 +108,15 @@ static void test_routes_misses(void) {
   route_match m;
   CHECK(!routes_match("/nope", "GET", &m));
   CHECK(!routes_match("/v1/completions/", "POST", &m));
-  CHECK(!routes_match("/v1/sessions/", "GET", &m));        /* a trailing segment is never empty */
-  CHECK(!routes_match("/v1/models/", "GET", &m));          /* {id*} is never empty */
-  CHECK(!routes_match("/v1/sessions/a/b", "GET", &m));     /* {id} is one segment */
+  CHECK(!routes_match("/v1/sessions/", "GET", &m));    /* a trailing segment is never empty */
+  CHECK(!routes_match("/v1/models/", "GET", &m));      /* {id*} is never empty */
+  CHECK(!routes_match("/v1/sessions/a/b", "GET", &m)); /* {id} is one segment */
   CHECK(!routes_match("/v1/sessions/a/forks", "POST", &m));
   /* the path exists, the method does not: 405 with Allow */
   CHECK(routes_match("/v1/completions", "GET", &m) && m.row == NULL);
   CHECK(m.id == ROUTE_COMPLETIONS && !strcmp(m.allow, "POST"));
   CHECK(routes_match("/v1/sessions/x", "PUT", &m) && m.row == NULL);
-  CHECK(routes_match("/health", "POS", &m) && m.row == NULL);   /* whole words only */
+  CHECK(routes_match("/health", "POS", &m) && m.row == NULL); /* whole words only */
   CHECK(routes_match("/health", "HEADX", &m) && m.row == NULL);
   CHECK(routes_match("/v1/sessions", "POST", &m) && m.row->handler == api_sessions_create);
   CHECK(!strcmp(m.allow, "GET, HEAD, POST"));
@@ -155,13 +159,16 @@ static void test_parse_valid_completions(void) {
   CHECK(g.n_bias == 2 && g.bias_ids[0] == 65 && g.bias_vals[0] == -100.0f);
   CHECK(g.session_id && !strcmp(g.session_id, "s.1"));
   gen_request_free(&g);
-  CHECK(parse(JOB_COMPLETION, "{\"prompt\": \"a\", \"stream\": true,"
-              " \"stream_options\": {\"include_usage\": true}}", &g, param, sizeof param) ==
-        API_ERR_NONE);
+  CHECK(parse(JOB_COMPLETION,
+              "{\"prompt\": \"a\", \"stream\": true,"
+              " \"stream_options\": {\"include_usage\": true}}",
+              &g, param, sizeof param) == API_ERR_NONE);
   CHECK(g.stream && g.include_usage);
   gen_request_free(&g);
-  CHECK(parse(JOB_COMPLETION, "{\"prompt\": \"a\", \"response_format\": {\"type\":"
-              " \"json_object\"}}", &g, param, sizeof param) == API_ERR_NONE);
+  CHECK(parse(JOB_COMPLETION,
+              "{\"prompt\": \"a\", \"response_format\": {\"type\":"
+              " \"json_object\"}}",
+              &g, param, sizeof param) == API_ERR_NONE);
   CHECK(g.constraint != NULL);
   gen_request_free(&g);
 }
@@ -169,10 +176,12 @@ static void test_parse_valid_completions(void) {
 static void test_parse_valid_chat(void) {
   gen_request g;
   char param[64];
-  CHECK(parse(JOB_CHAT, "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"},"
+  CHECK(parse(JOB_CHAT,
+              "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"},"
               " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}],"
               " \"max_completion_tokens\": 9, \"logprobs\": true, \"top_logprobs\": 2,"
-              " \"history\": \"append\"}", &g, param, sizeof param) == API_ERR_NONE);
+              " \"history\": \"append\"}",
+              &g, param, sizeof param) == API_ERR_NONE);
   CHECK(g.n_msgs == 2 && g.msgs[0].role == ROLE_SYSTEM && g.msgs[1].role == ROLE_USER);
   CHECK(g.max_tokens == 9 && g.n_top == 2 && g.history == HISTORY_APPEND);
   gen_request_free(&g);
@@ -194,9 +203,12 @@ static const bad_case BAD_CASES[] = {
     {JOB_COMPLETION, "{\"prompt\": [1, 256]}", API_ERR_INVALID_VALUE, "prompt"},
     {JOB_COMPLETION, "{\"prompt\": [\"a\", 5]}", API_ERR_INVALID_VALUE, "prompt[1]"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"model\": 1}", API_ERR_INVALID_VALUE, "model"},
-    {JOB_COMPLETION, "{\"prompt\": \"a\", \"max_tokens\": 1001}", API_ERR_INVALID_VALUE, "max_tokens"},
-    {JOB_COMPLETION, "{\"prompt\": \"a\", \"max_tokens\": 1.5}", API_ERR_INVALID_VALUE, "max_tokens"},
-    {JOB_COMPLETION, "{\"prompt\": \"a\", \"temperature\": 2.5}", API_ERR_INVALID_VALUE, "temperature"},
+    {JOB_COMPLETION, "{\"prompt\": \"a\", \"max_tokens\": 1001}", API_ERR_INVALID_VALUE,
+     "max_tokens"},
+    {JOB_COMPLETION, "{\"prompt\": \"a\", \"max_tokens\": 1.5}", API_ERR_INVALID_VALUE,
+     "max_tokens"},
+    {JOB_COMPLETION, "{\"prompt\": \"a\", \"temperature\": 2.5}", API_ERR_INVALID_VALUE,
+     "temperature"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 0}", API_ERR_INVALID_VALUE, "top_p"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"top_k\": 257}", API_ERR_INVALID_VALUE, "top_k"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"min_p\": 2}", API_ERR_INVALID_VALUE, "min_p"},
@@ -207,7 +219,8 @@ static const bad_case BAD_CASES[] = {
      "stream_options"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"logprobs\": 21}", API_ERR_INVALID_VALUE, "logprobs"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"n\": 17}", API_ERR_INVALID_VALUE, "n"},
-    {JOB_COMPLETION, "{\"prompt\": \"a\", \"n\": 3, \"best_of\": 2}", API_ERR_INVALID_VALUE, "best_of"},
+    {JOB_COMPLETION, "{\"prompt\": \"a\", \"n\": 3, \"best_of\": 2}", API_ERR_INVALID_VALUE,
+     "best_of"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"n\": 2, \"session_choice\": 2}", API_ERR_INVALID_VALUE,
      "session_choice"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"echo\": true, \"stream\": true}", API_ERR_INVALID_VALUE,
@@ -220,7 +233,8 @@ static const bad_case BAD_CASES[] = {
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"session_id\": \"a b\"}", API_ERR_INVALID_VALUE,
      "session_id"},
     {JOB_COMPLETION, "{\"messages\": []}", API_ERR_INVALID_VALUE, "messages"},
-    {JOB_COMPLETION, "{\"prompt\": \"a\", \"history\": \"full\"}", API_ERR_INVALID_VALUE, "history"},
+    {JOB_COMPLETION, "{\"prompt\": \"a\", \"history\": \"full\"}", API_ERR_INVALID_VALUE,
+     "history"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"functions\": []}", API_ERR_INVALID_VALUE, "functions"},
     {JOB_COMPLETION, "{\"prompt\": \"a\", \"prompt_logprobs\": 1, \"stream\": true}",
      API_ERR_INVALID_VALUE, "prompt_logprobs"},
@@ -236,10 +250,14 @@ static const bad_case BAD_CASES[] = {
      API_ERR_INVALID_VALUE, "top_logprobs"},
     {JOB_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"history\": \"x\"}",
      API_ERR_INVALID_VALUE, "history"},
-    {JOB_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
-               " \"tools\": [{\"type\": \"function\"}]}", API_ERR_INVALID_VALUE, "tools"},
-    {JOB_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
-               " \"response_format\": {\"type\": \"xml\"}}", API_ERR_INVALID_VALUE, "response_format"},
+    {JOB_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+     " \"tools\": [{\"type\": \"function\"}]}",
+     API_ERR_INVALID_VALUE, "tools"},
+    {JOB_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+     " \"response_format\": {\"type\": \"xml\"}}",
+     API_ERR_INVALID_VALUE, "response_format"},
 };
 
 static void test_parse_invalid_bodies(void) {
