@@ -1,6 +1,6 @@
 /*
  * http_server.c: libmicrohttpd 0.9.75 in external epoll mode, driven by the libuv loop
- * (server/README-server.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
+ * (docs/internals.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
  * MHD_get_timeout after every MHD_run, suspend/resume only on the loop thread, a per-request
  * UV_DISCONNECT watch while a generation runs, SSE via a callback response that suspends when
  * it has nothing to send (never returns 0 without suspending: that would spin).
