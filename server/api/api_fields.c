@@ -8,9 +8,9 @@
  * service_tier, parallel_tool_calls...) are ignored, as is any unknown field.
  * Thread: any (pure).
  */
-#include <string.h>
+#include "api_fields.h"
 
-#include "api_parse.h"
+#include <string.h>
 
 enum { FOR_COMPLETIONS = 1, FOR_CHAT = 2, FOR_BOTH = 3 };
 

@@ -15,21 +15,46 @@
 
 #include "app.h"
 #include "generation.h"
+#include "json_writer.h"
 #include "util.h"
 #include "xlog.h"
 
+/* The handler's context of a generation request (req.ctx): what the request asked, the chat
+ * plan, the session it holds and the job group, until the request record is freed. */
+typedef struct gen_req {
+  gen_request g;
+  int have_g; /* g parsed (the handler runs again after a session restore) */
+  chat_plan plan;
+  int have_plan;
+  session *sess;      /* held (busy) while the jobs run */
+  int sess_stateless; /* sess is a temporary, freed at completion */
+  gen_group gen;      /* the request's jobs (generation.h) */
+  int others_left;    /* several choices: how many of gen.others are not done yet */
+  int main_done;      /* gen.main's DONE was handled */
+  int cancelled_by_drain;
+  int commit_wait;      /* the response waits for the turn's commit (durability turn) */
+  uint64_t held_tokens; /* the session's transcript length after this turn */
+  char *store_err;      /* the commit failed: why */
+  int store_conflict;   /* ... because another replica committed a turn of the session first */
+} gen_req;
+
+#define GEN(r) ((gen_req *)(r)->ctx)
+
 static const char *prompt_param(const req *r) {
-  return r->g.kind == JOB_CHAT ? "messages" : "prompt";
+  return GEN(r)->g.kind == JOB_CHAT ? "messages" : "prompt";
 }
 
 /* usage: prompts counted once each (the choices of a prompt share its prefill), every
  * generated token counted (best_of's discarded choices too) */
-static void usage_json(buf *b, const req *r) {
-  int pt = r->gen.main->n_prompt, ct = r->gen.main->n_gen;
-  for (int i = 0; i < r->gen.n_others; i++)
-    pt += r->gen.others[i]->n_prompt, ct += r->gen.others[i]->n_gen;
-  buf_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", pt, ct,
-             pt + ct);
+static void usage_json(json_writer *w, const req *r) {
+  int pt = GEN(r)->gen.main->n_prompt, ct = GEN(r)->gen.main->n_gen;
+  for (int i = 0; i < GEN(r)->gen.n_others; i++)
+    pt += GEN(r)->gen.others[i]->n_prompt, ct += GEN(r)->gen.others[i]->n_gen;
+  jw_object(w);
+  jw_kint(w, "prompt_tokens", pt);
+  jw_kint(w, "completion_tokens", ct);
+  jw_kint(w, "total_tokens", pt + ct);
+  jw_end(w);
 }
 
 static int by_index(const void *a, const void *b) {
@@ -46,11 +71,12 @@ static int by_score(const void *a, const void *b) { /* best_of: the highest sum 
 /* The choices to answer with, in order; out[k] is answered with index k. best_of > n: per
  * prompt, the n choices whose tokens have the highest summed log-probability. */
 static int answer_jobs(const req *r, job **out) {
-  int total = 1 + r->gen.n_others;
+  int total = 1 + GEN(r)->gen.n_others;
   job **all = xmalloc(sizeof *all * (size_t)total);
-  for (int i = 0; i < total; i++) all[i] = gen_group_at(&r->gen, i);
+  for (int i = 0; i < total; i++) all[i] = gen_group_at(&GEN(r)->gen, i);
   qsort(all, (size_t)total, sizeof *all, by_index);
-  int per = r->g.best_of > 0 ? r->g.best_of : 1, n = r->g.n > 0 ? r->g.n : 1, k = 0;
+  int per = GEN(r)->g.best_of > 0 ? GEN(r)->g.best_of : 1, n = GEN(r)->g.n > 0 ? GEN(r)->g.n : 1,
+      k = 0;
   if (per == n) {
     memcpy(out, all, sizeof *all * (size_t)total);
     k = total;
@@ -65,31 +91,30 @@ static int answer_jobs(const req *r, job **out) {
 }
 
 /* xlserve's extension block: what the session holds after this turn */
-static void xlserve_json(buf *b, const req *r, uint64_t session_tokens) {
-  buf_adds(b, "{\"session_id\":");
-  if (r->session_id[0]) json_escape(b, r->session_id, strlen(r->session_id));
-  else buf_adds(b, "null");
-  buf_printf(b, ",\"session_tokens\":%llu,\"session_reset\":%s", (unsigned long long)session_tokens,
-             r->sess_reset ? "true" : "false");
-  if (r->have_plan) buf_printf(b, ",\"history\":\"%s\"", plan_name(r->plan.kind));
-  buf_addc(b, '}');
+static void xlserve_json(json_writer *w, const req *r, uint64_t session_tokens) {
+  jw_object(w);
+  jw_kstring(w, "session_id", r->session_id[0] ? r->session_id : NULL);
+  jw_kuint(w, "session_tokens", session_tokens);
+  jw_kbool(w, "session_reset", r->sess_reset);
+  if (GEN(r)->have_plan) jw_kstring(w, "history", plan_name(GEN(r)->plan.kind));
+  jw_end(w);
 }
 
 /* The job that fed choice c's prompt: its group's first job (group = index / best_of; group 0:
- * r->gen.main, which in a session may carry another index). Only that job scored the prompt; the
+ * GEN(r)->gen.main, which in a session may carry another index). Only that job scored the prompt; the
  * group's other choices fork its state after the prompt. */
 static const job *prompt_job(const req *r, const job *c) {
-  int per = r->g.best_of > 0 ? r->g.best_of : 1, group = c->index / per;
-  if (group == 0) return r->gen.main;
-  for (int i = 0; i < r->gen.n_others; i++)
-    if (r->gen.others[i]->index == group * per) return r->gen.others[i];
+  int per = GEN(r)->g.best_of > 0 ? GEN(r)->g.best_of : 1, group = c->index / per;
+  if (group == 0) return GEN(r)->gen.main;
+  for (int i = 0; i < GEN(r)->gen.n_others; i++)
+    if (GEN(r)->gen.others[i]->index == group * per) return GEN(r)->gen.others[i];
   return c; /* not reached: make_others makes every group's first job */
 }
 
 /* echo: choice's prompt as sent (a string), or its token ids detokenised; pj feeds it */
 static void echo_text(buf *b, const req *r, const job *pj) {
-  const gen_request *g = &r->g;
-  int per = g->best_of > 0 ? g->best_of : 1, group = pj == r->gen.main ? 0 : pj->index / per;
+  const gen_request *g = &GEN(r)->g;
+  int per = g->best_of > 0 ? g->best_of : 1, group = pj == GEN(r)->gen.main ? 0 : pj->index / per;
   const gen_prompt *gp = &g->prompts[group];
   if (!gp->ids) {
     buf_add(b, gp->text, gp->len);
@@ -98,58 +123,78 @@ static void echo_text(buf *b, const req *r, const job *pj) {
   detok_ids(pj->model, gp->ids, gp->n_ids, b);
 }
 
+/* A value formatted by the job's formatters (logprobs), written as it is. */
+static void raw_logprobs(json_writer *w, buf *t) {
+  if (t->len) jw_raw(w, t->p, t->len);
+  else jw_null(w);
+  t->len = 0;
+}
+
+/* One choice of the full body; pj: the job that fed its prompt (echo and prompt scoring). */
+static void choice_json(json_writer *w, const req *r, const job *c, const job *pj, int k) {
+  const gen_request *g = &GEN(r)->g;
+  buf t;
+  buf_init(&t);
+  jw_object(w);
+  jw_kint(w, "index", k);
+  if (c->kind == JOB_CHAT) {
+    jw_key(w, "message");
+    jw_object(w);
+    jw_kstring(w, "role", "assistant");
+    jw_key(w, "content");
+    jw_string_n(w, c->reply.p ? c->reply.p : "", c->reply.len);
+    jw_knull(w, "refusal");
+    jw_end(w);
+  } else {
+    if (g->echo) echo_text(&t, r, pj);
+    buf_add(&t, c->reply.p ? c->reply.p : "", c->reply.len);
+    jw_key(w, "text");
+    jw_string_n(w, t.p ? t.p : "", t.len);
+    t.len = 0;
+  }
+  jw_key(w, "logprobs");
+  if (g->echo && c->n_top >= 0) job_fmt_echo_logprobs(&t, pj, c);
+  else job_fmt_logprobs(&t, c, 0, c->n_recs, 0);
+  raw_logprobs(w, &t);
+  if (c->kind == JOB_COMPLETION && g->prompt_logprobs >= 0) {
+    jw_key(w, "prompt_logprobs");
+    job_fmt_prompt_logprobs(&t, pj, g->prompt_logprobs);
+    raw_logprobs(w, &t);
+  }
+  jw_kstring(w, "finish_reason", finish_name(c->finish));
+  jw_end(w);
+  buf_free(&t);
+}
+
 static void full_body(buf *b, const req *r, const job *j, uint64_t session_tokens) {
-  buf_adds(b, "{\"id\":");
-  json_escape(b, j->id, strlen(j->id));
-  buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
-             j->kind == JOB_CHAT ? "chat.completion" : "text_completion", j->created);
-  json_escape(b, j->model_name, strlen(j->model_name));
-  if (j->kind == JOB_CHAT) buf_printf(b, ",\"system_fingerprint\":\"%s\"", j->fingerprint);
-  buf_adds(b, ",\"choices\":[");
-  job **ans = xmalloc(sizeof *ans * (size_t)(1 + r->gen.n_others));
+  json_writer w;
+  jw_init(&w, b);
+  jw_object(&w);
+  jw_kstring(&w, "id", j->id);
+  jw_kstring(&w, "object", j->kind == JOB_CHAT ? "chat.completion" : "text_completion");
+  jw_kint(&w, "created", j->created);
+  jw_kstring(&w, "model", j->model_name);
+  if (j->kind == JOB_CHAT) jw_kstring(&w, "system_fingerprint", j->fingerprint);
+  jw_key(&w, "choices");
+  jw_array(&w);
+  job **ans = xmalloc(sizeof *ans * (size_t)(1 + GEN(r)->gen.n_others));
   int na = answer_jobs(r, ans);
-  for (int k = 0; k < na; k++) {
-    const job *c = ans[k];
-    const job *pj = prompt_job(r, c); /* echo and prompt scoring: the job that fed its prompt */
-    if (k) buf_addc(b, ',');
-    buf_printf(b, "{\"index\":%d,", k);
-    if (c->kind == JOB_CHAT) {
-      buf_adds(b, "\"message\":{\"role\":\"assistant\",\"content\":");
-      json_escape(b, c->reply.p ? c->reply.p : "", c->reply.len);
-      buf_adds(b, ",\"refusal\":null},\"logprobs\":");
-    } else if (r->g.echo) {
-      buf t;
-      buf_init(&t);
-      echo_text(&t, r, pj);
-      buf_add(&t, c->reply.p ? c->reply.p : "", c->reply.len);
-      buf_adds(b, "\"text\":");
-      json_escape(b, t.p ? t.p : "", t.len);
-      buf_free(&t);
-      buf_adds(b, ",\"logprobs\":");
-    } else {
-      buf_adds(b, "\"text\":");
-      json_escape(b, c->reply.p ? c->reply.p : "", c->reply.len);
-      buf_adds(b, ",\"logprobs\":");
-    }
-    if (r->g.echo && c->n_top >= 0) job_fmt_echo_logprobs(b, pj, c);
-    else job_fmt_logprobs(b, c, 0, c->n_recs, 0);
-    if (c->kind == JOB_COMPLETION && r->g.prompt_logprobs >= 0) {
-      buf_adds(b, ",\"prompt_logprobs\":");
-      job_fmt_prompt_logprobs(b, pj, r->g.prompt_logprobs);
-    }
-    buf_printf(b, ",\"finish_reason\":\"%s\"}", finish_name(c->finish));
-  }
+  for (int k = 0; k < na; k++) choice_json(&w, r, ans[k], prompt_job(r, ans[k]), k);
   free(ans);
-  buf_addc(b, ']');
-  if (j->kind == JOB_CHAT && r->g.prompt_logprobs >= 0) {
-    buf_adds(b, ",\"prompt_logprobs\":");
-    job_fmt_prompt_logprobs(b, r->gen.main, r->g.prompt_logprobs);
+  jw_end(&w);
+  if (j->kind == JOB_CHAT && GEN(r)->g.prompt_logprobs >= 0) {
+    buf t;
+    buf_init(&t);
+    jw_key(&w, "prompt_logprobs");
+    job_fmt_prompt_logprobs(&t, GEN(r)->gen.main, GEN(r)->g.prompt_logprobs);
+    raw_logprobs(&w, &t);
+    buf_free(&t);
   }
-  buf_adds(b, ",\"usage\":");
-  usage_json(b, r);
-  buf_adds(b, ",\"xlserve\":");
-  xlserve_json(b, r, session_tokens);
-  buf_addc(b, '}');
+  jw_key(&w, "usage");
+  usage_json(&w, r);
+  jw_key(&w, "xlserve");
+  xlserve_json(&w, r, session_tokens);
+  jw_end(&w);
 }
 
 /* The end of an SSE stream: usage chunk (if asked) and [DONE], or an in-band error. */
@@ -160,11 +205,14 @@ static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens, a
     api_err_stream_body(b, err, err_msg);
     buf_adds(b, "\n\n");
   } else if (j->include_usage) {
-    job_chunk_prefix(b, j);
+    job_chunk_prefix(b, j); /* the chunk's head, as every chunk of the stream has it */
     buf_adds(b, ",\"choices\":[],\"usage\":");
-    usage_json(b, r);
+    json_writer w;
+    jw_init(&w, b);
+    usage_json(&w, r);
     buf_adds(b, ",\"xlserve\":");
-    xlserve_json(b, r, session_tokens);
+    jw_init(&w, b);
+    xlserve_json(&w, r, session_tokens);
     buf_adds(b, "}\n\n");
   }
   buf_adds(b, "data: [DONE]\n\n");
@@ -181,7 +229,7 @@ static void make_id(gen_params *p) {
 /* The generation's parameters: the validated request's, taking its logit_bias and schema. */
 static gen_params *params_of(req *r) {
   app *a = r->a;
-  gen_request *g = &r->g;
+  gen_request *g = &GEN(r)->g;
   gen_params *p = gen_params_new();
   p->kind = g->kind;
   p->model = a->model;
@@ -222,29 +270,33 @@ static void hook_close(req *r) {
 }
 
 static void hook_free(req *r) {
-  gen_group_free(&r->gen);
-  if (r->have_g) gen_request_free(&r->g);
-  if (r->have_plan) chat_plan_free(&r->plan);
+  gen_req *c = GEN(r);
+  gen_group_free(&c->gen);
+  if (c->have_g) gen_request_free(&c->g);
+  if (c->have_plan) chat_plan_free(&c->plan);
+  free(c->store_err);
+  free(c);
+  r->ctx = NULL;
 }
 
-static void hook_log(req *r, buf *l, double dur) {
-  job *j = r->gen.main; /* its DONE was handled (the job holds a reference) */
+static void hook_log(req *r, json_writer *w, double dur) {
+  job *j = GEN(r)->gen.main; /* its DONE was handled (the job holds a reference) */
   int tin = j ? j->n_prompt : 0, tout = j ? j->n_gen : 0;
-  for (int i = 0; i < r->gen.n_others; i++)
-    tin += r->gen.others[i]->n_prompt, tout += r->gen.others[i]->n_gen;
-  buf_printf(l, ",\"tokens_in\":%d,\"tokens_out\":%d", tin, tout); /* all choices */
-  if (j && j->t_sched) buf_printf(l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
-  else buf_adds(l, ",\"queue_ms\":null");
-  if (j && j->t_first_token)
-    buf_printf(l, ",\"ttft_ms\":%.3f", (j->t_first_token - j->t_arrival) * 1e3);
-  else buf_adds(l, ",\"ttft_ms\":null");
-  buf_printf(l, ",\"duration_ms\":%.3f", dur * 1e3);
-  if (j) buf_printf(l, ",\"finish\":\"%s\"", finish_name(j->finish));
+  for (int i = 0; i < GEN(r)->gen.n_others; i++)
+    tin += GEN(r)->gen.others[i]->n_prompt, tout += GEN(r)->gen.others[i]->n_gen;
+  jw_kint(w, "tokens_in", tin); /* all choices */
+  jw_kint(w, "tokens_out", tout);
+  if (j && j->t_sched) jw_kfixed(w, "queue_ms", (j->t_sched - j->t_arrival) * 1e3, 3);
+  else jw_knull(w, "queue_ms");
+  if (j && j->t_first_token) jw_kfixed(w, "ttft_ms", (j->t_first_token - j->t_arrival) * 1e3, 3);
+  else jw_knull(w, "ttft_ms");
+  jw_kfixed(w, "duration_ms", dur * 1e3, 3);
+  if (j) jw_kstring(w, "finish", finish_name(j->finish));
 }
 
 /* The SSE bytes the request's jobs produced (job.out of the first job: every choice's sink). */
 static size_t hook_stream_take(req *r, char *out, size_t max) {
-  job *j = r->gen.main;
+  job *j = GEN(r)->gen.main;
   pthread_mutex_lock(&j->mu);
   size_t n = j->out.len < max ? j->out.len : max;
   if (n) {
@@ -256,7 +308,7 @@ static size_t hook_stream_take(req *r, char *out, size_t max) {
 }
 
 static int hook_stream_put(req *r, const char *bytes, size_t n) {
-  job *j = r->gen.main;
+  job *j = GEN(r)->gen.main;
   if (!j) return 0;
   pthread_mutex_lock(&j->mu);
   buf_add(&j->out, bytes, n);
@@ -277,18 +329,19 @@ typedef struct turn {
 
 static int stage_parse(req *r, job_kind kind) {
   app *a = r->a;
-  if (!r->have_g) { /* parsed once: the handler runs again after a session restore */
-    r->have_g = 1;
+  if (!GEN(r)->have_g) { /* parsed once: the handler runs again after a session restore */
+    GEN(r)->have_g = 1;
     api_error e;
-    if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &r->g, &e)) {
+    if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &GEN(r)->g, &e)) {
       req_error_from(r, &e);
       return 1;
     }
     buf_free(&r->body);
   }
-  if (r->g.model && strcmp(r->g.model, a->model_name)) {
+  if (GEN(r)->g.model && strcmp(GEN(r)->g.model, a->model_name)) {
     req_error(r, API_ERR_MODEL_NOT_FOUND, "model",
-              "model '%s' does not exist (this server serves '%s')", r->g.model, a->model_name);
+              "model '%s' does not exist (this server serves '%s')", GEN(r)->g.model,
+              a->model_name);
     return 1;
   }
   return 0;
@@ -297,7 +350,7 @@ static int stage_parse(req *r, job_kind kind) {
 /* The session named by X-Session-Id or session_id: found, missing (created once the request
  * is good), or the reason it cannot serve. */
 static int stage_session(req *r, turn *t) {
-  const gen_request *g = &r->g;
+  const gen_request *g = &GEN(r)->g;
   const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
   if (hid && !session_id_valid(hid, strlen(hid))) {
     req_error(r, API_ERR_INVALID_VALUE, "X-Session-Id",
@@ -328,7 +381,7 @@ static int stage_session(req *r, turn *t) {
 
 /* Several choices: in a session, the memory keeps one of them, named by the request. */
 static int stage_choices(req *r, turn *t) {
-  const gen_request *g = &r->g;
+  const gen_request *g = &GEN(r)->g;
   t->groups = g->kind == JOB_CHAT ? 1 : g->n_prompts;
   t->per = g->best_of;
   if (t->sid && t->groups > 1) {
@@ -359,17 +412,17 @@ static int stage_choices(req *r, turn *t) {
  * pending token; then the other prompts of a list. */
 static int stage_inputs(req *r, turn *t) {
   app *a = r->a;
-  gen_request *g = &r->g;
+  gen_request *g = &GEN(r)->g;
   gen_inputs *in = &t->in;
   const char *text = g->prompt;
   size_t text_len = g->prompt_len;
   if (g->kind == JOB_CHAT) {
     session empty;
     memset(&empty, 0, sizeof empty);
-    chat_plan_turn(&a->tpl, t->s ? t->s : &empty, g->msgs, g->n_msgs, g->history, &r->plan);
-    r->have_plan = 1;
-    text = r->plan.text.p ? r->plan.text.p : "";
-    text_len = r->plan.text.len;
+    chat_plan_turn(&a->tpl, t->s ? t->s : &empty, g->msgs, g->n_msgs, g->history, &GEN(r)->plan);
+    GEN(r)->have_plan = 1;
+    text = GEN(r)->plan.text.p ? GEN(r)->plan.text.p : "";
+    text_len = GEN(r)->plan.text.len;
   }
   if (g->prompt_ids) {
     in->ntok = g->n_prompt_ids;
@@ -390,7 +443,7 @@ static int stage_inputs(req *r, turn *t) {
               a->cfg->max_prompt_tokens);
     return 1;
   }
-  t->reset = r->have_plan && r->plan.kind == PLAN_RESET;
+  t->reset = GEN(r)->have_plan && GEN(r)->plan.kind == PLAN_RESET;
   if (t->s && t->s->pending >= 0 && !t->reset) in->pending = t->s->pending;
   if (in->ntok == 0 && in->pending < 0 && g->max_tokens > 0) {
     req_error(r, API_ERR_EMPTY_PROMPT, prompt_param(r),
@@ -450,7 +503,7 @@ static int stage_hold_session(req *r, turn *t) {
     t->s = st_create(a->sessions, t->sid, r->owner, &xe);
   } else if (!t->sid) {
     t->s = session_new(a->model, &xe);
-    r->sess_stateless = 1;
+    GEN(r)->sess_stateless = 1;
   }
   if (!t->s) {
     req_error(r, API_ERR_SESSION_CREATE_FAILED, NULL, "cannot create a session: %s", xe.message);
@@ -462,8 +515,8 @@ static int stage_hold_session(req *r, turn *t) {
     r->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
-  if (!r->sess_stateless) st_acquire(a->sessions, t->s);
-  r->sess = t->s;
+  if (!GEN(r)->sess_stateless) st_acquire(a->sessions, t->s);
+  GEN(r)->sess = t->s;
   return 0;
 }
 
@@ -471,29 +524,29 @@ static int stage_hold_session(req *r, turn *t) {
 static void stage_run(req *r, turn *t) {
   app *a = r->a;
   gen_params *p = params_of(r);
-  int main_index = t->sid && r->g.session_choice > 0 ? r->g.session_choice : 0;
-  int snapshot = !r->sess_stateless && st_persistent(a->sessions);
-  gen_group_build(&r->gen, p, t->s, &t->in, t->per, main_index, &t->s->rng, snapshot, r);
+  int main_index = t->sid && GEN(r)->g.session_choice > 0 ? GEN(r)->g.session_choice : 0;
+  int snapshot = !GEN(r)->sess_stateless && st_persistent(a->sessions);
+  gen_group_build(&GEN(r)->gen, p, t->s, &t->in, t->per, main_index, &t->s->rng, snapshot, r);
   gen_params_unref(p); /* the jobs hold it */
-  r->others_left = r->gen.n_others;
-  job *j = r->gen.main;
-  if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&r->gen);
+  GEN(r)->others_left = GEN(r)->gen.n_others;
+  job *j = GEN(r)->gen.main;
+  if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
   r->job_running = 1;
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
     if (j->stream) req_start_stream(r);
-    for (int i = r->gen.n_others; i >= 0; i--) {
-      job *c = gen_group_at(&r->gen, i);
+    for (int i = GEN(r)->gen.n_others; i >= 0; i--) {
+      job *c = gen_group_at(&GEN(r)->gen, i);
       c->finish = FINISH_LENGTH;
       if (c->stream) job_emit_stream(c, 1);
       gen_on_job_done(r, c);
     }
     return;
   }
-  if (gen_group_submit(&r->gen, a->sched)) { /* cannot happen after sched_has_room_for */
-    for (int k = r->gen.n_others; k >= 0; k--) {
-      job *c = gen_group_at(&r->gen, k);
+  if (gen_group_submit(&GEN(r)->gen, a->sched)) { /* cannot happen after sched_has_room_for */
+    for (int k = GEN(r)->gen.n_others; k >= 0; k--) {
+      job *c = gen_group_at(&GEN(r)->gen, k);
       c->finish = FINISH_ERROR;
       snprintf(c->error.message, sizeof c->error.message, "queue full");
       gen_on_job_done(r, c);
@@ -508,6 +561,7 @@ static void stage_run(req *r, turn *t) {
 /* parse -> session -> choices -> inputs -> admission -> session held -> run; a stage that
  * answers ends the request's way, and what the stages built is freed here. */
 static void api_generate(req *r, job_kind kind) {
+  if (!r->ctx) r->ctx = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
   r->on_close = hook_close;
   r->on_free = hook_free;
   r->log_fields = hook_log;
@@ -524,10 +578,10 @@ static void api_generate(req *r, job_kind kind) {
 
 void gen_cancel(req *r, int by_drain) {
   if (!r->job_running) return;
-  if (by_drain) r->cancelled_by_drain = 1;
-  if (!r->main_done) sched_cancel(r->a->sched, r->gen.main);
-  for (int i = 0; i < r->gen.n_others; i++)
-    sched_cancel(r->a->sched, r->gen.others[i]); /* a no-op once done */
+  if (by_drain) GEN(r)->cancelled_by_drain = 1;
+  if (!GEN(r)->main_done) sched_cancel(r->a->sched, GEN(r)->gen.main);
+  for (int i = 0; i < GEN(r)->gen.n_others; i++)
+    sched_cancel(r->a->sched, GEN(r)->gen.others[i]); /* a no-op once done */
 }
 
 void gen_on_output(req *r) {
@@ -537,16 +591,16 @@ void gen_on_output(req *r) {
 
 /* Records what this turn did to the session (loop thread; the worker is done with it). */
 static void update_session(req *r) {
-  job *j = r->gen.main;
-  session *s = r->sess;
+  job *j = GEN(r)->gen.main;
+  session *s = GEN(r)->sess;
   if (!j->seeded) s->rng = j->rng;
   int fed = j->pos > 0 || j->decoding;
   int completed_turn = j->finish == FINISH_STOP || j->finish == FINISH_LENGTH ||
                        (j->finish == FINISH_CANCELLED && j->decoding);
-  if (r->g.kind == JOB_CHAT) {
+  if (GEN(r)->g.kind == JOB_CHAT) {
     if (completed_turn) {
-      for (int i = r->plan.first; i < r->g.n_msgs; i++) {
-        const chat_message *m = &r->g.msgs[i];
+      for (int i = GEN(r)->plan.first; i < GEN(r)->g.n_msgs; i++) {
+        const chat_message *m = &GEN(r)->g.msgs[i];
         session_push_msg(s, m->role, chat_hash(m->role, m->content, m->len));
       }
       session_push_msg(s, ROLE_ASSISTANT,
@@ -569,7 +623,7 @@ static void gen_finish(req *r);
 
 /* The response goes out once every job is done and the turn committed. */
 static void maybe_finish(req *r) {
-  if (!r->main_done || r->others_left || r->commit_wait) return;
+  if (!GEN(r)->main_done || GEN(r)->others_left || GEN(r)->commit_wait) return;
   r->job_running = 0;
   r->a->n_jobs--;
   gen_finish(r);
@@ -578,15 +632,15 @@ static void maybe_finish(req *r) {
 /* durability turn: the turn's state is committed (or the commit failed): answer now */
 static void on_turn_committed(void *ctx, int status, const char *msg) {
   req *r = ctx;
-  if (status) r->store_err = xstrdup(msg && *msg ? msg : "store error");
-  r->store_conflict = status == -2;
-  r->commit_wait = 0;
+  if (status) GEN(r)->store_err = xstrdup(msg && *msg ? msg : "store error");
+  GEN(r)->store_conflict = status == -2;
+  GEN(r)->commit_wait = 0;
   maybe_finish(r);
   req_unref(r); /* the commit's reference */
 }
 
 void gen_on_job_done(req *r, job *j) {
-  if (j == r->gen.main) {
+  if (j == GEN(r)->gen.main) {
     gen_on_done(r);
     return;
   }
@@ -597,38 +651,38 @@ void gen_on_job_done(req *r, job *j) {
   if (j->finish == FINISH_ERROR)
     xlog_msg("error", "generation_failed", "request %s (choice %d): %s", r->request_id, j->index,
              j->error.message);
-  r->others_left--;
-  if (r->main_done && !r->others_left) {
-    if (r->gen.main->stream) req_kick(r);
+  GEN(r)->others_left--;
+  if (GEN(r)->main_done && !GEN(r)->others_left) {
+    if (GEN(r)->gen.main->stream) req_kick(r);
     maybe_finish(r);
   }
 }
 
 void gen_on_done(req *r) {
-  job *j = r->gen.main;
+  job *j = GEN(r)->gen.main;
   app *a = r->a;
   if (j->finish != FINISH_STOP && j->finish != FINISH_LENGTH) gen_cancel(r, 0); /* the others too */
-  r->main_done = 1;
+  GEN(r)->main_done = 1;
   update_session(r);
-  r->held_tokens = r->sess_stateless ? 0 : session_tokens(r->sess);
-  if (r->sess_stateless) {
-    session_free(r->sess);
+  GEN(r)->held_tokens = GEN(r)->sess_stateless ? 0 : session_tokens(GEN(r)->sess);
+  if (GEN(r)->sess_stateless) {
+    session_free(GEN(r)->sess);
   } else {
     /* the session stays busy until st_turn_end releases it (after the commit, durability turn) */
     int fed = j->pos > 0 || j->decoding;
     uint8_t *core = j->snap;
     j->snap = NULL;
     req_ref(r); /* the commit's, if it waits */
-    int w = st_turn_end(a->sessions, r->sess, core, j->snap_len, fed, on_turn_committed, r);
+    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, on_turn_committed, r);
     if (w == 1) {
-      r->commit_wait = 1;
+      GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
     } else {
       req_unref(r); /* not the last: the job's is still held */
-      if (w < 0) r->store_err = xstrdup("the turn's state could not be serialised");
+      if (w < 0) GEN(r)->store_err = xstrdup("the turn's state could not be serialised");
     }
   }
-  r->sess = NULL;
+  GEN(r)->sess = NULL;
   if (j->finish == FINISH_ERROR)
     xlog_msg("error", "generation_failed", "request %s: %s", r->request_id, j->error.message);
   maybe_finish(r);
@@ -636,16 +690,16 @@ void gen_on_done(req *r) {
 
 /* The end of the response: the stream's tail, or the full body; drops the job's reference. */
 static void gen_finish(req *r) {
-  job *j = r->gen.main;
-  uint64_t held = r->held_tokens;
+  job *j = GEN(r)->gen.main;
+  uint64_t held = GEN(r)->held_tokens;
   api_err err = API_ERR_NONE;
   const char *err_msg = NULL;
   if (j->finish == FINISH_ERROR) err = API_ERR_GENERATION_FAILED, err_msg = j->error.message;
-  else if (r->cancelled_by_drain) err = API_ERR_SHUTTING_DOWN;
-  else if (r->store_err && j->finish != FINISH_CANCELLED && r->store_conflict)
-    err = API_ERR_SESSION_CONFLICT, err_msg = r->store_err;
-  else if (r->store_err && j->finish != FINISH_CANCELLED)
-    err = API_ERR_STORE_FAILED, err_msg = r->store_err;
+  else if (GEN(r)->cancelled_by_drain) err = API_ERR_SHUTTING_DOWN;
+  else if (GEN(r)->store_err && j->finish != FINISH_CANCELLED && GEN(r)->store_conflict)
+    err = API_ERR_SESSION_CONFLICT, err_msg = GEN(r)->store_err;
+  else if (GEN(r)->store_err && j->finish != FINISH_CANCELLED)
+    err = API_ERR_STORE_FAILED, err_msg = GEN(r)->store_err;
   char kept[600];
   if (err == API_ERR_SESSION_CONFLICT) {
     snprintf(kept, sizeof kept,
@@ -663,7 +717,7 @@ static void gen_finish(req *r) {
   }
 
   if (j->stream) {
-    if (!r->client_gone && (j->finish != FINISH_CANCELLED || r->cancelled_by_drain)) {
+    if (!r->client_gone && (j->finish != FINISH_CANCELLED || GEN(r)->cancelled_by_drain)) {
       buf b;
       buf_init(&b);
       stream_tail(&b, r, j, held, err, err_msg);

@@ -4,23 +4,13 @@
 #include "api_parse.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_fields.h"
 #include "buf.h"
 #include "util.h"
-
-void api_error_set(api_error *e, api_err err, const char *param, const char *fmt, ...) {
-  e->err = err;
-  e->status = api_err_status(err);
-  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->message, sizeof e->message, fmt, ap);
-  va_end(ap);
-}
 
 #define BAD(param, ...)                                                                   \
   do {                                                                                    \

@@ -18,14 +18,6 @@
 #include "json_constraint.h"
 #include "xl.h"
 
-/* A refused request: its row of the error table, the field it names and the detail. */
-typedef struct api_error {
-  api_err err;
-  int status;     /* the row's HTTP status */
-  char param[64]; /* "" = null */
-  char message[512];
-} api_error;
-
 typedef struct parse_limits {
   long long default_max_tokens, max_tokens_limit;
   int vocab_size;
@@ -92,10 +84,5 @@ typedef struct gen_request {
 int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_limits *lim,
                       gen_request *g, api_error *e);
 void gen_request_free(gen_request *g);
-/* api_fields.c: 400 for a field whose meaning xlserve does not implement and that would change
- * the output (another server's extension, or an OpenAI field that needs another one); 0 if none. */
-int api_refuse_unimplemented(json_t *root, job_kind kind, api_error *e);
-void api_error_set(api_error *e, api_err err, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 #endif

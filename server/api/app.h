@@ -17,8 +17,8 @@
 #include "buf.h"
 #include "chat.h"
 #include "config.h"
-#include "generation.h"
 #include "http_cors.h"
+#include "json_writer.h"
 #include "job.h"
 #include "metrics.h"
 #include "routes.h"
@@ -130,24 +130,12 @@ struct req {
   int redispatch;    /* REQ_RESTORING: run the handler again on the next access-handler call */
   int list_limit;
   int replacing;     /* PUT state over an existing (or refused) session: 200, not 201 */
-  int commit_wait;   /* the response waits for the turn's commit (durability turn) */
-  uint64_t held_tokens; /* the session's transcript length after this turn */
-  char *store_err;   /* the commit failed: why */
-  int store_conflict; /* ... because another replica committed a turn of the session first */
-  /* generation */
-  gen_group gen; /* the request's jobs (generation.h) */
-  int job_running;  /* submitted, DONE not yet processed */
+  /* the handler's context (api_generate.c: its gen_req), freed by its on_free hook */
+  void *ctx;
+  int job_running;  /* a generation was submitted, its DONE not yet processed (drain cancels) */
   int stream_complete;
-  int client_gone, cancelled_by_drain;
-  gen_request g;
-  int have_g;
-  int others_left;  /* several choices: how many of gen.others are not done yet */
-  int main_done;    /* `job`'s DONE was handled */
-  session *sess;        /* held (busy) while job_running */
-  int sess_stateless;   /* sess is a temporary, freed at completion */
+  int client_gone;
   int sess_reset;       /* X-Session-Reset: 1 */
-  chat_plan plan;
-  int have_plan;
   char session_id[129];
   /* disconnect watch and SSE pings */
   uv_poll_t dc;
@@ -159,7 +147,7 @@ struct req {
   void (*on_close)(req *r);  /* the client left or MHD ended the request: stop its work */
   void (*on_free)(req *r);   /* the record is being freed: release what the handler hung on it */
   /* the access log's work fields, from "tokens_in" to "finish" (dur: the request's seconds) */
-  void (*log_fields)(req *r, buf *line, double dur);
+  void (*log_fields)(req *r, json_writer *line, double dur);
   /* stream (req_start_stream): move up to max bytes of the body produced so far into out;
    * append bytes to it (0: there is no stream to append to) */
   size_t (*stream_take)(req *r, char *out, size_t max);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "dlist.h"
 #include "http_guard.h"
 #include "json_writer.h"
 #include "util.h"
@@ -66,42 +67,42 @@ static void req_free(req *r) {
   if (a->cfg->access_log) {
     buf l;
     buf_init(&l);
-    buf_addc(&l, '{');
-    xlog_ts(&l, now_wall() - dur);
-    buf_adds(&l, ",\"event\":\"request\",\"request_id\":");
-    json_escape(&l, r->request_id, strlen(r->request_id));
-    buf_adds(&l, ",\"remote\":");
-    json_escape(&l, r->remote, strlen(r->remote));
-    buf_adds(&l, ",\"method\":");
-    json_escape(&l, r->method, strlen(r->method));
-    buf_adds(&l, ",\"path\":");
-    json_escape(&l, r->path ? r->path : "", r->path ? strlen(r->path) : 0);
-    buf_printf(&l, ",\"status\":%d,\"session\":", status);
-    if (r->session_id[0]) json_escape(&l, r->session_id, strlen(r->session_id));
-    else buf_adds(&l, "null");
+    json_writer w;
+    jw_init(&w, &l);
+    jw_object(&w);
+    xlog_ts(&w, now_wall() - dur);
+    jw_kstring(&w, "event", "request");
+    jw_kstring(&w, "request_id", r->request_id);
+    jw_kstring(&w, "remote", r->remote);
+    jw_kstring(&w, "method", r->method);
+    jw_kstring(&w, "path", r->path ? r->path : "");
+    jw_kint(&w, "status", status);
+    jw_kstring(&w, "session", r->session_id[0] ? r->session_id : NULL);
     if (r->log_fields) {
-      r->log_fields(r, &l, dur);
+      r->log_fields(r, &w, dur);
     } else { /* no work was done for it */
-      buf_adds(&l, ",\"tokens_in\":0,\"tokens_out\":0,\"queue_ms\":null,\"ttft_ms\":null");
-      buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
+      jw_kint(&w, "tokens_in", 0);
+      jw_kint(&w, "tokens_out", 0);
+      jw_knull(&w, "queue_ms");
+      jw_knull(&w, "ttft_ms");
+      jw_kfixed(&w, "duration_ms", dur * 1e3, 3);
     }
-    if (r->err) buf_printf(&l, ",\"error\":\"%s\"", api_err_code(r->err));
-    if (r->client_gone) buf_adds(&l, ",\"client_gone\":true");
-    if (r->sess_reset) buf_adds(&l, ",\"session_reset\":true");
-    buf_addc(&l, '}');
+    if (r->err) jw_kstring(&w, "error", api_err_code(r->err));
+    if (r->client_gone) jw_kbool(&w, "client_gone", 1);
+    if (r->sess_reset) jw_kbool(&w, "session_reset", 1);
+    jw_end(&w);
     xlog_write(l.p, l.len);
     buf_free(&l);
   }
   if (r->phase == REQ_NEW) a->n_new--;
-  if (r->prev) r->prev->next = r->next;
-  else a->reqs = r->next;
-  if (r->next) r->next->prev = r->prev;
+  req *no_tail = NULL; /* the list of requests keeps no tail */
+  DLIST_REMOVE(a->reqs, no_tail, r, prev, next);
+  (void)no_tail;
   a->n_reqs--;
   if (r->on_free) r->on_free(r);
   buf_free(&r->body);
   buf_free(&r->reply_body);
   free(r->lk_msg);
-  free(r->store_err);
   free(r->path);
   free(r);
   a->check_drained(a);
@@ -359,12 +360,6 @@ void req_wait_reply(req *r) {
 /* ------------------------------------------------------------------------------------------ */
 /* access handler */
 
-static int is_trusted(app *a, const char *ip) {
-  for (int i = 0; i < a->n_proxies; i++)
-    if (!strcmp(a->proxies[i], ip)) return 1;
-  return 0;
-}
-
 static void peer_address(req *r) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -398,9 +393,9 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
   r->path = xstrdup(url);
   buf_init(&r->body);
   buf_init(&r->reply_body);
-  r->next = a->reqs;
-  if (a->reqs) a->reqs->prev = r;
-  a->reqs = r;
+  req *no_tail = NULL;
+  DLIST_PUSH_FRONT(a->reqs, no_tail, r, prev, next);
+  (void)no_tail;
   a->n_reqs++;
   a->n_new++;
   if (!a->sweep_on) {
@@ -408,7 +403,7 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
     uv_timer_start(&a->sweep_timer, on_sweep, 1000, 1000);
   }
   peer_address(r);
-  int trusted = is_trusted(a, r->remote);
+  int trusted = guard_trusts(a->guard, r->remote);
   const char *rid = hdr(r, "X-Request-Id");
   if (trusted && rid && header_token_ok(rid, 64)) {
     snprintf(r->request_id, sizeof r->request_id, "%s", rid);
@@ -431,7 +426,7 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
       char *e = end;
       while (e > s && e[-1] == ' ') e--;
       *e = 0;
-      if (*s && !is_trusted(a, s)) {
+      if (*s && !guard_trusts(a->guard, s)) {
         if (header_token_ok(s, sizeof r->remote - 1)) memcpy(r->remote, s, strlen(s) + 1);
         break;
       }

@@ -3,7 +3,9 @@
  */
 #include "api_errors.h"
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "json_writer.h"
 
@@ -54,4 +56,14 @@ void api_err_stream_body(buf *b, api_err e, const char *message) {
   const api_err_info *i = api_err_get(e);
   if (!i) i = &TABLE[API_ERR_GENERATION_FAILED];
   error_body(b, "server_error", i->code, NULL, message ? message : i->message);
+}
+
+void api_error_set(api_error *e, api_err err, const char *param, const char *fmt, ...) {
+  e->err = err;
+  e->status = api_err_status(err);
+  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
 }

@@ -66,6 +66,18 @@ typedef struct api_err_info {
   const char *message; /* the default message */
 } api_err_info;
 
+/* A refused request, as the pure parsers report it: its row, the field it names ("": null) and
+ * the detail. */
+typedef struct api_error {
+  api_err err;
+  int status; /* the row's HTTP status */
+  char param[64];
+  char message[512];
+} api_error;
+
+void api_error_set(api_error *e, api_err err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* The row of e (API_ERR_NONE and out-of-range values: NULL). */
 const api_err_info *api_err_get(api_err e);
 int api_err_status(api_err e);       /* 0 for none */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api_errors.h"
+#include "api_fields.h"
 #include "api_parse.h"
 #include "buf.h"
 #include "routes.h"
