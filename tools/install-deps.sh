@@ -29,6 +29,8 @@ TEST=(
   # fuzzing (libFuzzer) and the clang build; llvm-symbolizer: sanitizer reports name
   # functions and lines instead of bare addresses
   clang libclang-rt-14-dev llvm
+  # the C style check (.clang-format; ctest format.clang_format, in the clang stage)
+  clang-format
   # memcheck of the daemon (tests/integration/test_valgrind.py)
   valgrind
   # deployment tests: nginx in front, systemd-analyze verify, the unit's syscall filter

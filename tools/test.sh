@@ -10,7 +10,8 @@
 #                                                                          over HTTP (integration)
 #   gcc-release   build-gcc-release/ Release (-O3), gcc                    C unit tests
 #   gcc-debug     build-gcc-debug/   Debug, gcc                            C unit tests
-#   clang         build-clang/       RelWithDebInfo, clang                 C unit tests, the include rule (layers)
+#   clang         build-clang/       RelWithDebInfo, clang                 C unit tests, the include rule (layers),
+#                                                                          the C style (format)
 #   fuzz          build-fuzz/        clang, libFuzzer + ASan/UBSan         each fuzzer for
 #                                                                          XL_FUZZ_SECONDS (60)
 #   then the scripts in EXTRA_STAGES below (and in $XL_EXTRA_STAGES), one stage each.
@@ -151,7 +152,7 @@ for s in "${stages[@]}"; do
             -DXL_TSAN=ON ;;
     gcc-release) stage gcc-release build-gcc-release '^unit\.' -DCMAKE_BUILD_TYPE=Release ;;
     gcc-debug) stage gcc-debug build-gcc-debug '^unit\.' -DCMAKE_BUILD_TYPE=Debug ;;
-    clang) CC=clang stage clang build-clang '^(unit|layers)\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
+    clang) CC=clang stage clang build-clang '^(unit|layers|format)\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
     fuzz)
       if [ "${XL_SKIP_FUZZ:-0}" = 1 ]; then
         skipped+=("fuzz (XL_SKIP_FUZZ=1)")

@@ -8,9 +8,9 @@
  * service_tier, parallel_tool_calls...) are ignored, as is any unknown field.
  * Thread: any (pure).
  */
-#include <string.h>
+#include "api_fields.h"
 
-#include "api_parse.h"
+#include <string.h>
 
 enum { FOR_COMPLETIONS = 1, FOR_CHAT = 2, FOR_BOTH = 3 };
 
@@ -91,7 +91,7 @@ int api_refuse_unimplemented(json_t *root, job_kind kind, api_error *e) {
     if (!(f->kinds & mask)) continue;
     json_t *v = json_object_get(root, f->name);
     if (!v || json_is_null(v) || is_neutral(v, f->neutral)) continue;
-    api_error_set(e, 400, "invalid_request_error", "unsupported_field", f->name,
+    api_error_set(e, API_ERR_UNSUPPORTED_FIELD, f->name,
                   "'%s' is not supported by this server%s%s", f->name, *f->instead ? ": " : "",
                   f->instead);
     return -1;
@@ -101,7 +101,7 @@ int api_refuse_unimplemented(json_t *root, job_kind kind, api_error *e) {
   if (tc && !json_is_null(tc) && !(json_is_array(tools) && json_array_size(tools) > 0)) {
     /* OpenAI: tool_choice is only allowed when tools are given; "none" is harmless */
     if (!(json_is_string(tc) && !strcmp(json_string_value(tc), "none"))) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_value", "tool_choice",
+      api_error_set(e, API_ERR_INVALID_VALUE, "tool_choice",
                     "'tool_choice' is only allowed when 'tools' are specified");
       return -1;
     }
@@ -114,7 +114,7 @@ int api_refuse_unimplemented(json_t *root, job_kind kind, api_error *e) {
       text_only = json_is_string(m) && !strcmp(json_string_value(m), "text");
     }
     if (!text_only) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_field", "modalities",
+      api_error_set(e, API_ERR_UNSUPPORTED_FIELD, "modalities",
                     "only 'modalities': [\"text\"] is supported");
       return -1;
     }

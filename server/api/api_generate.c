@@ -1,7 +1,10 @@
 /*
- * api_generate.c: POST /v1/completions and /v1/chat/completions. Validates the request, finds
- * or creates the session (409 when busy), renders/tokenizes what this turn feeds (pending token
- * first), admits a job (429 when the queue is full), and on completion updates the session's
+ * api_generate.c: POST /v1/completions and /v1/chat/completions, the HTTP side of a
+ * generation. api_generate runs the request through its stages, each a function that answers
+ * and stops the way when the request cannot go on: parse (api_parse.c), the session (409 when
+ * busy), the choices, what the turn feeds (chat plan, tokens, pending token first), admission
+ * (429 when the queue is full), the session held; then the generation module (engine's
+ * generation.c) builds and submits the job group. On completion it updates the session's
  * transcript record and answers: a JSON body, or the SSE tail (usage, [DONE]).
  * Thread: loop thread only.
  */
@@ -11,23 +14,49 @@
 #include <time.h>
 
 #include "app.h"
+#include "generation.h"
+#include "json_writer.h"
 #include "util.h"
 #include "xlog.h"
 
+/* The handler's context of a generation request (req.ctx): what the request asked, the chat
+ * plan, the session it holds and the job group, until the request record is freed. */
+typedef struct gen_req {
+  gen_request g;
+  int have_g; /* g parsed (the handler runs again after a session restore) */
+  chat_plan plan;
+  int have_plan;
+  session *sess;      /* held (busy) while the jobs run */
+  int sess_stateless; /* sess is a temporary, freed at completion */
+  gen_group gen;      /* the request's jobs (generation.h) */
+  int others_left;    /* several choices: how many of gen.others are not done yet */
+  int main_done;      /* gen.main's DONE was handled */
+  int cancelled_by_drain;
+  int commit_wait;      /* the response waits for the turn's commit (durability turn) */
+  uint64_t held_tokens; /* the session's transcript length after this turn */
+  char *store_err;      /* the commit failed: why */
+  int store_conflict;   /* ... because another replica committed a turn of the session first */
+  int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
+} gen_req;
+
+#define GEN(r) ((gen_req *)(r)->ctx)
+
 static const char *prompt_param(const req *r) {
-  return r->g.kind == JOB_CHAT ? "messages" : "prompt";
+  return GEN(r)->g.kind == JOB_CHAT ? "messages" : "prompt";
 }
 
 /* usage: prompts counted once each (the choices of a prompt share its prefill), every
  * generated token counted (best_of's discarded choices too) */
-static void usage_json(buf *b, const req *r) {
-  int pt = r->job->n_prompt, ct = r->job->n_gen;
-  for (int i = 0; i < r->n_others; i++) pt += r->others[i]->n_prompt, ct += r->others[i]->n_gen;
-  buf_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", pt, ct,
-             pt + ct);
+static void usage_json(json_writer *w, const req *r) {
+  int pt = GEN(r)->gen.main->n_prompt, ct = GEN(r)->gen.main->n_gen;
+  for (int i = 0; i < GEN(r)->gen.n_others; i++)
+    pt += GEN(r)->gen.others[i]->n_prompt, ct += GEN(r)->gen.others[i]->n_gen;
+  jw_object(w);
+  jw_kint(w, "prompt_tokens", pt);
+  jw_kint(w, "completion_tokens", ct);
+  jw_kint(w, "total_tokens", pt + ct);
+  jw_end(w);
 }
-
-static job *job_at(const req *r, int i) { return i == 0 ? r->job : r->others[i - 1]; }
 
 static int by_index(const void *a, const void *b) {
   const job *x = *(job *const *)a, *y = *(job *const *)b;
@@ -43,11 +72,12 @@ static int by_score(const void *a, const void *b) { /* best_of: the highest sum 
 /* The choices to answer with, in order; out[k] is answered with index k. best_of > n: per
  * prompt, the n choices whose tokens have the highest summed log-probability. */
 static int answer_jobs(const req *r, job **out) {
-  int total = 1 + r->n_others;
+  int total = 1 + GEN(r)->gen.n_others;
   job **all = xmalloc(sizeof *all * (size_t)total);
-  for (int i = 0; i < total; i++) all[i] = job_at(r, i);
+  for (int i = 0; i < total; i++) all[i] = gen_group_at(&GEN(r)->gen, i);
   qsort(all, (size_t)total, sizeof *all, by_index);
-  int per = r->g.best_of > 0 ? r->g.best_of : 1, n = r->g.n > 0 ? r->g.n : 1, k = 0;
+  int per = GEN(r)->g.best_of > 0 ? GEN(r)->g.best_of : 1, n = GEN(r)->g.n > 0 ? GEN(r)->g.n : 1,
+      k = 0;
   if (per == n) {
     memcpy(out, all, sizeof *all * (size_t)total);
     k = total;
@@ -62,31 +92,30 @@ static int answer_jobs(const req *r, job **out) {
 }
 
 /* xlserve's extension block: what the session holds after this turn */
-static void xlserve_json(buf *b, const req *r, uint64_t session_tokens) {
-  buf_adds(b, "{\"session_id\":");
-  if (r->session_id[0]) json_escape(b, r->session_id, strlen(r->session_id));
-  else buf_adds(b, "null");
-  buf_printf(b, ",\"session_tokens\":%llu,\"session_reset\":%s", (unsigned long long)session_tokens,
-             r->sess_reset ? "true" : "false");
-  if (r->have_plan) buf_printf(b, ",\"history\":\"%s\"", plan_name(r->plan.kind));
-  buf_addc(b, '}');
+static void xlserve_json(json_writer *w, const req *r, uint64_t session_tokens) {
+  jw_object(w);
+  jw_kstring(w, "session_id", r->session_id[0] ? r->session_id : NULL);
+  jw_kuint(w, "session_tokens", session_tokens);
+  jw_kbool(w, "session_reset", r->sess_reset);
+  if (GEN(r)->have_plan) jw_kstring(w, "history", plan_name(GEN(r)->plan.kind));
+  jw_end(w);
 }
 
 /* The job that fed choice c's prompt: its group's first job (group = index / best_of; group 0:
- * r->job, which in a session may carry another index). Only that job scored the prompt; the
+ * GEN(r)->gen.main, which in a session may carry another index). Only that job scored the prompt; the
  * group's other choices fork its state after the prompt. */
 static const job *prompt_job(const req *r, const job *c) {
-  int per = r->g.best_of > 0 ? r->g.best_of : 1, group = c->index / per;
-  if (group == 0) return r->job;
-  for (int i = 0; i < r->n_others; i++)
-    if (r->others[i]->index == group * per) return r->others[i];
+  int per = GEN(r)->g.best_of > 0 ? GEN(r)->g.best_of : 1, group = c->index / per;
+  if (group == 0) return GEN(r)->gen.main;
+  for (int i = 0; i < GEN(r)->gen.n_others; i++)
+    if (GEN(r)->gen.others[i]->index == group * per) return GEN(r)->gen.others[i];
   return c; /* not reached: make_others makes every group's first job */
 }
 
 /* echo: choice's prompt as sent (a string), or its token ids detokenised; pj feeds it */
 static void echo_text(buf *b, const req *r, const job *pj) {
-  const gen_request *g = &r->g;
-  int per = g->best_of > 0 ? g->best_of : 1, group = pj == r->job ? 0 : pj->index / per;
+  const gen_request *g = &GEN(r)->g;
+  int per = g->best_of > 0 ? g->best_of : 1, group = pj == GEN(r)->gen.main ? 0 : pj->index / per;
   const gen_prompt *gp = &g->prompts[group];
   if (!gp->ids) {
     buf_add(b, gp->text, gp->len);
@@ -95,173 +124,144 @@ static void echo_text(buf *b, const req *r, const job *pj) {
   detok_ids(pj->model, gp->ids, gp->n_ids, b);
 }
 
+/* A value formatted by the job's formatters (logprobs), written as it is. */
+static void raw_logprobs(json_writer *w, buf *t) {
+  if (t->len) jw_raw(w, t->p, t->len);
+  else jw_null(w);
+  t->len = 0;
+}
+
+/* One choice of the full body; pj: the job that fed its prompt (echo and prompt scoring). */
+static void choice_json(json_writer *w, const req *r, const job *c, const job *pj, int k) {
+  const gen_request *g = &GEN(r)->g;
+  buf t;
+  buf_init(&t);
+  jw_object(w);
+  jw_kint(w, "index", k);
+  if (c->kind == JOB_CHAT) {
+    jw_key(w, "message");
+    jw_object(w);
+    jw_kstring(w, "role", "assistant");
+    jw_key(w, "content");
+    jw_string_n(w, c->reply.p ? c->reply.p : "", c->reply.len);
+    jw_knull(w, "refusal");
+    jw_end(w);
+  } else {
+    if (g->echo) echo_text(&t, r, pj);
+    buf_add(&t, c->reply.p ? c->reply.p : "", c->reply.len);
+    jw_key(w, "text");
+    jw_string_n(w, t.p ? t.p : "", t.len);
+    t.len = 0;
+  }
+  jw_key(w, "logprobs");
+  if (g->echo && c->n_top >= 0) job_fmt_echo_logprobs(&t, pj, c);
+  else job_fmt_logprobs(&t, c, 0, c->n_recs, 0);
+  raw_logprobs(w, &t);
+  if (c->kind == JOB_COMPLETION && g->prompt_logprobs >= 0) {
+    jw_key(w, "prompt_logprobs");
+    job_fmt_prompt_logprobs(&t, pj, g->prompt_logprobs);
+    raw_logprobs(w, &t);
+  }
+  jw_kstring(w, "finish_reason", finish_name(c->finish));
+  jw_end(w);
+  buf_free(&t);
+}
+
 static void full_body(buf *b, const req *r, const job *j, uint64_t session_tokens) {
-  buf_adds(b, "{\"id\":");
-  json_escape(b, j->id, strlen(j->id));
-  buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
-             j->kind == JOB_CHAT ? "chat.completion" : "text_completion", j->created);
-  json_escape(b, j->model_name, strlen(j->model_name));
-  if (j->kind == JOB_CHAT) buf_printf(b, ",\"system_fingerprint\":\"%s\"", j->fingerprint);
-  buf_adds(b, ",\"choices\":[");
-  job **ans = xmalloc(sizeof *ans * (size_t)(1 + r->n_others));
+  json_writer w;
+  jw_init(&w, b);
+  jw_object(&w);
+  jw_kstring(&w, "id", j->id);
+  jw_kstring(&w, "object", j->kind == JOB_CHAT ? "chat.completion" : "text_completion");
+  jw_kint(&w, "created", j->created);
+  jw_kstring(&w, "model", j->model_name);
+  if (j->kind == JOB_CHAT) jw_kstring(&w, "system_fingerprint", j->fingerprint);
+  jw_key(&w, "choices");
+  jw_array(&w);
+  job **ans = xmalloc(sizeof *ans * (size_t)(1 + GEN(r)->gen.n_others));
   int na = answer_jobs(r, ans);
-  for (int k = 0; k < na; k++) {
-    const job *c = ans[k];
-    const job *pj = prompt_job(r, c); /* echo and prompt scoring: the job that fed its prompt */
-    if (k) buf_addc(b, ',');
-    buf_printf(b, "{\"index\":%d,", k);
-    if (c->kind == JOB_CHAT) {
-      buf_adds(b, "\"message\":{\"role\":\"assistant\",\"content\":");
-      json_escape(b, c->reply.p ? c->reply.p : "", c->reply.len);
-      buf_adds(b, ",\"refusal\":null},\"logprobs\":");
-    } else if (r->g.echo) {
-      buf t;
-      buf_init(&t);
-      echo_text(&t, r, pj);
-      buf_add(&t, c->reply.p ? c->reply.p : "", c->reply.len);
-      buf_adds(b, "\"text\":");
-      json_escape(b, t.p ? t.p : "", t.len);
-      buf_free(&t);
-      buf_adds(b, ",\"logprobs\":");
-    } else {
-      buf_adds(b, "\"text\":");
-      json_escape(b, c->reply.p ? c->reply.p : "", c->reply.len);
-      buf_adds(b, ",\"logprobs\":");
-    }
-    if (r->g.echo && c->n_top >= 0) job_fmt_echo_logprobs(b, pj, c);
-    else job_fmt_logprobs(b, c, 0, c->n_recs, 0);
-    if (c->kind == JOB_COMPLETION && r->g.prompt_logprobs >= 0) {
-      buf_adds(b, ",\"prompt_logprobs\":");
-      job_fmt_prompt_logprobs(b, pj, r->g.prompt_logprobs);
-    }
-    buf_printf(b, ",\"finish_reason\":\"%s\"}", finish_name(c->finish));
-  }
+  for (int k = 0; k < na; k++) choice_json(&w, r, ans[k], prompt_job(r, ans[k]), k);
   free(ans);
-  buf_addc(b, ']');
-  if (j->kind == JOB_CHAT && r->g.prompt_logprobs >= 0) {
-    buf_adds(b, ",\"prompt_logprobs\":");
-    job_fmt_prompt_logprobs(b, r->job, r->g.prompt_logprobs);
+  jw_end(&w);
+  if (j->kind == JOB_CHAT && GEN(r)->g.prompt_logprobs >= 0) {
+    buf t;
+    buf_init(&t);
+    jw_key(&w, "prompt_logprobs");
+    job_fmt_prompt_logprobs(&t, GEN(r)->gen.main, GEN(r)->g.prompt_logprobs);
+    raw_logprobs(&w, &t);
+    buf_free(&t);
   }
-  buf_adds(b, ",\"usage\":");
-  usage_json(b, r);
-  buf_adds(b, ",\"xlserve\":");
-  xlserve_json(b, r, session_tokens);
-  buf_addc(b, '}');
+  jw_key(&w, "usage");
+  usage_json(&w, r);
+  jw_key(&w, "xlserve");
+  xlserve_json(&w, r, session_tokens);
+  jw_end(&w);
 }
 
 /* The end of an SSE stream: usage chunk (if asked) and [DONE], or an in-band error. */
-static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens,
-                        const char *err_code, const char *err_msg) {
-  if (err_code) {
+static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens, api_err err,
+                        const char *err_msg) {
+  if (err) {
     buf_adds(b, "data: ");
-    error_body(b, "server_error", err_code, NULL, err_msg);
+    api_err_stream_body(b, err, err_msg);
     buf_adds(b, "\n\n");
   } else if (j->include_usage) {
-    job_chunk_prefix(b, j);
+    job_chunk_prefix(b, j); /* the chunk's head, as every chunk of the stream has it */
     buf_adds(b, ",\"choices\":[],\"usage\":");
-    usage_json(b, r);
+    json_writer w;
+    jw_init(&w, b);
+    usage_json(&w, r);
     buf_adds(b, ",\"xlserve\":");
-    xlserve_json(b, r, session_tokens);
+    jw_init(&w, b);
+    xlserve_json(&w, r, session_tokens);
     buf_adds(b, "}\n\n");
   }
   buf_adds(b, "data: [DONE]\n\n");
 }
 
-static void make_id(job *j) {
+static void make_id(gen_params *p) {
   uint8_t rnd[12];
   char hx[25];
   random_bytes(rnd, sizeof rnd);
   hex_encode(rnd, sizeof rnd, hx);
-  snprintf(j->id, sizeof j->id, "%s-%s", j->kind == JOB_CHAT ? "chatcmpl" : "cmpl", hx);
+  snprintf(p->id, sizeof p->id, "%s-%s", p->kind == JOB_CHAT ? "chatcmpl" : "cmpl", hx);
 }
 
-/* echo with logprobs, prompt_logprobs: the job feeding a prompt scores it (before submit) */
-static void score_setup(job *j, const gen_request *g) {
+/* The generation's parameters: the validated request's, taking its logit_bias and schema. */
+static gen_params *params_of(req *r) {
+  app *a = r->a;
+  gen_request *g = &GEN(r)->g;
+  gen_params *p = gen_params_new();
+  p->kind = g->kind;
+  p->model = a->model;
+  p->max_tokens = (int)g->max_tokens;
+  p->sampling = g->sampling;
+  p->seeded = g->seeded;
+  p->seed = g->seed;
+  p->stream = g->stream;
+  p->include_usage = g->include_usage;
+  p->n_top = g->n_top;
+  p->score_top = -1; /* echo with logprobs, prompt_logprobs: the job feeding a prompt scores it */
   if ((g->echo && g->n_top >= 0) || g->prompt_logprobs >= 0) {
-    int top = g->echo && g->n_top > g->prompt_logprobs ? g->n_top : g->prompt_logprobs;
-    job_score_setup(j, top, g->prompt_logprobs >= 0);
+    p->score_top = g->echo && g->n_top > g->prompt_logprobs ? g->n_top : g->prompt_logprobs;
+    p->score_rank = g->prompt_logprobs >= 0;
   }
-}
-
-/* A job with m's request fields, for another choice (loop thread, before submit). */
-static job *job_like(const job *m, req *r) {
-  job *c = job_new();
-  c->owner = r;
-  c->kind = m->kind;
-  c->model = m->model;
-  c->max_tokens = m->max_tokens;
-  c->sampling = m->sampling;
-  c->seeded = m->seeded;
-  c->stream = m->stream;
-  c->include_usage = m->include_usage;
-  c->n_top = m->n_top;
-  if (m->n_bias) {
-    c->n_bias = m->n_bias;
-    c->bias_ids = xmalloc(sizeof *c->bias_ids * (size_t)m->n_bias);
-    c->bias_vals = xmalloc(sizeof *c->bias_vals * (size_t)m->n_bias);
-    memcpy(c->bias_ids, m->bias_ids, sizeof *c->bias_ids * (size_t)m->n_bias);
-    memcpy(c->bias_vals, m->bias_vals, sizeof *c->bias_vals * (size_t)m->n_bias);
+  p->chunk = a->prefill_chunk;
+  make_id(p);
+  p->created = (long long)time(NULL);
+  p->fingerprint = a->fingerprint;
+  p->t_arrival = r->t_start;
+  p->model_name = xstrdup(a->model_name);
+  p->bias_ids = g->bias_ids, p->bias_vals = g->bias_vals, p->n_bias = g->n_bias;
+  g->bias_ids = NULL, g->bias_vals = NULL, g->n_bias = 0;
+  p->constraint = g->constraint;
+  g->constraint = NULL;
+  for (int i = 0; i < g->n_stops; i++) gen_params_add_stop(p, g->stops[i], g->stop_lens[i]);
+  if (g->kind == JOB_CHAT) {
+    gen_params_add_stop(p, a->tpl.auto_stop, strlen(a->tpl.auto_stop));
+    gen_params_add_stop(p, a->tpl.extra_stop, strlen(a->tpl.extra_stop));
   }
-  c->constraint = jc_schema_ref(m->constraint);
-  for (int i = 0; i < m->n_stops; i++) job_add_stop(c, m->stops[i], strlen(m->stops[i]));
-  c->chunk = m->chunk;
-  memcpy(c->id, m->id, sizeof c->id);
-  c->created = m->created;
-  c->model_name = xstrdup(m->model_name);
-  c->fingerprint = m->fingerprint;
-  c->t_arrival = m->t_arrival;
-  c->hist = xmalloc(sizeof(int32_t) * (size_t)(c->max_tokens ? c->max_tokens : 1));
-  xl_detok_init(&c->detok);
-  c->own_session = 1;
-  c->sink = m->stream ? (job *)m : NULL;
-  return c;
-}
-
-/* The jobs of the other choices: per prompt group p, `per` choices with indexes p*per + k; the
- * group's first job feeds the prompt (group 0: r->job), the rest are its parked siblings. */
-static void make_others(req *r, int groups, int per, int32_t **ptoks, size_t *pn) {
-  job *m = r->job;
-  const gen_request *g = &r->g;
-  r->others = xcalloc((size_t)(groups * per), sizeof *r->others);
-  for (int p = 0; p < groups; p++) {
-    job *lead = m;
-    if (p > 0) {
-      lead = job_like(m, r);
-      lead->index = p * per;
-      lead->n_input = (int)pn[p];
-      lead->n_prompt = (int)pn[p];
-      lead->input = xmalloc(sizeof(int32_t) * (pn[p] ? pn[p] : 1));
-      memcpy(lead->input, ptoks[p], sizeof(int32_t) * pn[p]);
-      score_setup(lead, g);
-      r->others[r->n_others++] = lead;
-    }
-    lead->sibs = xcalloc((size_t)per, sizeof *lead->sibs);
-    for (int k = 0; k < per; k++) {
-      int idx = p * per + k;
-      if (idx == lead->index) continue;
-      job *c = job_like(m, r);
-      c->index = idx;
-      c->input = xmalloc(sizeof(int32_t));
-      c->parked = 1;
-      lead->sibs[lead->n_sibs++] = c;
-      r->others[r->n_others++] = c;
-    }
-  }
-  for (int i = 0; i < r->n_others; i++) {
-    job *c = r->others[i];
-    xl_error e;
-    memset(&e, 0, sizeof e);
-    c->sess = session_new(c->model, &e); /* the lead's: its prompt; a sibling's: replaced by the fork */
-    if (!c->sess) abort();               /* out of memory: xmalloc's policy */
-    if (g->seeded) {
-      xl_rng_seed(&c->rng, g->seed + (uint64_t)c->index);
-    } else {
-      uint64_t sd;
-      random_bytes((uint8_t *)&sd, sizeof sd);
-      xl_rng_seed(&c->rng, sd);
-    }
-  }
-  r->others_left = r->n_others;
+  return p;
 }
 
 /* ---- the request's hooks: what the HTTP code calls without knowing the generation ---- */
@@ -271,30 +271,33 @@ static void hook_close(req *r) {
 }
 
 static void hook_free(req *r) {
-  for (int i = 0; i < r->n_others; i++) job_free(r->others[i]);
-  free(r->others);
-  job_free(r->job);
-  if (r->have_g) gen_request_free(&r->g);
-  if (r->have_plan) chat_plan_free(&r->plan);
+  gen_req *c = GEN(r);
+  gen_group_free(&c->gen);
+  if (c->have_g) gen_request_free(&c->g);
+  if (c->have_plan) chat_plan_free(&c->plan);
+  free(c->store_err);
+  free(c);
+  r->ctx = NULL;
 }
 
-static void hook_log(req *r, buf *l, double dur) {
-  job *j = r->job; /* its DONE was handled (the job holds a reference) */
+static void hook_log(req *r, json_writer *w, double dur) {
+  job *j = GEN(r)->gen.main; /* its DONE was handled (the job holds a reference) */
   int tin = j ? j->n_prompt : 0, tout = j ? j->n_gen : 0;
-  for (int i = 0; i < r->n_others; i++) tin += r->others[i]->n_prompt, tout += r->others[i]->n_gen;
-  buf_printf(l, ",\"tokens_in\":%d,\"tokens_out\":%d", tin, tout); /* all choices */
-  if (j && j->t_sched) buf_printf(l, ",\"queue_ms\":%.3f", (j->t_sched - j->t_arrival) * 1e3);
-  else buf_adds(l, ",\"queue_ms\":null");
-  if (j && j->t_first_token)
-    buf_printf(l, ",\"ttft_ms\":%.3f", (j->t_first_token - j->t_arrival) * 1e3);
-  else buf_adds(l, ",\"ttft_ms\":null");
-  buf_printf(l, ",\"duration_ms\":%.3f", dur * 1e3);
-  if (j) buf_printf(l, ",\"finish\":\"%s\"", finish_name(j->finish));
+  for (int i = 0; i < GEN(r)->gen.n_others; i++)
+    tin += GEN(r)->gen.others[i]->n_prompt, tout += GEN(r)->gen.others[i]->n_gen;
+  jw_kint(w, "tokens_in", tin); /* all choices */
+  jw_kint(w, "tokens_out", tout);
+  if (j && j->t_sched) jw_kfixed(w, "queue_ms", (j->t_sched - j->t_arrival) * 1e3, 3);
+  else jw_knull(w, "queue_ms");
+  if (j && j->t_first_token) jw_kfixed(w, "ttft_ms", (j->t_first_token - j->t_arrival) * 1e3, 3);
+  else jw_knull(w, "ttft_ms");
+  jw_kfixed(w, "duration_ms", dur * 1e3, 3);
+  if (j) jw_kstring(w, "finish", finish_name(j->finish));
 }
 
 /* The SSE bytes the request's jobs produced (job.out of the first job: every choice's sink). */
 static size_t hook_stream_take(req *r, char *out, size_t max) {
-  job *j = r->job;
+  job *j = GEN(r)->gen.main;
   pthread_mutex_lock(&j->mu);
   size_t n = j->out.len < max ? j->out.len : max;
   if (n) {
@@ -306,7 +309,7 @@ static size_t hook_stream_take(req *r, char *out, size_t max) {
 }
 
 static int hook_stream_put(req *r, const char *bytes, size_t n) {
-  job *j = r->job;
+  job *j = GEN(r)->gen.main;
   if (!j) return 0;
   pthread_mutex_lock(&j->mu);
   buf_add(&j->out, bytes, n);
@@ -314,284 +317,237 @@ static int hook_stream_put(req *r, const char *bytes, size_t n) {
   return 1;
 }
 
-static void api_generate(req *r, job_kind kind) {
+/* One request's way through the handler: what each stage found, freed in one place. */
+typedef struct turn {
+  const char *sid; /* the session's id (NULL: a stateless request) */
+  session *s;      /* the session found (NULL: none yet) */
+  int groups, per; /* prompts; choices generated per prompt */
+  int reset;       /* chat: the conversation no longer matches the session's: start afresh */
+  gen_inputs in;
+} turn;
+
+/* Each stage returns 0 to go on, or 1 when it has answered (or suspended) the request. */
+
+static int stage_parse(req *r, job_kind kind) {
   app *a = r->a;
-  api_error e;
-  r->on_close = hook_close;
-  r->on_free = hook_free;
-  r->log_fields = hook_log;
-  r->stream_take = hook_stream_take;
-  r->stream_put = hook_stream_put;
-  if (!r->have_g) { /* parsed once: the handler runs again after a session restore */
-    r->have_g = 1;
-    if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &r->g, &e)) {
+  if (!GEN(r)->have_g) { /* parsed once: the handler runs again after a session restore */
+    GEN(r)->have_g = 1;
+    api_error e;
+    if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &GEN(r)->g, &e)) {
       req_error_from(r, &e);
-      return;
+      return 1;
     }
     buf_free(&r->body);
   }
-  gen_request *g = &r->g;
-  if (g->model && strcmp(g->model, a->model_name)) {
-    req_error(r, 404, "invalid_request_error", "model_not_found", "model",
-              "model '%s' does not exist (this server serves '%s')", g->model, a->model_name);
-    return;
+  if (GEN(r)->g.model && strcmp(GEN(r)->g.model, a->model_name)) {
+    req_error(r, API_ERR_MODEL_NOT_FOUND, "model",
+              "model '%s' does not exist (this server serves '%s')", GEN(r)->g.model,
+              a->model_name);
+    return 1;
   }
+  return 0;
+}
 
-  /* session */
+/* The session named by X-Session-Id or session_id: found, missing (created once the request
+ * is good), or the reason it cannot serve. */
+static int stage_session(req *r, turn *t) {
+  const gen_request *g = &GEN(r)->g;
   const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
   if (hid && !session_id_valid(hid, strlen(hid))) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "X-Session-Id",
+    req_error(r, API_ERR_INVALID_VALUE, "X-Session-Id",
               "X-Session-Id must be 1-128 characters of [A-Za-z0-9._-]");
-    return;
+    return 1;
   }
   if (hid && g->session_id && strcmp(hid, g->session_id)) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "session_id",
+    req_error(r, API_ERR_INVALID_VALUE, "session_id",
               "'session_id' differs from the X-Session-Id header");
-    return;
+    return 1;
   }
-  const char *sid = hid ? hid : g->session_id;
-  session *s = NULL;
-  if (sid) {
-    snprintf(r->session_id, sizeof r->session_id, "%s", sid);
-    st_status st = req_find_session(r, sid, &s);
-    if (st == ST_PENDING) return; /* the store looks for it; this handler runs again */
-    if (st == ST_FOUND && s->busy) {
-      req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
-                "session %s is serving another request", sid);
-      return;
-    }
-    if (st != ST_FOUND && st != ST_MISSING) { /* MISSING: created below, once the request is good */
-      req_session_error(r, sid, st);
-      return;
-    }
+  t->sid = hid ? hid : g->session_id;
+  if (!t->sid) return 0;
+  snprintf(r->session_id, sizeof r->session_id, "%s", t->sid);
+  st_status st = req_find_session(r, t->sid, &t->s);
+  if (st == ST_PENDING) return 1; /* the store looks for it; this handler runs again */
+  if (st == ST_FOUND && t->s->busy) {
+    req_error(r, API_ERR_SESSION_BUSY, "session_id", "session %s is serving another request",
+              t->sid);
+    return 1;
   }
+  if (st != ST_FOUND && st != ST_MISSING) {
+    req_session_error(r, t->sid, st);
+    return 1;
+  }
+  return 0;
+}
 
-  /* several choices: in a session, the memory keeps one of them, named by the request */
-  int groups = kind == JOB_CHAT ? 1 : g->n_prompts, per = g->best_of;
-  if (sid && groups > 1) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "prompt",
+/* Several choices: in a session, the memory keeps one of them, named by the request. */
+static int stage_choices(req *r, turn *t) {
+  const gen_request *g = &GEN(r)->g;
+  t->groups = g->kind == JOB_CHAT ? 1 : g->n_prompts;
+  t->per = g->best_of;
+  if (t->sid && t->groups > 1) {
+    req_error(r, API_ERR_INVALID_VALUE, "prompt",
               "a session continues one text: send one prompt per request in a session");
-    return;
+    return 1;
   }
-  if (sid && per > g->n) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "best_of",
+  if (t->sid && t->per > g->n) {
+    req_error(r, API_ERR_INVALID_VALUE, "best_of",
               "'best_of' greater than 'n' is not supported in a session");
-    return;
+    return 1;
   }
-  if (sid && per > 1 && g->session_choice < 0) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "n",
+  if (t->sid && t->per > 1 && g->session_choice < 0) {
+    req_error(r, API_ERR_INVALID_VALUE, "n",
               "in a session, n > 1 needs 'session_choice': the index of the choice whose text "
               "the session's memory keeps (the others are forks, discarded after the request)");
-    return;
+    return 1;
   }
-  if (!sid && g->session_choice >= 0) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "session_choice",
+  if (!t->sid && g->session_choice >= 0) {
+    req_error(r, API_ERR_INVALID_VALUE, "session_choice",
               "'session_choice' applies to requests in a session");
-    return;
+    return 1;
   }
+  return 0;
+}
 
-  /* what this turn feeds */
+/* What this turn feeds: the chat plan's text or the prompt, tokenized, after the session's
+ * pending token; then the other prompts of a list. */
+static int stage_inputs(req *r, turn *t) {
+  app *a = r->a;
+  gen_request *g = &GEN(r)->g;
+  gen_inputs *in = &t->in;
   const char *text = g->prompt;
   size_t text_len = g->prompt_len;
-  if (kind == JOB_CHAT) {
+  if (g->kind == JOB_CHAT) {
     session empty;
     memset(&empty, 0, sizeof empty);
-    chat_plan_turn(&a->tpl, s ? s : &empty, g->msgs, g->n_msgs, g->history, &r->plan);
-    r->have_plan = 1;
-    text = r->plan.text.p ? r->plan.text.p : "";
-    text_len = r->plan.text.len;
+    chat_plan_turn(&a->tpl, t->s ? t->s : &empty, g->msgs, g->n_msgs, g->history, &GEN(r)->plan);
+    GEN(r)->have_plan = 1;
+    text = GEN(r)->plan.text.p ? GEN(r)->plan.text.p : "";
+    text_len = GEN(r)->plan.text.len;
   }
-  int32_t *toks = NULL;
-  size_t ntok = 0;
   if (g->prompt_ids) {
-    ntok = g->n_prompt_ids;
-    toks = xmalloc(sizeof *toks * (ntok ? ntok : 1));
-    memcpy(toks, g->prompt_ids, sizeof *toks * ntok);
+    in->ntok = g->n_prompt_ids;
+    in->toks = xmalloc(sizeof *in->toks * (in->ntok ? in->ntok : 1));
+    memcpy(in->toks, g->prompt_ids, sizeof *in->toks * in->ntok);
   } else if (text_len) {
     xl_error xe;
     memset(&xe, 0, sizeof xe);
-    if (xl_tokenize(a->model, text, text_len, &toks, &ntok, &xe) != XL_OK) {
-      req_error(r, 400, "invalid_request_error", "tokenizer_error", prompt_param(r),
-                "cannot tokenize the %s: %s", prompt_param(r), xe.message);
-      return;
+    if (xl_tokenize(a->model, text, text_len, &in->toks, &in->ntok, &xe) != XL_OK) {
+      req_error(r, API_ERR_TOKENIZER_ERROR, prompt_param(r), "cannot tokenize the %s: %s",
+                prompt_param(r), xe.message);
+      return 1;
     }
   }
-  if (ntok > (size_t)a->cfg->max_prompt_tokens) {
-    free(toks);
-    req_error(r, 422, "invalid_request_error", "prompt_too_long", prompt_param(r),
-              "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", ntok,
+  if (in->ntok > (size_t)a->cfg->max_prompt_tokens) {
+    req_error(r, API_ERR_PROMPT_TOO_LONG, prompt_param(r),
+              "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", in->ntok,
               a->cfg->max_prompt_tokens);
-    return;
+    return 1;
   }
-  int reset = r->have_plan && r->plan.kind == PLAN_RESET;
-  int has_pending = s && s->pending >= 0 && !reset;
-  if (ntok == 0 && !has_pending && g->max_tokens > 0) {
-    free(toks);
-    req_error(r, 400, "invalid_request_error", "empty_prompt", prompt_param(r),
+  t->reset = GEN(r)->have_plan && GEN(r)->plan.kind == PLAN_RESET;
+  if (t->s && t->s->pending >= 0 && !t->reset) in->pending = t->s->pending;
+  if (in->ntok == 0 && in->pending < 0 && g->max_tokens > 0) {
+    req_error(r, API_ERR_EMPTY_PROMPT, prompt_param(r),
               "the prompt is empty and the session holds nothing to continue from");
-    return;
+    return 1;
   }
-  /* the other prompts of a list (completions without a session) */
-  int32_t **ptoks = NULL;
-  size_t *pn = NULL;
-  if (groups > 1) {
-    ptoks = xcalloc((size_t)groups, sizeof *ptoks);
-    pn = xcalloc((size_t)groups, sizeof *pn);
+  in->groups = t->groups;
+  if (t->groups > 1) {
+    in->ptoks = xcalloc((size_t)t->groups, sizeof *in->ptoks);
+    in->pn = xcalloc((size_t)t->groups, sizeof *in->pn);
   }
-  for (int p = 1; p < groups; p++) {
+  for (int p = 1; p < t->groups; p++) {
     const gen_prompt *gp = &g->prompts[p];
     char param[32];
     snprintf(param, sizeof param, "prompt[%d]", p);
-    const char *bad = NULL;
     xl_error pe;
     memset(&pe, 0, sizeof pe);
     if (gp->ids) {
-      pn[p] = gp->n_ids;
-      ptoks[p] = xmalloc(sizeof(int32_t) * (pn[p] ? pn[p] : 1));
-      memcpy(ptoks[p], gp->ids, sizeof(int32_t) * pn[p]);
-    } else if (gp->len && xl_tokenize(a->model, gp->text, gp->len, &ptoks[p], &pn[p], &pe) != XL_OK) {
-      bad = "tokenizer_error";
+      in->pn[p] = gp->n_ids;
+      in->ptoks[p] = xmalloc(sizeof(int32_t) * (in->pn[p] ? in->pn[p] : 1));
+      memcpy(in->ptoks[p], gp->ids, sizeof(int32_t) * in->pn[p]);
+    } else if (gp->len &&
+               xl_tokenize(a->model, gp->text, gp->len, &in->ptoks[p], &in->pn[p], &pe) != XL_OK) {
+      req_error(r, API_ERR_TOKENIZER_ERROR, param, "cannot tokenize %s: %s", param, pe.message);
+      return 1;
     }
-    if (!bad && pn[p] > (size_t)a->cfg->max_prompt_tokens) bad = "prompt_too_long";
-    if (!bad && pn[p] == 0) bad = "empty_prompt"; /* a list's prompts each feed something */
-    if (bad) {
-      size_t count = pn[p];
-      for (int q = 1; q < groups; q++) free(ptoks[q]);
-      free(ptoks);
-      free(pn);
-      free(toks);
-      if (!strcmp(bad, "tokenizer_error"))
-        req_error(r, 400, "invalid_request_error", bad, param, "cannot tokenize %s: %s", param, pe.message);
-      else if (!strcmp(bad, "prompt_too_long"))
-        req_error(r, 422, "invalid_request_error", bad, param,
-                  "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, count,
-                  a->cfg->max_prompt_tokens);
-      else
-        req_error(r, 400, "invalid_request_error", bad, param, "%s is empty", param);
-      return;
+    if (in->pn[p] > (size_t)a->cfg->max_prompt_tokens) {
+      req_error(r, API_ERR_PROMPT_TOO_LONG, param,
+                "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, in->pn[p],
+                a->cfg->max_prompt_tokens);
+      return 1;
+    }
+    if (in->pn[p] == 0) { /* a list's prompts each feed something */
+      req_error(r, API_ERR_EMPTY_PROMPT, param, "%s is empty", param);
+      return 1;
     }
   }
-  if (!sched_has_room_for(a->sched, groups * per)) {
-    for (int q = 1; q < groups; q++) free(ptoks[q]);
-    free(ptoks);
-    free(pn);
-    free(toks);
-    ctr_add(&g_metrics.rejected_queue_full, 1);
-    r->retry_after = "1";
-    req_error(r, 429, "rate_limit_error", "queue_full",
-              NULL, "the server is at capacity (max_running + max_queue); retry shortly");
-    return;
-  }
+  return 0;
+}
 
-  /* commit: from here on the request will run */
+/* 429 unless every job of the request fits in the queue now. */
+static int stage_admit(req *r, const turn *t) {
+  if (sched_has_room_for(r->a->sched, t->groups * t->per)) return 0;
+  ctr_add(&g_metrics.rejected_queue_full, 1);
+  r->retry_after = "1";
+  req_error(r, API_ERR_QUEUE_FULL, NULL,
+            "the server is at capacity (max_running + max_queue); retry shortly");
+  return 1;
+}
+
+/* From here on the request runs: its session is created (or a temporary one made) and held. */
+static int stage_hold_session(req *r, turn *t) {
+  app *a = r->a;
   xl_error xe;
   memset(&xe, 0, sizeof xe);
-  if (sid && !s) {
-    s = st_create(a->sessions, sid, r->owner, &xe);
-  } else if (!sid) {
-    s = session_new(a->model, &xe);
-    r->sess_stateless = 1;
+  if (t->sid && !t->s) {
+    t->s = st_create(a->sessions, t->sid, r->owner, &xe);
+  } else if (!t->sid) {
+    t->s = session_new(a->model, &xe);
+    GEN(r)->sess_stateless = 1;
   }
-  if (!s) {
-    for (int q = 1; q < groups; q++) free(ptoks[q]);
-    free(ptoks);
-    free(pn);
-    free(toks);
-    req_error(r, 500, "server_error", "session_create_failed", NULL, "cannot create a session: %s",
-              xe.message);
-    return;
+  if (!t->s) {
+    req_error(r, API_ERR_SESSION_CREATE_FAILED, NULL, "cannot create a session: %s", xe.message);
+    return 1;
   }
-  if (reset) {
-    session_reset(s);
-    s->unsaved = 1; /* the store still has the old conversation */
+  if (t->reset) {
+    session_reset(t->s);
+    t->s->unsaved = 1; /* the store still has the old conversation */
     r->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
-  if (!r->sess_stateless) st_acquire(a->sessions, s);
-  r->sess = s;
+  if (!GEN(r)->sess_stateless) st_acquire(a->sessions, t->s);
+  GEN(r)->sess = t->s;
+  return 0;
+}
 
-  job *j = job_new();
-  r->job = j;
-  j->owner = r;
-  j->kind = kind;
-  j->model = a->model;
-  j->sess = s;
-  j->n_input = (int)ntok + (has_pending ? 1 : 0);
-  j->input = xmalloc(sizeof(int32_t) * (size_t)(j->n_input ? j->n_input : 1));
-  if (has_pending) j->input[0] = s->pending;
-  if (ntok) memcpy(j->input + (has_pending ? 1 : 0), toks, sizeof(int32_t) * ntok);
-  free(toks);
-  j->input_has_pending = has_pending;
-  j->n_prompt = (int)ntok;
-  j->max_tokens = (int)g->max_tokens;
-  j->sampling = g->sampling;
-  j->seeded = g->seeded;
-  j->index = sid && g->session_choice > 0 ? g->session_choice : 0;
-  if (g->seeded) xl_rng_seed(&j->rng, g->seed + (uint64_t)j->index); /* choice k: seed + k */
-  else j->rng = s->rng;
-  j->stream = g->stream;
-  j->include_usage = g->include_usage;
-  j->n_top = g->n_top;
-  j->constraint = g->constraint; /* the job owns the compiled schema from here */
-  g->constraint = NULL;
-  if (g->n_bias) {
-    j->n_bias = g->n_bias;
-    j->bias_ids = xmalloc(sizeof *j->bias_ids * (size_t)g->n_bias);
-    j->bias_vals = xmalloc(sizeof *j->bias_vals * (size_t)g->n_bias);
-    memcpy(j->bias_ids, g->bias_ids, sizeof *j->bias_ids * (size_t)g->n_bias);
-    memcpy(j->bias_vals, g->bias_vals, sizeof *j->bias_vals * (size_t)g->n_bias);
-  }
-  score_setup(j, g);
-  for (int i = 0; i < g->n_stops; i++) job_add_stop(j, g->stops[i], g->stop_lens[i]);
-  if (kind == JOB_CHAT) {
-    job_add_stop(j, a->tpl.auto_stop, strlen(a->tpl.auto_stop));
-    job_add_stop(j, a->tpl.extra_stop, strlen(a->tpl.extra_stop));
-  }
-  j->chunk = a->prefill_chunk;
-  make_id(j);
-  j->created = (long long)time(NULL);
-  j->model_name = xstrdup(a->model_name);
-  j->fingerprint = a->fingerprint;
-  j->t_arrival = r->t_start;
-  j->want_snapshot = !r->sess_stateless && st_persistent(a->sessions);
-  j->hist = xmalloc(sizeof(int32_t) * (size_t)(j->max_tokens ? j->max_tokens : 1));
-  xl_detok_init(&j->detok);
-  if (groups * per > 1) make_others(r, groups, per, ptoks, pn);
-  for (int q = 1; q < groups; q++) free(ptoks[q]);
-  free(ptoks);
-  free(pn);
-  if (j->stream && kind == JOB_CHAT) { /* the role chunks (no worker has the jobs yet) */
-    job **all = xmalloc(sizeof *all * (size_t)(1 + r->n_others));
-    for (int i = 0; i <= r->n_others; i++) all[i] = job_at(r, i);
-    qsort(all, (size_t)(1 + r->n_others), sizeof *all, by_index);
-    for (int i = 0; i <= r->n_others; i++) {
-      job_chunk_head(&j->out, all[i]);
-      buf_adds(&j->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                        "\"finish_reason\":null");
-      job_chunk_tail(&j->out, all[i]);
-    }
-    free(all);
-  }
+/* Builds the request's jobs, submits them, and starts the answer (a stream, or a wait). */
+static void stage_run(req *r, turn *t) {
+  app *a = r->a;
+  gen_params *p = params_of(r);
+  int main_index = t->sid && GEN(r)->g.session_choice > 0 ? GEN(r)->g.session_choice : 0;
+  int snapshot = !GEN(r)->sess_stateless && st_persistent(a->sessions);
+  gen_group_build(&GEN(r)->gen, p, t->s, &t->in, t->per, main_index, &t->s->rng, snapshot, r);
+  gen_params_unref(p); /* the jobs hold it */
+  GEN(r)->others_left = GEN(r)->gen.n_others;
+  job *j = GEN(r)->gen.main;
+  if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
   r->job_running = 1;
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
     if (j->stream) req_start_stream(r);
-    for (int i = r->n_others; i >= 0; i--) {
-      job *c = job_at(r, i);
+    for (int i = GEN(r)->gen.n_others; i >= 0; i--) {
+      job *c = gen_group_at(&GEN(r)->gen, i);
       c->finish = FINISH_LENGTH;
       if (c->stream) job_emit_stream(c, 1);
       gen_on_job_done(r, c);
     }
     return;
   }
-  job **all = xmalloc(sizeof *all * (size_t)(1 + r->n_others));
-  for (int i = 0; i <= r->n_others; i++) all[i] = job_at(r, i);
-  int failed = sched_submit_all(a->sched, all, 1 + r->n_others);
-  free(all);
-  if (failed) { /* cannot happen after sched_has_room_for */
-    for (int k = r->n_others; k >= 0; k--) {
-      job *c = job_at(r, k);
+  if (gen_group_submit(&GEN(r)->gen, a->sched)) { /* cannot happen after sched_has_room_for */
+    for (int k = GEN(r)->gen.n_others; k >= 0; k--) {
+      job *c = gen_group_at(&GEN(r)->gen, k);
       c->finish = FINISH_ERROR;
       snprintf(c->error.message, sizeof c->error.message, "queue full");
       gen_on_job_done(r, c);
@@ -603,11 +559,30 @@ static void api_generate(req *r, job_kind kind) {
   else req_suspend_for_job(r);
 }
 
+/* parse -> session -> choices -> inputs -> admission -> session held -> run; a stage that
+ * answers ends the request's way, and what the stages built is freed here. */
+static void api_generate(req *r, job_kind kind) {
+  if (!r->ctx) r->ctx = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
+  r->on_close = hook_close;
+  r->on_free = hook_free;
+  r->log_fields = hook_log;
+  r->stream_take = hook_stream_take;
+  r->stream_put = hook_stream_put;
+  turn t;
+  memset(&t, 0, sizeof t);
+  gen_inputs_init(&t.in);
+  if (!stage_parse(r, kind) && !stage_session(r, &t) && !stage_choices(r, &t) &&
+      !stage_inputs(r, &t) && !stage_admit(r, &t) && !stage_hold_session(r, &t))
+    stage_run(r, &t);
+  gen_inputs_free(&t.in);
+}
+
 void gen_cancel(req *r, int by_drain) {
   if (!r->job_running) return;
-  if (by_drain) r->cancelled_by_drain = 1;
-  if (!r->main_done) sched_cancel(r->a->sched, r->job);
-  for (int i = 0; i < r->n_others; i++) sched_cancel(r->a->sched, r->others[i]); /* a no-op once done */
+  if (by_drain) GEN(r)->cancelled_by_drain = 1;
+  if (!GEN(r)->main_done) sched_cancel(r->a->sched, GEN(r)->gen.main);
+  for (int i = 0; i < GEN(r)->gen.n_others; i++)
+    sched_cancel(r->a->sched, GEN(r)->gen.others[i]); /* a no-op once done */
 }
 
 void gen_on_output(req *r) {
@@ -617,19 +592,20 @@ void gen_on_output(req *r) {
 
 /* Records what this turn did to the session (loop thread; the worker is done with it). */
 static void update_session(req *r) {
-  job *j = r->job;
-  session *s = r->sess;
+  job *j = GEN(r)->gen.main;
+  session *s = GEN(r)->sess;
   if (!j->seeded) s->rng = j->rng;
   int fed = j->pos > 0 || j->decoding;
   int completed_turn = j->finish == FINISH_STOP || j->finish == FINISH_LENGTH ||
                        (j->finish == FINISH_CANCELLED && j->decoding);
-  if (r->g.kind == JOB_CHAT) {
+  if (GEN(r)->g.kind == JOB_CHAT) {
     if (completed_turn) {
-      for (int i = r->plan.first; i < r->g.n_msgs; i++) {
-        const chat_message *m = &r->g.msgs[i];
+      for (int i = GEN(r)->plan.first; i < GEN(r)->g.n_msgs; i++) {
+        const chat_message *m = &GEN(r)->g.msgs[i];
         session_push_msg(s, m->role, chat_hash(m->role, m->content, m->len));
       }
-      session_push_msg(s, ROLE_ASSISTANT, chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
+      session_push_msg(s, ROLE_ASSISTANT,
+                       chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
       s->chat = CHAT_MESSAGES;
       session_set_tail(s, j->tail.p, j->tail.len);
     } else if (fed) {
@@ -648,7 +624,7 @@ static void gen_finish(req *r);
 
 /* The response goes out once every job is done and the turn committed. */
 static void maybe_finish(req *r) {
-  if (!r->main_done || r->others_left || r->commit_wait) return;
+  if (!GEN(r)->main_done || GEN(r)->others_left || GEN(r)->commit_wait) return;
   r->job_running = 0;
   r->a->n_jobs--;
   gen_finish(r);
@@ -657,16 +633,16 @@ static void maybe_finish(req *r) {
 /* durability turn: the turn's state is committed (or the commit failed): answer now */
 static void on_turn_committed(void *ctx, int status, const char *msg) {
   req *r = ctx;
-  if (status) r->store_err = xstrdup(msg && *msg ? msg : "store error");
-  r->store_conflict = status == -2;
-  r->store_unknown = status == -3;
-  r->commit_wait = 0;
+  if (status) GEN(r)->store_err = xstrdup(msg && *msg ? msg : "store error");
+  GEN(r)->store_conflict = status == -2;
+  GEN(r)->store_unknown = status == -3;
+  GEN(r)->commit_wait = 0;
   maybe_finish(r);
   req_unref(r); /* the commit's reference */
 }
 
 void gen_on_job_done(req *r, job *j) {
-  if (j == r->job) {
+  if (j == GEN(r)->gen.main) {
     gen_on_done(r);
     return;
   }
@@ -677,38 +653,38 @@ void gen_on_job_done(req *r, job *j) {
   if (j->finish == FINISH_ERROR)
     xlog_msg("error", "generation_failed", "request %s (choice %d): %s", r->request_id, j->index,
              j->error.message);
-  r->others_left--;
-  if (r->main_done && !r->others_left) {
-    if (r->job->stream) req_kick(r);
+  GEN(r)->others_left--;
+  if (GEN(r)->main_done && !GEN(r)->others_left) {
+    if (GEN(r)->gen.main->stream) req_kick(r);
     maybe_finish(r);
   }
 }
 
 void gen_on_done(req *r) {
-  job *j = r->job;
+  job *j = GEN(r)->gen.main;
   app *a = r->a;
   if (j->finish != FINISH_STOP && j->finish != FINISH_LENGTH) gen_cancel(r, 0); /* the others too */
-  r->main_done = 1;
+  GEN(r)->main_done = 1;
   update_session(r);
-  r->held_tokens = r->sess_stateless ? 0 : session_tokens(r->sess);
-  if (r->sess_stateless) {
-    session_free(r->sess);
+  GEN(r)->held_tokens = GEN(r)->sess_stateless ? 0 : session_tokens(GEN(r)->sess);
+  if (GEN(r)->sess_stateless) {
+    session_free(GEN(r)->sess);
   } else {
     /* the session stays busy until st_turn_end releases it (after the commit, durability turn) */
     int fed = j->pos > 0 || j->decoding;
     uint8_t *core = j->snap;
     j->snap = NULL;
     req_ref(r); /* the commit's, if it waits */
-    int w = st_turn_end(a->sessions, r->sess, core, j->snap_len, fed, on_turn_committed, r);
+    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, on_turn_committed, r);
     if (w == 1) {
-      r->commit_wait = 1;
+      GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
     } else {
       req_unref(r); /* not the last: the job's is still held */
-      if (w < 0) r->store_err = xstrdup("the turn's state could not be serialised");
+      if (w < 0) GEN(r)->store_err = xstrdup("the turn's state could not be serialised");
     }
   }
-  r->sess = NULL;
+  GEN(r)->sess = NULL;
   if (j->finish == FINISH_ERROR)
     xlog_msg("error", "generation_failed", "request %s: %s", r->request_id, j->error.message);
   maybe_finish(r);
@@ -716,33 +692,34 @@ void gen_on_done(req *r) {
 
 /* The end of the response: the stream's tail, or the full body; drops the job's reference. */
 static void gen_finish(req *r) {
-  job *j = r->job;
-  uint64_t held = r->held_tokens;
-  const char *err_code = NULL, *err_msg = NULL;
-  if (j->finish == FINISH_ERROR) err_code = "generation_failed", err_msg = j->error.message;
-  else if (r->cancelled_by_drain) err_code = "shutting_down", err_msg = "the server is shutting down";
-  else if (r->store_err && j->finish != FINISH_CANCELLED && r->store_conflict)
-    err_code = "session_conflict", err_msg = r->store_err;
-  else if (r->store_err && j->finish != FINISH_CANCELLED && r->store_unknown)
-    err_code = "store_outcome_unknown", err_msg = r->store_err;
-  else if (r->store_err && j->finish != FINISH_CANCELLED)
-    err_code = "store_failed", err_msg = r->store_err;
+  job *j = GEN(r)->gen.main;
+  uint64_t held = GEN(r)->held_tokens;
+  api_err err = API_ERR_NONE;
+  const char *err_msg = NULL;
+  if (j->finish == FINISH_ERROR) err = API_ERR_GENERATION_FAILED, err_msg = j->error.message;
+  else if (GEN(r)->cancelled_by_drain) err = API_ERR_SHUTTING_DOWN;
+  else if (GEN(r)->store_err && j->finish != FINISH_CANCELLED && GEN(r)->store_conflict)
+    err = API_ERR_SESSION_CONFLICT, err_msg = GEN(r)->store_err;
+  else if (GEN(r)->store_err && j->finish != FINISH_CANCELLED && GEN(r)->store_unknown)
+    err = API_ERR_STORE_OUTCOME_UNKNOWN, err_msg = GEN(r)->store_err;
+  else if (GEN(r)->store_err && j->finish != FINISH_CANCELLED)
+    err = API_ERR_STORE_FAILED, err_msg = GEN(r)->store_err;
   char kept[600];
-  if (err_code && !strcmp(err_code, "session_conflict")) {
+  if (err == API_ERR_SESSION_CONFLICT) {
     snprintf(kept, sizeof kept,
              "another replica committed a turn of this session first (%.300s); this turn was "
              "not kept: the session is at the other turn's version; send the request again "
              "with the conversation as it is now",
              err_msg);
     err_msg = kept;
-  } else if (err_code && !strcmp(err_code, "store_outcome_unknown")) {
+  } else if (err == API_ERR_STORE_OUTCOME_UNKNOWN) {
     snprintf(kept, sizeof kept,
              "the session store did not confirm the turn's commit (%.300s); the turn may or "
              "may not have been kept: the session is re-read from the store before its next "
              "turn, so check its session_tokens before sending the turn again",
              err_msg);
     err_msg = kept;
-  } else if (err_code && !strcmp(err_code, "store_failed")) {
+  } else if (err == API_ERR_STORE_FAILED) {
     snprintf(kept, sizeof kept,
              "the turn could not be committed to the session store (%.400s); it was not kept: "
              "the session is back at its last committed turn, so retrying the request is safe",
@@ -751,10 +728,10 @@ static void gen_finish(req *r) {
   }
 
   if (j->stream) {
-    if (!r->client_gone && (j->finish != FINISH_CANCELLED || r->cancelled_by_drain)) {
+    if (!r->client_gone && (j->finish != FINISH_CANCELLED || GEN(r)->cancelled_by_drain)) {
       buf b;
       buf_init(&b);
-      stream_tail(&b, r, j, held, err_code, err_msg);
+      stream_tail(&b, r, j, held, err, err_msg);
       pthread_mutex_lock(&j->mu);
       buf_add(&j->out, b.p, b.len);
       pthread_mutex_unlock(&j->mu);
@@ -764,18 +741,11 @@ static void gen_finish(req *r) {
     if (r->ping_open) uv_timer_stop(&r->ping);
     req_kick(r);
   } else if (!r->mhd_done) {
-    if (err_code && j->finish == FINISH_ERROR) {
-      req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
-    } else if (err_code && !strcmp(err_code, "store_failed")) {
-      r->retry_after = "1"; /* the turn was not kept: a retry is safe once the store is back */
-      req_error(r, 500, "server_error", err_code, NULL, "%s", err_msg);
-    } else if (err_code && !strcmp(err_code, "store_outcome_unknown")) {
-      r->retry_after = "1";
-      req_error(r, 503, "server_error", err_code, NULL, "%s", err_msg);
-    } else if (err_code && !strcmp(err_code, "session_conflict")) {
-      req_error(r, 409, "invalid_request_error", err_code, "session_id", "%s", err_msg);
-    } else if (err_code) {
-      req_error(r, 503, "server_error", err_code, NULL, "%s", err_msg);
+    if (err) {
+      /* not kept: a retry is safe once the store is back; unknown: retry after re-reading */
+      if (err == API_ERR_STORE_FAILED || err == API_ERR_STORE_OUTCOME_UNKNOWN) r->retry_after = "1";
+      req_error(r, err, err == API_ERR_SESSION_CONFLICT ? "session_id" : NULL, "%s",
+                err_msg ? err_msg : api_err_get(err)->message);
     } else if (j->finish == FINISH_CANCELLED) {
       req_kick(r); /* client gone: the access handler closes */
     } else {

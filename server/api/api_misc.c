@@ -80,11 +80,11 @@ static void model_obj(json_writer *w, app *a) {
 static void models(req *r, const char *id) {
   app *a = r->a;
   if (!a->model) {
-    req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
+    req_error(r, API_ERR_LOADING, NULL, "the model is still loading");
     return;
   }
   if (id && strcmp(id, a->model_name)) {
-    req_error(r, 404, "invalid_request_error", "model_not_found", "model",
+    req_error(r, API_ERR_MODEL_NOT_FOUND, "model",
               "model '%s' does not exist (this server serves '%s')", id, a->model_name);
     return;
   }

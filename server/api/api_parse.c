@@ -4,29 +4,17 @@
 #include "api_parse.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_fields.h"
 #include "buf.h"
 #include "util.h"
 
-void api_error_set(api_error *e, int status, const char *type, const char *code, const char *param,
-                   const char *fmt, ...) {
-  e->status = status;
-  e->type = type;
-  e->code = code;
-  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->message, sizeof e->message, fmt, ap);
-  va_end(ap);
-}
-
 #define BAD(param, ...)                                                                   \
   do {                                                                                    \
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", param, __VA_ARGS__); \
+    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);                         \
     return -1;                                                                            \
   } while (0)
 
@@ -341,20 +329,18 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
   g->sampling = def;
   json_error_t je;
   if (!len) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
-                  "the request body must be a JSON object");
+    api_error_set(e, API_ERR_INVALID_JSON, NULL, "the request body must be a JSON object");
     return -1;
   }
   g->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
   if (!g->root) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
-                  "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+    api_error_set(e, API_ERR_INVALID_JSON, NULL, "invalid JSON at line %d column %d: %s", je.line,
+                  je.column, je.text);
     return -1;
   }
   json_t *r = g->root;
   if (!json_is_object(r)) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
-                  "the request body must be a JSON object");
+    api_error_set(e, API_ERR_INVALID_JSON, NULL, "the request body must be a JSON object");
     return -1;
   }
   json_t *v = json_object_get(r, "model");

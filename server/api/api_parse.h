@@ -1,9 +1,9 @@
 /*
  * api_parse.h: validation of /v1/completions and /v1/chat/completions request bodies into a
  * gen_request. Every field is checked for type and range; an error names the field (OpenAI's
- * "param") and carries the HTTP status. Unknown fields are ignored; known OpenAI fields this
- * server cannot honour (n > 1, echo, best_of > 1, tools, suffix) are refused with 400 rather
- * than silently ignored.
+ * "param") and its row of the error table (api_errors.h). Unknown fields are ignored; known
+ * OpenAI fields this server cannot honour (tools, functions, suffix, echo with stream, and the
+ * fields api_fields.c lists) are refused with 400 rather than silently ignored.
  * Thread: any (pure; used on the loop thread). Fuzzable: parse_gen_request has no side effects.
  */
 #ifndef XLS_API_PARSE_H
@@ -12,18 +12,11 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "api_errors.h"
 #include "chat.h"
 #include "job.h"
 #include "json_constraint.h"
 #include "xl.h"
-
-typedef struct api_error {
-  int status;
-  const char *type; /* invalid_request_error, authentication_error, ... */
-  const char *code; /* machine-readable: invalid_json, invalid_value, session_busy, ... */
-  char param[64];   /* "" = null */
-  char message[512];
-} api_error;
 
 typedef struct parse_limits {
   long long default_max_tokens, max_tokens_limit;
@@ -92,10 +85,5 @@ typedef struct gen_request {
 int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_limits *lim,
                       gen_request *g, api_error *e);
 void gen_request_free(gen_request *g);
-/* api_fields.c: 400 for a field whose meaning xlserve does not implement and that would change
- * the output (another server's extension, or an OpenAI field that needs another one); 0 if none. */
-int api_refuse_unimplemented(json_t *root, job_kind kind, api_error *e);
-void api_error_set(api_error *e, int status, const char *type, const char *code,
-                   const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #endif

@@ -103,20 +103,20 @@ st_status req_find_session(req *r, const char *id, session **s) {
 static void store_failed(req *r, const char *msg) {
   r->retry_after = "1";
   ctr_add(&g_metrics.store_unavailable, 1);
-  req_error(r, 503, "server_error", "store_unavailable", NULL, "the session store failed: %s",
+  req_error(r, API_ERR_STORE_UNAVAILABLE, NULL, "the session store failed: %s",
             msg ? msg : "unknown error");
 }
 
 void req_session_error(req *r, const char *id, st_status st) {
   switch (st) {
     case ST_EXPIRED:
-      req_error(r, 404, "invalid_request_error", "session_expired", "session_id",
+      req_error(r, API_ERR_SESSION_EXPIRED, "session_id",
                 "session %s expired or was evicted; its memory is gone (DELETE it to reuse the "
                 "id, or use a new one)",
                 id);
       return;
     case ST_INCOMPATIBLE:
-      req_error(r, 409, "invalid_request_error", "session_incompatible", "session_id",
+      req_error(r, API_ERR_SESSION_INCOMPATIBLE, "session_id",
                 "session %s is stored but this server cannot use it: %s. It is kept as it is: "
                 "DELETE it, or PUT a compatible state to /v1/sessions/%s/state",
                 id, r->lk_msg ? r->lk_msg : "refused", id);
@@ -125,14 +125,14 @@ void req_session_error(req *r, const char *id, st_status st) {
       store_failed(r, r->lk_msg);
       return;
     default:
-      req_error(r, 404, "invalid_request_error", "session_not_found", "session_id",
+      req_error(r, API_ERR_SESSION_NOT_FOUND, "session_id",
                 "session %s not found", id);
       return;
   }
 }
 
 static void busy(req *r, const char *id, const char *what) {
-  req_error(r, 409, "invalid_request_error", "session_busy", "session_id",
+  req_error(r, API_ERR_SESSION_BUSY, "session_id",
             "session %s is serving a request; %s", id, what);
 }
 
@@ -241,11 +241,11 @@ static void on_imported(void *ctx, st_import_result res, const char *msg) {
       else store_failed(r, "the session left RAM before it was saved");
       break;
     case IMPORT_INVALID:
-      req_error(r, 400, "invalid_request_error", "invalid_state", "body",
+      req_error(r, API_ERR_INVALID_STATE, "body",
                 "not a valid session state: %s", msg);
       break;
     case IMPORT_MISMATCH:
-      req_error(r, 409, "invalid_request_error", "session_incompatible", "body",
+      req_error(r, API_ERR_SESSION_INCOMPATIBLE, "body",
                 "this server cannot use the state: %s", msg);
       break;
     case IMPORT_BUSY: busy(r, r->session_id, "import when it is idle"); break;
@@ -321,7 +321,7 @@ static void create(req *r) {
   memset(&xe, 0, sizeof xe);
   session *s = st_create(a->sessions, NULL, r->owner, &xe);
   if (!s) {
-    req_error(r, 500, "server_error", "session_create_failed", NULL, "%s", xe.message);
+    req_error(r, API_ERR_SESSION_CREATE_FAILED, NULL, "%s", xe.message);
     return;
   }
   snprintf(r->session_id, sizeof r->session_id, "%s", s->id);
@@ -339,7 +339,7 @@ static void list(req *r) {
     char *end;
     limit = strtol(l, &end, 10);
     if (*end || limit < 1 || limit > 10000) {
-      req_error(r, 400, "invalid_request_error", "invalid_value", "limit",
+      req_error(r, API_ERR_INVALID_VALUE, "limit",
                 "'limit' must be an integer in [1, 10000]");
       return;
     }
@@ -359,7 +359,7 @@ static int take_id(req *r, char sid[129]) {
   const char *id = r->param ? r->param : "";
   size_t idlen = r->param_len;
   if (!session_id_valid(id, idlen)) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "session_id",
+    req_error(r, API_ERR_INVALID_VALUE, "session_id",
               "session ids are 1-128 characters of [A-Za-z0-9._-]");
     return 0;
   }
@@ -418,7 +418,7 @@ void api_session_import(req *r) {
     return;
   }
   if (!r->body.len) {
-    req_error(r, 400, "invalid_request_error", "invalid_state", "body",
+    req_error(r, API_ERR_INVALID_STATE, "body",
               "the body must be a session state (GET /v1/sessions/{id}/state)");
     return;
   }
@@ -467,7 +467,7 @@ void api_session_fork(req *r) {
   memset(&xe, 0, sizeof xe);
   session *f = st_fork(a->sessions, s, &xe);
   if (!f) {
-    req_error(r, 500, "server_error", "session_fork_failed", NULL, "%s", xe.message);
+    req_error(r, API_ERR_SESSION_FORK_FAILED, NULL, "%s", xe.message);
     return;
   }
   snprintf(r->session_id, sizeof r->session_id, "%s", f->id);

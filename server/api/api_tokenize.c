@@ -36,7 +36,7 @@ static json_t *body_object(req *r) {
   json_t *root = r->body.len ? json_loadb(r->body.p, r->body.len, JSON_REJECT_DUPLICATES, &je) : NULL;
   if (!root || !json_is_object(root)) {
     if (root) json_decref(root);
-    req_error(r, 400, "invalid_request_error", "invalid_json", NULL,
+    req_error(r, API_ERR_INVALID_JSON, NULL,
               "the request body must be a JSON object");
     return NULL;
   }
@@ -44,11 +44,11 @@ static json_t *body_object(req *r) {
   if (m && !json_is_null(m)) {
     if (!json_is_string(m)) {
       json_decref(root);
-      req_error(r, 400, "invalid_request_error", "invalid_value", "model", "'model' must be a string");
+      req_error(r, API_ERR_INVALID_VALUE, "model", "'model' must be a string");
       return NULL;
     }
     if (strcmp(json_string_value(m), r->a->model_name)) {
-      req_error(r, 404, "invalid_request_error", "model_not_found", "model",
+      req_error(r, API_ERR_MODEL_NOT_FOUND, "model",
                 "model '%s' does not exist (this server serves '%s')", json_string_value(m),
                 r->a->model_name);
       json_decref(root);
@@ -63,7 +63,7 @@ static int flag(req *r, json_t *root, const char *name, int *out) {
   *out = 0;
   if (!v || json_is_null(v)) return 0;
   if (!json_is_boolean(v)) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", name, "'%s' must be a boolean", name);
+    req_error(r, API_ERR_INVALID_VALUE, name, "'%s' must be a boolean", name);
     return -1;
   }
   *out = json_is_true(v);
@@ -78,10 +78,10 @@ static void tokenize(req *r) {
   json_t *text = json_object_get(root, field);
   int pieces, strs, ignored;
   if (json_object_get(root, "messages")) {
-    req_error(r, 400, "invalid_request_error", "unsupported_field", "messages",
+    req_error(r, API_ERR_UNSUPPORTED_FIELD, "messages",
               "tokenizing chat 'messages' is not supported: send the rendered text as 'prompt'");
   } else if (!json_is_string(text)) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", field,
+    req_error(r, API_ERR_INVALID_VALUE, field,
               "'prompt' (or llama.cpp's 'content') must be a string");
   } else if (flag(r, root, "with_pieces", &pieces) || flag(r, root, "return_token_strs", &strs) ||
              flag(r, root, "add_special_tokens", &ignored) || flag(r, root, "add_special", &ignored)) {
@@ -93,7 +93,7 @@ static void tokenize(req *r) {
     memset(&xe, 0, sizeof xe);
     if (json_string_length(text) &&
         xl_tokenize(a->model, json_string_value(text), json_string_length(text), &ids, &n, &xe) != XL_OK) {
-      req_error(r, 400, "invalid_request_error", "tokenizer_error", field, "cannot tokenize: %s",
+      req_error(r, API_ERR_TOKENIZER_ERROR, field, "cannot tokenize: %s",
                 xe.message);
     } else {
       buf b;
@@ -144,7 +144,7 @@ static void detokenize(req *r) {
     if (ok) ids[i] = (int32_t)json_integer_value(v);
   }
   if (!ok) {
-    req_error(r, 400, "invalid_request_error", "invalid_value", "tokens",
+    req_error(r, API_ERR_INVALID_VALUE, "tokens",
               "'tokens' must be an array of token ids in [0, %d)", vocab);
   } else {
     buf text, b;
@@ -230,7 +230,7 @@ void api_version(req *r) {
  * before the load failed still finds none. */
 static int have_model(req *r) {
   if (r->a->model) return 1;
-  req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
+  req_error(r, API_ERR_LOADING, NULL, "the model is still loading");
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "chat.h"
 #include "config.h"
 #include "http_cors.h"
+#include "json_writer.h"
 #include "job.h"
 #include "metrics.h"
 #include "routes.h"
@@ -129,26 +130,12 @@ struct req {
   int redispatch;    /* REQ_RESTORING: run the handler again on the next access-handler call */
   int list_limit;
   int replacing;     /* PUT state over an existing (or refused) session: 200, not 201 */
-  int commit_wait;   /* the response waits for the turn's commit (durability turn) */
-  uint64_t held_tokens; /* the session's transcript length after this turn */
-  char *store_err;   /* the commit failed: why */
-  int store_conflict; /* ... because another replica committed a turn of the session first */
-  int store_unknown;  /* ... with an unknown outcome (the turn may or may not be kept) */
-  /* generation */
-  job *job;
-  int job_running;  /* submitted, DONE not yet processed */
+  /* the handler's context (api_generate.c: its gen_req), freed by its on_free hook */
+  void *ctx;
+  int job_running;  /* a generation was submitted, its DONE not yet processed (drain cancels) */
   int stream_complete;
-  int client_gone, cancelled_by_drain;
-  gen_request g;
-  int have_g;
-  job **others;     /* several choices: every job but `job` (siblings, other prompts' jobs) */
-  int n_others, others_left; /* ... and how many are not done yet */
-  int main_done;    /* `job`'s DONE was handled */
-  session *sess;        /* held (busy) while job_running */
-  int sess_stateless;   /* sess is a temporary, freed at completion */
+  int client_gone;
   int sess_reset;       /* X-Session-Reset: 1 */
-  chat_plan plan;
-  int have_plan;
   char session_id[129];
   /* disconnect watch and SSE pings */
   uv_poll_t dc;
@@ -160,7 +147,7 @@ struct req {
   void (*on_close)(req *r);  /* the client left or MHD ended the request: stop its work */
   void (*on_free)(req *r);   /* the record is being freed: release what the handler hung on it */
   /* the access log's work fields, from "tokens_in" to "finish" (dur: the request's seconds) */
-  void (*log_fields)(req *r, buf *line, double dur);
+  void (*log_fields)(req *r, json_writer *line, double dur);
   /* stream (req_start_stream): move up to max bytes of the body produced so far into out;
    * append bytes to it (0: there is no stream to append to) */
   size_t (*stream_take)(req *r, char *out, size_t max);
@@ -168,7 +155,7 @@ struct req {
   /* log */
   int status;
   int counted; /* in xlserve_requests_total */
-  const char *err_code;
+  api_err err; /* the error answered (the access log's "error"); API_ERR_NONE: none */
 };
 
 /* http_server.c */
@@ -184,10 +171,10 @@ void req_unref(req *r);
 void req_reply(req *r, int status, const char *content_type, const char *body, size_t len);
 /* Takes body's bytes; a request that waits (REQ_WAITING) gets it through req_defer_reply. */
 void req_reply_json(req *r, int status, buf *body);
-/* The OpenAI error object {"error":{"message","type","param","code"}}; NULL param, code: null. */
-void error_body(buf *b, const char *type, const char *code, const char *param, const char *msg);
-void req_error(req *r, int status, const char *type, const char *code, const char *param,
-               const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Answers with the error table's row of err (api_errors.h): its status and the OpenAI error
+ * object naming param (NULL: null) with the formatted detail as its message. */
+void req_error(req *r, api_err err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void req_error_from(req *r, const api_error *e);
 void req_start_stream(req *r);
 void req_suspend_for_job(req *r);

@@ -1,6 +1,6 @@
 /*
  * http_server.c: libmicrohttpd 0.9.75 in external epoll mode, driven by the libuv loop
- * (server/README-server.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
+ * (docs/internals.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
  * MHD_get_timeout after every MHD_run, suspend/resume only on the loop thread, a per-request
  * UV_DISCONNECT watch while a generation runs, SSE via a callback response that suspends when
  * it has nothing to send (never returns 0 without suspending: that would spin).
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "dlist.h"
 #include "http_guard.h"
 #include "json_writer.h"
 #include "util.h"
@@ -66,42 +67,42 @@ static void req_free(req *r) {
   if (a->cfg->access_log) {
     buf l;
     buf_init(&l);
-    buf_addc(&l, '{');
-    xlog_ts(&l, now_wall() - dur);
-    buf_adds(&l, ",\"event\":\"request\",\"request_id\":");
-    json_escape(&l, r->request_id, strlen(r->request_id));
-    buf_adds(&l, ",\"remote\":");
-    json_escape(&l, r->remote, strlen(r->remote));
-    buf_adds(&l, ",\"method\":");
-    json_escape(&l, r->method, strlen(r->method));
-    buf_adds(&l, ",\"path\":");
-    json_escape(&l, r->path ? r->path : "", r->path ? strlen(r->path) : 0);
-    buf_printf(&l, ",\"status\":%d,\"session\":", status);
-    if (r->session_id[0]) json_escape(&l, r->session_id, strlen(r->session_id));
-    else buf_adds(&l, "null");
+    json_writer w;
+    jw_init(&w, &l);
+    jw_object(&w);
+    xlog_ts(&w, now_wall() - dur);
+    jw_kstring(&w, "event", "request");
+    jw_kstring(&w, "request_id", r->request_id);
+    jw_kstring(&w, "remote", r->remote);
+    jw_kstring(&w, "method", r->method);
+    jw_kstring(&w, "path", r->path ? r->path : "");
+    jw_kint(&w, "status", status);
+    jw_kstring(&w, "session", r->session_id[0] ? r->session_id : NULL);
     if (r->log_fields) {
-      r->log_fields(r, &l, dur);
+      r->log_fields(r, &w, dur);
     } else { /* no work was done for it */
-      buf_adds(&l, ",\"tokens_in\":0,\"tokens_out\":0,\"queue_ms\":null,\"ttft_ms\":null");
-      buf_printf(&l, ",\"duration_ms\":%.3f", dur * 1e3);
+      jw_kint(&w, "tokens_in", 0);
+      jw_kint(&w, "tokens_out", 0);
+      jw_knull(&w, "queue_ms");
+      jw_knull(&w, "ttft_ms");
+      jw_kfixed(&w, "duration_ms", dur * 1e3, 3);
     }
-    if (r->err_code) buf_printf(&l, ",\"error\":\"%s\"", r->err_code);
-    if (r->client_gone) buf_adds(&l, ",\"client_gone\":true");
-    if (r->sess_reset) buf_adds(&l, ",\"session_reset\":true");
-    buf_addc(&l, '}');
+    if (r->err) jw_kstring(&w, "error", api_err_code(r->err));
+    if (r->client_gone) jw_kbool(&w, "client_gone", 1);
+    if (r->sess_reset) jw_kbool(&w, "session_reset", 1);
+    jw_end(&w);
     xlog_write(l.p, l.len);
     buf_free(&l);
   }
   if (r->phase == REQ_NEW) a->n_new--;
-  if (r->prev) r->prev->next = r->next;
-  else a->reqs = r->next;
-  if (r->next) r->next->prev = r->prev;
+  req *no_tail = NULL; /* the list of requests keeps no tail */
+  DLIST_REMOVE(a->reqs, no_tail, r, prev, next);
+  (void)no_tail;
   a->n_reqs--;
   if (r->on_free) r->on_free(r);
   buf_free(&r->body);
   buf_free(&r->reply_body);
   free(r->lk_msg);
-  free(r->store_err);
   free(r->path);
   free(r);
   a->check_drained(a);
@@ -215,8 +216,8 @@ static void on_sweep(uv_timer_t *t) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->timed_out = 1;
-    r->err_code = "request_timeout";
-    r->status = 408;
+    r->err = API_ERR_REQUEST_TIMEOUT;
+    r->status = api_err_status(API_ERR_REQUEST_TIMEOUT);
     if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
   }
   if (a->n_new == 0) {
@@ -274,43 +275,20 @@ void req_reply_json(req *r, int status, buf *body) {
   else reply_buf(r, status, "application/json", body);
 }
 
-void error_body(buf *b, const char *type, const char *code, const char *param,
-                       const char *msg) {
-  json_writer w;
-  jw_init(&w, b);
-  jw_object(&w);
-  jw_key(&w, "error");
-  jw_object(&w);
-  jw_kstring(&w, "message", msg);
-  jw_kstring(&w, "type", type);
-  jw_kstring(&w, "param", param && *param ? param : NULL);
-  jw_kstring(&w, "code", code);
-  jw_end(&w);
-  jw_end(&w);
-}
-
-static void verror(req *r, int status, const char *type, const char *code, const char *param,
-                   const char *fmt, va_list ap) {
+void req_error(req *r, api_err err, const char *param, const char *fmt, ...) {
   char msg[1024];
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  buf b;
-  buf_init(&b);
-  error_body(&b, type, code, param, msg);
-  r->err_code = code;
-  req_reply_json(r, status, &b);
-}
-
-void req_error(req *r, int status, const char *type, const char *code, const char *param,
-               const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  verror(r, status, type, code, param, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  buf b;
+  buf_init(&b);
+  api_err_body(&b, err, param, msg);
+  r->err = err;
+  req_reply_json(r, api_err_status(err), &b);
 }
 
-void req_error_from(req *r, const api_error *e) {
-  req_error(r, e->status, e->type, e->code, e->param, "%s", e->message);
-}
+void req_error_from(req *r, const api_error *e) { req_error(r, e->err, e->param, "%s", e->message); }
 
 /* SSE body: copies what the handler produced (stream_take); suspends when there is nothing
  * (never returns 0 without suspending); -1 after the last bytes; -2 when the client is gone. */
@@ -382,12 +360,6 @@ void req_wait_reply(req *r) {
 /* ------------------------------------------------------------------------------------------ */
 /* access handler */
 
-static int is_trusted(app *a, const char *ip) {
-  for (int i = 0; i < a->n_proxies; i++)
-    if (!strcmp(a->proxies[i], ip)) return 1;
-  return 0;
-}
-
 static void peer_address(req *r) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -421,9 +393,9 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
   r->path = xstrdup(url);
   buf_init(&r->body);
   buf_init(&r->reply_body);
-  r->next = a->reqs;
-  if (a->reqs) a->reqs->prev = r;
-  a->reqs = r;
+  req *no_tail = NULL;
+  DLIST_PUSH_FRONT(a->reqs, no_tail, r, prev, next);
+  (void)no_tail;
   a->n_reqs++;
   a->n_new++;
   if (!a->sweep_on) {
@@ -431,7 +403,7 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
     uv_timer_start(&a->sweep_timer, on_sweep, 1000, 1000);
   }
   peer_address(r);
-  int trusted = is_trusted(a, r->remote);
+  int trusted = guard_trusts(a->guard, r->remote);
   const char *rid = hdr(r, "X-Request-Id");
   if (trusted && rid && header_token_ok(rid, 64)) {
     snprintf(r->request_id, sizeof r->request_id, "%s", rid);
@@ -454,7 +426,7 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
       char *e = end;
       while (e > s && e[-1] == ' ') e--;
       *e = 0;
-      if (*s && !is_trusted(a, s)) {
+      if (*s && !guard_trusts(a->guard, s)) {
         if (header_token_ok(s, sizeof r->remote - 1)) memcpy(r->remote, s, strlen(s) + 1);
         break;
       }
@@ -472,7 +444,7 @@ static void early_checks(req *r) {
   size_t pl = strlen(pre);
   if (pl) {
     if (strncmp(path, pre, pl) || (path[pl] != '/' && path[pl] != 0)) {
-      req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route for %s", path);
+      req_error(r, API_ERR_NOT_FOUND, NULL, "no route for %s", path);
       return;
     }
     path += pl;
@@ -480,7 +452,7 @@ static void early_checks(req *r) {
   }
   route_match m;
   if (!routes_match(path, r->method, &m)) {
-    req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route for %s %s",
+    req_error(r, API_ERR_NOT_FOUND, NULL, "no route for %s %s",
               r->method, path);
     return;
   }
@@ -501,32 +473,32 @@ static void early_checks(req *r) {
     snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, m.allow);
     buf b;
     buf_init(&b);
-    error_body(&b, "invalid_request_error", "method_not_allowed", NULL, msg);
-    r->err_code = "method_not_allowed";
+    api_err_body(&b, API_ERR_METHOD_NOT_ALLOWED, NULL, msg);
+    r->err = API_ERR_METHOD_NOT_ALLOWED;
     size_t n = b.len;
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, m.allow);
-    queue(r, 405, resp);
+    queue(r, api_err_status(API_ERR_METHOD_NOT_ALLOWED), resp);
     return;
   }
   r->rt = rt;
   r->param = m.param;
   r->param_len = m.param_len;
   if (rt->needs_key && !auth_check(&a->keys, hdr(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
-    req_error(r, 401, "authentication_error", "invalid_api_key", NULL,
+    req_error(r, API_ERR_INVALID_API_KEY, NULL,
               "missing or invalid API key (send 'Authorization: Bearer KEY')");
     return;
   }
   if (!rt->while_draining && a->phase >= APP_DRAINING) {
     r->retry_after = "5";
-    req_error(r, 503, "server_error", "draining", NULL, "the server is shutting down");
+    req_error(r, API_ERR_DRAINING, NULL, "the server is shutting down");
     return;
   }
   if (rt->needs_model && a->phase == APP_LOADING) {
     r->retry_after = "2";
-    req_error(r, 503, "server_error", "loading", NULL, "the model is still loading");
+    req_error(r, API_ERR_LOADING, NULL, "the model is still loading");
     return;
   }
   r->body_limit = (size_t)a->cfg->max_body_bytes;
@@ -539,7 +511,7 @@ static void early_checks(req *r) {
     errno = 0;
     unsigned long long n = strtoull(cl, &end, 10);
     if (errno || *end || n > (unsigned long long)r->body_limit) {
-      req_error(r, 413, "invalid_request_error", "body_too_large", NULL,
+      req_error(r, API_ERR_BODY_TOO_LARGE, NULL,
                 "the request body exceeds %zu bytes", r->body_limit);
       return;
     }
@@ -551,20 +523,20 @@ static void early_checks(req *r) {
 static void reply_malformed(req *r, const char *problem) {
   buf b;
   buf_init(&b);
-  error_body(&b, "invalid_request_error", "malformed_request", NULL, problem);
-  r->err_code = "malformed_request";
+  api_err_body(&b, API_ERR_MALFORMED_REQUEST, NULL, problem);
+  r->err = API_ERR_MALFORMED_REQUEST;
   size_t n = b.len;
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
   if (r->a->phase < APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-  queue(r, 400, resp);
+  queue(r, api_err_status(API_ERR_MALFORMED_REQUEST), resp);
 }
 
 /* The handler of the row early_checks matched (a request that reaches here has one). */
 static void dispatch(req *r) {
   if (r->rt) r->rt->handler(r);
-  else req_error(r, 404, "invalid_request_error", "not_found", NULL, "no route");
+  else req_error(r, API_ERR_NOT_FOUND, NULL, "no route");
 }
 
 static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
@@ -592,8 +564,8 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
     }
     *upload_size = 0;
     if (now_mono() - r->t_start > (double)a->cfg->request_timeout) {
-      r->err_code = "request_timeout";
-      r->status = 408;
+      r->err = API_ERR_REQUEST_TIMEOUT;
+      r->status = api_err_status(API_ERR_REQUEST_TIMEOUT);
       return MHD_NO;
     }
     return MHD_YES;
@@ -601,7 +573,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
   switch (r->phase) {
     case REQ_NEW:
       if (r->too_big) {
-        req_error(r, 413, "invalid_request_error", "body_too_large", NULL,
+        req_error(r, API_ERR_BODY_TOO_LARGE, NULL,
                   "the request body exceeds %zu bytes", r->body_limit);
         return MHD_YES;
       }

@@ -4,6 +4,8 @@
  */
 #include "json_writer.h"
 
+#include <math.h>
+
 #include <string.h>
 
 #include "util.h"
@@ -97,6 +99,11 @@ void jw_uint(json_writer *w, unsigned long long v) {
   if (value_start(w)) buf_printf(w->b, "%llu", v);
 }
 
+void jw_fixed(json_writer *w, double v, int decimals) {
+  if (!isfinite(v)) jw_null(w);
+  else if (value_start(w)) buf_printf(w->b, "%.*f", decimals, v);
+}
+
 void jw_bool(json_writer *w, int v) {
   if (value_start(w)) buf_adds(w->b, v ? "true" : "false");
 }
@@ -117,6 +124,11 @@ void jw_kstring(json_writer *w, const char *key, const char *s) {
 void jw_kint(json_writer *w, const char *key, long long v) {
   jw_key(w, key);
   jw_int(w, v);
+}
+
+void jw_kfixed(json_writer *w, const char *key, double v, int decimals) {
+  jw_key(w, key);
+  jw_fixed(w, v, decimals);
 }
 
 void jw_kuint(json_writer *w, const char *key, unsigned long long v) {

@@ -47,6 +47,8 @@ void jw_int(json_writer *w, long long v);
 void jw_uint(json_writer *w, unsigned long long v);
 void jw_bool(json_writer *w, int v);
 void jw_null(json_writer *w);
+/* A number with `decimals` digits after the point ("%.*f"); not finite: null. */
+void jw_fixed(json_writer *w, double v, int decimals);
 /* A value already formatted as JSON (e.g. by the stream's formatters): written as it is. */
 void jw_raw(json_writer *w, const char *json, size_t n);
 
@@ -56,6 +58,7 @@ void jw_kint(json_writer *w, const char *key, long long v);
 void jw_kuint(json_writer *w, const char *key, unsigned long long v);
 void jw_kbool(json_writer *w, const char *key, int v);
 void jw_knull(json_writer *w, const char *key);
+void jw_kfixed(json_writer *w, const char *key, double v, int decimals);
 
 /* 1 when exactly one whole value was written and nothing was misused. */
 int jw_ok(const json_writer *w);

@@ -78,14 +78,24 @@ void xlog_write(const char *line, size_t n) {
   if (p != stackbuf) free(p);
 }
 
-void xlog_ts(buf *b, double t) {
+void xlog_ts(json_writer *w, double t) {
   time_t s = (time_t)t;
   struct tm tm;
   gmtime_r(&s, &tm);
   int ms = (int)((t - (double)s) * 1000.0);
   if (ms > 999) ms = 999;
-  buf_printf(b, "\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  char ts[96];
+  snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  jw_kstring(w, "ts", ts);
+}
+
+void xlog_line(json_writer *w, buf *b, const char *level, const char *event) {
+  jw_init(w, b);
+  jw_object(w);
+  xlog_ts(w, now_wall());
+  jw_kstring(w, "level", level);
+  jw_kstring(w, "event", event);
 }
 
 void xlog_msg(const char *level, const char *event, const char *fmt, ...) {
@@ -96,11 +106,11 @@ void xlog_msg(const char *level, const char *event, const char *fmt, ...) {
   va_start(ap, fmt);
   buf_vprintf(&msg, fmt, ap);
   va_end(ap);
-  buf_addc(&line, '{');
-  xlog_ts(&line, now_wall());
-  buf_printf(&line, ",\"level\":\"%s\",\"event\":\"%s\",\"msg\":", level, event);
-  json_escape(&line, msg.p ? msg.p : "", msg.len);
-  buf_addc(&line, '}');
+  json_writer w;
+  xlog_line(&w, &line, level, event);
+  jw_key(&w, "msg");
+  jw_string_n(&w, msg.p ? msg.p : "", msg.len);
+  jw_end(&w);
   xlog_write(line.p, line.len);
   buf_free(&msg);
   buf_free(&line);

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "buf.h"
+#include "json_writer.h"
 
 int xlog_open(const char *path); /* "-" = stderr; -1 with errno on failure */
 int xlog_reopen(void);           /* 0, or -1 (the old fd stays in use) */
@@ -17,7 +18,10 @@ void xlog_write(const char *line, size_t n); /* adds the newline */
 /* {"ts":"...","level":LEVEL,"event":EVENT,"msg":"..."} */
 void xlog_msg(const char *level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Appends "\"ts\":\"2026-01-01T00:00:00.000Z\"" for wall-clock time t. */
-void xlog_ts(buf *b, double t);
+/* Writes the key "ts" and its value, "2026-01-01T00:00:00.000Z" for wall-clock time t. */
+void xlog_ts(json_writer *w, double t);
+/* Opens a log line's object: {"ts":...,"level":LEVEL,"event":EVENT (the caller adds its keys,
+ * closes it and writes it with xlog_write). */
+void xlog_line(json_writer *w, buf *b, const char *level, const char *event);
 
 #endif

@@ -33,13 +33,14 @@ static void log_listening(const char *host, unsigned port) {
   buf_init(&line);
   buf_init(&msg);
   buf_printf(&msg, "listening on %s port %u (xlserve %s)", host, port, XL_VERSION);
-  buf_addc(&line, '{');
-  xlog_ts(&line, now_wall());
-  buf_adds(&line, ",\"level\":\"info\",\"event\":\"listening\",\"msg\":");
-  json_escape(&line, msg.p, msg.len);
-  buf_adds(&line, ",\"host\":");
-  json_escape(&line, host, strlen(host));
-  buf_printf(&line, ",\"port\":%u,\"version\":\"%s\"}", port, XL_VERSION);
+  json_writer w;
+  xlog_line(&w, &line, "info", "listening");
+  jw_key(&w, "msg");
+  jw_string_n(&w, msg.p, msg.len);
+  jw_kstring(&w, "host", host);
+  jw_kuint(&w, "port", port);
+  jw_kstring(&w, "version", XL_VERSION);
+  jw_end(&w);
   xlog_write(line.p, line.len);
   buf_free(&msg);
   buf_free(&line);
@@ -92,6 +93,13 @@ static void schedule_stop(app *a, uint64_t ms) {
   if (stop_timer_armed && ms > 0) return; /* an earlier stop is already planned */
   stop_timer_armed = 1;
   uv_timer_start(&stop_timer, do_shutdown, ms, 0); /* never from inside MHD_run */
+}
+
+/* A start that cannot go on (the reason logged): stop at once, exit status 1. */
+static void fail_start(app *a) {
+  a->exit_code = 1;
+  a->phase = APP_DRAINING;
+  schedule_stop(a, 0);
 }
 
 static void app_check_drained(app *a) {
@@ -171,9 +179,7 @@ static void model_loaded(uv_work_t *w, int status) {
     else
       xlog_msg("fatal", "model_load_failed", "option model: %s", a->load_err.message);
     sdn_notifyf("STATUS=model load failed: %s", status ? uv_strerror(status) : a->load_err.message);
-    a->exit_code = 1;
-    a->phase = APP_DRAINING;
-    schedule_stop(a, 0);
+    fail_start(a);
     return;
   }
   const xl_config *mc = xl_model_config(a->model);
@@ -202,17 +208,13 @@ static void model_loaded(uv_work_t *w, int status) {
   memset(&err, 0, sizeof err);
   if (sched_start(a->sched, &err)) {
     xlog_msg("fatal", "workers_failed", "cannot start the workers: %s", err.message);
-    a->exit_code = 1;
-    a->phase = APP_DRAINING;
-    schedule_stop(a, 0);
+    fail_start(a);
     return;
   }
   char serr[512];
   if (app_store_start(a, serr, sizeof serr)) {
     xlog_msg("fatal", "store_failed", "option state_dir: %s", serr);
-    a->exit_code = 1;
-    a->phase = APP_DRAINING;
-    schedule_stop(a, 0);
+    fail_start(a);
     return;
   }
   if (a->cfg->session_ttl > 0) {
@@ -337,15 +339,11 @@ int serve_main(int argc, char **argv) {
     const char *opt = strncmp(err, "option ", 7) ? "option state_dir: " : "";
     xlog_msg("fatal", "store_failed", "%s%s", opt, err);
     fprintf(stderr, "xlserve: %s%s\n", opt, err);
-    a.exit_code = 1;
-    a.phase = APP_DRAINING;
-    schedule_stop(&a, 0);
+    fail_start(&a);
   } else if (http_start(&a, err, sizeof err)) {
     xlog_msg("fatal", "listen_failed", "%s", err);
     fprintf(stderr, "xlserve: %s\n", err);
-    a.exit_code = 1;
-    a.phase = APP_DRAINING;
-    schedule_stop(&a, 0);
+    fail_start(&a);
   } else {
     log_listening(cfg.host, a.port);
     sdn_watchdog_start(&loop); /* WATCHDOG=1 while loading too (a no-op unless asked) */

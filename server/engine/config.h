@@ -38,7 +38,7 @@
   X(weights, STR, "f32", 0, 0,                                                                   \
     "How the big weight matrices are held: f32 (as stored), bf16 (half the bytes; a bf16 file "   \
     "is used in place) or int8 (a quarter, one scale per 32 weights). The quality cost of each "  \
-    "is measured in README.md; activations stay F32.")                                            \
+    "is measured in docs/models.md; activations stay F32.")                                            \
   X(blas_threads, INT, "1", 0, 256,                                                              \
     "OpenBLAS threads (0 = leave OpenBLAS's own default); OpenBLAS only runs the prompt "         \
     "attention. Keep workers x blas_threads <= cores.")                                          \

@@ -27,19 +27,56 @@ job *job_new(void) {
   return j;
 }
 
+gen_params *gen_params_new(void) {
+  gen_params *p = xcalloc(1, sizeof *p);
+  p->refs = 1;
+  return p;
+}
+
+gen_params *gen_params_ref(gen_params *p) {
+  p->refs++;
+  return p;
+}
+
+static void free_stops(char **stops, int n) {
+  for (int i = 0; i < n; i++) free(stops[i]);
+  free(stops);
+}
+
+void gen_params_unref(gen_params *p) {
+  if (!p || --p->refs > 0) return;
+  free(p->bias_ids);
+  free(p->bias_vals);
+  jc_schema_free(p->constraint);
+  free_stops(p->stops, p->n_stops);
+  free(p->model_name);
+  free(p);
+}
+
+void gen_params_add_stop(gen_params *p, const char *s, size_t n) {
+  if (!n) return;
+  for (int i = 0; i < p->n_stops; i++)
+    if (strlen(p->stops[i]) == n && !memcmp(p->stops[i], s, n)) return;
+  p->stops = xrealloc(p->stops, sizeof *p->stops * (size_t)(p->n_stops + 1));
+  p->stops[p->n_stops++] = xstrndup(s, n);
+}
+
 void job_free(job *j) {
   if (!j) return;
   free(j->input);
   free(j->hist);
-  free(j->bias_ids);
-  free(j->bias_vals);
   free(j->adj);
   free(j->jc);
   free(j->sibs);
-  jc_schema_free(j->constraint);
-  for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-  free(j->stops);
-  free(j->model_name);
+  if (j->params) {
+    gen_params_unref(j->params);
+  } else {
+    free(j->bias_ids);
+    free(j->bias_vals);
+    jc_schema_free(j->constraint);
+    free_stops(j->stops, j->n_stops);
+    free(j->model_name);
+  }
   free(j->recs);
   free(j->snap);
   free(j->score_targets);
@@ -54,14 +91,6 @@ void job_free(job *j) {
   buf_free(&j->head);
   pthread_mutex_destroy(&j->mu);
   free(j);
-}
-
-void job_add_stop(job *j, const char *s, size_t n) {
-  if (!n) return;
-  for (int i = 0; i < j->n_stops; i++)
-    if (strlen(j->stops[i]) == n && !memcmp(j->stops[i], s, n)) return;
-  j->stops = xrealloc(j->stops, sizeof *j->stops * (size_t)(j->n_stops + 1));
-  j->stops[j->n_stops++] = xstrndup(s, n);
 }
 
 const char *finish_name(finish_reason r) {

@@ -51,8 +51,46 @@ typedef enum { JQ_NONE, JQ_WAIT, JQ_RUN, JQ_WORKER, JQ_DONE } job_queue;
 
 enum { JOB_EV_OUTPUT = 1, JOB_EV_DONE = 2 };
 
+/* The parameters of one request's generation, shared by all its jobs (every choice of every
+ * prompt): built by the loop thread before the jobs (generation.c), immutable afterwards, freed
+ * with the last job (refs: loop thread only; the jobs are made and freed there). */
+typedef struct gen_params {
+  int refs;
+  job_kind kind;
+  const xl_model *model;
+  int max_tokens;
+  xl_sampling sampling;
+  int seeded;
+  uint64_t seed; /* seeded: choice k samples with seed + k */
+  int stream, include_usage;
+  int n_top;       /* -1: no logprobs; else alternatives per token (0..JOB_MAX_TOP) */
+  int score_top;   /* prompt scoring (echo with logprobs, prompt_logprobs): -1 none, else the */
+  int score_rank;  /* alternatives per scored token; and whether ranks are wanted */
+  int chunk;       /* prefill chunk */
+  char id[64];     /* the response's id, every choice's */
+  long long created;
+  const char *fingerprint; /* chat: the system_fingerprint (the app's string) */
+  double t_arrival;        /* monotonic */
+  int32_t *bias_ids; /* logit_bias: added to log-probabilities before sampling */
+  float *bias_vals;
+  int n_bias;
+  jc_schema *constraint; /* structured output, else NULL */
+  char **stops;          /* the request's stop strings, then the chat template's */
+  int n_stops;
+  char *model_name;
+} gen_params;
+
+gen_params *gen_params_new(void);
+gen_params *gen_params_ref(gen_params *p);
+void gen_params_unref(gen_params *p);
+void gen_params_add_stop(gen_params *p, const char *s, size_t n); /* "" and repeats: ignored */
+
 typedef struct job {
   /* ---- request: written by the loop thread before submit, then read-only ---- */
+  /* The request's shared parameters (a reference): bias_ids/bias_vals, constraint, stops and
+   * model_name below point into it. NULL: the job owns those itself (a job built field by
+   * field, as the unit tests do). */
+  gen_params *params;
   job_kind kind;
   const xl_model *model;
   session *sess;
@@ -139,7 +177,6 @@ typedef struct job {
 
 job *job_new(void);
 void job_free(job *j);
-void job_add_stop(job *j, const char *s, size_t n);
 
 /* Worker side (holder of the job). */
 /* After a forward whose last row was this job's: samples the next token from logprobs. */

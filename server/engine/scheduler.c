@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "dlist.h"
 #include "metrics.h"
 #include "util.h"
 #include "xlog.h"
@@ -51,20 +52,12 @@ struct sched {
 };
 
 static void jq_push(jq *q, job *j) {
-  j->q_next = NULL;
-  j->q_prev = q->tail;
-  if (q->tail) q->tail->q_next = j;
-  else q->head = j;
-  q->tail = j;
+  DLIST_APPEND(q->head, q->tail, j, q_prev, q_next);
   q->n++;
 }
 
 static void jq_remove(jq *q, job *j) {
-  if (j->q_prev) j->q_prev->q_next = j->q_next;
-  else q->head = j->q_next;
-  if (j->q_next) j->q_next->q_prev = j->q_prev;
-  else q->tail = j->q_prev;
-  j->q_prev = j->q_next = NULL;
+  DLIST_REMOVE(q->head, q->tail, j, q_prev, q_next);
   q->n--;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "dlist.h"
 #include "metrics.h"
 #include "session_codec.h"
 #include "strmap.h"
@@ -125,26 +126,15 @@ void st_free(session_table *t) {
 }
 
 static void lru_unlink(session_table *t, session *s) {
-  if (s->lru_prev) s->lru_prev->lru_next = s->lru_next;
-  else t->lru_head = s->lru_next;
-  if (s->lru_next) s->lru_next->lru_prev = s->lru_prev;
-  else t->lru_tail = s->lru_prev;
-  s->lru_prev = s->lru_next = NULL;
+  DLIST_REMOVE(t->lru_head, t->lru_tail, s, lru_prev, lru_next);
 }
 
 static void lru_push_front(session_table *t, session *s) {
-  s->lru_prev = NULL;
-  s->lru_next = t->lru_head;
-  if (t->lru_head) t->lru_head->lru_prev = s;
-  t->lru_head = s;
-  if (!t->lru_tail) t->lru_tail = s;
+  DLIST_PUSH_FRONT(t->lru_head, t->lru_tail, s, lru_prev, lru_next);
 }
 
 static void tomb_unlink(session_table *t, tomb *tb) {
-  if (tb->prev) tb->prev->next = tb->next;
-  else t->tomb_head = tb->next;
-  if (tb->next) tb->next->prev = tb->prev;
-  else t->tomb_tail = tb->prev;
+  DLIST_REMOVE(t->tomb_head, t->tomb_tail, tb, prev, next);
   t->n_tombs--;
 }
 
@@ -160,11 +150,7 @@ static void tomb_add(session_table *t, const char *id, const uint8_t owner[32]) 
     memcpy(tb->owner, owner, 32);
     strmap_put(&t->tombs, k, tb);
   }
-  tb->next = NULL;
-  tb->prev = t->tomb_tail;
-  if (t->tomb_tail) t->tomb_tail->next = tb;
-  else t->tomb_head = tb;
-  t->tomb_tail = tb;
+  DLIST_APPEND(t->tomb_head, t->tomb_tail, tb, prev, next);
   t->n_tombs++;
   while (t->n_tombs > t->max_tombs) {
     tomb *old = t->tomb_head;

@@ -29,6 +29,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "dlist.h"
 #include "metrics.h"
 #include "strmap.h"
 #include "util.h"
@@ -66,22 +67,14 @@ struct http_guard {
 static void list_remove(conn_rec *cr) {
   wait_list *l = cr->list;
   if (!l) return;
-  if (cr->prev) cr->prev->next = cr->next;
-  else l->head = cr->next;
-  if (cr->next) cr->next->prev = cr->prev;
-  else l->tail = cr->prev;
-  cr->prev = cr->next = NULL;
+  DLIST_REMOVE(l->head, l->tail, cr, prev, next);
   cr->list = NULL;
 }
 
 static void list_append(wait_list *l, conn_rec *cr) {
   list_remove(cr);
   cr->list = l;
-  cr->prev = l->tail;
-  cr->next = NULL;
-  if (l->tail) l->tail->next = cr;
-  else l->head = cr;
-  l->tail = cr;
+  DLIST_APPEND(l->head, l->tail, cr, prev, next);
 }
 
 enum { LIST_FIRST, LIST_LATER, LIST_ENDED };
@@ -162,6 +155,10 @@ static void addr_key(const struct sockaddr *sa, char *out, size_t cap) {
  * and this host's own loopback address (a proxy, tool or benchmark on the same machine). */
 static int is_exempt(const http_guard *g, const char *addr) {
   if (!strcmp(addr, "127.0.0.1") || !strcmp(addr, "::1")) return 1;
+  return guard_trusts(g, addr);
+}
+
+int guard_trusts(const http_guard *g, const char *addr) {
   for (int i = 0; i < g->set.n_proxies; i++)
     if (!strcmp(g->set.proxies[i], addr)) return 1;
   return 0;

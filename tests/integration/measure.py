@@ -1,4 +1,4 @@
-"""measure.py: the daemon's figures in server/README-server.md (not a test; run by hand).
+"""measure.py: the daemon's figures in docs/performance.md (not a test; run by hand).
 
   /usr/bin/python3 tests/integration/measure.py stream MODEL_DIR [--tokens N] [--bench-seconds S]
       tokens/s of one HTTP SSE stream (client side, memory full) against `xlserve bench`'s

@@ -1,9 +1,9 @@
-"""measure_store.py: the session store's figures in server/README-server.md (not a test, run
+"""measure_store.py: the session store's figures in docs/performance.md (not a test, run
 by hand).
 
   /usr/bin/python3 tests/integration/measure_store.py model DIR --preset medium|bench
       writes a random byte model: medium (4 layers, d 128, mem_len 128: 0.5 MiB state) or bench
-      (6 layers, d 256, 8x32 heads, mem_len 256: 3 MiB state). server/README-server.md's
+      (6 layers, d 256, 8x32 heads, mem_len 256: 3 MiB state). docs/performance.md's
       numbers were taken on the bundled models/austen-byte instead (4 such layers: 2 MiB).
   /usr/bin/python3 tests/integration/measure_store.py turn MODEL [--turns N]
       turn latency by durability: off (no store), turn (fsync), turn with --no-store-fsync,

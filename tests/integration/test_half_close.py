@@ -4,7 +4,7 @@ until something is written, so:
 - a stream is served to the end: its next chunk tells whether the peer still reads, and a peer
   that closed for good answers it with a reset, which cancels the generation;
 - a request that writes nothing until its end (non-stream generation) takes the FIN as the
-  client gone and is cancelled (server/README-server.md, "Half-closed clients");
+  client gone and is cancelled (docs/api.md, "Half-closed clients");
 - requests answered at once (health, errors) are served."""
 import json
 import socket

@@ -1,5 +1,5 @@
 """The history rule of chat sessions (history "auto"), one test per row of the table in
-server/README-server.md: how a request's messages are matched against the session's transcript,
+docs/sessions.md: how a request's messages are matched against the session's transcript,
 over real HTTP. A request that continues the session must leave its memory exactly as a fresh
 session fed the whole conversation would (same greedy reply, same token count); a reset says so
 with `X-Session-Reset: 1`."""

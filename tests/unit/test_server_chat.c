@@ -77,7 +77,7 @@ static void test_rules(void) {
   free(s.tail);
 }
 
-/* The history table of README-server.md, one check per row that the rule above does not cover. */
+/* The history table of docs/sessions.md, one check per row that the rule above does not cover. */
 static void test_trimmed_edited_and_repeated(void) {
   session s;
   memset(&s, 0, sizeof s);

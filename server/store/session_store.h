@@ -6,7 +6,7 @@
  *    SQLite in WAL mode (store_sqlite.c). The Redis backend (store_redis.c, several replicas
  *    sharing one store) implements the same ops and says `shared`: each write then stands
  *    alone, puts may be compare-and-set, and the table checks a RAM copy's stored version
- *    (SOP_VERSION) before serving it (see README-server.md, "The store seam").
+ *    (SOP_VERSION) before serving it (see docs/sessions.md, "The store seam").
  *
  * 2. The front (session_store): one store thread with its own FIFO queue of operations
  *    (store_op). The loop thread submits; the store thread runs the ops in order, writes in
