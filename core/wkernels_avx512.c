@@ -1,7 +1,8 @@
 /*
  * wkernels_avx512.c: the AVX-512F family of the narrow-weight kernels (wkernels.h). Each
  * 16-weight chunk of a weight row is widened (bf16: shift into the high half) or dequantised
- * (int8: sign-extend, convert, times the block's scale) once and multiplied into the
+ * (int8: sign-extend, convert, times the block's scale; int4: the 16 bytes of the block, low
+ * or high nibbles, minus 8, converted, times the scale) once and multiplied into the
  * accumulators of the rows of x in the tile (4 rows x 4 outputs; a lone decode row 1 x 4);
  * each (row, output) accumulator is summed by one fixed tree (the order of
  * _mm512_reduce_add_ps), run for the tile's 16 or 4 accumulators at once as a transposed
@@ -24,6 +25,8 @@
 #define AHEAD_MIN 4096 /* least prefetch distance in bytes (the next tile's when it is larger) */
 #define LINE 64       /* cache line bytes */
 #define L 16          /* lanes */
+
+enum { BF16 = 0, Q8 = 1, Q4 = 2 }; /* the weight types (compile-time constants below) */
 
 /* ---- the fixed reduction tree: lanes i + (i+8), then + (i+4), then + (i+2), then + (i+1) --- */
 
@@ -69,9 +72,17 @@ T __m512 sum4(const __m512 acc[4]) {
   return fold_last(r, r);
 }
 
-/* L weights of a row from column k as F32; s: the row's block scales (int8) */
-T __m512 load_w(int q8, const void *w, const float *s, int k) {
-  if (!q8) {
+/* L weights of a row from column k as F32; s: the row's block scales (int8, int4) */
+T __m512 load_w(int type, const void *w, const float *s, int k) {
+  if (type == Q4) { /* k is a multiple of 16: the block's 16 bytes, one nibble of each */
+    const __m128i b = _mm_loadu_si128((const __m128i *)((const uint8_t *)w + (k / XL_Q8_BLOCK) *
+                                                                            XL_Q4_BLOCK_BYTES));
+    __m512i v = _mm512_cvtepu8_epi32(b);
+    v = k % XL_Q8_BLOCK ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(15));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v, _mm512_set1_epi32(8))),
+                         _mm512_set1_ps(s[k / XL_Q8_BLOCK]));
+  }
+  if (type == BF16) {
     __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -82,23 +93,25 @@ T __m512 load_w(int q8, const void *w, const float *s, int k) {
 
 /* y[i, o + j] for i < rc, j < oc (rc <= RB, oc <= OB; RB x OB is 4 x 4 or 1 x 4; missing rows
  * and outputs repeat the first). prefetch: fetch the matrix's bytes one tile ahead. */
-T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void *W,
+T void tile(int type, int RB, int OB, const float *x, int rc, int ldx, const void *W,
             const float *S, int nb, int ldw, int o, int oc, int K, int prefetch, float *y,
             int ldy) {
   const float *a[4];
   const char *w[4];
   const float *s[4];
-  const size_t esz = q8 ? 1 : 2;
+  const size_t esz = type == BF16 ? 2 : 1; /* bytes per weight (int4: per two) */
+  const size_t row_bytes = type == Q4 ? xl_q4_row_bytes(ldw) : (size_t)ldw * esz;
+  const size_t chunk_bytes = type == Q4 ? L / 2 : L * esz;
   _Pragma("GCC unroll 16")
   for (int i = 0; i < RB; i++) a[i] = x + (size_t)(i < rc ? i : 0) * ldx;
   _Pragma("GCC unroll 16")
   for (int j = 0; j < OB; j++) {
     size_t row = (size_t)o + (j < oc ? j : 0);
-    w[j] = (const char *)W + row * ldw * esz;
-    s[j] = q8 ? S + row * nb : NULL;
+    w[j] = (const char *)W + row * row_bytes;
+    s[j] = type != BF16 ? S + row * nb : NULL;
   }
   /* the prefetch stream: as many lines per chunk as the tile reads, ahead by a tile or more */
-  const size_t tile_bytes = (size_t)OB * ldw * esz, step = (size_t)OB * L * esz;
+  const size_t tile_bytes = (size_t)OB * row_bytes, step = (size_t)OB * chunk_bytes;
   uintptr_t pf = (uintptr_t)w[0] + (tile_bytes > AHEAD_MIN ? tile_bytes : AHEAD_MIN);
   __m512 acc[16]; /* acc[i * OB + j]: row i, output j */
   _Pragma("GCC unroll 16")
@@ -112,11 +125,11 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
     if (RB == 1) {
       __m512 v = _mm512_loadu_ps(a[0] + k);
       _Pragma("GCC unroll 16")
-      for (int j = 0; j < OB; j++) acc[j] = _mm512_fmadd_ps(v, load_w(q8, w[j], s[j], k), acc[j]);
+      for (int j = 0; j < OB; j++) acc[j] = _mm512_fmadd_ps(v, load_w(type, w[j], s[j], k), acc[j]);
     } else {
       __m512 b[4];
       _Pragma("GCC unroll 16")
-      for (int j = 0; j < OB; j++) b[j] = load_w(q8, w[j], s[j], k);
+      for (int j = 0; j < OB; j++) b[j] = load_w(type, w[j], s[j], k);
       _Pragma("GCC unroll 16")
       for (int i = 0; i < RB; i++) {
         __m512 v = _mm512_loadu_ps(a[i] + k);
@@ -130,8 +143,13 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
     _Pragma("GCC unroll 16")
     for (int j = 0; j < OB; j++) {
       _Alignas(64) char pad[2 * L] = {0};
-      memcpy(pad, w[j] + kv * esz, (size_t)(K - kv) * esz);
-      __m512 b = load_w(q8, pad, q8 ? s[j] + kv / XL_Q8_BLOCK : NULL, 0);
+      __m512 b;
+      if (type == Q4) { /* rows are whole blocks: the chunk is there, the x lanes past K 0 */
+        b = load_w(type, w[j], s[j], kv);
+      } else {
+        memcpy(pad, w[j] + kv * esz, (size_t)(K - kv) * esz);
+        b = load_w(type, pad, type == Q8 ? s[j] + kv / XL_Q8_BLOCK : NULL, 0);
+      }
       _Pragma("GCC unroll 16")
       for (int i = 0; i < RB; i++)
         acc[i * OB + j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a[i] + kv), b, acc[i * OB + j]);
@@ -151,7 +169,7 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
   }
 }
 
-T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, const float *S,
+T void matmul(int type, const float *x, int M, int K, int ldx, const void *W, const float *S,
               int N, int ldw, float *y, int ldy) {
   const int nb = xl_q8_blocks(ldw);
   for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
@@ -160,7 +178,7 @@ T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, cons
       const float *xr = x + (size_t)r0 * ldx;
       float *yr = y + (size_t)r0 * ldy;
       for (int o = 0; o < N; o += 4)
-        tile(q8, 1, 4, xr, 1, ldx, W, S, nb, ldw, o, N - o < 4 ? N - o : 4, K, 1, yr, ldy);
+        tile(type, 1, 4, xr, 1, ldx, W, S, nb, ldw, o, N - o < 4 ? N - o : 4, K, 1, yr, ldy);
       continue;
     }
     for (int o = 0; o < N; o += 4) {
@@ -170,9 +188,9 @@ T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, cons
         const float *xr = x + (size_t)r * ldx;
         float *yr = y + (size_t)r * ldy;
         if (rc == 1) /* the block's last row alone: the same per-element arithmetic */
-          tile(q8, 1, 4, xr, 1, ldx, W, S, nb, ldw, o, oc, K, 0, yr, ldy);
+          tile(type, 1, 4, xr, 1, ldx, W, S, nb, ldw, o, oc, K, 0, yr, ldy);
         else
-          tile(q8, 4, 4, xr, rc, ldx, W, S, nb, ldw, o, oc, K, r == r0, yr, ldy);
+          tile(type, 4, 4, xr, rc, ldx, W, S, nb, ldw, o, oc, K, r == r0, yr, ldy);
       }
     }
   }
@@ -181,15 +199,21 @@ T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, cons
 __attribute__((target("avx512f"))) static void matmul_bf16(const float *x, int M, int K, int ldx,
                                                            const uint16_t *W, int N, int ldw,
                                                            float *y, int ldy) {
-  matmul(0, x, M, K, ldx, W, NULL, N, ldw, y, ldy);
+  matmul(BF16, x, M, K, ldx, W, NULL, N, ldw, y, ldy);
 }
 
 __attribute__((target("avx512f"))) static void matmul_q8(const float *x, int M, int K, int ldx,
                                                          const int8_t *W, const float *S, int N,
                                                          int ldw, float *y, int ldy) {
-  matmul(1, x, M, K, ldx, W, S, N, ldw, y, ldy);
+  matmul(Q8, x, M, K, ldx, W, S, N, ldw, y, ldy);
 }
 
-const xl_wkernels xl_wkernels_avx512 = {"avx512", matmul_bf16, matmul_q8};
+__attribute__((target("avx512f"))) static void matmul_q4(const float *x, int M, int K, int ldx,
+                                                         const uint8_t *W, const float *S, int N,
+                                                         int ldw, float *y, int ldy) {
+  matmul(Q4, x, M, K, ldx, W, S, N, ldw, y, ldy);
+}
+
+const xl_wkernels xl_wkernels_avx512 = {"avx512", matmul_bf16, matmul_q8, matmul_q4};
 #undef T
 #endif /* __x86_64__ */
