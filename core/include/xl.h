@@ -304,6 +304,17 @@ size_t xl_cpu_runnable(char *out, size_t cap); /* "avx512, avx2, portable": the 
 /* Threads for the BLAS library's matrix products (0 = leave the library's default). Call it
  * before the first forward pass; the CLI tools and the daemon both do. */
 void xl_set_blas_threads(int n);
+/* The kernel family the BLAS library runs (OpenBLAS's core name: "Haswell", "SkylakeX"). */
+const char *xl_blas_core(void);
+/* One SGEMM of odd sizes by the BLAS library against xlserve's own F32 kernel (the family in
+ * use): the largest |difference| of an output over the sum of |products| it adds (a few 1e-7
+ * when both are right; a wrong kernel gives O(1)); +Inf without memory. */
+double xl_blas_self_check(void);
+/* A line saying what the program did about the BLAS library's kernel family at start (the
+ * CLI's re-run with another OPENBLAS_CORETYPE), kept for whoever reports it (the daemon's ready
+ * line); "" when nothing was done. Set once, at start, on the main thread. */
+void xl_blas_set_note(const char *note);
+const char *xl_blas_note(void);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,9 @@ int cli_info_main(int argc, char **argv) {
   xl_cpu_runnable(runnable, sizeof runnable);
   printf("model            %s\n", xl_model_dir(m));
   printf("cpu path         %s  (this CPU runs: %s)\n", xl_cpu_path(), runnable);
+  char blas[640];
+  cli_blas_describe(blas, sizeof blas);
+  printf("blas core        %s\n", blas);
   printf("fingerprint      %016" PRIx64 "\n", xl_model_fingerprint(m));
   printf("tokenizer        %s\n", c->tokenizer == XL_TOKENIZER_BYTES ? "bytes" : "words (vocab.txt)");
   printf("vocab_size       %d\n", c->vocab_size);
