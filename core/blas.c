@@ -2,8 +2,9 @@
  * blas.c: what xlserve asks of the BLAS library (OpenBLAS) itself: its thread count
  * (xl_set_blas_threads), the kernel family it chose (xl_blas_core), and a correctness check of
  * one SGEMM against xlserve's own F32 kernel (xl_blas_self_check, used when the CLI makes
- * OpenBLAS take another kernel family) and the note of what was done (xl_blas_note). Main
- * thread, at start, before any forward pass (xl_blas_note: any thread after that).
+ * OpenBLAS take another kernel family; xl_matmul_f32 gives the bench that kernel), and the
+ * note of what was done (xl_blas_note). Main thread, at start, before any forward pass
+ * (xl_matmul_f32 and xl_blas_note: any thread).
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,11 @@ void xl_set_blas_threads(int n) {
 const char *xl_blas_core(void) {
   const char *name = openblas_get_corename();
   return name && *name ? name : "unknown";
+}
+
+void xl_matmul_f32(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
+                   float *y, int ldy) {
+  xl_matmul_nt(x, M, K, ldx, W, N, ldw, y, ldy);
 }
 
 double xl_blas_self_check(void) {

@@ -304,6 +304,11 @@ size_t xl_cpu_runnable(char *out, size_t cap); /* "avx512, avx2, portable": the 
 /* Threads for the BLAS library's matrix products (0 = leave the library's default). Call it
  * before the first forward pass; the CLI tools and the daemon both do. */
 void xl_set_blas_threads(int n);
+/* y[M, N] = x[M, K] W[N, K]^T (row strides ldx, ldw, ldy) by xlserve's own F32 kernel of the
+ * family in use (the one the forward pass runs for F32 weights; `xlserve bench` sets it beside
+ * the BLAS library's SGEMM). */
+void xl_matmul_f32(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
+                   float *y, int ldy);
 /* The kernel family the BLAS library runs (OpenBLAS's core name: "Haswell", "SkylakeX"). */
 const char *xl_blas_core(void);
 /* One SGEMM of odd sizes by the BLAS library against xlserve's own F32 kernel (the family in
