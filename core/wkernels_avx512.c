@@ -1,8 +1,8 @@
 /*
  * wkernels_avx512.c: the AVX-512F family of the narrow-weight kernels (wkernels.h). Each
  * 16-weight chunk of a weight row is widened (bf16: shift into the high half) or dequantised
- * (int8: sign-extend, convert, times the block's scale; int4: the 16 bytes of the block, low
- * or high nibbles, minus 8, converted, times the scale) once and multiplied into the
+ * (int8: sign-extend, convert, times the block's scale; int4: a whole block of 32 at a time,
+ * its nibbles looked up in a 16-entry table of (n - 8) * scale by vpermps) once and multiplied into the
  * accumulators of the rows of x in the tile (4 rows x 4 outputs; a lone decode row 1 x 4);
  * each (row, output) accumulator is summed by one fixed tree (the order of
  * _mm512_reduce_add_ps), run for the tile's 16 or 4 accumulators at once as a transposed
@@ -74,21 +74,47 @@ T __m512 sum4(const __m512 acc[4]) {
 
 /* L weights of a row from column k as F32; s: the row's block scales (int8, int4) */
 T __m512 load_w(int type, const void *w, const float *s, int k) {
-  if (type == Q4) { /* k is a multiple of 16: the block's 16 bytes, one nibble of each */
-    const __m128i b = _mm_loadu_si128((const __m128i *)((const uint8_t *)w + (k / XL_Q8_BLOCK) *
-                                                                            XL_Q4_BLOCK_BYTES));
-    __m512i v = _mm512_cvtepu8_epi32(b);
-    v = k % XL_Q8_BLOCK ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(15));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v, _mm512_set1_epi32(8))),
-                         _mm512_set1_ps(s[k / XL_Q8_BLOCK]));
-  }
-  if (type == BF16) {
+  if (type == BF16) { /* (int4 goes through q4_block) */
     __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
   __m128i q = _mm_loadu_si128((const __m128i *)((const int8_t *)w + k));
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
                        _mm512_set1_ps(s[k / XL_Q8_BLOCK]));
+}
+
+/* int4: one block (32 weights, 16 bytes) of each of the tile's OB weight rows, dequantised
+ * through a table (lane n of lut: (float)(n - 8) * scale, the value the generic path computes)
+ * looked up by vpermps, which reads only an index's low 4 bits: the low nibbles need no mask.
+ * Adds the block's two chunks into the accumulators in the generic path's order (weights 0-15,
+ * then 16-31), so the sums are the same; lanes of x past K (n < 32) are zeros. */
+T void q4_block(int RB, int OB, const float *const *a, const char *const *w,
+                const float *const *s, int k, int n, __m512 *acc) {
+  const __m512 iota = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
+  const __mmask16 m0 = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1u);
+  const __mmask16 m1 = n >= 32 ? 0xFFFF : n > 16 ? (__mmask16)((1u << (n - 16)) - 1u) : 0;
+  __m512 lo[4], hi[4];
+  _Pragma("GCC unroll 16")
+  for (int j = 0; j < OB; j++) {
+    const __m512i v = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128((const __m128i *)(const void *)(w[j] + k / 2)));
+    const __m512 lut = _mm512_mul_ps(iota, _mm512_set1_ps(s[j][k / XL_Q8_BLOCK]));
+    lo[j] = _mm512_permutexvar_ps(v, lut);
+    hi[j] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+  }
+  _Pragma("GCC unroll 16")
+  for (int i = 0; i < RB; i++) {
+    const __m512 x0 = _mm512_maskz_loadu_ps(m0, a[i] + k);
+    _Pragma("GCC unroll 16")
+    for (int j = 0; j < OB; j++) acc[i * OB + j] = _mm512_fmadd_ps(x0, lo[j], acc[i * OB + j]);
+  }
+  if (!m1) return;
+  _Pragma("GCC unroll 16")
+  for (int i = 0; i < RB; i++) {
+    const __m512 x1 = _mm512_maskz_loadu_ps(m1, a[i] + k + 16);
+    _Pragma("GCC unroll 16")
+    for (int j = 0; j < OB; j++) acc[i * OB + j] = _mm512_fmadd_ps(x1, hi[j], acc[i * OB + j]);
+  }
 }
 
 /* y[i, o + j] for i < rc, j < oc (rc <= RB, oc <= OB; RB x OB is 4 x 4 or 1 x 4; missing rows
@@ -116,7 +142,18 @@ T void tile(int type, int RB, int OB, const float *x, int rc, int ldx, const voi
   __m512 acc[16]; /* acc[i * OB + j]: row i, output j */
   _Pragma("GCC unroll 16")
   for (int n = 0; n < RB * OB; n++) acc[n] = _mm512_setzero_ps();
-  const int kv = K & ~(L - 1);
+  if (type == Q4) { /* whole blocks, then the last (partial) one */
+    const int kb = K & ~(XL_Q8_BLOCK - 1);
+    for (int k = 0; k < kb; k += XL_Q8_BLOCK) {
+      if (prefetch) {
+        for (size_t b = 0; b < 2 * step; b += LINE) _mm_prefetch((const char *)(pf + b), _MM_HINT_T0);
+        pf += 2 * step;
+      }
+      q4_block(RB, OB, a, w, s, k, XL_Q8_BLOCK, acc);
+    }
+    if (kb < K) q4_block(RB, OB, a, w, s, kb, K - kb, acc);
+  }
+  const int kv = type == Q4 ? 0 : K & ~(L - 1);
   for (int k = 0; k < kv; k += L) {
     if (prefetch) { /* integer addresses: past the matrix's end they are only hints */
       for (size_t b = 0; b < step; b += LINE) _mm_prefetch((const char *)(pf + b), _MM_HINT_T0);
@@ -138,18 +175,13 @@ T void tile(int type, int RB, int OB, const float *x, int rc, int ldx, const voi
       }
     }
   }
-  if (kv < K) { /* the tail, zero-padded to L lanes */
+  if (type != Q4 && kv < K) { /* the tail, zero-padded to L lanes */
     const __mmask16 m = (__mmask16)((1u << (K - kv)) - 1u);
     _Pragma("GCC unroll 16")
     for (int j = 0; j < OB; j++) {
       _Alignas(64) char pad[2 * L] = {0};
-      __m512 b;
-      if (type == Q4) { /* rows are whole blocks: the chunk is there, the x lanes past K 0 */
-        b = load_w(type, w[j], s[j], kv);
-      } else {
-        memcpy(pad, w[j] + kv * esz, (size_t)(K - kv) * esz);
-        b = load_w(type, pad, type == Q8 ? s[j] + kv / XL_Q8_BLOCK : NULL, 0);
-      }
+      memcpy(pad, w[j] + kv * esz, (size_t)(K - kv) * esz);
+      __m512 b = load_w(type, pad, type == Q8 ? s[j] + kv / XL_Q8_BLOCK : NULL, 0);
       _Pragma("GCC unroll 16")
       for (int i = 0; i < RB; i++)
         acc[i * OB + j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a[i] + kv), b, acc[i * OB + j]);
