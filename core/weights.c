@@ -107,7 +107,7 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
   const size_t n = (size_t)rows * cols;
   const int q4 = m->weights == XL_WEIGHTS_INT4;
   const int q8 = m->weights == XL_WEIGHTS_INT8 || q4; /* block-scaled (int8 or int4) */
-  const int panels = q4 ? 0 : q8 ? xl_q8p_wanted() : xl_bf16p_wanted();
+  const int panels = q8 ? xl_q8p_wanted() : xl_bf16p_wanted();
   size_t bytes = q4 ? (size_t)rows * xl_q4_row_bytes(cols) : n * (q8 ? 1 : 2);
   size_t scale_bytes = q8 ? (size_t)rows * nb * sizeof(float) : 0;
   void *data = panels ? malloc(bytes + 1) : xl_arena_alloc(&m->arena, bytes);
@@ -148,7 +148,13 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
   if (!rc && panels) { /* the dot-product kernel's layout, from the rows (temporaries) */
     void *rows_data = data;
     float *rows_scales = scales;
-    if (q8) {
+    if (q4) {
+      bytes = xl_q4p_bytes(rows, cols);
+      scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof(float);
+      data = xl_arena_alloc(&m->arena, bytes);
+      scales = xl_arena_alloc(&m->arena, scale_bytes);
+      if (data && scales) xl_q4p_pack(rows_data, rows_scales, rows, cols, data, scales);
+    } else if (q8) {
       bytes = xl_q8p_bytes(rows, cols);
       scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof(float);
       data = xl_arena_alloc(&m->arena, bytes);

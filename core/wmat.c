@@ -56,7 +56,12 @@ void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N,
     else xl_q8p_matmul_portable(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
     break;
   case XL_WEIGHTS_INT4:
-    xl_wkern()->matmul_q4(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
+    if (!W->panels) xl_wkern()->matmul_q4(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
+#if defined(__x86_64__)
+    else if (xl_q8p_wanted())
+      xl_q4p_matmul_vnni(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
+#endif
+    else xl_q4p_matmul_portable(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
     break;
   default:
     xl_matmul_nt(x, M, K, ldx, W->data, N, W->cols, y, ldy);
@@ -92,6 +97,10 @@ void xl_wmat_row(const xl_wmat *W, int r, float *out) {
     break;
   }
   case XL_WEIGHTS_INT4: {
+    if (W->panels) {
+      xl_q4p_row(W->data, W->scales, W->cols, W->row0 + r, out);
+      break;
+    }
     const uint8_t *q = (const uint8_t *)W->data + (size_t)r * xl_q4_row_bytes(W->cols);
     const float *s = W->scales + (size_t)r * xl_q8_blocks(W->cols);
     for (int c = 0; c < W->cols; c++) out[c] = (float)xl_q4_at(q, c) * s[c / XL_Q8_BLOCK];
@@ -119,6 +128,10 @@ xl_wmat xl_wmat_from_row(const xl_wmat *W, int r) {
     v.scales = W->scales + (size_t)r * xl_q8_blocks(W->cols);
     break;
   case XL_WEIGHTS_INT4:
+    if (W->panels) {
+      v.row0 += r;
+      break;
+    }
     v.data = (const uint8_t *)W->data + (size_t)r * xl_q4_row_bytes(W->cols);
     v.scales = W->scales + (size_t)r * xl_q8_blocks(W->cols);
     break;

@@ -69,6 +69,22 @@ void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *
 void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
                             const float *S, int row0, int N, float *y, int ldy);
 
+/* int4 panels (wanted where int8's are: xl_q8p_wanted): panels of 16 rows as int8's, kp = cols
+ * rounded up to a whole block; panel p holds [kp / 8][16][4] bytes: for each group of 8 columns
+ * c..c+7, each of the 16 rows' 4 bytes, byte t = (w[c+t] + 8) | (w[c+4+t] + 8) << 4 (a missing
+ * row or column: weight 0, nibble 8); scales as int8's panels. One 64-byte load, split into low
+ * and high nibbles, gives two vpdpbusd operands (columns c..c+3 and c+4..c+7 of 16 rows).
+ * Arithmetic: int8's (above), the nibble (w + 8) in place of the byte (w + 128) and the
+ * correction 8 sum xq (corr / 16) in place of 128 sum xq; bit for bit the same in the kernel
+ * and in xl_q4p_matmul_portable. */
+static inline size_t xl_q4p_bytes(int rows, int cols) { return xl_q8p_bytes(rows, cols) / 2; }
+/* P[xl_q4p_bytes], S[xl_q8p_scale_count] from int4 rows (wkernels.h layout) q[rows,
+ * xl_q4_row_bytes(cols)] with scales s[rows, xl_q8_blocks(cols)]. */
+void xl_q4p_pack(const uint8_t *q, const float *s, int rows, int cols, uint8_t *P, float *S);
+void xl_q4p_row(const uint8_t *P, const float *S, int cols, int r, float *out);
+void xl_q4p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
+                            const float *S, int row0, int N, float *y, int ldy);
+
 /* bf16 panels: bytes, whether they are wanted (AVX-512 family on a CPU with AVX512_BF16),
  * packing from row-major bf16 w[rows, cols], a row read back, the activation rounding, the
  * portable mirror of the kernel. */
@@ -89,6 +105,8 @@ void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P,
                         int row0, int N, float *y, int ldy);
 void xl_bf16p_matmul_avx512(const float *x, int M, int K, int ldx, const uint16_t *P, int row0,
                             int N, float *y, int ldy);
+void xl_q4p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P, const float *S,
+                        int row0, int N, float *y, int ldy);
 #endif
 
 #endif /* XL_WPANEL_H */

@@ -208,9 +208,11 @@ static void test_int4_wmat(void) {
  * the tests' `if (vnni)` / `if (dot)` branches never run, and these name the mirrors. */
 #if defined(__x86_64__)
 #define Q8P_DOT xl_q8p_matmul_vnni
+#define Q4P_DOT xl_q4p_matmul_vnni
 #define BF16P_DOT xl_bf16p_matmul_avx512
 #else
 #define Q8P_DOT xl_q8p_matmul_portable
+#define Q4P_DOT xl_q4p_matmul_portable
 #define BF16P_DOT xl_bf16p_matmul_portable
 #endif
 
@@ -309,6 +311,92 @@ static void test_int8_panels(void) {
       bad_vnni += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
   }
   panel_counts("int8", bad_row, bad_ref, bad_inv, bad_vnni, bad_vnni_inv);
+  free(w), free(x), free(y), free(yp), free(y1), free(q), free(sc), free(P), free(S);
+}
+
+/* int4 weights in panels (wpanel.h), as test_int8_panels: rows read back from the panels are the
+ * int4 rows' values; the portable kernel within the activations' quantisation bound of a double
+ * reference, batch-invariant, views from any row; the VNNI kernel (where the CPU has it) the
+ * portable kernel's outputs bit for bit, also for NaN and Inf activations. */
+static void test_int4_panels(void) {
+  static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
+  static const int Ns[] = {1, 5, 16, 17, 33};
+  static const int Ks[] = {1, 7, 8, 9, 31, 32, 33, 64, 100};
+  static const int Row0s[] = {0, 3, 16};
+  weights *w = malloc(sizeof *w);
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
+        *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1);
+  uint8_t *q = malloc(MAXN * 64);
+  float *sc = malloc(MAXN * 4 * sizeof *sc), row[LD];
+  uint8_t *P = malloc(xl_q4p_bytes(MAXN, LD));
+  float *S = malloc(xl_q8p_scale_count(MAXN, LD) * sizeof *S);
+  unsigned seed = 17;
+  for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed) * (i % 7 ? 1.0f : 8.0f);
+  for (int k = 0; k < LD; k++) x[3 * LD + k] = 0.0f;                  /* an all-zero row */
+  for (int k = 0; k < LD; k++) x[4 * LD + k] = frand(&seed) * 1e-41f; /* subnormal blocks */
+  make_weights(w, 19);
+  const int vnni = xl_cpu_has_avx512_vnni();
+  int bad_row = 0, bad_ref = 0, bad_inv = 0, bad_vnni = 0, bad_vnni_inv = 0;
+  for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+    const int K = Ks[c], nb = xl_q8_blocks(K), rb = (int)xl_q4_row_bytes(K);
+    for (int o = 0; o < MAXN; o++) { /* the matrix [MAXN, K]: the first K columns' blocks */
+      memcpy(q + o * rb, w->q4 + o * 64, (size_t)rb);
+      memcpy(sc + o * nb, w->s4 + o * 4, (size_t)nb * sizeof *sc);
+    }
+    xl_q4p_pack(q, sc, MAXN, K, P, S);
+    for (int o = 0; o < MAXN; o++) {
+      xl_q4p_row(P, S, K, o, row);
+      for (int k = 0; k < K; k++) bad_row += row[k] != w->wq4[o * LD + k];
+    }
+    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+      for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+        for (size_t z = 0; z < sizeof Row0s / sizeof *Row0s; z++) {
+          const int M = Ms[a], N = Ns[b], row0 = Row0s[z], ldy = N + 3;
+          if (row0 + N > MAXN) continue;
+          xl_q4p_matmul_portable(x, M, K, LD, P, S, row0, N, yp, ldy);
+          if (vnni) {
+            Q4P_DOT(x, M, K, LD, P, S, row0, N, y, ldy);
+            for (int r = 0; r < M; r++)
+              bad_vnni += memcmp(y + r * ldy, yp + r * ldy, (size_t)N * sizeof *y) != 0;
+          }
+          for (int r = 0; r < M; r++) {
+            for (int o = 0; o < N; o++) { /* |error| <= sum over blocks of sum|w| * amax / 254 */
+              double ref = 0, bound = 1e-30;
+              for (int b0 = 0; b0 < K; b0 += 32) {
+                double amax = 0, wsum = 0;
+                for (int k = b0; k < K && k < b0 + 32; k++) {
+                  ref += (double)x[r * LD + k] * w->wq4[(row0 + o) * LD + k];
+                  amax = fmax(amax, fabs(x[r * LD + k]));
+                  wsum += fabs(w->wq4[(row0 + o) * LD + k]);
+                }
+                bound += wsum * amax / 254.0 * 1.001 + 1e-6 * wsum * amax;
+              }
+              bad_ref += fabs(ref - yp[r * ldy + o]) > bound;
+            }
+            xl_q4p_matmul_portable(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
+            bad_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+            if (vnni) {
+              Q4P_DOT(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
+              bad_vnni_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+            }
+          }
+        }
+  }
+  if (vnni) { /* NaN and Inf activations: quantised alike by both (-127) */
+    float odd[2 * LD];
+    for (int k = 0; k < 2 * LD; k++) odd[k] = frand(&seed);
+    odd[5] = NAN, odd[40] = INFINITY, odd[LD + 70] = -INFINITY;
+    xl_q4p_pack(w->q4, w->s4, MAXN, LD, P, S);
+    xl_q4p_matmul_portable(odd, 2, LD, LD, P, S, 0, MAXN, yp, MAXN);
+    Q4P_DOT(odd, 2, LD, LD, P, S, 0, MAXN, y, MAXN);
+    for (int i = 0; i < 2 * MAXN; i++)
+      bad_vnni += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
+  }
+  /* through xl_wmat: a view from row 5 and its rows read back */
+  xl_wmat W = {XL_WEIGHTS_INT4, P, S, LD, 1, 0}, V = xl_wmat_from_row(&W, 5);
+  xl_wmat_row(&V, 2, row);
+  for (int k = 0; k < LD; k++) bad_row += row[k] != w->wq4[7 * LD + k];
+  panel_counts("int4", bad_row, bad_ref, bad_inv, bad_vnni, bad_vnni_inv);
   free(w), free(x), free(y), free(yp), free(y1), free(q), free(sc), free(P), free(S);
 }
 
@@ -580,6 +668,7 @@ int main(void) {
   RUN(test_matmul_int4);
   RUN(test_int4_wmat);
   RUN(test_int8_panels);
+  RUN(test_int4_panels);
   RUN(test_bf16_panels);
   RUN(test_family_follows_cpu_path);
   RUN(test_models);
