@@ -1,8 +1,8 @@
 /*
  * wpanel.h: narrow weights in panels, the layouts read by the dot-product kernels
- * (wkernels_dot_avx512.c: int8 with AVX-512 VNNI, bf16 with AVX-512 BF16), and the arithmetic
- * those kernels share with their portable mirrors here. Output rows side by side, so that one
- * 64-byte load feeds 16 outputs' lanes: no horizontal sums.
+ * (wkernels_dot_avx512.c: int8 and int4 with AVX-512 VNNI, bf16 with AVX-512 BF16), and the
+ * arithmetic those kernels share with their portable mirrors here. Output rows side by side,
+ * so that one 64-byte load feeds 16 outputs' lanes: no horizontal sums.
  *
  * int8 (below); bf16: panels of 16 rows, kp2 = cols rounded up to even; panel p holds
  *   [kp2 / 2][16][2] bf16: each pair of columns of each of the 16 rows (missing ones 0).
@@ -48,7 +48,7 @@ static inline size_t xl_q8p_scale_count(int rows, int cols) {
   return (size_t)xl_q8p_panels(rows) * XL_Q8P_ROWS * xl_q8_blocks(cols);
 }
 
-/* 1 when int8 weights are to be held in panels: the kernel family in use is AVX-512 and the CPU
+/* 1 when int8 (and int4) weights are to be held in panels: the kernel family in use is AVX-512 and the CPU
  * has AVX512_VNNI (the dot-product kernel runs). Decided at load. */
 int xl_q8p_wanted(void);
 
