@@ -119,7 +119,7 @@ xl_code xl_model_load(const char *dir, const xl_load_options *opts, xl_model **o
   if ((rc = xl_config_load(path, &m->cfg, err))) goto fail;
   if (opts) {
     if (!xl_weights_name(opts->weights)) {
-      rc = xl_fail(err, XL_ARG, "unknown weight type %d (f32, bf16 or int8)", (int)opts->weights);
+      rc = xl_fail(err, XL_ARG, "unknown weight type %d (f32, bf16, int8 or int4)", (int)opts->weights);
       goto fail;
     }
     m->weights = opts->weights;

@@ -105,9 +105,10 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
                       int rows, int cols, xl_wmat *out, xl_error *err) {
   const int nb = xl_q8_blocks(cols);
   const size_t n = (size_t)rows * cols;
-  const int q8 = m->weights == XL_WEIGHTS_INT8;
+  const int q4 = m->weights == XL_WEIGHTS_INT4;
+  const int q8 = m->weights == XL_WEIGHTS_INT8 || q4; /* block-scaled (int8 or int4) */
   const int panels = q8 ? xl_q8p_wanted() : xl_bf16p_wanted();
-  size_t bytes = n * (q8 ? 1 : 2);
+  size_t bytes = q4 ? (size_t)rows * xl_q4_row_bytes(cols) : n * (q8 ? 1 : 2);
   size_t scale_bytes = q8 ? (size_t)rows * nb * sizeof(float) : 0;
   void *data = panels ? malloc(bytes + 1) : xl_arena_alloc(&m->arena, bytes);
   float *scales = !q8      ? NULL
@@ -129,21 +130,31 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
     for (int c = 0; c < cols; c++)
       if (!isfinite(x[c])) {
         rc = xl_fail(err, XL_TENSOR,
-                     "%s: tensor '%s' holds a non-finite value (row %d, column %d); int8 "
+                     "%s: tensor '%s' holds a non-finite value (row %d, column %d); %s "
                      "weights need finite ones",
-                     m->st.path, name, r, c);
+                     m->st.path, name, r, c, xl_weights_name(m->weights));
         break;
       }
     for (int b = 0; b < nb && !rc; b++) {
       int c0 = b * XL_Q8_BLOCK, w = cols - c0 < XL_Q8_BLOCK ? cols - c0 : XL_Q8_BLOCK;
-      scales[(size_t)r * nb + b] = xl_q8_block(x + c0, w, (int8_t *)data + (size_t)r * cols + c0);
+      scales[(size_t)r * nb + b] =
+          q4 ? xl_q4_block(x + c0, w,
+                           (uint8_t *)data + (size_t)r * xl_q4_row_bytes(cols) +
+                               (size_t)b * XL_Q4_BLOCK_BYTES)
+             : xl_q8_block(x + c0, w, (int8_t *)data + (size_t)r * cols + c0);
     }
   }
   free(row);
   if (!rc && panels) { /* the dot-product kernel's layout, from the rows (temporaries) */
     void *rows_data = data;
     float *rows_scales = scales;
-    if (q8) {
+    if (q4) {
+      bytes = xl_q4p_bytes(rows, cols);
+      scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof(float);
+      data = xl_arena_alloc(&m->arena, bytes);
+      scales = xl_arena_alloc(&m->arena, scale_bytes);
+      if (data && scales) xl_q4p_pack(rows_data, rows_scales, rows, cols, data, scales);
+    } else if (q8) {
       bytes = xl_q8p_bytes(rows, cols);
       scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof(float);
       data = xl_arena_alloc(&m->arena, bytes);
@@ -170,7 +181,7 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
 }
 
 /* `name` [d0, d1] as a weight matrix in m->weights: F32 as tensor(); bf16 in place when the
- * file holds aligned bf16, else narrowed row by row; int8 quantised row by row. */
+ * file holds aligned bf16, else narrowed row by row; int8 and int4 quantised row by row. */
 static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, int required,
                        xl_wmat *out, xl_error *err) {
   memset(out, 0, sizeof *out);

@@ -2,7 +2,8 @@
  * wkernels_avx2.c: the AVX2+FMA family of the narrow-weight kernels (wkernels.h). Tiles of up
  * to 4 rows x 2 outputs (a lone decode row: 1 row x 4 outputs), 16 registers being what AVX2
  * has: each 8-weight chunk of the weight rows is widened (bf16) or dequantised (int8, times
- * the block's scale) once and multiplied into the rows' accumulators; each (row, output)
+ * the block's scale; int4: 8 bytes of the block, low or high nibbles, minus 8, times the
+ * scale) once and multiplied into the rows' accumulators; each (row, output)
  * accumulator is summed by the same tree, run for 4 accumulators at once (sum4), so a
  * row's result does not depend on the batch and small-K matrices do not spend their time on
  * reductions. Weights are prefetched in software one tile ahead (AHEAD_MIN bytes at least),
@@ -23,9 +24,21 @@
 #define LINE 64        /* cache line bytes */
 #define L 8            /* lanes */
 
-/* L weights of a row from column k as F32; s: the row's block scales (int8) */
-T __m256 load_w(int q8, const void *w, const float *s, int k) {
-  if (!q8) {
+enum { BF16 = 0, Q8 = 1, Q4 = 2 }; /* the weight types (compile-time constants below) */
+
+/* L weights of a row from column k as F32; s: the row's block scales (int8, int4) */
+T __m256 load_w(int type, const void *w, const float *s, int k) {
+  if (type == Q4) { /* k is a multiple of 8: 8 bytes of the block, one nibble of each */
+    const int j = k % XL_Q8_BLOCK;
+    const __m128i b = _mm_loadl_epi64((const __m128i *)((const uint8_t *)w +
+                                                        (k / XL_Q8_BLOCK) * XL_Q4_BLOCK_BYTES +
+                                                        (j & 15)));
+    __m256i v = _mm256_cvtepu8_epi32(b);
+    v = j >= 16 ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(15));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(8))),
+                         _mm256_set1_ps(s[k / XL_Q8_BLOCK]));
+  }
+  if (type == BF16) {
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
@@ -51,21 +64,23 @@ T __m128 sum4(__m256 c0, __m256 c1, __m256 c2, __m256 c3) {
 }
 
 /* y[r + i, o + j] for i < rc, j < oc (rc <= RB, oc <= OB; missing ones repeat the first) */
-T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void *W,
+T void tile(int type, int RB, int OB, const float *x, int rc, int ldx, const void *W,
             const float *S, int nb, int ldw, int o, int oc, int K, int prefetch, float *y,
             int ldy) {
   const float *a[4];
   const char *w[4];
   const float *s[4];
-  const size_t esz = q8 ? 1 : 2;
+  const size_t esz = type == BF16 ? 2 : 1; /* bytes per weight (int4: per two) */
+  const size_t row_bytes = type == Q4 ? xl_q4_row_bytes(ldw) : (size_t)ldw * esz;
+  const size_t chunk_bytes = type == Q4 ? L / 2 : L * esz;
   for (int i = 0; i < RB; i++) a[i] = x + (size_t)(i < rc ? i : 0) * ldx;
   for (int j = 0; j < OB; j++) {
     size_t row = (size_t)o + (j < oc ? j : 0);
-    w[j] = (const char *)W + row * ldw * esz;
-    s[j] = q8 ? S + row * nb : NULL;
+    w[j] = (const char *)W + row * row_bytes;
+    s[j] = type != BF16 ? S + row * nb : NULL;
   }
   /* the prefetch stream: the lines the tile reads, as it reads them, a tile or more ahead */
-  const size_t tile_bytes = (size_t)OB * ldw * esz, step = (size_t)OB * L * esz;
+  const size_t tile_bytes = (size_t)OB * row_bytes, step = (size_t)OB * chunk_bytes;
   uintptr_t pf = (uintptr_t)w[0] + (tile_bytes > AHEAD_MIN ? tile_bytes : AHEAD_MIN), pf_end = pf;
   __m256 acc[4][4];
   for (int i = 0; i < RB; i++)
@@ -75,7 +90,7 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
     __m256 b[4];
     if (prefetch) /* integer addresses: past the matrix's end they are only hints */
       for (pf_end += step; pf < pf_end; pf += LINE) _mm_prefetch((const char *)pf, _MM_HINT_T0);
-    for (int j = 0; j < OB; j++) b[j] = load_w(q8, w[j], s[j], k);
+    for (int j = 0; j < OB; j++) b[j] = load_w(type, w[j], s[j], k);
     for (int i = 0; i < RB; i++) {
       __m256 v = _mm256_loadu_ps(a[i] + k);
       for (int j = 0; j < OB; j++) acc[i][j] = _mm256_fmadd_ps(v, b[j], acc[i][j]);
@@ -85,8 +100,12 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
     __m256 b[4];
     for (int j = 0; j < OB; j++) {
       _Alignas(32) char pad[2 * L] = {0};
+      if (type == Q4) { /* rows are whole blocks: the chunk is there, the x lanes past K 0 */
+        b[j] = load_w(type, w[j], s[j], kv);
+        continue;
+      }
       memcpy(pad, w[j] + kv * esz, (size_t)(K - kv) * esz);
-      b[j] = load_w(q8, pad, q8 ? s[j] + kv / XL_Q8_BLOCK : NULL, 0);
+      b[j] = load_w(type, pad, type == Q8 ? s[j] + kv / XL_Q8_BLOCK : NULL, 0);
     }
     for (int i = 0; i < RB; i++) {
       _Alignas(32) float xp[L] = {0};
@@ -104,12 +123,12 @@ T void tile(int q8, int RB, int OB, const float *x, int rc, int ldx, const void 
     for (int j = 0; j < oc; j++) y[(size_t)i * ldy + o + j] = sums[i * OB + j];
 }
 
-T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, const float *S,
+T void matmul(int type, const float *x, int M, int K, int ldx, const void *W, const float *S,
               int N, int ldw, float *y, int ldy) {
   const int nb = xl_q8_blocks(ldw);
   if (M == 1) { /* a lone row (decode): 4 weight rows at a time, the same per-element sums */
     for (int o = 0; o < N; o += 4)
-      tile(q8, 1, 4, x, 1, ldx, W, S, nb, ldw, o, N - o < 4 ? N - o : 4, K, 1, y, ldy);
+      tile(type, 1, 4, x, 1, ldx, W, S, nb, ldw, o, N - o < 4 ? N - o : 4, K, 1, y, ldy);
     return;
   }
   for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
@@ -118,7 +137,7 @@ T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, cons
       int oc = N - o < 2 ? N - o : 2;
       for (int r = r0; r < r1; r += 4) {
         int rc = r1 - r < 4 ? r1 - r : 4;
-        tile(q8, 4, 2, x + (size_t)r * ldx, rc, ldx, W, S, nb, ldw, o, oc, K, r == r0,
+        tile(type, 4, 2, x + (size_t)r * ldx, rc, ldx, W, S, nb, ldw, o, oc, K, r == r0,
              y + (size_t)r * ldy, ldy);
       }
     }
@@ -128,15 +147,21 @@ T void matmul(int q8, const float *x, int M, int K, int ldx, const void *W, cons
 __attribute__((target("avx2,fma"))) static void matmul_bf16(const float *x, int M, int K,
                                                             int ldx, const uint16_t *W, int N,
                                                             int ldw, float *y, int ldy) {
-  matmul(0, x, M, K, ldx, W, NULL, N, ldw, y, ldy);
+  matmul(BF16, x, M, K, ldx, W, NULL, N, ldw, y, ldy);
 }
 
 __attribute__((target("avx2,fma"))) static void matmul_q8(const float *x, int M, int K, int ldx,
                                                           const int8_t *W, const float *S, int N,
                                                           int ldw, float *y, int ldy) {
-  matmul(1, x, M, K, ldx, W, S, N, ldw, y, ldy);
+  matmul(Q8, x, M, K, ldx, W, S, N, ldw, y, ldy);
 }
 
-const xl_wkernels xl_wkernels_avx2 = {"avx2", matmul_bf16, matmul_q8};
+__attribute__((target("avx2,fma"))) static void matmul_q4(const float *x, int M, int K, int ldx,
+                                                          const uint8_t *W, const float *S, int N,
+                                                          int ldw, float *y, int ldy) {
+  matmul(Q4, x, M, K, ldx, W, S, N, ldw, y, ldy);
+}
+
+const xl_wkernels xl_wkernels_avx2 = {"avx2", matmul_bf16, matmul_q8, matmul_q4};
 #undef T
 #endif /* __x86_64__ */

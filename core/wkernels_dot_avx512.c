@@ -7,7 +7,9 @@
  * activations (broadcast) and adds the products into the 16 outputs' int32 lanes; at the end of
  * each block the exact integer sums are corrected for the weights' +128, converted, and added
  * into F32 accumulators with the block's two scales: lanes are outputs, so no horizontal sums.
- * Its arithmetic is xl_q8p_matmul_portable's, bit for bit.
+ * Its arithmetic is xl_q8p_matmul_portable's, bit for bit. int4 panels the same way, each
+ * 64-byte load split into its low and high nibbles: two vpdpbusd (xl_q4p_matmul_portable's
+ * arithmetic, bit for bit).
  * bf16 with AVX-512 BF16: each activation row is rounded to bf16 once per call
  * (vcvtne2ps2bf16); one vdpbf16ps adds 2 weights x 2 activations into each of 16 outputs.
  * Tiles of 4 rows x 2 panels (32 outputs), leftover rows one at a time: each row's arithmetic
@@ -59,16 +61,36 @@ T void quantize_row(const float *x, int K, int kp, int8_t *xq, float *sx, int32_
 }
 
 /* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP) */
-T void tile(int R, int NP, const int8_t *xq, int kp, const float *sx, const int32_t *corr,
+T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, const int32_t *corr,
             int nb, const uint8_t *P, const float *S, int p, __m512 out[RB][2]) {
   __m512 facc[RB][2];
   __m512i iacc[RB][2];
   for (int i = 0; i < R; i++)
     for (int j = 0; j < NP; j++) facc[i][j] = _mm512_setzero_ps(), iacc[i][j] = _mm512_setzero_si512();
   const uint8_t *w[2];
-  for (int j = 0; j < NP; j++) w[j] = P + (size_t)(p + j) * kp * XL_Q8P_ROWS;
+  for (int j = 0; j < NP; j++) w[j] = P + (size_t)(p + j) * kp * XL_Q8P_ROWS / (q4 ? 2 : 1);
+  const __m512i low4 = _mm512_set1_epi8(15);
   for (int b = 0; b < nb; b++) {
-    for (int g = 0; g < XL_Q8_BLOCK / 4; g++) {
+    /* int4: 64 bytes a group of 8 columns, low nibbles columns 0-3, high 4-7 */
+    for (int g = 0; q4 && g < XL_Q8_BLOCK / 8; g++) {
+      const size_t at = ((size_t)b * (XL_Q8_BLOCK / 8) + (size_t)g) * 64;
+      __m512i lo[2], hi[2];
+      for (int j = 0; j < NP; j++) {
+        _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
+        const __m512i a = _mm512_loadu_si512((const void *)(w[j] + at));
+        lo[j] = _mm512_and_si512(a, low4);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(a, 4), low4);
+      }
+      for (int i = 0; i < R; i++) {
+        int32_t f0, f1;
+        memcpy(&f0, xq + (size_t)i * kp + (size_t)b * XL_Q8_BLOCK + 8 * g, 4);
+        memcpy(&f1, xq + (size_t)i * kp + (size_t)b * XL_Q8_BLOCK + 8 * g + 4, 4);
+        const __m512i x0 = _mm512_set1_epi32(f0), x1 = _mm512_set1_epi32(f1);
+        for (int j = 0; j < NP; j++)
+          iacc[i][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(iacc[i][j], lo[j], x0), hi[j], x1);
+      }
+    }
+    for (int g = 0; !q4 && g < XL_Q8_BLOCK / 4; g++) {
       const size_t at = ((size_t)b * (XL_Q8_BLOCK / 4) + (size_t)g) * 64;
       __m512i a[2];
       for (int j = 0; j < NP; j++) {
@@ -85,7 +107,7 @@ T void tile(int R, int NP, const int8_t *xq, int kp, const float *sx, const int3
     __m512 sw[2];
     for (int j = 0; j < NP; j++) sw[j] = _mm512_loadu_ps(S + ((size_t)(p + j) * nb + b) * XL_Q8P_ROWS);
     for (int i = 0; i < R; i++) {
-      const __m512i c = _mm512_set1_epi32(corr[(size_t)i * nb + b]);
+      const __m512i c = _mm512_set1_epi32(corr[(size_t)i * nb + b] / (q4 ? 16 : 1));
       const __m512 xs = _mm512_set1_ps(sx[(size_t)i * nb + b]);
       for (int j = 0; j < NP; j++) {
         const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[i][j], c));
@@ -111,14 +133,14 @@ TF void store_panel(__m512 v, int p, int row0, int N, float *y) {
     if (first + l >= row0 && first + l < row0 + N) y[first + l - row0] = lanes[l];
 }
 
-__attribute__((target(TGT))) void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx,
-                                                     const uint8_t *P, const float *S, int row0,
-                                                     int N, float *y, int ldy) {
+T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_t *P,
+                     const float *S, int row0, int N, float *y, int ldy) {
   const int kp = xl_q8p_kp(K), nb = kp / XL_Q8_BLOCK;
   int chunk = XQ_BYTES / kp;
   if (chunk < 1) chunk = 1; /* K past XQ_BYTES: the portable kernel (same results) */
   if (kp > XQ_BYTES) {
-    xl_q8p_matmul_portable(x, M, K, ldx, P, S, row0, N, y, ldy);
+    if (q4) xl_q4p_matmul_portable(x, M, K, ldx, P, S, row0, N, y, ldy);
+    else xl_q8p_matmul_portable(x, M, K, ldx, P, S, row0, N, y, ldy);
     return;
   }
   _Alignas(64) int8_t xq[XQ_BYTES];                /* [chunk, kp] */
@@ -136,10 +158,10 @@ __attribute__((target(TGT))) void xl_q8p_matmul_vnni(const float *x, int M, int 
         const int R = r1 - r >= RB ? RB : 1;
         const size_t q = (size_t)(r - r0);
         __m512 out[RB][2];
-        if (R == RB && np == 2) tile(RB, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
-        else if (R == RB) tile(RB, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
-        else if (np == 2) tile(1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
-        else tile(1, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        if (R == RB && np == 2) tile(q4, RB, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        else if (R == RB) tile(q4, RB, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        else if (np == 2) tile(q4, 1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        else tile(q4, 1, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
         for (int i = 0; i < R; i++)
           for (int j = 0; j < np; j++) store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
         r += R;
@@ -147,6 +169,18 @@ __attribute__((target(TGT))) void xl_q8p_matmul_vnni(const float *x, int M, int 
     }
   }
 }
+__attribute__((target(TGT))) void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx,
+                                                     const uint8_t *P, const float *S, int row0,
+                                                     int N, float *y, int ldy) {
+  matmul_panels(0, x, M, K, ldx, P, S, row0, N, y, ldy);
+}
+
+__attribute__((target(TGT))) void xl_q4p_matmul_vnni(const float *x, int M, int K, int ldx,
+                                                     const uint8_t *P, const float *S, int row0,
+                                                     int N, float *y, int ldy) {
+  matmul_panels(1, x, M, K, ldx, P, S, row0, N, y, ldy);
+}
+
 /* ---- bf16 ---- */
 
 /* xb[0..kp2) = x[0..K) rounded to bf16 (zeros past K); xb holds a multiple of 32 */

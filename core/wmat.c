@@ -2,7 +2,7 @@
  * wmat.c: weight matrices in the model's weight type (wkernels.h): the type names, the choice
  * of the narrow-weight kernel table (the family of xl_kern()), the GEMM and Linear over any
  * type and layout (rows, or the dot-product kernels' panels: wpanel.h), row reads (the
- * embedding lookup), views from a row, and the int8 block quantisation. Any thread; pure
+ * embedding lookup), views from a row, and the int8 and int4 block quantisations. Any thread; pure
  * functions.
  */
 #include <math.h>
@@ -11,7 +11,7 @@
 #include "internal.h"
 #include "wpanel.h"
 
-static const char *const WEIGHT_NAMES[] = {"f32", "bf16", "int8"};
+static const char *const WEIGHT_NAMES[] = {"f32", "bf16", "int8", "int4"};
 
 const char *xl_weights_name(xl_weights w) {
   return (unsigned)w < sizeof WEIGHT_NAMES / sizeof *WEIGHT_NAMES ? WEIGHT_NAMES[w] : NULL;
@@ -55,6 +55,14 @@ void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N,
 #endif
     else xl_q8p_matmul_portable(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
     break;
+  case XL_WEIGHTS_INT4:
+    if (!W->panels) xl_wkern()->matmul_q4(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
+#if defined(__x86_64__)
+    else if (xl_q8p_wanted())
+      xl_q4p_matmul_vnni(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
+#endif
+    else xl_q4p_matmul_portable(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
+    break;
   default:
     xl_matmul_nt(x, M, K, ldx, W->data, N, W->cols, y, ldy);
   }
@@ -88,6 +96,16 @@ void xl_wmat_row(const xl_wmat *W, int r, float *out) {
     for (int c = 0; c < W->cols; c++) out[c] = (float)q[c] * s[c / XL_Q8_BLOCK];
     break;
   }
+  case XL_WEIGHTS_INT4: {
+    if (W->panels) {
+      xl_q4p_row(W->data, W->scales, W->cols, W->row0 + r, out);
+      break;
+    }
+    const uint8_t *q = (const uint8_t *)W->data + (size_t)r * xl_q4_row_bytes(W->cols);
+    const float *s = W->scales + (size_t)r * xl_q8_blocks(W->cols);
+    for (int c = 0; c < W->cols; c++) out[c] = (float)xl_q4_at(q, c) * s[c / XL_Q8_BLOCK];
+    break;
+  }
   default:
     memcpy(out, (const float *)W->data + at, (size_t)W->cols * sizeof *out);
   }
@@ -109,6 +127,14 @@ xl_wmat xl_wmat_from_row(const xl_wmat *W, int r) {
     v.data = (const int8_t *)W->data + at;
     v.scales = W->scales + (size_t)r * xl_q8_blocks(W->cols);
     break;
+  case XL_WEIGHTS_INT4:
+    if (W->panels) {
+      v.row0 += r;
+      break;
+    }
+    v.data = (const uint8_t *)W->data + (size_t)r * xl_q4_row_bytes(W->cols);
+    v.scales = W->scales + (size_t)r * xl_q8_blocks(W->cols);
+    break;
   default: v.data = (const float *)W->data + at;
   }
   return v;
@@ -121,6 +147,20 @@ float xl_q8_block(const float *x, int n, int8_t *q) {
   for (int i = 0; i < n; i++) {
     float v = s > 0.0f ? nearbyintf(x[i] / s) : 0.0f;
     q[i] = (int8_t)fminf(fmaxf(v, -127.0f), 127.0f);
+  }
+  return s;
+}
+
+float xl_q4_block(const float *x, int n, uint8_t *q) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+  float s = amax / 7.0f;
+  memset(q, 0x88, XL_Q4_BLOCK_BYTES);
+  for (int i = 0; i < n; i++) {
+    float v = s > 0.0f ? nearbyintf(x[i] / s) : 0.0f;
+    int nib = (int)fminf(fmaxf(v, -7.0f), 7.0f) + 8;
+    if (i < 16) q[i] = (uint8_t)((q[i] & 0xF0) | nib);
+    else q[i - 16] = (uint8_t)((q[i - 16] & 0x0F) | (nib << 4));
   }
   return s;
 }

@@ -1,6 +1,6 @@
 /*
  * wpanel.c: narrow weights in panels (wpanel.h): packing from rows, reading a row back, the
- * activations' quantisation (int8) or rounding (bf16) and the portable mirrors of the
+ * activations' quantisation (int8, int4) or rounding (bf16) and the portable mirrors of the
  * dot-product kernels. Pure functions: any thread.
  */
 #include <math.h>
@@ -88,6 +88,71 @@ void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t
           for (int i = 0; i < XL_Q8_BLOCK; i++)
             dot += (int32_t)P[byte_at(kp, w, c0 + b * XL_Q8_BLOCK + i)] * xq[b * XL_Q8_BLOCK + i];
           acc = fmaf((float)(dot - corr[b]), S[scale_at(nb, w, b0 + b)] * sx[b], acc);
+        }
+        yr[o] = acc;
+      }
+    }
+  }
+}
+
+/* ---- int4 ---- */
+
+/* the byte holding (row r, column c) in the int4 panel layout, and whether in the high nibble */
+static size_t q4_byte_at(int kp, int r, int c) {
+  return ((size_t)(r / XL_Q8P_ROWS) * (kp / 8) + (size_t)(c / 8)) * (4 * XL_Q8P_ROWS) +
+         (size_t)(r % XL_Q8P_ROWS) * 4 + (size_t)(c % 4);
+}
+
+void xl_q4p_pack(const uint8_t *q, const float *s, int rows, int cols, uint8_t *P, float *S) {
+  const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
+  const size_t rb = xl_q4_row_bytes(cols);
+  memset(P, 0x88, xl_q4p_bytes(rows, cols));
+  memset(S, 0, xl_q8p_scale_count(rows, cols) * sizeof *S);
+  for (int r = 0; r < rows; r++) {
+    for (int c = 0; c < cols; c++) {
+      uint8_t *b = &P[q4_byte_at(kp, r, c)];
+      const int nib = xl_q4_at(q + (size_t)r * rb, c) + 8;
+      *b = (uint8_t)(c % 8 >= 4 ? (*b & 0x0F) | (nib << 4) : (*b & 0xF0) | nib);
+    }
+    for (int b = 0; b < nb; b++) S[scale_at(nb, r, b)] = s[(size_t)r * nb + b];
+  }
+}
+
+/* weight (row r, column c) of int4 panels, as its nibble (w + 8) */
+static int q4_nibble(const uint8_t *P, int kp, int r, int c) {
+  const uint8_t b = P[q4_byte_at(kp, r, c)];
+  return c % 8 >= 4 ? b >> 4 : b & 15;
+}
+
+void xl_q4p_row(const uint8_t *P, const float *S, int cols, int r, float *out) {
+  const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
+  for (int c = 0; c < cols; c++)
+    out[c] = (float)(q4_nibble(P, kp, r, c) - 8) * S[scale_at(nb, r, c / XL_Q8_BLOCK)];
+}
+
+void xl_q4p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
+                            const float *S, int row0, int N, float *y, int ldy) {
+  enum { CHUNK = 128 }; /* blocks of a row quantised at a time */
+  const int kp = xl_q8p_kp(K), nb = xl_q8_blocks(K);
+  int8_t xq[XL_Q8_BLOCK * CHUNK];
+  float sx[CHUNK];
+  int32_t corr[CHUNK];
+  for (int r = 0; r < M; r++) {
+    const float *xr = x + (size_t)r * ldx;
+    float *yr = y + (size_t)r * ldy; /* [N]: the running sums, block after block */
+    for (int o = 0; o < N; o++) yr[o] = 0.0f;
+    for (int b0 = 0; b0 < nb; b0 += CHUNK) {
+      const int nbc = nb - b0 < CHUNK ? nb - b0 : CHUNK, c0 = b0 * XL_Q8_BLOCK;
+      xl_q8p_quantize_row(xr + c0, K - c0 < nbc * XL_Q8_BLOCK ? K - c0 : nbc * XL_Q8_BLOCK, xq,
+                          sx, corr);
+      for (int o = 0; o < N; o++) {
+        const int w = row0 + o;
+        float acc = yr[o];
+        for (int b = 0; b < nbc; b++) {
+          int32_t dot = 0;
+          for (int i = 0; i < XL_Q8_BLOCK; i++)
+            dot += (int32_t)q4_nibble(P, kp, w, c0 + b * XL_Q8_BLOCK + i) * xq[b * XL_Q8_BLOCK + i];
+          acc = fmaf((float)(dot - corr[b] / 16), S[scale_at(nb, w, b0 + b)] * sx[b], acc);
         }
         yr[o] = acc;
       }

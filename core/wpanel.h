@@ -1,8 +1,8 @@
 /*
  * wpanel.h: narrow weights in panels, the layouts read by the dot-product kernels
- * (wkernels_dot_avx512.c: int8 with AVX-512 VNNI, bf16 with AVX-512 BF16), and the arithmetic
- * those kernels share with their portable mirrors here. Output rows side by side, so that one
- * 64-byte load feeds 16 outputs' lanes: no horizontal sums.
+ * (wkernels_dot_avx512.c: int8 and int4 with AVX-512 VNNI, bf16 with AVX-512 BF16), and the
+ * arithmetic those kernels share with their portable mirrors here. Output rows side by side,
+ * so that one 64-byte load feeds 16 outputs' lanes: no horizontal sums.
  *
  * int8 (below); bf16: panels of 16 rows, kp2 = cols rounded up to even; panel p holds
  *   [kp2 / 2][16][2] bf16: each pair of columns of each of the 16 rows (missing ones 0).
@@ -48,7 +48,7 @@ static inline size_t xl_q8p_scale_count(int rows, int cols) {
   return (size_t)xl_q8p_panels(rows) * XL_Q8P_ROWS * xl_q8_blocks(cols);
 }
 
-/* 1 when int8 weights are to be held in panels: the kernel family in use is AVX-512 and the CPU
+/* 1 when int8 (and int4) weights are to be held in panels: the kernel family in use is AVX-512 and the CPU
  * has AVX512_VNNI (the dot-product kernel runs). Decided at load. */
 int xl_q8p_wanted(void);
 
@@ -67,6 +67,22 @@ void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *
  * the portable mirror of the kernel (the reference of its test; the kernel of every family
  * other than AVX-512 with VNNI, should one meet panels). */
 void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
+                            const float *S, int row0, int N, float *y, int ldy);
+
+/* int4 panels (wanted where int8's are: xl_q8p_wanted): panels of 16 rows as int8's, kp = cols
+ * rounded up to a whole block; panel p holds [kp / 8][16][4] bytes: for each group of 8 columns
+ * c..c+7, each of the 16 rows' 4 bytes, byte t = (w[c+t] + 8) | (w[c+4+t] + 8) << 4 (a missing
+ * row or column: weight 0, nibble 8); scales as int8's panels. One 64-byte load, split into low
+ * and high nibbles, gives two vpdpbusd operands (columns c..c+3 and c+4..c+7 of 16 rows).
+ * Arithmetic: int8's (above), the nibble (w + 8) in place of the byte (w + 128) and the
+ * correction 8 sum xq (corr / 16) in place of 128 sum xq; bit for bit the same in the kernel
+ * and in xl_q4p_matmul_portable. */
+static inline size_t xl_q4p_bytes(int rows, int cols) { return xl_q8p_bytes(rows, cols) / 2; }
+/* P[xl_q4p_bytes], S[xl_q8p_scale_count] from int4 rows (wkernels.h layout) q[rows,
+ * xl_q4_row_bytes(cols)] with scales s[rows, xl_q8_blocks(cols)]. */
+void xl_q4p_pack(const uint8_t *q, const float *s, int rows, int cols, uint8_t *P, float *S);
+void xl_q4p_row(const uint8_t *P, const float *S, int cols, int r, float *out);
+void xl_q4p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
                             const float *S, int row0, int N, float *y, int ldy);
 
 /* bf16 panels: bytes, whether they are wanted (AVX-512 family on a CPU with AVX512_BF16),
@@ -89,6 +105,8 @@ void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P,
                         int row0, int N, float *y, int ldy);
 void xl_bf16p_matmul_avx512(const float *x, int M, int K, int ldx, const uint16_t *P, int row0,
                             int N, float *y, int ldy);
+void xl_q4p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P, const float *S,
+                        int row0, int N, float *y, int ldy);
 #endif
 
 #endif /* XL_WPANEL_H */

@@ -39,6 +39,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  cli_blas_fix(argv, argc > 1 && !strcmp(argv[1], "serve")); /* before anything calls BLAS */
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -104,11 +104,17 @@ int xl_kv_dtype_parse(const char *name, xl_kv_dtype *out); /* 0, or -1 for an un
 
 /* How the big weight matrices (attention q/k/v, output and position projections, the
  * feed-forward layers, the adaptive input/softmax tables and projections) are held in RAM:
- * F32 (as stored), bf16 (round-to-nearest-even; a bf16 file is used in place), or int8 with
- * one F32 scale per 32 weights of a row. LayerNorm parameters, biases and r_w_bias/r_r_bias
- * stay F32 in every case; so do activations. */
-typedef enum { XL_WEIGHTS_F32 = 0, XL_WEIGHTS_BF16 = 1, XL_WEIGHTS_INT8 = 2 } xl_weights;
-const char *xl_weights_name(xl_weights w);    /* "f32", "bf16", "int8" */
+ * F32 (as stored), bf16 (round-to-nearest-even; a bf16 file is used in place), int8 with
+ * one F32 scale per 32 weights of a row, or int4: symmetric 4-bit (-7..7) with one F32 scale
+ * per 32 weights of a row, two weights a byte (wkernels.h). LayerNorm parameters, biases and
+ * r_w_bias/r_r_bias stay F32 in every case; so do activations. */
+typedef enum {
+  XL_WEIGHTS_F32 = 0,
+  XL_WEIGHTS_BF16 = 1,
+  XL_WEIGHTS_INT8 = 2,
+  XL_WEIGHTS_INT4 = 3
+} xl_weights;
+const char *xl_weights_name(xl_weights w);    /* "f32", "bf16", "int8", "int4" */
 int xl_weights_parse(const char *name);       /* the xl_weights, or -1 for an unknown name */
 
 /* Overrides applied at load time (xlserve eval --mem-len etc.). -1 = keep config.json's.
@@ -352,6 +358,22 @@ size_t xl_cpu_runnable(char *out, size_t cap); /* "avx512, avx2, portable": the 
 /* Threads for the BLAS library's matrix products (0 = leave the library's default). Call it
  * before the first forward pass; the CLI tools and the daemon both do. */
 void xl_set_blas_threads(int n);
+/* y[M, N] = x[M, K] W[N, K]^T (row strides ldx, ldw, ldy) by xlserve's own F32 kernel of the
+ * family in use (the one the forward pass runs for F32 weights; `xlserve bench` sets it beside
+ * the BLAS library's SGEMM). */
+void xl_matmul_f32(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
+                   float *y, int ldy);
+/* The kernel family the BLAS library runs (OpenBLAS's core name: "Haswell", "SkylakeX"). */
+const char *xl_blas_core(void);
+/* One SGEMM of odd sizes by the BLAS library against xlserve's own F32 kernel (the family in
+ * use): the largest |difference| of an output over the sum of |products| it adds (a few 1e-7
+ * when both are right; a wrong kernel gives O(1)); +Inf without memory. */
+double xl_blas_self_check(void);
+/* A line saying what the program did about the BLAS library's kernel family at start (the
+ * CLI's re-run with another OPENBLAS_CORETYPE), kept for whoever reports it (the daemon's ready
+ * line); "" when nothing was done. Set once, at start, on the main thread. */
+void xl_blas_set_note(const char *note);
+const char *xl_blas_note(void);
 
 #ifdef __cplusplus
 }

@@ -11,4 +11,10 @@ int cli_eval_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
 int cli_tokenize_main(int argc, char **argv);
 
+/* First thing in main(), before anything calls BLAS: when OpenBLAS chose a kernel family weaker
+ * than the CPU's and the user did not set OPENBLAS_CORETYPE, runs the program again (once) with
+ * the matching one, SGEMM-checked (cli_blas.c); says what it did on stderr unless quiet (the
+ * daemon puts it in its ready line). Returns when nothing is to be done, or in the re-run. */
+void cli_blas_fix(char **argv, int quiet);
+
 #endif

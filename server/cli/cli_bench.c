@@ -1,18 +1,21 @@
 /*
  * cli_bench.c: `xlserve bench`: speed of the core, measured side by side in one run and
- * printed as one table: a large OpenBLAS SGEMM (the run's ceiling); one-token decoding with a
+ * printed as one table: the run's limits (below); one-token decoding with a
  * full memory at batches 1, 4, 16, 32 and 64 up to --max-batch (aggregate tokens/s, and the
  * ratio to batch 1); segment evaluation; and, unless --no-recurrence, the paper's Table 9
  * comparison of recurrence (segment evaluation with memory, each query attending to L
  * positions) against recompute (the vanilla model: every prediction re-runs the last L tokens
  * with no memory) at attention lengths 800, 1800, 2800 and 3800.
- * Each decode and segment rate also prints the useful GFLOP/s it implies and its share of the
- * SGEMM's GFLOP/s, measured in the same run with the same thread count. Every row names the CPU
+ * Each rate is set against a limit measured in the same run (bench_limits): a decode step's
+ * bytes (the weights + every session's full memory) at the read bandwidth of one thread
+ * streaming a buffer larger than the cache, and segment evaluation's useful FLOPs at the faster
+ * of OpenBLAS's SGEMM and xlserve's own F32 GEMM (named); 'of limit' is the share reached. The
+ * BLAS core in use is printed at the top. Every row names the CPU
  * path (kernel family) it ran on; --cpu avx512,avx2,portable measures several paths in one run,
- * one block each (its own SGEMM first, so each share compares like with like).
+ * one block each (its own limits first, so each share compares like with like).
  * --weights bf16,int8 measures instead, per path, decode at batch 1 and 16 and segment
  * evaluation with the model loaded once per weight type, F32 first, each type's rate beside
- * F32's as a ratio; with --kv-dtype, each weight type paired with the memory dtype at its place
+ * F32's as a ratio, and each median's share of its limit; with --kv-dtype, each weight type paired with the memory dtype at its place
  * in that list. That comparison runs in --rounds rounds, every type measured once per round
  * one right after another, and gives medians of the rates and of the rounds' ratios, with the
  * ratios' range: ratios of rates taken seconds apart survive a shared machine's drift.
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -60,8 +64,9 @@ static void random_tokens(int32_t *t, int n, int vocab, xl_rng *rng) {
   for (int i = 0; i < n; i++) t[i] = (int32_t)(xl_rng_next(rng) % (uint64_t)vocab);
 }
 
-/* GFLOP/s of a square n x n x n OpenBLAS SGEMM (the machine's ceiling for this run). */
-static double bench_sgemm(const bench_opts *o) {
+/* GFLOP/s of a square n x n x n F32 GEMM: OpenBLAS's SGEMM (own = 0) or xlserve's own kernel
+ * of the path in use (own = 1); the faster is the run's compute ceiling. */
+static double bench_sgemm(const bench_opts *o, int own) {
   const int n = 1024;
   float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b),
         *c = malloc((size_t)n * n * sizeof *c);
@@ -71,12 +76,12 @@ static double bench_sgemm(const bench_opts *o) {
       a[i] = (float)(i % 13) * 0.01f;
       b[i] = (float)(i % 7) * 0.02f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n); /* warm */
-    int reps = 0;
-    double t0 = bench_now(o), el;
+    int reps = -1; /* the first is a warm-up */
+    double t0 = 0, el;
     do {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-      reps++;
+      if (own) xl_matmul_f32(a, n, n, n, b, n, n, c, n);
+      else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+      if (++reps == 0) t0 = bench_now(o);
     } while ((el = bench_now(o) - t0) < o->min_seconds / 2 || reps < 3);
     rate = 2.0 * n * n * n * reps / el / 1e9;
   }
@@ -84,6 +89,77 @@ static double bench_sgemm(const bench_opts *o) {
   free(b);
   free(c);
   return rate;
+}
+
+/* The run's limits, measured beside its rates: the read bandwidth of one thread streaming
+ * through a buffer far larger than the last-level cache (bytes/s), and the faster of the two
+ * F32 GEMMs (GFLOP/s; gemm_name says which). */
+typedef struct {
+  double read_bw;
+  size_t probe_bytes;
+  double blas_gflops, own_gflops, gemm_gflops;
+  char gemm_name[96];
+} bench_limits;
+
+/* Bytes/s of one thread summing a buffer of `bytes` (8 independent 64-bit sums, so the adds
+ * keep up with memory), the best of `passes` passes after one that maps it in. */
+static double bench_read_bandwidth(const bench_opts *o, size_t bytes, int passes) {
+  size_t n = bytes / sizeof(uint64_t) / 8 * 8;
+  uint64_t *mem = malloc(n * sizeof *mem);
+  if (!mem) return -1;
+  for (size_t i = 0; i < n; i++) mem[i] = i * 0x9E3779B97F4A7C15ULL;
+  double best = 0;
+  volatile uint64_t sink = 0;
+  for (int p = 0; p < passes; p++) {
+    uint64_t s[8] = {0};
+    double t0 = bench_now(o);
+    for (size_t i = 0; i < n; i += 8)
+      for (int k = 0; k < 8; k++) s[k] += mem[i + k];
+    double el = bench_now(o) - t0;
+    sink += s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+    if (el > 0 && n * sizeof *mem / el > best) best = n * sizeof *mem / el;
+  }
+  (void)sink;
+  free(mem);
+  return best;
+}
+
+/* Measures the limits (the GEMMs on the path in use); 0, or 1 when memory ran out. */
+static int bench_limits_measure(const bench_opts *o, bench_limits *l) {
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  /* 512 MiB, or 4x the last-level cache up to 1 GiB (a VM may report a whole host's cache) */
+  size_t probe = (size_t)512 << 20;
+  if (llc > 0 && (size_t)llc * 4 > probe) probe = (size_t)llc * 4;
+  if (probe > ((size_t)1 << 30)) probe = (size_t)1 << 30;
+  l->probe_bytes = probe;
+  l->read_bw = bench_read_bandwidth(o, probe, 3);
+  l->blas_gflops = bench_sgemm(o, 0);
+  l->own_gflops = bench_sgemm(o, 1);
+  if (l->read_bw <= 0 || l->blas_gflops <= 0 || l->own_gflops <= 0) {
+    fprintf(stderr, "xlserve bench: out of memory measuring the limits\n");
+    return 1;
+  }
+  int blas = l->blas_gflops >= l->own_gflops;
+  l->gemm_gflops = blas ? l->blas_gflops : l->own_gflops;
+  if (blas) snprintf(l->gemm_name, sizeof l->gemm_name, "OpenBLAS SGEMM, core %s", xl_blas_core());
+  else snprintf(l->gemm_name, sizeof l->gemm_name, "xlserve's %s GEMM", xl_cpu_path());
+  return 0;
+}
+
+/* Prints the limits' rows (the columns of bench_path's table). */
+static void bench_limits_print(const bench_limits *l) {
+  const char *path = xl_cpu_path();
+  char label[96];
+  snprintf(label, sizeof label, "F32 GEMM 1024^3, OpenBLAS SGEMM (core %s)", xl_blas_core());
+  printf("%-9s %-58s %12s %10s %9.1f %9s %10s %s\n", path, label, "", "", l->blas_gflops, "", "",
+         l->gemm_gflops == l->blas_gflops ? "<- compute limit" : "");
+  snprintf(label, sizeof label, "F32 GEMM 1024^3, xlserve's own kernel (%s)", path);
+  printf("%-9s %-58s %12s %10s %9.1f %9s %10s %s\n", path, label, "", "", l->own_gflops, "", "",
+         l->gemm_gflops == l->blas_gflops ? "" : "<- compute limit");
+  snprintf(label, sizeof label, "read bandwidth: 1 thread sums %zu MiB, best of 3",
+           l->probe_bytes >> 20);
+  printf("%-9s %-58s %12s %10s %9s %9s %10s %.2f GB/s <- memory limit\n", path, label, "", "", "",
+         "", "", l->read_bw / 1e9);
 }
 
 /* Useful floating-point operations to process one token that attends to `attended` positions:
@@ -340,12 +416,24 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
            xl_model_dir(m), c->n_layer, c->d_model, c->n_head, c->d_head, c->d_inner,
            c->vocab_size, c->mem_len, o->threads,
            o->thread_clock ? "thread CPU time" : "wall-clock time");
-  double sgemm = bench_sgemm(o);
-  printf("\n%-9s %-58s %12s %10s %9s %9s\n", "cpu path", "", "tokens/s", "x batch 1", "GFLOP/s",
-         "of SGEMM");
-  printf("%-9s %-58s %12s %10s %9.1f %8.0f%%\n", path, "large SGEMM (OpenBLAS, 1024 x 1024 x 1024)",
-         "", "", sgemm, 100.0);
+  bench_limits lim;
+  if (bench_limits_measure(o, &lim)) {
+    xl_model_free(m);
+    return 1;
+  }
+  if (first) {
+    char blas[640];
+    cli_blas_describe(blas, sizeof blas);
+    printf("BLAS core %s\n", blas);
+    printf("limits: decode rows, the bytes a step reads (weights + every session's memory, full)\n"
+           "at the read bandwidth measured below; segment rows, the useful FLOPs at the faster\n"
+           "GEMM measured below; 'of limit' is the rate over that limit\n");
+  }
+  printf("\n%-9s %-58s %12s %10s %9s %9s %10s %8s\n", "cpu path", "", "tokens/s", "x batch 1",
+         "GFLOP/s", "MB/step", "limit t/s", "of limit");
+  bench_limits_print(&lim);
   static const int BATCHES[] = {1, 4, 16, 32, 64};
+  const double wbytes = (double)xl_model_weight_bytes(m), sbytes = (double)xl_model_state_bytes(m);
   double dec1 = 0, decode_flops = flops_per_token(c, c->mem_len + 1);
   for (int i = 0; i < 5 && BATCHES[i] <= o->max_batch && o->decode_rows; i++) {
     double d = bench_decode(m, NULL, BATCHES[i], o, &rng);
@@ -356,8 +444,9 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
     if (i == 0) dec1 = d;
     char label[96];
     snprintf(label, sizeof label, "decode, batch %d, memory full (cached K/V), aggregate", BATCHES[i]);
-    printf("%-9s %-58s %12.1f %9.1fx %9.1f %8.0f%%\n", path, label, d, d / dec1,
-           d * decode_flops / 1e9, 100 * d * decode_flops / 1e9 / sgemm);
+    const double step = wbytes + BATCHES[i] * sbytes, limit = BATCHES[i] * lim.read_bw / step;
+    printf("%-9s %-58s %12.1f %9.1fx %9.1f %9.1f %10.1f %7.0f%%\n", path, label, d, d / dec1,
+           d * decode_flops / 1e9, step / 1e6, limit, 100 * d / limit);
     fflush(stdout);
   }
   if (o->n_kv && bench_kv_dtypes(m, o, &rng)) {
@@ -373,8 +462,9 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
   double seg_flops = flops_per_token(c, c->mem_len + (c->same_length ? 1 : (tgt_len + 1) / 2.0));
   char label[96];
   snprintf(label, sizeof label, "segment evaluation (tgt_len %d, mem_len %d)", tgt_len, c->mem_len);
-  printf("%-9s %-58s %12.1f %10s %9.1f %8.0f%%\n", path, label, seg, "", seg * seg_flops / 1e9,
-         100 * seg * seg_flops / 1e9 / sgemm);
+  const double seg_limit = lim.gemm_gflops * 1e9 / seg_flops;
+  printf("%-9s %-58s %12.1f %10s %9.1f %9s %10.1f %7.0f%%\n", path, label, seg, "",
+         seg * seg_flops / 1e9, "", seg_limit, 100 * seg / seg_limit);
   xl_model_free(m);
   if (seg < 0) return 1;
   if (!o->recurrence) return 0;
@@ -411,7 +501,7 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
  * WEIGHTS_BATCH sessions with full memories (decode at batch 1 steps the first) and a session
  * and token pool for segment evaluation. */
 #define WEIGHTS_BATCH 16
-#define WEIGHTS_TYPES 3
+#define WEIGHTS_TYPES 4
 #define WEIGHTS_KINDS 3 /* decode batch 1, decode batch 16, segments */
 typedef struct {
   xl_model *m;
@@ -502,6 +592,13 @@ static int bench_weights(const bench_opts *o, int tgt_len, int first) {
   xl_state_free(full);
   for (int i = 0; i < n; i++)
     if (weights_subject_ready(&w[i], blob, blob_len, b16 ? WEIGHTS_BATCH : 1, tl, &rng)) goto out;
+  bench_limits lim;
+  if (bench_limits_measure(o, &lim)) goto out;
+  if (first) {
+    char blas[640];
+    cli_blas_describe(blas, sizeof blas);
+    printf("BLAS core %s\n", blas);
+  }
   if (first)
     printf("xlserve bench --weights: %s (n_layer %d, d_model %d, d_inner %d, vocab %d, mem_len "
            "%d), BLAS threads %d, %s, %d rounds of at least %.2g s per rate; each round measures\n"
@@ -510,6 +607,10 @@ static int bench_weights(const bench_opts *o, int tgt_len, int first) {
            xl_model_dir(w[0].m), c->n_layer, c->d_model, c->d_inner, c->vocab_size, c->mem_len,
            o->threads, o->thread_clock ? "thread CPU time" : "wall-clock time", rounds,
            o->min_seconds);
+  printf("limits (measured in this run): read bandwidth %.2f GB/s (1 thread sums %zu MiB, best of "
+         "3); F32 GEMM %.1f GFLOP/s (%s; the other %.1f)\n",
+         lim.read_bw / 1e9, lim.probe_bytes >> 20, lim.gemm_gflops, lim.gemm_name,
+         lim.gemm_gflops == lim.blas_gflops ? lim.own_gflops : lim.blas_gflops);
   printf("%s weight kernels:", xl_cpu_path());
   for (int i = 0; i < n; i++)
     printf("%s %s %s", i ? "," : "", xl_weights_name(xl_model_weights(w[i].m)),
@@ -537,10 +638,15 @@ static int bench_weights(const bench_opts *o, int tgt_len, int first) {
     }
   printf("\n%-9s %-7s %-5s %7s", "cpu path", "weights", "kv", "MiB");
   for (int k = 0; k < WEIGHTS_KINDS; k++) printf(" %14s %-18s", RATE[k], "x f32 [low, high]");
-  printf("\n");
+  printf(" %9s %9s %9s %9s %9s\n", "b1 MB", "b1 limit", "b16 MB", "b16 limit", "seg GEMM");
+  /* per type: the bytes of a decode step at batch 1 and 16 (weights + memories) and the median
+   * rate's share of the bandwidth limit; segments' share of the GEMM limit */
+  const double seg_flops =
+      flops_per_token(c, c->mem_len + (c->same_length ? 1 : (tl + 1) / 2.0));
   for (int i = 0; i < n; i++) {
     printf("%-9s %-7s %-5s %7.1f", xl_cpu_path(), xl_weights_name(xl_model_weights(w[i].m)),
            xl_kv_dtype_name(xl_model_kv_dtype(w[i].m)), xl_model_weight_bytes(w[i].m) / 1048576.0);
+    double med[WEIGHTS_KINDS] = {0};
     for (int k = 0; k < WEIGHTS_KINDS; k++) {
       double v[BENCH_MAX_ROUNDS], x[BENCH_MAX_ROUNDS], lo = 1e300, hi = 0;
       for (int r = 0; r < rounds; r++) {
@@ -549,10 +655,16 @@ static int bench_weights(const bench_opts *o, int tgt_len, int first) {
         lo = x[r] < lo ? x[r] : lo;
         hi = x[r] > hi ? x[r] : hi;
       }
+      med[k] = cli_median(v, rounds);
       if (k == 1 && !b16) printf(" %14s %-18s", "-", "");
-      else printf(" %14.2f %5.2fx [%4.2f, %4.2f]", cli_median(v, rounds), cli_median(x, rounds), lo, hi);
+      else printf(" %14.2f %5.2fx [%4.2f, %4.2f]", med[k], cli_median(x, rounds), lo, hi);
     }
-    printf("\n");
+    const double wb = (double)xl_model_weight_bytes(w[i].m), sb = (double)xl_model_state_bytes(w[i].m);
+    const double step1 = wb + sb, step16 = wb + WEIGHTS_BATCH * sb;
+    printf(" %9.1f %8.0f%%", step1 / 1e6, 100 * med[0] * step1 / lim.read_bw);
+    if (b16) printf(" %9.1f %8.0f%%", step16 / 1e6, 100 * med[1] * step16 / WEIGHTS_BATCH / lim.read_bw);
+    else printf(" %9s %9s", "-", "-");
+    printf(" %8.0f%%\n", 100 * med[2] * seg_flops / 1e9 / lim.gemm_gflops);
   }
   fflush(stdout);
   rc = 0;
@@ -586,7 +698,7 @@ int cli_bench_main(int argc, char **argv) {
              "  --kv-only         with --kv-dtype: only that table (no decode rows, segments,\n"
              "                    recurrence)\n"
              "  --weights W1,..   instead of the table: decode (batch 1, 16) and segments with\n"
-             "                    each weight type (bf16, int8) beside f32, as ratios; with\n"
+             "                    each weight type (bf16, int8, int4) beside f32, as ratios; with\n"
              "                    --kv-dtype, each paired with the memory dtype at its place\n"
              "  --mem-len M       memory length for --weights (default: the model's)\n"
              "  --rounds R        rounds of the --weights comparison (default 5; each round\n"

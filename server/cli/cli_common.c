@@ -184,7 +184,7 @@ int cli_engine_select(const char *cmd, const cli_engine_flags *f, xl_load_option
   const char *w = flag_or_env(f->weights, "XLSERVE_WEIGHTS");
   int wt = w && *w ? xl_weights_parse(w) : XL_WEIGHTS_F32;
   if (wt < 0) return bad_choice(cmd, "--weights", f->weights, "XLSERVE_WEIGHTS",
-                                "not one of f32, bf16, int8");
+                                "not one of f32, bf16, int8, int4");
   opts->weights = (xl_weights)wt;
   return 1;
 }

@@ -50,4 +50,8 @@ int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, cli_engine_fl
  * --FLAG NAME: problem" (or "ENV=NAME: problem") and returns 0 for a name that is not valid. */
 int cli_engine_select(const char *cmd, const cli_engine_flags *f, xl_load_options *opts);
 
+/* "CORE (how it was chosen)": OpenBLAS's kernel family and whether the user, the library or
+ * cli_blas_fix chose it (cli_blas.c). Returns the length (as snprintf). */
+size_t cli_blas_describe(char *out, size_t cap);
+
 #endif

@@ -30,7 +30,7 @@ static void usage(FILE *f) {
           "  --cpu PATH        kernels: auto, avx512, avx2, neon, portable (default: XLSERVE_CPU,\n"
           "                    else auto)\n"
           "  --kv-dtype D      memory dtype: f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n"
-          "  --weights W       f32, bf16 or int8 weight matrices (default: XLSERVE_WEIGHTS, else\n"
+          "  --weights W       f32, bf16, int8 or int4 weight matrices (default: XLSERVE_WEIGHTS, else\n"
           "                    f32)\n");
 }
 

@@ -21,7 +21,7 @@ static void usage(FILE *f) {
           "  defaults: -n 200, temperature 1, top-k 0 (off), top-p 1 (off), seed from time\n"
           "  --cpu PATH: kernels auto, avx512, avx2, neon, portable (default: XLSERVE_CPU, else auto)\n"
           "  --kv-dtype D: memory dtype f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n"
-          "  --weights W: f32, bf16 or int8 weight matrices (default: XLSERVE_WEIGHTS, else f32)\n");
+          "  --weights W: f32, bf16, int8 or int4 weight matrices (default: XLSERVE_WEIGHTS, else f32)\n");
 }
 
 int cli_generate_main(int argc, char **argv) {

@@ -23,7 +23,7 @@ int cli_info_main(int argc, char **argv) {
              "              else auto); printed as 'cpu path' with the paths this CPU runs\n"
              "  --kv-dtype D  memory dtype f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32);\n"
              "              the state lines give its bytes per session and per token\n"
-             "  --weights W f32, bf16 or int8 weight matrices (default: XLSERVE_WEIGHTS, else\n"
+             "  --weights W f32, bf16, int8 or int4 weight matrices (default: XLSERVE_WEIGHTS, else\n"
              "              f32); their RAM is printed as 'weights'\n");
       return 0;
     } else if (cli_engine_arg(cmd, argc, argv, &i, &ef, &ok)) {
@@ -44,6 +44,9 @@ int cli_info_main(int argc, char **argv) {
   xl_cpu_runnable(runnable, sizeof runnable);
   printf("model            %s\n", xl_model_dir(m));
   printf("cpu path         %s  (this CPU runs: %s)\n", xl_cpu_path(), runnable);
+  char blas[640];
+  cli_blas_describe(blas, sizeof blas);
+  printf("blas core        %s\n", blas);
   printf("fingerprint      %016" PRIx64 "\n", xl_model_fingerprint(m));
   printf("tokenizer        %s%s\n", xl_tokenizer_kind_name(c->tokenizer),
          c->tokenizer == XL_TOKENIZER_BYTES ? "" : " (vocab.txt)");

@@ -224,11 +224,13 @@ static void model_loaded(uv_work_t *w, int status) {
   a->load_rc = 0;
   xlog_msg("info", "ready",
            "model %s (%s): %d layers, d_model %d, mem_len %d, vocab %d, same_length %d; %lld "
-           "workers, max_batch %lld, prefill_chunk %d; weight kernel %s; weights %s; cpu %s",
+           "workers, max_batch %lld, prefill_chunk %d; weight kernel %s; weights %s; cpu %s; "
+           "blas core %s%s%s%s",
            a->model_name, a->cfg->model, mc->n_layer, mc->d_model, mc->mem_len, mc->vocab_size,
            mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk,
            xl_model_weights_kernel(a->model), xl_weights_name(xl_model_weights(a->model)),
-           xl_cpu_path());
+           xl_cpu_path(), xl_blas_core(), *xl_blas_note() ? " (" : "", xl_blas_note(),
+           *xl_blas_note() ? ")" : "");
   if (a->phase == APP_LOADING) {
     a->phase = APP_READY; /* /health says 200 from here on: only then READY=1 */
     sdn_notifyf("READY=1\nSTATUS=serving %s on %s port %u", a->model_name, a->cfg->host, a->port);

@@ -284,7 +284,7 @@ static int validate(const config *c, FILE *err) {
     return -1;
   }
   if (xl_weights_parse(c->weights) < 0) {
-    fprintf(err, "xlserve: option weights: '%s' is not one of f32, bf16, int8\n", c->weights);
+    fprintf(err, "xlserve: option weights: '%s' is not one of f32, bf16, int8, int4\n", c->weights);
     return -1;
   }
   if (!*c->host) {

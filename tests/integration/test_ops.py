@@ -110,18 +110,20 @@ def test_invalid_values_are_refused_naming_the_option(tmp_path, tiny_model, args
 
 
 def test_ready_line_names_the_cpu_path(start_daemon, tiny_model):
-    """The ready log line ends with the kernel family in use: the forced one, or auto's choice
-    (the first path `xlserve info` lists as runnable)."""
+    """The ready log line names the kernel family in use (the forced one, or auto's choice: the
+    first path `xlserve info` lists as runnable), then OpenBLAS's core (the one info names)."""
     d = start_daemon(tiny_model, "--cpu", "portable")
     ev = d.wait_log(lambda o: o.get("event") == "ready")
-    assert ev["msg"].endswith("; cpu portable"), ev
+    assert "; cpu portable; blas core " in ev["msg"], ev
     info = subprocess.run([X.xlserve_bin(), "info", "--model", tiny_model], capture_output=True,
                           text=True, timeout=60, check=True,
                           env={k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}).stdout
     best = info.split("this CPU runs: ")[1].split(",")[0].strip(" )\n")
     d2 = start_daemon(tiny_model, env={"XLSERVE_CPU": "auto"})
     ev2 = d2.wait_log(lambda o: o.get("event") == "ready")
-    assert ev2["msg"].endswith("; cpu " + best), (ev2, info)
+    assert "; cpu " + best + "; blas core " in ev2["msg"], (ev2, info)
+    core = info.split("blas core")[1].split()[0]
+    assert ev2["msg"].split("; blas core ")[1].split()[0] == core, (ev2, info)
 
 
 def test_missing_model_fails_at_start(tmp_path):

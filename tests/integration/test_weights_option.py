@@ -40,7 +40,7 @@ def test_weight_types_over_http(start_daemon, tiny_model, tmp_path):
 
 def test_unknown_weight_type_is_refused(tiny_model):
     e = {k: v for k, v in os.environ.items() if not k.startswith("XLSERVE_") or k == "XLSERVE_BIN"}
-    for args, env in ((["--weights", "int4"], {}), ([], {"XLSERVE_WEIGHTS": "fp16"})):
+    for args, env in ((["--weights", "int3"], {}), ([], {"XLSERVE_WEIGHTS": "fp16"})):
         r = subprocess.run([X.xlserve_bin(), "serve", "--model", tiny_model, *args],
                            capture_output=True, text=True, env={**e, **env}, timeout=20)
         assert r.returncode in (1, 2), r

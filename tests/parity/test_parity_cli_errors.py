@@ -391,9 +391,10 @@ def test_cpu_path_named_by_info():
 
 
 def test_bench_compares_paths_in_one_run(model):
-    """`xlserve bench --cpu A,B`: one block per path, each with its own SGEMM row; every row
-    names its path and gives its share of that SGEMM. A bad name in the list fails before
-    anything is measured."""
+    """`xlserve bench --cpu A,B`: one block per path, each with its own limits (OpenBLAS's
+    SGEMM and xlserve's GEMM, the faster marked as the compute limit; the read bandwidth); every
+    row names its path; decode and segment rows give the limit they are set against (tokens/s)
+    and the share of it reached. A bad name in the list fails before anything is measured."""
     paths = ["portable", runnable_paths()[1][0]]
     env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
     proc = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--no-recurrence",
@@ -404,11 +405,14 @@ def test_bench_compares_paths_in_one_run(model):
     for p in paths:
         mine = [r for r in rows if r[0] == p]
         labels = [" ".join(r[1:4]) for r in mine]
-        assert labels == ["large SGEMM (OpenBLAS,", "decode, batch 1,", "segment evaluation (tgt_len"], \
-            proc.stdout
-        # a tiny model's share rounds to 0%: the column's form is what is checked here
-        assert mine[0][-1] == "100%" and all(r[-1].endswith("%") and float(r[-1][:-1]) >= 0
-                                             for r in mine), proc.stdout
+        assert labels == ["F32 GEMM 1024^3,", "F32 GEMM 1024^3,", "read bandwidth: 1",
+                          "decode, batch 1,", "segment evaluation (tgt_len"], proc.stdout
+        assert [" ".join(r[-3:]) for r in mine[:2]].count("<- compute limit") == 1, proc.stdout
+        assert mine[2][-4:-3] == ["GB/s"] and float(mine[2][-5]) > 0, proc.stdout
+        for r in mine[3:]:  # tokens/s ... limit t/s, share of it
+            rate, limit, share = float(r[-6 if r is mine[3] else -4]), float(r[-2]), r[-1]
+            assert share.endswith("%") and limit > 0, proc.stdout
+            assert abs(float(share[:-1]) - 100 * rate / limit) <= 0.51, (r, proc.stdout)
     bad = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--cpu",
                           "portable,sse9"], capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and "--cpu sse9" in bad.stderr and bad.stdout == "", bad

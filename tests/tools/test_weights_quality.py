@@ -1,8 +1,9 @@
-"""The quality cost of bf16 and int8 weights (`xlserve eval --weights`) on the bundled model
+"""The quality cost of bf16, int8 and int4 weights (`xlserve eval --weights`) on the bundled model
 (models/austen-byte) and held-out text: 8,180 bytes from the start of its test split
 (data/austen-test-excerpt.txt: chapters the model never saw in training, public domain), the
 reference evaluation loop (segments of 128, memory 256). Bounds on the difference to F32:
-bits/byte +0.003 for bf16, +0.02 for int8; the largest |delta log-prob| over every prediction
+bits/byte +0.003 for bf16, +0.02 for int8, +0.011 for int4 (measured +0.0069 on this text:
+the bound is that times 1.5, rounded up; docs/performance.md); the largest |delta log-prob| over every prediction
 is reported (and bounded loosely, so a broken kernel cannot hide behind the mean). Runs on the
 kernel family XLSERVE_CPU names (ctest: once per family of the machine)."""
 import math
@@ -17,8 +18,8 @@ from conftest import SOURCE_DIR
 MODEL = os.path.join(SOURCE_DIR, "models", "austen-byte")
 TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                     "austen-test-excerpt.txt")
-BOUND_BPB = {"bf16": 0.003, "int8": 0.02}
-BOUND_MAX_LP = {"bf16": 0.1, "int8": 0.5}
+BOUND_BPB = {"bf16": 0.003, "int8": 0.02, "int4": 0.011}
+BOUND_MAX_LP = {"bf16": 0.1, "int8": 0.5, "int4": 1.5}
 
 
 def eval_nll(engine, weights, tmp_path):
@@ -38,7 +39,7 @@ def test_weights_quality(engine, tmp_path):
     assert len(ref) == os.path.getsize(TEXT) - 1  # every byte but the first is predicted
     bpb_ref = ref.mean() / math.log(2)
     assert bpb_ref < 2.5, f"f32 bits/byte {bpb_ref:.4f}: not the trained model's domain?"
-    for w in ("bf16", "int8"):
+    for w in ("bf16", "int8", "int4"):
         got = eval_nll(engine, w, tmp_path)
         assert got.shape == ref.shape and np.isfinite(got).all()
         bpb = got.mean() / math.log(2)

@@ -1,11 +1,11 @@
 /*
- * test_core_wkernels.c: bf16 and int8 weights (wkernels.h) on the kernel family in use
+ * test_core_wkernels.c: bf16, int8 and int4 weights (wkernels.h) on the kernel family in use
  * (XLSERVE_CPU picks it: ctest runs this once per family of the machine). The narrowing itself
- * (bf16 round-to-nearest-even with NaN/Inf/overflow, int8 block scales); the GEMM with bf16 and
- * int8 weights for 1..70 rows and awkward sizes (every tail of every lane count, partial int8
+ * (bf16 round-to-nearest-even with NaN/Inf/overflow, int8 and int4 block scales, int4 nibble
+ * packing); the GEMM with bf16, int8 and int4 weights for 1..70 rows and awkward sizes (every tail of every lane count, partial int8
  * blocks) against a double-precision reference on the widened/dequantised weights and against
  * the portable family; each row's outputs bit-identical alone and inside any batch; and whole
- * models loaded with --weights bf16/int8: close to F32, fewer weight bytes, a decode step the
+ * models loaded with --weights bf16/int8/int4: close to F32, fewer weight bytes, a decode step the
  * same alone and batched, an unknown weight type refused; and a BF16 file under bf16 weights
  * used in place, with the results of the F32 file narrowed at load.
  */
@@ -58,6 +58,25 @@ static void test_narrowing(void) {
   x[0] = -2.0f; /* the largest magnitude negative: -127 */
   s = xl_q8_block(x, 5, q);
   CHECK(q[0] == -127 && s == 2.0f / 127.0f);
+
+  /* int4: 15 levels, two a byte (weight j low nibble, j + 16 high), padding 0x88 */
+  uint8_t q4[16];
+  for (int i = 0; i < 32; i++) x[i] = (float)(i - 13) * 0.1f;
+  s = xl_q4_block(x, 32, q4);
+  CHECK_NEAR(s, 1.8f / 7.0f, 1e-7);
+  CHECK(xl_q4_at(q4, 31) == 7 && xl_q4_at(q4, 13) == 0 && xl_q4_at(q4, 0) == -5);
+  CHECK((q4[0] & 15) == 3 && (q4[15] >> 4) == 15); /* weights 0 and 31: -5 + 8, 7 + 8 */
+  bad = 0;
+  for (int i = 0; i < 32; i++) bad += fabsf((float)xl_q4_at(q4, i) * s - x[i]) > 0.5f * s * 1.0001f;
+  CHECK(bad == 0);
+  x[0] = -4.0f; /* the largest magnitude negative: -7 */
+  s = xl_q4_block(x, 5, q4);
+  CHECK(xl_q4_at(q4, 0) == -7 && s == 4.0f / 7.0f);
+  for (int i = 5; i < 32; i++) bad += xl_q4_at(q4, i) != 0; /* missing weights: 0 */
+  CHECK(bad == 0);
+  memset(x, 0, sizeof x);
+  CHECK(xl_q4_block(x, 32, q4) == 0.0f && q4[0] == 0x88 && q4[15] == 0x88);
+  CHECK(xl_q4_row_bytes(1) == 16 && xl_q4_row_bytes(32) == 16 && xl_q4_row_bytes(33) == 32);
 }
 
 static float frand(unsigned *s) {
@@ -70,12 +89,14 @@ static float frand(unsigned *s) {
 #define MAXK 100
 #define LD 100
 
-/* weights [MAXN, LD] in both narrow types, and their exact F32 values */
+/* weights [MAXN, LD] in the three narrow types, and their exact F32 values */
 typedef struct {
   uint16_t bf[MAXN * LD];
   int8_t q[MAXN * LD];
   float s[MAXN * 4]; /* xl_q8_blocks(LD) = 4 scales per row */
-  float wbf[MAXN * LD], wq[MAXN * LD];
+  uint8_t q4[MAXN * 64]; /* int4: xl_q4_row_bytes(LD) = 64 bytes per row */
+  float s4[MAXN * 4];
+  float wbf[MAXN * LD], wq[MAXN * LD], wq4[MAXN * LD];
 } weights;
 
 static void make_weights(weights *w, unsigned seed) {
@@ -91,17 +112,25 @@ static void make_weights(weights *w, unsigned seed) {
       w->s[o * 4 + b] = xl_q8_block(row + 32 * b, n, w->q + o * LD + 32 * b);
     }
     for (int k = 0; k < LD; k++) w->wq[o * LD + k] = (float)w->q[o * LD + k] * w->s[o * 4 + k / 32];
+    for (int b = 0; b < 4; b++) {
+      int n = LD - 32 * b < 32 ? LD - 32 * b : 32;
+      w->s4[o * 4 + b] = xl_q4_block(row + 32 * b, n, w->q4 + o * 64 + 16 * b);
+    }
+    for (int k = 0; k < LD; k++)
+      w->wq4[o * LD + k] = (float)xl_q4_at(w->q4 + o * 64, k) * w->s4[o * 4 + k / 32];
   }
 }
 
-static void run(const xl_wkernels *k, int q8, const float *x, int M, int K, const weights *w,
+/* type: 0 bf16, 1 int8, 2 int4 */
+static void run(const xl_wkernels *k, int type, const float *x, int M, int K, const weights *w,
                 int N, float *y, int ldy) {
-  if (q8) k->matmul_q8(x, M, K, LD, w->q, w->s, N, LD, y, ldy);
+  if (type == 2) k->matmul_q4(x, M, K, LD, w->q4, w->s4, N, LD, y, ldy);
+  else if (type == 1) k->matmul_q8(x, M, K, LD, w->q, w->s, N, LD, y, ldy);
   else k->matmul_bf16(x, M, K, LD, w->bf, N, LD, y, ldy);
 }
 
 /* the family in use vs double on the exact weights and vs portable; a row alone == in a batch */
-static void check_matmul(int q8) {
+static void check_matmul(int type) {
   static const int Ms[] = {1, 2, 3, 4, 5, 7, 9, 12, 13, 17, 70};
   static const int Ns[] = {1, 2, 3, 4, 5, 8, 9, 13, 33};
   static const int Ks[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 100};
@@ -112,14 +141,14 @@ static void check_matmul(int q8) {
   unsigned seed = 7;
   for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed);
   make_weights(w, 3);
-  const float *wf = q8 ? w->wq : w->wbf;
+  const float *wf = type == 2 ? w->wq4 : type == 1 ? w->wq : w->wbf;
   int bad_ref = 0, bad_port = 0, bad_inv = 0;
   for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
     for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
       for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
         int M = Ms[a], N = Ns[b], K = Ks[c], ldy = N + 3;
-        run(k, q8, x, M, K, w, N, y, ldy);
-        run(&xl_wkernels_portable, q8, x, M, K, w, N, yp, ldy);
+        run(k, type, x, M, K, w, N, y, ldy);
+        run(&xl_wkernels_portable, type, x, M, K, w, N, yp, ldy);
         for (int r = 0; r < M; r++) {
           for (int o = 0; o < N; o++) {
             double ref = 0, mag = 0;
@@ -130,13 +159,13 @@ static void check_matmul(int q8) {
             bad_ref += fabs(ref - y[r * ldy + o]) > 1e-6 * mag + 1e-30;
             bad_port += fabs(yp[r * ldy + o] - y[r * ldy + o]) > 2e-6 * mag + 1e-30;
           }
-          run(k, q8, x + r * LD, 1, K, w, N, y1, N); /* the row alone */
+          run(k, type, x + r * LD, 1, K, w, N, y1, N); /* the row alone */
           bad_inv += memcmp(y1, y + r * ldy, (size_t)N * sizeof *y1) != 0;
         }
       }
   if (bad_ref || bad_port || bad_inv)
     fprintf(stderr, "%s %s: %d off the reference, %d off portable, %d rows batch-dependent\n",
-            k->name, q8 ? "int8" : "bf16", bad_ref, bad_port, bad_inv);
+            k->name, type == 2 ? "int4" : type == 1 ? "int8" : "bf16", bad_ref, bad_port, bad_inv);
   CHECK(bad_ref == 0);
   CHECK(bad_port == 0);
   CHECK(bad_inv == 0);
@@ -149,14 +178,41 @@ static void check_matmul(int q8) {
 
 static void test_matmul_bf16(void) { check_matmul(0); }
 static void test_matmul_int8(void) { check_matmul(1); }
+static void test_matmul_int4(void) { check_matmul(2); }
+
+/* int4 rows read back (the embedding lookup) and views from a row (the adaptive softmax's
+ * clusters) through xl_wmat: the dequantised weights, and a view's GEMM that of those rows */
+static void test_int4_wmat(void) {
+  weights *w = malloc(sizeof *w);
+  make_weights(w, 9);
+  xl_wmat W = {XL_WEIGHTS_INT4, w->q4, w->s4, LD, 0, 0};
+  float row[LD], x[LD], y[MAXN], yv[MAXN];
+  int bad = 0;
+  for (int o = 0; o < MAXN; o++) {
+    xl_wmat_row(&W, o, row);
+    for (int k = 0; k < LD; k++) bad += row[k] != w->wq4[o * LD + k];
+  }
+  unsigned seed = 5;
+  for (int k = 0; k < LD; k++) x[k] = frand(&seed);
+  xl_matmul_w(x, 1, LD, LD, &W, MAXN, y, MAXN);
+  xl_wmat V = xl_wmat_from_row(&W, 7);
+  xl_matmul_w(x, 1, LD, LD, &V, MAXN - 7, yv, MAXN);
+  bad += memcmp(y + 7, yv, (MAXN - 7) * sizeof *y) != 0;
+  xl_wmat_row(&V, 2, row);
+  for (int k = 0; k < LD; k++) bad += row[k] != w->wq4[9 * LD + k];
+  CHECK(bad == 0);
+  free(w);
+}
 
 /* The dot-product kernels exist on x86-64 only; elsewhere the CPU has neither instruction set,
  * the tests' `if (vnni)` / `if (dot)` branches never run, and these name the mirrors. */
 #if defined(__x86_64__)
 #define Q8P_DOT xl_q8p_matmul_vnni
+#define Q4P_DOT xl_q4p_matmul_vnni
 #define BF16P_DOT xl_bf16p_matmul_avx512
 #else
 #define Q8P_DOT xl_q8p_matmul_portable
+#define Q4P_DOT xl_q4p_matmul_portable
 #define BF16P_DOT xl_bf16p_matmul_portable
 #endif
 
@@ -255,6 +311,92 @@ static void test_int8_panels(void) {
       bad_vnni += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
   }
   panel_counts("int8", bad_row, bad_ref, bad_inv, bad_vnni, bad_vnni_inv);
+  free(w), free(x), free(y), free(yp), free(y1), free(q), free(sc), free(P), free(S);
+}
+
+/* int4 weights in panels (wpanel.h), as test_int8_panels: rows read back from the panels are the
+ * int4 rows' values; the portable kernel within the activations' quantisation bound of a double
+ * reference, batch-invariant, views from any row; the VNNI kernel (where the CPU has it) the
+ * portable kernel's outputs bit for bit, also for NaN and Inf activations. */
+static void test_int4_panels(void) {
+  static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
+  static const int Ns[] = {1, 5, 16, 17, 33};
+  static const int Ks[] = {1, 7, 8, 9, 31, 32, 33, 64, 100};
+  static const int Row0s[] = {0, 3, 16};
+  weights *w = malloc(sizeof *w);
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
+        *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1);
+  uint8_t *q = malloc(MAXN * 64);
+  float *sc = malloc(MAXN * 4 * sizeof *sc), row[LD];
+  uint8_t *P = malloc(xl_q4p_bytes(MAXN, LD));
+  float *S = malloc(xl_q8p_scale_count(MAXN, LD) * sizeof *S);
+  unsigned seed = 17;
+  for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed) * (i % 7 ? 1.0f : 8.0f);
+  for (int k = 0; k < LD; k++) x[3 * LD + k] = 0.0f;                  /* an all-zero row */
+  for (int k = 0; k < LD; k++) x[4 * LD + k] = frand(&seed) * 1e-41f; /* subnormal blocks */
+  make_weights(w, 19);
+  const int vnni = xl_cpu_has_avx512_vnni();
+  int bad_row = 0, bad_ref = 0, bad_inv = 0, bad_vnni = 0, bad_vnni_inv = 0;
+  for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+    const int K = Ks[c], nb = xl_q8_blocks(K), rb = (int)xl_q4_row_bytes(K);
+    for (int o = 0; o < MAXN; o++) { /* the matrix [MAXN, K]: the first K columns' blocks */
+      memcpy(q + o * rb, w->q4 + o * 64, (size_t)rb);
+      memcpy(sc + o * nb, w->s4 + o * 4, (size_t)nb * sizeof *sc);
+    }
+    xl_q4p_pack(q, sc, MAXN, K, P, S);
+    for (int o = 0; o < MAXN; o++) {
+      xl_q4p_row(P, S, K, o, row);
+      for (int k = 0; k < K; k++) bad_row += row[k] != w->wq4[o * LD + k];
+    }
+    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+      for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+        for (size_t z = 0; z < sizeof Row0s / sizeof *Row0s; z++) {
+          const int M = Ms[a], N = Ns[b], row0 = Row0s[z], ldy = N + 3;
+          if (row0 + N > MAXN) continue;
+          xl_q4p_matmul_portable(x, M, K, LD, P, S, row0, N, yp, ldy);
+          if (vnni) {
+            Q4P_DOT(x, M, K, LD, P, S, row0, N, y, ldy);
+            for (int r = 0; r < M; r++)
+              bad_vnni += memcmp(y + r * ldy, yp + r * ldy, (size_t)N * sizeof *y) != 0;
+          }
+          for (int r = 0; r < M; r++) {
+            for (int o = 0; o < N; o++) { /* |error| <= sum over blocks of sum|w| * amax / 254 */
+              double ref = 0, bound = 1e-30;
+              for (int b0 = 0; b0 < K; b0 += 32) {
+                double amax = 0, wsum = 0;
+                for (int k = b0; k < K && k < b0 + 32; k++) {
+                  ref += (double)x[r * LD + k] * w->wq4[(row0 + o) * LD + k];
+                  amax = fmax(amax, fabs(x[r * LD + k]));
+                  wsum += fabs(w->wq4[(row0 + o) * LD + k]);
+                }
+                bound += wsum * amax / 254.0 * 1.001 + 1e-6 * wsum * amax;
+              }
+              bad_ref += fabs(ref - yp[r * ldy + o]) > bound;
+            }
+            xl_q4p_matmul_portable(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
+            bad_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+            if (vnni) {
+              Q4P_DOT(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
+              bad_vnni_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+            }
+          }
+        }
+  }
+  if (vnni) { /* NaN and Inf activations: quantised alike by both (-127) */
+    float odd[2 * LD];
+    for (int k = 0; k < 2 * LD; k++) odd[k] = frand(&seed);
+    odd[5] = NAN, odd[40] = INFINITY, odd[LD + 70] = -INFINITY;
+    xl_q4p_pack(w->q4, w->s4, MAXN, LD, P, S);
+    xl_q4p_matmul_portable(odd, 2, LD, LD, P, S, 0, MAXN, yp, MAXN);
+    Q4P_DOT(odd, 2, LD, LD, P, S, 0, MAXN, y, MAXN);
+    for (int i = 0; i < 2 * MAXN; i++)
+      bad_vnni += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
+  }
+  /* through xl_wmat: a view from row 5 and its rows read back */
+  xl_wmat W = {XL_WEIGHTS_INT4, P, S, LD, 1, 0}, V = xl_wmat_from_row(&W, 5);
+  xl_wmat_row(&V, 2, row);
+  for (int k = 0; k < LD; k++) bad_row += row[k] != w->wq4[7 * LD + k];
+  panel_counts("int4", bad_row, bad_ref, bad_inv, bad_vnni, bad_vnni_inv);
   free(w), free(x), free(y), free(yp), free(y1), free(q), free(sc), free(P), free(S);
 }
 
@@ -383,9 +525,9 @@ static void test_models(void) {
   spec.mem_len = 12;  /* the memory wraps */
   const char *dir = tl_tmpdir("wtypes");
   CHECK(tl_write_model(dir, &spec) == 0);
-  xl_model *m[3];
-  float *lp[3];
-  for (int w = 0; w < 3; w++) {
+  xl_model *m[4];
+  float *lp[4];
+  for (int w = 0; w < 4; w++) {
     m[w] = load_as(dir, (xl_weights)w);
     lp[w] = malloc(sizeof(float) * STEPS * V);
     CHECK(m[w] != NULL);
@@ -393,24 +535,27 @@ static void test_models(void) {
     CHECK(xl_model_weights(m[w]) == (xl_weights)w);
     CHECK(decode(m[w], lp[w]) == 0); /* runs, and the batched step is the lone step */
   }
-  /* F32 bytes: every parameter; bf16 halves the big matrices, int8 quarters them + scales */
+  /* F32 bytes: every parameter; bf16 halves the big matrices, int8 quarters them + scales,
+   * int4 eighths them + the same scales */
   size_t b0 = xl_model_weight_bytes(m[0]), b1 = xl_model_weight_bytes(m[1]),
-         b2 = xl_model_weight_bytes(m[2]);
+         b2 = xl_model_weight_bytes(m[2]), b3 = xl_model_weight_bytes(m[3]);
   CHECK(b0 == xl_model_param_count(m[0]) * sizeof(float));
-  CHECK(b1 < b0 * 0.6 && b2 < b1 * 0.7);
+  CHECK(b1 < b0 * 0.6 && b2 < b1 * 0.7 && b3 < b2 * 0.7);
   CHECK(xl_model_fingerprint(m[1]) == xl_model_fingerprint(m[0])); /* the same model file */
-  double worst[3] = {0, 0, 0};
-  for (int w = 1; w < 3; w++)
+  double worst[4] = {0, 0, 0, 0};
+  for (int w = 1; w < 4; w++)
     for (size_t k = 0; k < (size_t)STEPS * V; k++) {
       double d = fabs((double)lp[w][k] - lp[0][k]);
       if (!(d <= worst[w])) worst[w] = d; /* a NaN counts as worst */
     }
-  fprintf(stderr, "max |delta log-prob| vs f32: bf16 %.3g, int8 %.3g\n", worst[1], worst[2]);
+  fprintf(stderr, "max |delta log-prob| vs f32: bf16 %.3g, int8 %.3g, int4 %.3g\n", worst[1],
+          worst[2], worst[3]);
   /* the narrow types are used, and stay close (a random model's logits are large: its
    * distributions are peaked; the trained model's bounds are in tests/tools) */
   CHECK(worst[1] > 0 && worst[1] < 0.25);
   CHECK(worst[2] > 0 && worst[2] < 0.6);
-  for (int w = 0; w < 3; w++) {
+  CHECK(worst[3] > worst[2] && worst[3] < 8);
+  for (int w = 0; w < 4; w++) {
     xl_model_free(m[w]);
     free(lp[w]);
   }
@@ -420,7 +565,8 @@ static void test_models(void) {
   xl_error err;
   CHECK_CODE(xl_model_load(dir, &o, &bad, &err), XL_ARG);
   CHECK(bad == NULL && strstr(err.message, "weight type") != NULL);
-  CHECK(xl_weights_parse("bf16") == XL_WEIGHTS_BF16 && xl_weights_parse("int4") == -1);
+  CHECK(xl_weights_parse("bf16") == XL_WEIGHTS_BF16 && xl_weights_parse("int4") == XL_WEIGHTS_INT4);
+  CHECK(xl_weights_parse("int3") == -1);
 }
 
 /* dir_out/model.safetensors = dir_in's with every 2-D matrix whose name contains "weight"
@@ -519,7 +665,10 @@ int main(void) {
   RUN(test_narrowing);
   RUN(test_matmul_bf16);
   RUN(test_matmul_int8);
+  RUN(test_matmul_int4);
+  RUN(test_int4_wmat);
   RUN(test_int8_panels);
+  RUN(test_int4_panels);
   RUN(test_bf16_panels);
   RUN(test_family_follows_cpu_path);
   RUN(test_models);
