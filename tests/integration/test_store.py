@@ -686,10 +686,12 @@ def test_async_durability_commits_within_its_delay(start_daemon, tiny_model, tmp
     try:
         b = ok(d.port, "as", "asynchronous", 10)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 5 and "as" not in rows(sd):
+        while time.monotonic() - t0 < 30 and "as" not in rows(sd):
             time.sleep(0.02)
         assert rows(sd)["as"][0] == b["xlserve"]["session_tokens"]
-        assert time.monotonic() - t0 < 2
+        # committed with nothing else to carry it, within its 300 ms give or take a busy
+        # machine (the 60 s delay below is what "waiting" looks like)
+        assert time.monotonic() - t0 < 10
     finally:
         d.proc.kill()
         d.proc.wait()
@@ -711,7 +713,7 @@ def test_ttl_deletes_from_ram_and_store(start_daemon, tiny_model, tmp_path):
     for i in range(40):  # ~33 KB each: most of them live only in the store
         ok(d.port, "tt%d" % i, "x", 1)
     assert len(rows(sd)) == 40
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and rows(sd):
         time.sleep(0.2)
     assert not rows(sd)
