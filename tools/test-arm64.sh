@@ -22,6 +22,10 @@
 #                                        step 1, XL_ARM64_BUILD_DIR changes the build directory)
 # Exit status 0 when every step passed; the last line is the summary either way:
 #   === arm64: PASS (deps 0s, build 52s, unit 9s, parity 118s, bpb skipped) in 179s
+# Exit 77, with the reason as the last line, when this machine cannot run it: not Debian on
+# amd64, or the cross toolchain / qemu-user missing and not installable (no root or sudo, or
+# apt-get failed). tools/test.sh then lists the stage as skipped (failed under
+# XL_REQUIRE_ARM64=1, as in CI).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export SRC=$PWD
@@ -103,8 +107,24 @@ bpb() { # the eval summary line of the arm64 (under qemu) and of the native bina
 }
 export -f packages missing_packages install_deps is_aarch64_elf build bpb
 
+cannot_run() { # WHY: this machine cannot run the stage: exit 77, WHY the last line
+  echo "=== arm64: cannot run here"
+  echo "$*"
+  exit 77
+}
 if [ "${XL_ARM64_SKIP_DEPS:-0}" = 1 ]; then TIMES+=("deps skipped"); else
-  step deps "${XL_ARM64_TIMEOUT_DEPS:-1200}" bash -c install_deps
+  arch=$(dpkg --print-architecture 2>/dev/null) ||
+    cannot_run "no dpkg: the arm64 stage needs Debian (amd64) to install its cross toolchain"
+  [ "$arch" = amd64 ] || cannot_run "this machine is $arch; the arm64 stage runs on amd64"
+  missing=$(missing_packages)
+  if [ -n "$missing" ] && [ -n "$SUDO" ] && ! sudo -n true 2>/dev/null; then
+    cannot_run "missing ${missing//$'\n'/ }, and neither root nor sudo to install them"
+  fi
+  echo "=== arm64: deps (limit ${XL_ARM64_TIMEOUT_DEPS:-1200}s)"
+  t0=$SECONDS
+  timeout --kill-after=30 "${XL_ARM64_TIMEOUT_DEPS:-1200}" bash -c install_deps ||
+    cannot_run "missing ${missing//$'\n'/ }, and installing them failed (exit $?)"
+  TIMES+=("deps $((SECONDS - t0))s")
 fi
 step build "${XL_ARM64_TIMEOUT_BUILD:-900}" bash -c build
 step unit "${XL_ARM64_TIMEOUT_UNIT:-600}" \

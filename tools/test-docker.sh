@@ -19,9 +19,13 @@
 # makes the next run's build a matter of seconds when the C sources did not change.
 # Environment: XL_DOCKER_TIMEOUT (whole-stage limit, s, default 2400), XL_DOCKER_BUILD_TIMEOUT
 # (image builds, default 1500), XL_DOCKER_KEEP_IMAGES=1 (keep the built images), PYTHON
-# (default /usr/bin/python3), DEBIAN_MIRROR (debootstrap's, default http://deb.debian.org/debian).
-# Exit 0 when every check passed; else non-zero with the failing step named. Last line: a
-# summary with the time each step took.
+# (default /usr/bin/python3), DEBIAN_MIRROR (debootstrap's, default http://deb.debian.org/debian),
+# XL_DOCKERD (the engine started when none answers, default dockerd).
+# Exit 0 when every check passed; 77 when this machine cannot run containers (not root; the
+# packages missing and not installable; dockerd exits at its start, e.g. no cgroups mounted or
+# no privileges inside a container), with the reason as the last line (tools/test.sh shows it,
+# and fails instead under XL_REQUIRE_DOCKER=1); else 1 with the failing step named. Last line
+# otherwise: a summary with the time each step took.
 set -uo pipefail
 STAGE_TIMEOUT=${XL_DOCKER_TIMEOUT:-2400}
 # the whole stage is bounded: rerun under timeout(1), whose SIGTERM ends it through the cleanup
@@ -43,6 +47,7 @@ T_START=$(date +%s)
 STEPS=()            # "name=seconds" for the summary
 DOCKERD_PID=""
 STEP="setup"
+CANNOT=""           # why this machine cannot run the stage (exit 77)
 
 say() { echo "test-docker: $*"; }
 summary() {
@@ -51,6 +56,11 @@ summary() {
 fail() {
   say "FAILED at step '$STEP': $*" >&2
   exit 1
+}
+# cannot_run WHY: this machine cannot run containers: exit 77, WHY the last line
+cannot_run() {
+  CANNOT=$*
+  exit 77
 }
 # run_step NAME TIMEOUT CMD...: CMD (a command, or a function of this script, which then
 # runs in a child bash with the exported variables) under a time limit, timed into the summary
@@ -101,34 +111,53 @@ cleanup() {
     for _ in $(seq 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
   fi
   rm -rf "$WORK"
-  if [ $rc = 0 ]; then summary "passed"; else summary "FAILED at step '$STEP'"; fi
+  if [ $rc = 77 ] && [ -n "$CANNOT" ]; then
+    summary "cannot run here"
+    echo "$CANNOT" # the reason, as the last line
+  elif [ $rc = 0 ]; then summary "passed"; else summary "FAILED at step '$STEP'"; fi
   exit $rc
 }
 trap cleanup EXIT
 trap 'fail "interrupted or past the stage limit (${STAGE_TIMEOUT} s)"' INT TERM
 
-[ "$(id -u)" = 0 ] || fail "run as root (installs packages, starts dockerd, runs debootstrap)"
+[ "$(id -u)" = 0 ] ||
+  cannot_run "not root (the container stage installs packages, starts dockerd, runs debootstrap)"
 
 # ---- packages
+DOCKERD=${XL_DOCKERD:-dockerd}
 need=()
-command -v dockerd >/dev/null || need+=(docker.io)
+command -v "$DOCKERD" >/dev/null || need+=(docker.io)
 command -v docker-compose >/dev/null || need+=(docker-compose)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
-  run_step install 900 env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-    -o DPkg::Lock::Timeout=600 --no-install-recommends "${need[@]}"
+  STEP=install
+  say "installing ${need[*]}"
+  t0=$(date +%s)
+  timeout --kill-after=20 900 env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    -o DPkg::Lock::Timeout=600 --no-install-recommends "${need[@]}" ||
+    cannot_run "${need[*]} not installed, and apt-get install failed (exit $?)"
+  STEPS+=("install=$(($(date +%s) - t0))s")
 fi
 command -v docker >/dev/null || fail "no docker client after installing docker.io"
 
 # ---- the engine
 if ! timeout 20 docker info >/dev/null 2>&1; then
   STEP=dockerd
-  say "starting dockerd (log: $WORK/dockerd.log)"
-  setsid dockerd >"$WORK/dockerd.log" 2>&1 &
+  say "starting $DOCKERD (log: $WORK/dockerd.log)"
+  setsid "$DOCKERD" >"$WORK/dockerd.log" 2>&1 &
   DOCKERD_PID=$!
   for _ in $(seq 120); do
     timeout 5 docker info >/dev/null 2>&1 && break
-    kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -20 "$WORK/dockerd.log" >&2; fail "dockerd exited"; }
+    if ! kill -0 "$DOCKERD_PID" 2>/dev/null; then
+      # it exited at its start: this machine cannot run it (no cgroups, no privileges, ...)
+      tail -20 "$WORK/dockerd.log" >&2
+      drc=0
+      wait "$DOCKERD_PID" || drc=$?
+      DOCKERD_PID=""
+      last=$(grep -v '^[[:space:]]*$' "$WORK/dockerd.log" | tail -1 |
+             sed 's/^.*level=[a-z]* msg=//; s/^"//; s/"$//' | cut -c1-200)
+      cannot_run "$DOCKERD cannot start here (exit $drc): ${last:-it printed nothing}"
+    fi
     sleep 0.5
   done
   timeout 5 docker info >/dev/null 2>&1 || { tail -20 "$WORK/dockerd.log" >&2; fail "dockerd not ready in 60 s"; }

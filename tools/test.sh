@@ -4,6 +4,10 @@
 #
 #   stage         build dir          configuration                         tests
 #   gcc           build/             RelWithDebInfo, gcc                   every suite
+#   loaded        build/ (gcc's)     RelWithDebInfo, gcc                   C unit tests (once each),
+#                                                                          the daemon over HTTP
+#                                                                          (integration), beside one
+#                                                                          spinning thread per core
 #   asan          build-asan/        Debug, gcc, ASan + UBSan              every suite but the quality
 #                                                                          bounds (numbers: gcc stage)
 #   tsan          build-tsan/        RelWithDebInfo, gcc, ThreadSanitizer  C unit tests, the daemon
@@ -24,23 +28,43 @@
 #                                   (comma-separated names or patterns; see tests/unit/testlib.h)
 #   PYTEST_ADDOPTS='-k sigterm'     passed to every pytest suite by pytest itself
 #   XL_SKIP_FUZZ=1                  skips the fuzz stage; XL_FUZZ_SECONDS=N: each fuzzer's time
-# The last line names the stages that ran, and those skipped and why.
+#   REPEAT=N tools/test.sh STAGE    each selected test runs up to N times, stopping at its first
+#                                   failure (ctest --repeat until-fail:N): a flaky test shows up.
+#                                   e.g. REPEAT=50 RUN=unit.test_server_store XL_TEST_RUN=test_a_*
+#                                   tools/test.sh loaded   (50 runs of those functions under load)
+#   XL_LOAD_SECONDS=N               the loaded stage's spinning threads stop after N s at most
+#                                   (default 2400; they are stopped with the stage anyway)
+#   XL_REQUIRE_DOCKER=1, XL_REQUIRE_ARM64=1, XL_REQUIRE_STAGES='NAME...'
+#                                   a stage that cannot run here (exit 77: test-docker without a
+#                                   Docker engine that can start, test-arm64 without its cross
+#                                   toolchain and qemu-user) fails instead of being skipped (CI)
+# The last line names the stages that ran, and those skipped and why ("NAME skipped: REASON").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
 
 # Optional stages: scripts run after the built-in stages, each as a stage named after the script
-# (without .sh). A script exits 0 when it passed, 77 when it cannot run on this machine (it prints
-# why, e.g. no container engine), anything else when it failed. It runs from the repository root.
+# (without .sh). A script exits 0 when it passed, 77 when it cannot run on this machine (its last
+# line says why, e.g. no container engine), anything else when it failed. It runs from the
+# repository root. A stage that is required (XL_REQUIRE_STAGES, or its own variable below) and
+# exits 77 fails the run.
 # arm64: the core and CLI cross-built for aarch64, unit tests and parity under qemu-user.
 # docker: the image built and run on a real engine (health, streams, restart, stop, compose).
 EXTRA_STAGES=(tools/test-arm64.sh tools/test-docker.sh)
 # shellcheck disable=SC2206 # a space-separated list of paths
 EXTRA_STAGES+=(${XL_EXTRA_STAGES:-})
 
-BUILTIN_STAGES=(gcc asan tsan gcc-release gcc-debug clang fuzz)
+BUILTIN_STAGES=(gcc loaded asan tsan gcc-release gcc-debug clang fuzz)
 extra_name() { local n; n=$(basename "$1"); echo "${n%.sh}"; }
+# required_by NAME: the setting that makes a skip (exit 77) of stage NAME a failure, if any
+required_by() {
+  case " ${XL_REQUIRE_STAGES:-} " in *" $1 "*) echo "XL_REQUIRE_STAGES"; return ;; esac
+  case $1 in
+    test-docker) if [ "${XL_REQUIRE_DOCKER:-0}" = 1 ]; then echo "XL_REQUIRE_DOCKER=1"; fi ;;
+    test-arm64) if [ "${XL_REQUIRE_ARM64:-0}" = 1 ]; then echo "XL_REQUIRE_ARM64=1"; fi ;;
+  esac
+}
 
 stages=() ctest_args=()
 while [ $# -gt 0 ]; do
@@ -57,6 +81,13 @@ while [ $# -gt 0 ]; do
   shift
 done
 named=${#stages[@]}
+if [ -n "${REPEAT:-}" ]; then
+  case $REPEAT in
+    '' | *[!0-9]* | 0) echo "tools/test.sh: REPEAT must be a positive number of runs, not '$REPEAT'" >&2
+      exit 2 ;;
+  esac
+  ctest_args+=(--repeat "until-fail:$REPEAT")
+fi
 if [ "$named" -eq 0 ]; then
   stages=("${BUILTIN_STAGES[@]}")
   for e in "${EXTRA_STAGES[@]}"; do stages+=("$(extra_name "$e")"); done
@@ -80,15 +111,30 @@ export TSAN_OPTIONS=second_deadlock_stack=1:suppressions=$root/tests/tsan.supp$s
 # unit tests) from starting OpenBLAS's own thread pool, whose threads TSan cannot see into.
 export OPENBLAS_NUM_THREADS=1
 
-ran=() skipped=() current=""
+# The loaded stage's spinning threads (tests/load/busy): stopped with the stage, or at exit.
+load_pid=""
+start_load() { # DIR: one spinning thread per core, bounded in time
+  "$1/tests/busy" "${XL_LOAD_SECONDS:-2400}" "$jobs" &
+  load_pid=$!
+}
+stop_load() {
+  if [ -n "$load_pid" ]; then
+    kill "$load_pid" 2>/dev/null || true
+    wait "$load_pid" 2>/dev/null || true
+    load_pid=""
+  fi
+}
+
+ran=() skipped=() current="" why=""
 join() { local out="" x; for x in "$@"; do out+="${out:+, }$x"; done; echo "$out"; }
 summary() {
   local rc=$?
-  local r s=""
+  stop_load
+  local r s="" x
   r=$(join "${ran[@]+"${ran[@]}"}")
-  [ ${#skipped[@]} -gt 0 ] && s="; skipped: $(join "${skipped[@]}")"
+  for x in "${skipped[@]+"${skipped[@]}"}"; do s+="; $x"; done
   if [ "$rc" -ne 0 ]; then
-    echo "=== FAILED in stage ${current:-setup} (exit $rc); passed before it: ${r:-none}$s"
+    echo "=== FAILED in stage ${current:-setup} (exit $rc${why:+: $why}); passed before it: ${r:-none}$s"
   else
     echo "=== stages passed: ${r:-none}$s"
   fi
@@ -114,10 +160,10 @@ stage() {
   tests=$(tests_in "$dir" "$regex")
   if [ -z "$tests" ]; then
     echo "=== $name: no test matches RUN=${RUN:-}"
-    skipped+=("$name (no test matches RUN)")
+    skipped+=("$name skipped: no test matches RUN")
     return
   fi
-  if [ -z "${RUN:-}" ]; then
+  if [ -z "${RUN:-}" ] && [ -z "${LOAD:-}" ]; then
     echo "=== $name: build"
     cmake --build "$dir" -j "$jobs"
   else # only the targets the selected tests run: a unit test's executable, or the daemon
@@ -129,13 +175,19 @@ stage() {
         *) echo xlserve ;;
       esac
     done | sort -u)
+    if [ -n "${LOAD:-}" ]; then targets+=" busy"; fi
     echo "=== $name: build" $targets
     # shellcheck disable=SC2086
     cmake --build "$dir" -j "$jobs" --target $targets
   fi
+  if [ -n "${LOAD:-}" ]; then
+    echo "=== $name: $jobs spinning threads (tests/load/busy) beside the tests"
+    start_load "$dir"
+  fi
   echo "=== $name: test" $tests
   ctest --test-dir "$dir" --output-on-failure -R "^($(echo $tests | tr ' ' '|' | sed 's/\./\\./g'))\$" \
     ${ctest_args[@]+"${ctest_args[@]}"}
+  stop_load
   echo "=== $name: passed in $((SECONDS - t0)) s"
   ran+=("$name")
 }
@@ -143,6 +195,11 @@ stage() {
 for s in "${stages[@]}"; do
   case $s in
     gcc) stage gcc build '^(unit|pytest|layers)\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_SANITIZE=OFF ;;
+    # the gcc build again (built already when the gcc stage ran), its timing assumptions tried on
+    # a busy machine: the C unit tests once each (not again per CPU path) and the daemon over
+    # HTTP, with one spinning thread per core beside them
+    loaded) LOAD=1 stage loaded build '^(unit\.test_[a-z0-9_]+|pytest\.integration)$' \
+              -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_SANITIZE=OFF ;;
     # the quality bounds (bits per byte of the bundled model per weight/memory type) are numbers,
     # not memory safety: minutes each in an unoptimised sanitizer build, while the unit tests
     # run the same kernels and whole models of every type under ASan
@@ -155,7 +212,7 @@ for s in "${stages[@]}"; do
     clang) CC=clang stage clang build-clang '^(unit|layers|format)\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
     fuzz)
       if [ "${XL_SKIP_FUZZ:-0}" = 1 ]; then
-        skipped+=("fuzz (XL_SKIP_FUZZ=1)")
+        skipped+=("fuzz skipped: XL_SKIP_FUZZ=1")
       else
         CC=clang stage fuzz build-fuzz '^fuzz\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_FUZZ=ON \
           -DXL_FUZZ_SECONDS="${XL_FUZZ_SECONDS:-60}"
@@ -164,13 +221,20 @@ for s in "${stages[@]}"; do
       for e in "${EXTRA_STAGES[@]}"; do
         [ "$s" = "$(extra_name "$e")" ] || continue
         current=$s
-        if [ -n "${RUN:-}" ] && [ "$named" -eq 0 ]; then skipped+=("$s (RUN is set)"); continue; fi
+        if [ -n "${RUN:-}" ] && [ "$named" -eq 0 ]; then skipped+=("$s skipped: RUN is set"); continue; fi
         echo "=== $s: $e"
         # the arm64 stage compares its eval with the native binary's when the gcc stage built one
         if [ -x "$root/build/xlserve" ]; then export XL_NATIVE_BIN=$root/build/xlserve; fi
-        t0=$SECONDS rc=0
-        bash "$e" || rc=$?
-        if [ "$rc" = 77 ]; then skipped+=("$s (cannot run here, see above)")
+        t0=$SECONDS rc=0 out=$(mktemp)
+        bash "$e" 2>&1 | tee "$out" || rc=$? # (pipefail: the script's status)
+        # exit 77: cannot run here; the script's last line says why
+        reason=$(grep -v '^[[:space:]]*$' "$out" | tail -1 | cut -c1-300)
+        rm -f "$out"
+        req=$(required_by "$s")
+        if [ "$rc" = 77 ] && [ -n "$req" ]; then
+          why="cannot run here, required by $req: ${reason:-no reason given}"
+          exit "$rc"
+        elif [ "$rc" = 77 ]; then skipped+=("$s skipped: ${reason:-no reason given}")
         elif [ "$rc" != 0 ]; then exit "$rc"
         else echo "=== $s: passed in $((SECONDS - t0)) s"; ran+=("$s"); fi
       done ;;

@@ -991,6 +991,14 @@ int store_compactions_pending(session_store *st) {
   return n;
 }
 
+int store_holding_writes(session_store *st) {
+  if (!st) return 0;
+  pthread_mutex_lock(&st->mu);
+  int h = st->holding;
+  pthread_mutex_unlock(&st->mu);
+  return h;
+}
+
 void store_free(session_store *st) {
   if (!st) return;
   store_shutdown(st, 0);

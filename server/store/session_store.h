@@ -312,6 +312,9 @@ long store_count(const session_store *st); /* rows, as of the last operation (an
 long store_compactions(const session_store *st);
 /* Compactions queued or in progress (tests; any thread). */
 int store_compactions_pending(session_store *st);
+/* Whether the store thread holds writes back behind a compaction that did not keep up (tests;
+ * any thread): set when the commit that went past the bound is done, before its callback. */
+int store_holding_writes(session_store *st);
 uint64_t store_bytes_written(const session_store *st);
 
 #endif

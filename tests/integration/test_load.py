@@ -148,7 +148,7 @@ def test_many_streams_random_disconnects_two_workers(start_daemon, tiny_model):
     failures = []
 
     def session_tokens(sid):
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # a dropped turn finishes within one decode step
             st, _, b = X.request(d.port, "GET", "/v1/sessions/" + sid)
             s = json.loads(b)

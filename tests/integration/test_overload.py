@@ -66,6 +66,23 @@ def read_responses(socks, deadline):
     return done
 
 
+def close_waits(port):
+    """The daemon's sockets on port whose peer closed (TCP state CLOSE_WAIT: the FIN arrived,
+    the daemon has not closed its end yet), from /proc/net/tcp and tcp6."""
+    n = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if int(f[1].rsplit(":", 1)[1], 16) == port and f[3] == "08":
+                n += 1
+    return n
+
+
 def send_health(port, source=None, close=False):
     """close: the request asks the daemon to close the connection after its answer."""
     s = connect(port, source)
@@ -108,7 +125,8 @@ def test_accepts_again_after_the_limit_was_held(start_daemon, tiny_model):
     try:
         for s in held:
             s.close()
-        time.sleep(0.2)  # the FINs reach the stopped daemon's sockets
+        # the FINs reach the stopped daemon's sockets
+        X.wait_until(lambda: close_waits(d.port) >= 16, what="16 connections in CLOSE_WAIT")
     finally:
         d.signal(signal.SIGCONT)
     t0 = time.monotonic()

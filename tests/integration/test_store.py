@@ -304,7 +304,7 @@ def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
     turn; the database file (which also holds a compaction's new snapshot until its swap: 3.5
     states at the worst moment) stops growing (freed pages are reused); the WAL file never
     passes 32 MiB plus a few transactions (past 32 MiB the writer checkpoints itself, whether or
-    not the checkpoint thread got a core) and is started over again and again."""
+    not the checkpoint thread got a core) and is started over as often as that bound needs."""
     sd = tmp_path / "state"
     d = start_daemon(medium_model, *store_args(sd, "--access-log", "false", "--no-store-fsync"))
     sb = json.loads(X.request(d.port, "GET", "/v1/models")[2])["data"][0]["xlserve"]["state_bytes"]
@@ -312,12 +312,16 @@ def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
     delta = 4 * 2 * 30 * 128 * 4  # the positions of one turn (4 layers, H*Dh 128)
     path = os.path.join(str(sd), "sessions.db")
     db_sizes, wal_sizes, rows = [], [], []
+    through, last = 0, (None, 0)  # bytes the WAL took in at least: deltas and snapshots seen
     for i in range(300):
         ok(d.port, "s", "".join(r.choice("abcdefgh ") for _ in range(26)), 4)
         db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
-        snap, deltas = db.execute("SELECT snap_bytes, delta_bytes FROM sessions").fetchone()
+        snap, deltas, snap_seq = db.execute(
+            "SELECT snap_bytes, delta_bytes, snap_seq FROM sessions").fetchone()
         db.close()
         rows.append(snap + deltas)
+        through += snap if snap_seq != last[0] else max(0, deltas - last[1])
+        last = (snap_seq, deltas)
         wal_sizes.append(os.path.getsize(path + "-wal"))
         if i in (149, 299):
             db_sizes.append(os.path.getsize(path))
@@ -329,7 +333,13 @@ def test_store_size_is_bounded(start_daemon, medium_model, tmp_path):
     assert db300 <= max(db150, 3.5 * sb) + (1 << 20), db_sizes  # not growing with turns
     # a transaction here is a turn's delta or a 0.5 MiB snapshot; 4 MiB is several of them
     assert max(wal_sizes) <= (32 << 20) + (4 << 20), max(wal_sizes)
-    assert resets >= 2, resets  # ~70 MiB went through a file of at most 36 MiB
+    # what went through a file of at most 36 MiB: started over at least that many times. How
+    # much goes through depends on how many compactions kept up (fewer on a busy machine, where
+    # a compaction folds more turns); ~70 MiB on an idle one
+    print("\n300 turns: %.1f MiB through the WAL at least, started over %d times, at most %.1f "
+          "MiB" % (through / 2**20, resets, max(wal_sizes) / 2**20))
+    assert through > (36 << 20), through
+    assert resets >= -(-through // (36 << 20)) - 1, (resets, through)
 
 
 def kill9_rounds(model, tmp_path, n_sessions, rounds, seed, tol):
@@ -714,10 +724,12 @@ def test_async_durability_commits_within_its_delay(start_daemon, tiny_model, tmp
     try:
         b = ok(d.port, "as", "asynchronous", 10)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 5 and "as" not in rows(sd):
+        while time.monotonic() - t0 < 30 and "as" not in rows(sd):
             time.sleep(0.02)
         assert rows(sd)["as"][0] == b["xlserve"]["session_tokens"]
-        assert time.monotonic() - t0 < 2
+        # committed with nothing else to carry it, within its 300 ms give or take a busy
+        # machine (the 60 s delay below is what "waiting" looks like)
+        assert time.monotonic() - t0 < 10
     finally:
         d.proc.kill()
         d.proc.wait()
@@ -739,7 +751,7 @@ def test_ttl_deletes_from_ram_and_store(start_daemon, tiny_model, tmp_path):
     for i in range(40):  # ~33 KB each: most of them live only in the store
         ok(d.port, "tt%d" % i, "x", 1)
     assert len(rows(sd)) == 40
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and rows(sd):
         time.sleep(0.2)
     assert not rows(sd)

@@ -371,9 +371,10 @@ def free_port():
     return p
 
 
-def wait_until(pred, timeout=10, what="condition"):
+def wait_until(pred, timeout=60, what="condition"):
     """Polls pred() until it returns something true (returned) or timeout seconds pass
-    (AssertionError naming what was awaited)."""
+    (AssertionError naming what was awaited). The default bound is generous: the suites run
+    on busy machines too (tools/test.sh's loaded stage)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()
