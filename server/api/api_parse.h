@@ -21,7 +21,7 @@ typedef struct api_error {
   int status;
   const char *type; /* invalid_request_error, authentication_error, ... */
   const char *code; /* machine-readable: invalid_json, invalid_value, session_busy, ... */
-  char param[64];   /* "" = null */
+  char param[256];  /* "" = null */
   char message[512];
 } api_error;
 
