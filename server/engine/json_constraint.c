@@ -909,9 +909,10 @@ static void value_done(jc_state *st) {
   if (p->kind != K_OBJ) return;
   p->sub = O_AFTER;
   if (p->node->disc && st->lit_opt >= 0) { /* the discriminator's value picks the branch */
-    int b = p->node->props[0]->lit_branch[st->lit_opt];
-    p->node = p->node->branches[b];
-    p->mask = 1ULL << p->node->disc_idx[b];
+    const jc_node *d = p->node;
+    int b = d->props[0]->lit_branch[st->lit_opt];
+    p->node = d->branches[b];
+    p->mask = 1ULL << d->disc_idx[b];
   }
 }
 
@@ -1135,6 +1136,7 @@ static int re_byte(jc_frame *f, unsigned d) {
   uint16_t t = n->re->next[(size_t)f->re * 256 + d];
   if (t == JC_RE_NONE) return -1;
   int32_t count = f->count + ((d & 0xC0) != 0x80);
+  if (n->max_len >= 0 && count > n->max_len) return -1;
   if (!jc_re_len_ok(n->re, t, n->min_len - count, n->max_len < 0 ? -1 : n->max_len - count)) return -1;
   f->re = t;
   f->count = count;
@@ -1270,8 +1272,9 @@ static int step(jc_state *st, unsigned c) {
               return re_byte(f, c);
             }
             if (free_key && c == '\\') return -1; /* keys not listed: no escapes (no key twice) */
-            if (n->max_len >= 0 && f->units + (c >= 0xF0 ? 2 : 1) > n->max_len)
-              return -1; /* beyond U+FFFF: two UTF-16 units */
+            if (n->max_len >= 0 && (f->units + (c >= 0xF0 ? 2 : 1) > n->max_len ||
+                                    n->max_len - f->units - (c >= 0xF0 ? 2 : 1) < n->min_len - f->count - 1))
+              return -1; /* beyond U+FFFF: two UTF-16 units (and minLength must stay reachable) */
             if (free_key && free_key_byte(st, f, c)) return -1;
             f->count++;
             f->units += c >= 0xF0 ? 2 : 1;
