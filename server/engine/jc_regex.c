@@ -709,16 +709,16 @@ jc_re *jc_re_compile(const char *pattern, char *err, size_t cap) {
   "\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|" \
   "02-(?:0[1-9]|1\\d|2[0-8]))"
 #define TIME_RE "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,6})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)"
-#define LABEL_RE "[a-z0-9]+(?:-[a-z0-9]+)*"
+#define LABEL_RE "[a-z0-9]{1,12}(?:-[a-z0-9]{1,12})?" /* bounded: a document always ends */
 #define OCTET_RE "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
 
 static const char *const formats[][2] = {
     {"date", "^" DATE_RE "$"},
     {"time", "^" TIME_RE "$"},
     {"date-time", "^" DATE_RE "T" TIME_RE "$"},
-    {"email", "^[a-z0-9]+(?:[._-][a-z0-9]+)*@" LABEL_RE "(?:\\." LABEL_RE ")*\\.[a-z]{2,}$"},
+    {"email", "^[a-z0-9]{1,16}(?:[._-][a-z0-9]{1,16}){0,2}@" LABEL_RE "(?:\\." LABEL_RE "){0,2}\\.[a-z]{2,6}$"},
     {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"},
-    {"uri", "^https?://" LABEL_RE "(?:\\." LABEL_RE ")*(?:/[A-Za-z0-9._~-]*)*(?:\\?[A-Za-z0-9._~=&-]*)?$"},
+    {"uri", "^https?://" LABEL_RE "(?:\\." LABEL_RE "){0,3}(?:/[A-Za-z0-9._~-]{0,16}){0,4}(?:\\?[A-Za-z0-9._~=&-]{0,24})?$"},
     {"ipv4", "^(?:" OCTET_RE "\\.){3}" OCTET_RE "$"},
     {"ipv6", "^[0-9a-f]{1,4}(?::[0-9a-f]{1,4}){7}$"},
 };
