@@ -499,25 +499,54 @@ static uint64_t shift_lens(uint64_t x) {
   return (x << 1 & ~(1ULL << 63)) | top;
 }
 
-/* keeps the states that can reach acceptance (state 0 must be one), computes lens */
-static jc_re *finish(raw_dfa *d, char *err, size_t cap) {
-  int n = d->n;
-  uint8_t *live = xcalloc((size_t)(n ? n : 1), 1);
-  for (int i = 0; i < n; i++) live[i] = d->accept[i];
-  for (int changed = 1; changed;) {
-    changed = 0;
-    for (int i = 0; i < n; i++) {
-      if (live[i]) continue;
-      for (int c = 0; c < 256; c++) {
-        uint16_t t = d->next[(size_t)i * 256 + (size_t)c];
-        if (t != JC_RE_NONE && live[t]) {
-          live[i] = 1;
-          changed = 1;
-          break;
-        }
-      }
+/* the distinct transitions of a raw DFA: (from, to, whether the byte starts a character) */
+typedef struct { int from, to, counts; } edge;
+
+static edge *edges_of(const raw_dfa *d, const int *map, int *n_out) {
+  int n = d->n, ne = 0, cap = 256;
+  edge *e = xmalloc(sizeof *e * (size_t)cap);
+  int *seen = xmalloc(sizeof *seen * 2 * (size_t)(n ? n : 1));
+  for (int i = 0; i < 2 * n; i++) seen[i] = -1;
+  for (int i = 0; i < n; i++) {
+    if (map && map[i] < 0) continue;
+    for (int c = 0; c < 256; c++) {
+      uint16_t t = d->next[(size_t)i * 256 + (size_t)c];
+      if (t == JC_RE_NONE || (map && map[t] < 0)) continue;
+      int k = 2 * t + !cont_byte(c);
+      if (seen[k] == i) continue;
+      seen[k] = i;
+      if (ne == cap) cap *= 2, e = xrealloc(e, sizeof *e * (size_t)cap);
+      e[ne++] = (edge){map ? map[i] : i, map ? map[t] : t, !cont_byte(c)};
     }
   }
+  free(seen);
+  *n_out = ne;
+  return e;
+}
+
+/* keeps the states that can reach acceptance (state 0 must be one), computes lens */
+static jc_re *finish(raw_dfa *d, char *err, size_t cap) {
+  int n = d->n, ne;
+  uint8_t *live = xcalloc((size_t)(n ? n : 1), 1);
+  edge *e = edges_of(d, NULL, &ne);
+  /* backwards from the accepting states, over the edges sorted by target */
+  int *first = xcalloc((size_t)n + 1, sizeof *first), *by_to = xmalloc(sizeof *by_to * (size_t)(ne ? ne : 1));
+  for (int k = 0; k < ne; k++) first[e[k].to + 1]++;
+  for (int i = 0; i < n; i++) first[i + 1] += first[i];
+  int *fill = xmalloc(sizeof *fill * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) fill[i] = first[i];
+  for (int k = 0; k < ne; k++) by_to[fill[e[k].to]++] = k;
+  int *queue = xmalloc(sizeof *queue * (size_t)(n ? n : 1)), qh = 0, qt = 0;
+  for (int i = 0; i < n; i++)
+    if (d->accept[i]) live[i] = 1, queue[qt++] = i;
+  while (qh < qt) {
+    int t = queue[qh++];
+    for (int k = first[t]; k < first[t + 1]; k++) {
+      int f = e[by_to[k]].from;
+      if (!live[f]) live[f] = 1, queue[qt++] = f;
+    }
+  }
+  free(first), free(by_to), free(fill), free(queue), free(e);
   if (n == 0 || !live[0]) {
     free(live);
     free(d->next);
@@ -541,19 +570,16 @@ static jc_re *finish(raw_dfa *d, char *err, size_t cap) {
       r->next[(size_t)map[i] * 256 + (size_t)c] = t != JC_RE_NONE && map[t] >= 0 ? (uint16_t)map[t] : JC_RE_NONE;
     }
   }
+  e = edges_of(d, map, &ne);
   for (int i = 0; i < m; i++) r->lens[i] = r->accept[i] ? 1 : 0;
-  for (int changed = 1; changed;) {
+  for (int changed = 1; changed;) { /* a fixed point: bits only get set */
     changed = 0;
-    for (int i = 0; i < m; i++) {
-      uint64_t v = r->lens[i];
-      for (int c = 0; c < 256; c++) {
-        uint16_t t = r->next[(size_t)i * 256 + (size_t)c];
-        if (t == JC_RE_NONE) continue;
-        v |= cont_byte(c) ? r->lens[t] : shift_lens(r->lens[t]);
-      }
-      if (v != r->lens[i]) r->lens[i] = v, changed = 1;
+    for (int k = 0; k < ne; k++) {
+      uint64_t v = r->lens[e[k].from] | (e[k].counts ? shift_lens(r->lens[e[k].to]) : r->lens[e[k].to]);
+      if (v != r->lens[e[k].from]) r->lens[e[k].from] = v, changed = 1;
     }
   }
+  free(e);
   free(map);
   free(live);
   free(d->next);
@@ -644,10 +670,12 @@ static jc_re *determinise(rx *r, int start, int match, char *err, size_t cap) {
       int b = rep[k];
       memset(cur, 0, sizeof *cur * (size_t)nw);
       int any = 0;
-      for (int s = 0; s < r->n; s++) {
-        if (!(sets[i][s >> 6] >> (s & 63) & 1) || r->st[s].kind != NS_SET) continue;
-        if (bs_has(&r->sets[r->st[s].set], b)) closure_add(r, cur, r->st[s].out, stack), any = 1;
-      }
+      for (int wi = 0; wi < nw; wi++) /* the NFA states in DFA state i */
+        for (uint64_t w = sets[i][wi]; w; w &= w - 1) {
+          int s = wi * 64 + __builtin_ctzll(w);
+          if (r->st[s].kind != NS_SET) continue;
+          if (bs_has(&r->sets[r->st[s].set], b)) closure_add(r, cur, r->st[s].out, stack), any = 1;
+        }
       if (!any) continue;
       int t;
       FIND_OR_ADD(cur, t);
