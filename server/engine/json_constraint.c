@@ -433,8 +433,10 @@ static int compile_number(cctx *c, json_t *sch, jc_node *n, const char *path) {
   static const char *const bn[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
   json_t *mo = json_object_get(sch, "multipleOf");
   json_t *fmt = json_object_get(sch, "format");
+  /* ajv-formats' int32 and int64 require whole numbers (int32: in its range) */
   int int32 = json_is_string(fmt) && !strcmp(json_string_value(fmt), "int32");
-  int any = int32 || mo != NULL;
+  int int64 = json_is_string(fmt) && !strcmp(json_string_value(fmt), "int64");
+  int any = int32 || int64 || mo != NULL;
   for (int i = 0; i < 4; i++) {
     if (!b[i]) continue;
     any = 1;
@@ -461,6 +463,7 @@ static int compile_number(cctx *c, json_t *sch, jc_node *n, const char *path) {
     n->mult = (int64_t)m;
     int_only = 1; /* a whole multipleOf: whole numbers */
   }
+  if (int32 || int64) int_only = 1;
   n->bounded = 1;
   n->frac = int_only ? 0 : BOUNDED_FRAC;
   n->int_digits = int_only ? MAX_INT_DIGITS : BOUNDED_INT_DIGITS;

@@ -144,6 +144,8 @@ static void test_numeric_bounds(void) {
   CHECK(doc_ok(s, "0.5 ") && doc_ok(s, "1.999999 ") && doc_ok(s, "1 "));
   CHECK(!doc_ok(s, "0.4 ") && !doc_ok(s, "2 ") && !doc_ok(s, "2.0 ") && !doc_ok(s, "1e0 "));
   jc_schema_free(s);
+  range r8 = {-2147483648.0, 2147483647.0, 0, 0, 0, 1}; /* format int32 on a number: whole, in range */
+  walks("{\"type\":\"number\",\"format\":\"int32\"}", 100, in_range, &r8);
   s = C("{\"type\":\"integer\",\"minimum\":0}");
   CHECK(!doc_ok(s, "-0 ") && doc_ok(s, "0 "));
   jc_schema_free(s);
