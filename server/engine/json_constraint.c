@@ -53,7 +53,7 @@ struct jc_node {
   const jc_node *names; /* the free keys' string schema (NULL: any string) */
   long min_props, max_props;
   /* anyOf / oneOf: branches tried in order; disc: a discriminated union of objects */
-  int n_branches, disc;
+  int n_branches, disc, keyunion; /* keyunion: objects told apart by their first key */
   const jc_node **branches;
   int *disc_idx; /* disc: the discriminator's index among each branch's keys */
   struct jc_node *next_alloc;
@@ -195,7 +195,7 @@ static void first_bytes(const jc_node *n, uint8_t set[256]) {
 
 static int lit_only(const jc_node *n) { return n->n_lits > 0 && !n->types && !n->n_branches; }
 static int plain_object(const jc_node *n) {
-  return n->types == TY_OBJ && !n->n_lits && !n->n_branches && !n->disc;
+  return n->types == TY_OBJ && !n->n_lits && !n->n_branches && !n->disc && !n->keyunion;
 }
 
 /* the JSON types node n's values can have */
@@ -294,6 +294,33 @@ static const jc_node *make_disc(cctx *c, const jc_node **br, int n) {
   return NULL;
 }
 
+static const jc_node *make_keyunion(cctx *c, const jc_node **obj, int n) {
+  jc_node *u = node_new(c);
+  u->types = TY_OBJ;
+  u->keyunion = 1;
+  u->min_props = 1;
+  for (int b = 0; b < n; b++) {
+    if (!obj[b]->required && obj[b]->min_props == 0) u->min_props = 0; /* {} is one of them */
+    for (int k = 0; k < obj[b]->n_props; k++) {
+      int have = 0;
+      for (int j = 0; j < u->n_props && !have; j++) have = !strcmp(u->keys[j], obj[b]->keys[k]);
+      if (have) continue;
+      if (u->n_props == 64) return NULL;
+      u->keys = xrealloc(u->keys, sizeof *u->keys * (size_t)(u->n_props + 1));
+      u->key_lens = xrealloc(u->key_lens, sizeof *u->key_lens * (size_t)(u->n_props + 1));
+      u->props = xrealloc(u->props, sizeof *u->props * (size_t)(u->n_props + 1));
+      u->keys[u->n_props] = xstrdup(obj[b]->keys[k]);
+      u->key_lens[u->n_props] = obj[b]->key_lens[k];
+      u->props[u->n_props++] = obj[b]->props[k];
+    }
+  }
+  u->has_props = u->n_props > 0;
+  u->n_branches = n;
+  u->branches = xmalloc(sizeof *u->branches * (size_t)n);
+  memcpy(u->branches, obj, sizeof *obj * (size_t)n);
+  return u;
+}
+
 static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth);
 
 static const jc_node *compile_any_of(cctx *c, json_t *arr, const char *path, const char *kw,
@@ -335,12 +362,36 @@ static const jc_node *compile_any_of(cctx *c, json_t *arr, const char *path, con
                             "the other does not allow)", i, j);
       }
     }
-  if (overlap) { /* objects with a discriminator: the exact union; else the first match wins */
+  if (overlap) { /* objects with a discriminator: the exact union */
     const jc_node *d = make_disc(c, br, n);
     if (d) {
       free(br);
       return d;
     }
+    /* objects without free keys: one node that takes the first key of any of them, then
+     * continues as the first branch listing that key (the others: the first match wins) */
+    int first = -1, k = 0;
+    for (int i = 0; i < n; i++)
+      if (plain_object(br[i]) && !br[i]->free) k++, first = first < 0 ? i : first;
+    const jc_node **obj = xmalloc(sizeof *obj * (size_t)n);
+    int no = 0;
+    for (int i = 0; i < n && k >= 2; i++)
+      if (plain_object(br[i]) && !br[i]->free) obj[no++] = br[i];
+    const jc_node *u = k >= 2 ? make_keyunion(c, obj, no) : NULL;
+    free(obj);
+    if (u) {
+      int o = 0;
+      for (int i = 0; i < n; i++) {
+        if (i == first) br[o++] = u;
+        else if (!(plain_object(br[i]) && !br[i]->free)) br[o++] = br[i];
+      }
+      n = o;
+    }
+  }
+  if (n == 1) {
+    const jc_node *one = br[0];
+    free(br);
+    return one;
   }
   jc_node *m = node_new(c);
   m->n_branches = n;
@@ -921,6 +972,17 @@ static void value_done(jc_state *st) {
 
 static void key_done(jc_state *st, int idx) {
   jc_frame *p = &st->f[st->depth - 1]; /* the object */
+  if (p->node->keyunion && idx >= 0) { /* the first key picks the first branch listing it */
+    const jc_node *u = p->node;
+    for (int b = 0; b < u->n_branches; b++)
+      for (int j = 0; j < u->branches[b]->n_props; j++)
+        if (!strcmp(u->branches[b]->keys[j], u->keys[idx])) {
+          p->node = u->branches[b];
+          idx = j;
+          b = u->n_branches;
+          break;
+        }
+  }
   p->prop = (int16_t)idx;
   if (idx >= 0) p->mask |= 1ULL << idx;
   p->count++;
@@ -1157,7 +1219,7 @@ static int step(jc_state *st, unsigned c) {
     const jc_node *n = f->node;
     switch (f->kind) {
       case K_VALUE: {
-        if (n->n_branches && !n->disc) { /* the first branch that takes the byte */
+        if (n->n_branches && !n->disc && !n->keyunion) { /* the first branch that takes the byte */
           for (int i = 0; i < n->n_branches; i++) {
             jc_state t;
             copy_state(&t, st);

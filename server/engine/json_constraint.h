@@ -12,9 +12,10 @@
  * counts; maxLength in UTF-16 code units, as JavaScript validators count), pattern and format
  * (jc_regex.h); arrays: items (a schema or false), prefixItems, minItems/maxItems; objects:
  * properties, required, additionalProperties (false, true or a schema), propertyNames,
- * minProperties/maxProperties; anyOf/oneOf (branches tried in order at the first byte; branches
- * that start alike are fine for anyOf; for oneOf they must provably exclude each other, e.g. by a
- * discriminator property whose const/enum values differ, which is then written first); allOf with
+ * minProperties/maxProperties; anyOf/oneOf (branches tried in order at the first byte; objects
+ * that start alike are told apart by their first key; for oneOf, overlapping branches must
+ * provably exclude each other, e.g. by a discriminator property whose const/enum values differ,
+ * which is then written first); allOf with
  * one schema; $ref to "#/..." within the schema ($defs/definitions); annotations (title,
  * description, default, examples, $schema, $id, discriminator, ...). Any other keyword is refused
  * (compile error naming its path) rather than ignored. An object with properties and no

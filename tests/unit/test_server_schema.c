@@ -300,6 +300,15 @@ static int shape_ok(json_t *v, void *ctx) {
   return 0;
 }
 
+/* {"a": string <= 3} or {"b": boolean, "a"?: integer}, the first key choosing */
+static int union_ok(json_t *v, void *ctx) {
+  int *seen = ctx;
+  json_t *a = json_object_get(v, "a"), *b = json_object_get(v, "b");
+  if (json_is_string(a) && !b && json_object_size(v) == 1) return seen[0] = 1;
+  if (json_is_boolean(b) && (!a || json_is_integer(a)) && json_object_size(v) == (size_t)(1 + !!a)) return seen[1] = 1;
+  return 0;
+}
+
 static void test_unions(void) {
   const char *du =
       "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"type\":\"string\",\"const\":\"circle\"},"
@@ -315,7 +324,15 @@ static void test_unions(void) {
   s = C("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]},"
         "{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"number\"}},\"required\":[\"b\"]},{\"type\":\"null\"}]}");
   CHECK(doc_ok(s, "{\"a\":\"x\"}") && doc_ok(s, "null") && !doc_ok(s, "{\"a\":1}"));
+  /* objects that start alike: the first key picks the branch, so each shape can be written */
+  int seen[2] = {0, 0};
+  CHECK(doc_ok(s, "{\"b\":2}") && !doc_ok(s, "{\"b\":\"x\"}") && !doc_ok(s, "{\"a\":\"x\",\"b\":1}"));
+  CHECK(!doc_ok(s, "{}"));
   jc_schema_free(s);
+  walks("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"a\"]},"
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}]}",
+        150, union_ok, seen);
+  CHECK(seen[0] && seen[1]); /* both shapes written */
   walks("{\"anyOf\":[{\"type\":\"integer\",\"minimum\":0,\"maximum\":5},{\"type\":\"number\"},{\"type\":\"string\",\"format\":\"date\"}]}",
         100, NULL, NULL);
   /* oneOf told apart by a required key the other does not allow */
