@@ -6,7 +6,8 @@ work), each checked by the validator below (written here, independent of the ser
 
 The schemas under tests/schemas (what zod 4 and pydantic v2 emit for realistic models) are all
 accepted, and seeded generations of the bundled model (models/austen-byte, temperature 1) for
-each are validated by ajv (tests/clients/validate_schemas.mjs, pinned in tests/clients): skipped
+each, and 20 generations of the tiny random model (which reaches the corners), are validated by
+ajv (tests/clients/validate_schemas.mjs, pinned in tests/clients): skipped
 with the reason when node or npm is missing, unless XL_REQUIRE_NODE=1 (CI), where that fails.
 Each refusal (unsupported keyword, contradiction) is a 400 whose param names the keyword's path."""
 import glob
@@ -406,3 +407,36 @@ def test_every_fixture_is_accepted_and_its_generations_validate_with_ajv(bundled
     for n, r in sorted(report.items()):
         print(f"  {n}: {r['validated']}/{seeds}")
     assert total == len(FIXTURES) * seeds
+
+
+def test_random_model_walks_of_every_fixture_validate_with_ajv(daemon, ajv, tmp_path):
+    """The tiny random model samples nearly uniformly among the allowed bytes: its generations
+    reach corners the bundled model avoids (long numbers, odd characters, every enum value). A
+    bias on '"' and '}' lets strings without maxLength and records end."""
+    n = int(os.environ.get("XL_SCHEMA_RANDOM_SEEDS", "4" if X.binary_sanitizer() else "20"))
+
+    def gen(job):
+        path, seed = job
+        st, h, b = X.post_json(daemon.port, "/v1/completions",
+                               {"prompt": "{", "max_tokens": 20000, "temperature": 1.0,
+                                "seed": seed, "logit_bias": {"34": 5, "125": 5},
+                                "response_format": rf("fixture", json.load(open(path)))},
+                               timeout=600)
+        assert st == 200, (path, b)
+        c = b["choices"][0]
+        assert c["finish_reason"] == "stop", (path, seed, c["text"][:300])
+        return os.path.basename(path), c["text"]
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(gen, [(p, s) for p in FIXTURES for s in range(n)]))
+    outputs = {}
+    for name, text in results:
+        outputs.setdefault(name, []).append(text)
+    cases = [{"name": k, "schema": json.load(open(os.path.join(SCHEMA_DIR, k))), "outputs": o}
+             for k, o in sorted(outputs.items())]
+    rc, report = _run_ajv(ajv, cases, tmp_path)
+    bad = {k: r["failures"][:2] for k, r in report.items() if r["failures"]}
+    assert not bad, json.dumps(bad, indent=1)[:6000]
+    assert sum(r["validated"] for r in report.values()) == len(FIXTURES) * n
+    distinct = len({t for _, t in results})
+    assert distinct > len(results) * 9 // 10, distinct  # sampled, not repeated
