@@ -606,7 +606,7 @@ static void closure_add(const rx *r, uint64_t *w, int s, int *stack) {
   }
 }
 
-static jc_re *determinise(rx *r, int start, int match, char *err, size_t cap) {
+static jc_re *determinise(rx *r, int start, int match, int max_states, char *err, size_t cap) {
   int nw = (r->n + 63) / 64;
   /* classes of bytes: bytes every set (and the continuation range) treats alike */
   int cls[256], n_cls = 0, rep[256];
@@ -620,6 +620,12 @@ static jc_re *determinise(rx *r, int start, int match, char *err, size_t cap) {
     if (found < 0) rep[n_cls] = c, found = n_cls++;
     cls[c] = found;
   }
+  int cls_first[257] = {0}, cls_bytes[256], cls_fill[256];
+  for (int c = 0; c < 256; c++) cls_first[cls[c] + 1]++;
+  for (int k = 0; k < n_cls; k++) cls_first[k + 1] += cls_first[k];
+  for (int k = 0; k < n_cls; k++) cls_fill[k] = cls_first[k];
+  for (int c = 0; c < 256; c++) cls_bytes[cls_fill[cls[c]]++] = c;
+  if (max_states > DFA_MAX) max_states = DFA_MAX;
   uint64_t **sets = NULL;
   uint32_t *hashes = NULL;
   int n = 0, capd = 0;
@@ -644,7 +650,7 @@ static jc_re *determinise(rx *r, int start, int match, char *err, size_t cap) {
       slot = (slot + 1) % hsize;                                                         \
     }                                                                                    \
     if ((OUT) < 0) {                                                                     \
-      if (n >= DFA_MAX) goto too_big;                                                    \
+      if (n >= max_states) goto too_big;                                                 \
       if (n == capd) {                                                                   \
         capd = capd ? 2 * capd : 64;                                                     \
         sets = xrealloc(sets, sizeof *sets * (size_t)capd);                              \
@@ -679,15 +685,16 @@ static jc_re *determinise(rx *r, int start, int match, char *err, size_t cap) {
       if (!any) continue;
       int t;
       FIND_OR_ADD(cur, t);
-      for (int c = 0; c < 256; c++)
-        if (cls[c] == k) d.next[(size_t)i * 256 + (size_t)c] = (uint16_t)t;
+      for (int j = cls_first[k]; j < cls_first[k + 1]; j++) d.next[(size_t)i * 256 + (size_t)cls_bytes[j]] = (uint16_t)t;
     }
   }
 #undef FIND_OR_ADD
   res = finish(&d, err, cap);
+  if (res) res->built = n;
   goto done;
 too_big:
-  snprintf(err, cap, "the pattern needs more than %d automaton states", DFA_MAX);
+  snprintf(err, cap, "the pattern needs more than %d automaton states%s", max_states,
+           max_states < DFA_MAX ? " (what is left of the schema's budget)" : "");
   free(d.next);
   free(d.accept);
 done:
@@ -700,7 +707,7 @@ done:
   return res;
 }
 
-jc_re *jc_re_compile(const char *pattern, char *err, size_t cap) {
+jc_re *jc_re_compile(const char *pattern, int max_states, char *err, size_t cap) {
   rx r;
   memset(&r, 0, sizeof r);
   r.p = pattern;
@@ -726,7 +733,7 @@ jc_re *jc_re_compile(const char *pattern, char *err, size_t cap) {
   jc_re *res = NULL;
   if (!r.failed && match >= 0) {
     r.st[f.end].out = match;
-    res = determinise(&r, f.start, match, err, cap);
+    res = determinise(&r, f.start, match, max_states, err, cap);
   }
   free(r.st);
   free(r.sets);
@@ -751,15 +758,15 @@ static const char *const formats[][2] = {
     {"ipv6", "^[0-9a-f]{1,4}(?::[0-9a-f]{1,4}){7}$"},
 };
 
-jc_re *jc_re_format(const char *format, char *err, size_t cap) {
+jc_re *jc_re_format(const char *format, int max_states, char *err, size_t cap) {
   for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
-    if (!strcmp(format, formats[i][0])) return jc_re_compile(formats[i][1], err, cap);
+    if (!strcmp(format, formats[i][0])) return jc_re_compile(formats[i][1], max_states, err, cap);
   snprintf(err, cap, "the format \"%.40s\" is not supported (supported: date-time, date, time, "
                      "email, uuid, uri, ipv4, ipv6)", format);
   return NULL;
 }
 
-jc_re *jc_re_intersect(const jc_re *a, const jc_re *b, char *err, size_t cap) {
+jc_re *jc_re_intersect(const jc_re *a, const jc_re *b, int max_states, char *err, size_t cap) {
   raw_dfa d = {0, 0, NULL, NULL};
   /* pairs (sa, sb) found so far, indexed by sa * nb + sb */
   size_t np = (size_t)a->n_states * (size_t)b->n_states;
@@ -779,8 +786,9 @@ jc_re *jc_re_intersect(const jc_re *a, const jc_re *b, char *err, size_t cap) {
       if (ta == JC_RE_NONE || tb == JC_RE_NONE) continue;
       size_t k = (size_t)ta * (size_t)b->n_states + tb;
       if (idx[k] < 0) {
-        if (d.n >= DFA_MAX) {
-          snprintf(err, cap, "pattern and format together need more than %d automaton states", DFA_MAX);
+        if (d.n >= max_states || d.n >= DFA_MAX) {
+          snprintf(err, cap, "pattern and format together need more than %d automaton states",
+                   max_states < DFA_MAX ? max_states : DFA_MAX);
           free(idx), free(qa), free(qb), free(d.next), free(d.accept);
           return NULL;
         }
@@ -798,8 +806,10 @@ jc_re *jc_re_intersect(const jc_re *a, const jc_re *b, char *err, size_t cap) {
     }
   }
   free(idx), free(qa), free(qb);
+  int built = d.n;
   jc_re *r = finish(&d, err, cap);
   if (!r) snprintf(err, cap, "no string matches both the pattern and the format");
+  else r->built = built;
   return r;
 }
 

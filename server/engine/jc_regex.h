@@ -32,15 +32,17 @@ typedef struct jc_re {
   uint16_t *next;      /* [n_states][256]: JC_RE_NONE where the byte cannot come */
   uint8_t *accept;     /* [n_states] */
   uint64_t *lens;      /* [n_states]: bit n = an accepted completion of n more characters */
+  int built;           /* states built before pruning (the compilation's cost) */
 } jc_re;
 
-/* A pattern's automaton, or NULL with the problem in err. */
-jc_re *jc_re_compile(const char *pattern, char *err, size_t cap);
+/* A pattern's automaton, or NULL with the problem in err. max_states bounds the states built
+ * (at most 4096 in any case): a caller's budget for the compilation's time. */
+jc_re *jc_re_compile(const char *pattern, int max_states, char *err, size_t cap);
 /* The automaton of a built-in format (date-time, date, time, email, uuid, uri, ipv4, ipv6), or
  * NULL (err: unknown format). */
-jc_re *jc_re_format(const char *format, char *err, size_t cap);
+jc_re *jc_re_format(const char *format, int max_states, char *err, size_t cap);
 /* The strings both accept; NULL with a message when none. Frees neither. */
-jc_re *jc_re_intersect(const jc_re *a, const jc_re *b, char *err, size_t cap);
+jc_re *jc_re_intersect(const jc_re *a, const jc_re *b, int max_states, char *err, size_t cap);
 void jc_re_free(jc_re *r);
 /* Whether an accepted completion from state s has a length in [lo, hi] more characters (hi < 0:
  * no upper bound). */

@@ -84,8 +84,10 @@ typedef struct cctx {
   size_t epath_cap;
   int failed;
   int n_nodes; /* $ref expands anew at each use: bounded, so a schema cannot blow up */
+  int re_budget; /* automaton states the patterns and formats may still build */
 } cctx;
 #define MAX_NODES 4096
+#define RE_BUDGET 8192 /* per schema: a compilation stays within tens of milliseconds */
 
 static jc_node *fail(cctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static jc_node *fail(cctx *c, const char *path, const char *fmt, ...) {
@@ -549,7 +551,7 @@ static int compile_string(cctx *c, json_t *sch, jc_node *n, const char *path) {
       fail(c, sub, "'pattern' must be a string");
       return -1;
     }
-    if (!(rp = jc_re_compile(json_string_value(pat), e, sizeof e))) {
+    if (!(rp = jc_re_compile(json_string_value(pat), c->re_budget, e, sizeof e))) {
       fail(c, sub, "pattern /%.80s/: %s", json_string_value(pat), e);
       return -1;
     }
@@ -567,14 +569,15 @@ static int compile_string(cctx *c, json_t *sch, jc_node *n, const char *path) {
       /* compile_number applies int32; int64/float/double hold for every generated number */
     } else if (!(n->types & TY_STR)) {
       /* a string format on a schema without strings constrains nothing */
-    } else if (!(rf = jc_re_format(f, e, sizeof e))) {
+    } else if (!(rf = jc_re_format(f, c->re_budget - (rp ? rp->built : 0), e, sizeof e))) {
       jc_re_free(rp);
       fail(c, sub, "%s", e);
       return -1;
     }
   }
   if (rp && rf) {
-    n->re = jc_re_intersect(rp, rf, e, sizeof e);
+    c->re_budget -= rp->built + rf->built;
+    n->re = jc_re_intersect(rp, rf, c->re_budget, e, sizeof e);
     jc_re_free(rp);
     jc_re_free(rf);
     if (!n->re) {
@@ -584,6 +587,7 @@ static int compile_string(cctx *c, json_t *sch, jc_node *n, const char *path) {
   } else {
     n->re = rp ? rp : rf;
   }
+  if (n->re) c->re_budget -= n->re->built;
   if (n->re && (n->types & TY_STR) && !jc_re_len_ok(n->re, 0, n->min_len, n->max_len)) {
     fail(c, path, "no string of the pattern/format has a length within minLength/maxLength");
     return -1;
@@ -882,7 +886,7 @@ jc_schema *jc_compile_at(json_t *schema, int object_only, char *err, size_t cap,
   jc_schema *s = xcalloc(1, sizeof *s);
   s->refs = 1;
   if (path && path_cap) path[0] = 0;
-  cctx c = {s, schema, err, cap, path, path_cap, 0, 0};
+  cctx c = {s, schema, err, cap, path, path_cap, 0, 0, RE_BUDGET};
   if (!schema) {
     jc_node *n = node_new(&c);
     n->types = object_only ? TY_OBJ : TY_ANY;

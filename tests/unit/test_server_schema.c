@@ -449,6 +449,24 @@ static void test_fixtures_compile_and_walk(void) {
   fprintf(stderr, "%d fixture schemas compiled and walked\n", n);
 }
 
+/* patterns whose automata are large: refused once the schema's budget is spent, so that a
+ * request cannot hold the event loop for long */
+static void test_pattern_budget(void) {
+  char *sch = malloc(1 << 14);
+  int n = snprintf(sch, 1 << 14, "{\"type\":\"object\",\"properties\":{");
+  for (int i = 0; i < 60; i++)
+    n += snprintf(sch + n, (size_t)(1 << 14) - (size_t)n, "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"[a-z]*a[a-z]{9}b\"}",
+                  i ? "," : "", i);
+  snprintf(sch + n, (size_t)(1 << 14) - (size_t)n, "}}");
+  json_t *j = J(sch);
+  char err[400] = "", path[200] = "";
+  jc_schema *s = jc_compile_at(j, 0, err, sizeof err, path, sizeof path);
+  CHECK(s == NULL && strstr(err, "budget") && !strncmp(path, ".properties.p", 13));
+  jc_schema_free(s);
+  json_decref(j);
+  free(sch);
+}
+
 int main(void) {
   RUN(test_numeric_bounds);
   RUN(test_patterns);
@@ -456,6 +474,7 @@ int main(void) {
   RUN(test_arrays_and_objects);
   RUN(test_unions);
   RUN(test_refusals_name_the_path);
+  RUN(test_pattern_budget);
   RUN(test_fixtures_compile_and_walk);
   return tl_summary();
 }
