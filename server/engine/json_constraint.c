@@ -56,6 +56,12 @@ struct jc_node {
   int n_branches, disc, keyunion; /* keyunion: objects told apart by their first key */
   const jc_node **branches;
   int *disc_idx; /* disc: the discriminator's index among each branch's keys */
+  /* $ref: the node compiled for the target (a recursive schema refers back to its alias) */
+  const struct jc_node *alias;
+  int pending; /* alias whose target is still being compiled */
+  /* containers a value of this node must still open to complete, from here (0: a scalar will
+   * do); h_obj/h_arr: when it starts as an object / array (the braces included) */
+  int height, h_obj, h_arr;
   struct jc_node *next_alloc;
 };
 
@@ -64,6 +70,12 @@ struct jc_schema {
   const jc_node *root;
   jc_node *nodes; /* every node allocated, for freeing */
 };
+
+/* a $ref's target (itself while that is still being compiled) */
+static const jc_node *D(const jc_node *n) {
+  for (int i = 0; n && n->alias && i < 64; i++) n = n->alias;
+  return n;
+}
 
 #define NODE_DEFAULTS .max_len = -1, .max_items = -1, .max_props = -1
 static const jc_node any_node = {.types = TY_ANY, .free = 1, NODE_DEFAULTS};
@@ -83,8 +95,11 @@ typedef struct cctx {
   char *epath;
   size_t epath_cap;
   int failed;
-  int n_nodes; /* $ref expands anew at each use: bounded, so a schema cannot blow up */
+  int n_nodes; /* nodes compiled: bounded, so a schema cannot blow up */
   int re_budget; /* automaton states the patterns and formats may still build */
+  json_t **ref_t; /* $ref targets compiled (or being compiled) and their alias nodes */
+  jc_node **ref_n;
+  int n_refs;
 } cctx;
 #define MAX_NODES 4096
 #define RE_BUDGET 8192 /* per schema: a compilation stays within tens of milliseconds */
@@ -176,12 +191,17 @@ static int get_count(cctx *c, json_t *o, const char *k, const char *path, long *
 }
 
 /* the bytes a value of node n can start with (a superset) */
-static void first_bytes(const jc_node *n, uint8_t set[256]) {
+static void first_bytes_d(const jc_node *n, uint8_t set[256], int depth) {
+  n = D(n);
+  if (n->pending || depth > 64) { /* not known yet: anything */
+    memset(set, 1, 256);
+    return;
+  }
   memset(set, 0, 256);
   for (int i = 0; i < n->n_lits; i++) set[(unsigned char)n->lits[i][0]] = 1;
   for (int i = 0; i < n->n_branches; i++) {
     uint8_t b[256];
-    first_bytes(n->branches[i], b);
+    first_bytes_d(n->branches[i], b, depth + 1);
     for (int k = 0; k < 256; k++) set[k] |= b[k];
   }
   if (n->types & TY_STR) set['"'] = 1;
@@ -195,13 +215,21 @@ static void first_bytes(const jc_node *n, uint8_t set[256]) {
   if (n->types & TY_NULL) set['n'] = 1;
 }
 
-static int lit_only(const jc_node *n) { return n->n_lits > 0 && !n->types && !n->n_branches; }
+static void first_bytes(const jc_node *n, uint8_t set[256]) { first_bytes_d(n, set, 0); }
+
+static int lit_only(const jc_node *n) {
+  n = D(n);
+  return n->n_lits > 0 && !n->types && !n->n_branches && !n->pending;
+}
 static int plain_object(const jc_node *n) {
-  return n->types == TY_OBJ && !n->n_lits && !n->n_branches && !n->disc && !n->keyunion;
+  n = D(n);
+  return n->types == TY_OBJ && !n->n_lits && !n->n_branches && !n->disc && !n->keyunion && !n->pending;
 }
 
 /* the JSON types node n's values can have */
-static unsigned value_types(const jc_node *n) {
+static unsigned value_types_d(const jc_node *n, int depth) {
+  n = D(n);
+  if (n->pending || depth > 64) return TY_ANY | TY_NUM;
   unsigned t = n->types;
   if (t & TY_INT) t |= TY_NUM;
   for (int i = 0; i < n->n_lits; i++) {
@@ -209,10 +237,11 @@ static unsigned value_types(const jc_node *n) {
     t |= ch == '"' ? TY_STR : ch == '{' ? TY_OBJ : ch == '[' ? TY_ARR : ch == 'n' ? TY_NULL
        : ch == 't' || ch == 'f' ? TY_BOOL : TY_NUM;
   }
-  for (int i = 0; i < n->n_branches; i++) t |= value_types(n->branches[i]);
+  for (int i = 0; i < n->n_branches; i++) t |= value_types_d(n->branches[i], depth + 1);
   if (n->disc) t |= TY_OBJ;
   return t;
 }
+static unsigned value_types(const jc_node *n) { return value_types_d(n, 0); }
 
 static int lits_disjoint(const jc_node *a, const jc_node *b) {
   for (int i = 0; i < a->n_lits; i++)
@@ -235,7 +264,7 @@ static int excludes(const jc_node *a, const jc_node *b) {
           if (!strcmp(x->keys[i], y->keys[k])) j = k;
         if (j < 0 && !y->free) return 1; /* x requires a key y does not allow */
         if (j >= 0 && (y->required >> j & 1) && lit_only(x->props[i]) && lit_only(y->props[j]) &&
-            lits_disjoint(x->props[i], y->props[j]))
+            lits_disjoint(D(x->props[i]), D(y->props[j])))
           return 1; /* a discriminator */
       }
     }
@@ -256,8 +285,8 @@ static const jc_node *make_disc(cctx *c, const jc_node **br, int n) {
       for (int j = 0; j < br[b]->n_props && idx[b] < 0; j++)
         if (!strcmp(br[b]->keys[j], br[0]->keys[k])) idx[b] = j;
       ok = idx[b] >= 0 && (br[b]->required >> idx[b] & 1) && lit_only(br[b]->props[idx[b]]);
-      for (int a = 0; a < b && ok; a++) ok = lits_disjoint(br[a]->props[idx[a]], br[b]->props[idx[b]]);
-      if (ok) total += br[b]->props[idx[b]]->n_lits;
+      for (int a = 0; a < b && ok; a++) ok = lits_disjoint(D(br[a]->props[idx[a]]), D(br[b]->props[idx[b]]));
+      if (ok) total += D(br[b]->props[idx[b]])->n_lits;
     }
     if (!ok || total > MAX_OPTIONS) {
       free(idx);
@@ -266,7 +295,7 @@ static const jc_node *make_disc(cctx *c, const jc_node **br, int n) {
     jc_node *lit = node_new(c);
     lit->lit_branch = xmalloc(sizeof *lit->lit_branch * (size_t)total);
     for (int b = 0; b < n; b++) {
-      const jc_node *v = br[b]->props[idx[b]];
+      const jc_node *v = D(br[b]->props[idx[b]]);
       for (int o = 0; o < v->n_lits; o++) {
         lit->lit_branch[lit->n_lits] = b;
         lit->lits = xrealloc(lit->lits, sizeof *lit->lits * (size_t)(lit->n_lits + 1));
@@ -339,6 +368,7 @@ static const jc_node *compile_any_of(cctx *c, json_t *arr, const char *path, con
       free(br);
       return NULL;
     }
+    br[i] = D(br[i]); /* a resolved $ref: its target (a pending one stays opaque) */
   }
   if (n == 1) {
     const jc_node *one = br[0];
@@ -778,7 +808,19 @@ static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth)
         p += n;
       }
       if (!t || *p) return fail(c, sub, "$ref \"%.100s\" does not resolve", r);
-      return compile(c, t, sub, depth + 1);
+      for (int j = 0; j < c->n_refs; j++) /* compiled once: a recursive schema refers back */
+        if (c->ref_t[j] == t) return c->ref_n[j];
+      jc_node *a = node_new(c);
+      a->pending = 1;
+      c->ref_t = xrealloc(c->ref_t, sizeof *c->ref_t * (size_t)(c->n_refs + 1));
+      c->ref_n = xrealloc(c->ref_n, sizeof *c->ref_n * (size_t)(c->n_refs + 1));
+      c->ref_t[c->n_refs] = t;
+      c->ref_n[c->n_refs++] = a;
+      const jc_node *target = compile(c, t, sub, depth + 1);
+      if (!target) return NULL;
+      a->alias = target;
+      a->pending = 0;
+      return a;
     }
     if (i == 3) {
       snprintf(sub, sizeof sub, "%s.allOf", path);
@@ -881,12 +923,73 @@ static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth)
   return n;
 }
 
+/* ---- heights: how many containers a value must still open to end, so that nesting never
+ * runs into JC_MAX_DEPTH with a value that cannot end (recursive schemas) ---- */
+#define H_INF (1 << 20)
+
+static int H(const jc_node *n) { return D(n)->height; }
+static int hmax(int a, int b) { return a > b ? a : b; }
+static int hmin(int a, int b) { return a < b ? a : b; }
+
+static void node_heights(jc_node *n) {
+  if (n->alias) {
+    n->height = H(n);
+    return;
+  }
+  if (n->n_lits && !n->types && !n->n_branches) {
+    n->height = 0;
+    return;
+  }
+  if (n->disc || n->keyunion) {
+    int h = n->keyunion && n->min_props == 0 ? 1 : H_INF;
+    for (int i = 0; i < n->n_branches; i++) h = hmin(h, D(n->branches[i])->h_obj);
+    n->h_obj = n->height = h;
+    return;
+  }
+  if (n->n_branches) {
+    int h = H_INF;
+    for (int i = 0; i < n->n_branches; i++) h = hmin(h, H(n->branches[i]));
+    n->height = h;
+    return;
+  }
+  int h = H_INF;
+  if (n->types & TY_OBJ) {
+    int m = 0, all = n->min_props > __builtin_popcountll(n->required);
+    for (int i = 0; i < n->n_props; i++)
+      if (all || (n->required >> i & 1)) m = hmax(m, H(n->props[i]));
+    if (all && n->free && n->addl) m = hmax(m, H(n->addl));
+    n->h_obj = hmin(H_INF, 1 + m);
+    h = hmin(h, n->h_obj);
+  }
+  if (n->types & TY_ARR) {
+    int m = 0;
+    for (long i = 0; i < n->min_items && i <= n->n_prefix; i++)
+      m = hmax(m, H(i < n->n_prefix ? n->prefix[i] : n->items ? n->items : &any_node));
+    n->h_arr = hmin(H_INF, 1 + m);
+    h = hmin(h, n->h_arr);
+  }
+  if (n->types & (TY_NULL | TY_BOOL | TY_INT | TY_NUM | TY_STR)) h = 0;
+  n->height = h;
+}
+
+static void compute_heights(jc_schema *s) {
+  for (jc_node *n = s->nodes; n; n = n->next_alloc) n->height = n->h_obj = n->h_arr = H_INF;
+  for (int changed = 1; changed;) { /* a fixed point: heights only come down */
+    changed = 0;
+    for (jc_node *n = s->nodes; n; n = n->next_alloc) {
+      int h = n->height, ho = n->h_obj, ha = n->h_arr;
+      node_heights(n);
+      changed |= n->height != h || n->h_obj != ho || n->h_arr != ha;
+    }
+  }
+}
+
 jc_schema *jc_compile_at(json_t *schema, int object_only, char *err, size_t cap, char *path,
                          size_t path_cap) {
   jc_schema *s = xcalloc(1, sizeof *s);
   s->refs = 1;
   if (path && path_cap) path[0] = 0;
-  cctx c = {s, schema, err, cap, path, path_cap, 0, 0, RE_BUDGET};
+  cctx c = {s, schema, err, cap, path, path_cap, 0, 0, RE_BUDGET, NULL, NULL, 0};
   if (!schema) {
     jc_node *n = node_new(&c);
     n->types = object_only ? TY_OBJ : TY_ANY;
@@ -895,6 +998,16 @@ jc_schema *jc_compile_at(json_t *schema, int object_only, char *err, size_t cap,
     return s;
   }
   s->root = compile(&c, schema, "", 0);
+  free(c.ref_t);
+  free(c.ref_n);
+  if (s->root) {
+    compute_heights(s);
+    if (H(s->root) > JC_MAX_DEPTH) {
+      fail(&c, "", "no value of the schema ends within %d nested containers (a $ref required "
+                   "at every level of itself?)", JC_MAX_DEPTH);
+      s->root = NULL;
+    }
+  }
   if (!s->root) {
     jc_schema_free(s);
     return NULL;
@@ -935,7 +1048,7 @@ static jc_frame *push(jc_state *st, int kind, const jc_node *n) {
   jc_frame *f = &st->f[st->depth++];
   memset(f, 0, offsetof(jc_frame, free_keys)); /* the key hashes: only up to n_free are read */
   f->kind = (uint8_t)kind;
-  f->node = n;
+  f->node = D(n);
   f->prop = -1;
   return f;
 }
@@ -969,7 +1082,7 @@ static void value_done(jc_state *st) {
   if (p->node->disc && st->lit_opt >= 0) { /* the discriminator's value picks the branch */
     const jc_node *d = p->node;
     int b = d->props[0]->lit_branch[st->lit_opt];
-    p->node = d->branches[b];
+    p->node = D(d->branches[b]);
     p->mask = 1ULL << d->disc_idx[b];
   }
 }
@@ -1032,13 +1145,18 @@ static int is_hex(unsigned c) {
 static uint64_t all_props(const jc_node *n) { return n->n_props == 64 ? ~0ULL : (1ULL << n->n_props) - 1; }
 
 /* keys that may start now: listed ones (*listed) and whether a free key may */
-static void keys_open(const jc_frame *o, uint64_t *listed, int *free_ok) {
+static void keys_open(const jc_state *st, const jc_frame *o, uint64_t *listed, int *free_ok) {
   const jc_node *n = o->node;
   uint64_t unwritten = all_props(n) & ~o->mask;
   uint64_t req_left = n->required & ~o->mask;
   int room = n->max_props < 0 || o->count + 1 + __builtin_popcountll(req_left) <= n->max_props;
+  /* an optional key whose value could not end within the nesting left is not begun */
+  for (int i = 0; i < n->n_props; i++)
+    if ((unwritten >> i & 1) && !(req_left >> i & 1) && st->nest + H(n->props[i]) > JC_MAX_DEPTH)
+      unwritten &= ~(1ULL << i);
   *listed = room ? unwritten : req_left;
-  *free_ok = room && n->free && o->n_free < JC_MAX_FREE_KEYS && !n->disc;
+  *free_ok = room && n->free && o->n_free < JC_MAX_FREE_KEYS && !n->disc &&
+             (!n->addl || st->nest + H(n->addl) <= JC_MAX_DEPTH);
 }
 
 static int start_key(jc_state *st) {
@@ -1046,7 +1164,7 @@ static int start_key(jc_state *st) {
   const jc_node *n = o->node;
   uint64_t listed;
   int free_ok;
-  keys_open(o, &listed, &free_ok);
+  keys_open(st, o, &listed, &free_ok);
   o->sub = O_INKEY;
   if (!free_ok) {
     if (!listed) return -1;
@@ -1070,11 +1188,11 @@ static int required_met(const jc_frame *f) {
   return (f->node->required & ~f->mask) == 0 && f->count >= f->node->min_props;
 }
 
-static int keys_left(const jc_frame *f) {
+static int keys_left(const jc_state *st, const jc_frame *f) {
   uint64_t listed;
   int free_ok;
   if (f->node->max_props >= 0 && f->count >= f->node->max_props) return 0;
-  keys_open(f, &listed, &free_ok);
+  keys_open(st, f, &listed, &free_ok);
   return listed || free_ok;
 }
 
@@ -1096,10 +1214,10 @@ static int free_key_end(const jc_state *st, uint64_t mask, int pos, uint32_t h) 
   return -1;
 }
 
-static int listed_ok(const jc_frame *o, int i) {
+static int listed_ok(const jc_state *st, const jc_frame *o, int i) {
   uint64_t listed;
   int free_ok;
-  keys_open(o, &listed, &free_ok);
+  keys_open(st, o, &listed, &free_ok);
   return listed >> i & 1;
 }
 
@@ -1116,7 +1234,7 @@ static int free_key_byte(jc_state *st, jc_frame *f, unsigned c) {
   if (f->node->max_len >= 0 && c >= 0x80) return -1; /* bounded names: ASCII, see below */
   if (f->node->max_len >= 0 && f->units + 1 >= f->node->max_len) {
     int e = free_key_end(st, m, f->pos + 1, h);
-    if (e == -2 || (e >= 0 && !listed_ok(o, e))) return -1;
+    if (e == -2 || (e >= 0 && !listed_ok(st, o, e))) return -1;
   }
   f->mask = m;
   f->h = h;
@@ -1227,7 +1345,7 @@ static int step(jc_state *st, unsigned c) {
           for (int i = 0; i < n->n_branches; i++) {
             jc_state t;
             copy_state(&t, st);
-            t.f[t.depth - 1].node = n->branches[i];
+            t.f[t.depth - 1].node = D(n->branches[i]);
             if (step(&t, c) == 0) {
               copy_state(st, &t);
               return 0;
@@ -1250,13 +1368,13 @@ static int step(jc_state *st, unsigned c) {
           if (n->re && !jc_re_len_ok(n->re, 0, n->min_len, n->max_len)) return -1;
           return 0;
         }
-        if (c == '{' && (n->types & TY_OBJ) && st->nest < JC_MAX_DEPTH) {
+        if (c == '{' && (n->types & TY_OBJ) && st->nest + hmax(1, n->h_obj) <= JC_MAX_DEPTH) {
           f->kind = K_OBJ;
           f->sub = O_FIRST;
           st->nest++;
           return 0;
         }
-        if (c == '[' && (n->types & TY_ARR) && st->nest < JC_MAX_DEPTH) {
+        if (c == '[' && (n->types & TY_ARR) && st->nest + hmax(1, n->h_arr) <= JC_MAX_DEPTH) {
           f->kind = K_ARR;
           f->sub = A_FIRST;
           st->nest++;
@@ -1316,7 +1434,7 @@ static int step(jc_state *st, unsigned c) {
               if (free_key) {
                 int e = free_key_end(st, f->mask, f->pos, f->h);
                 jc_frame *o = &st->f[st->depth - 2];
-                if (e == -2 || (e >= 0 && !listed_ok(o, e))) return -1;
+                if (e == -2 || (e >= 0 && !listed_ok(st, o, e))) return -1;
                 if (e == -1) o->free_keys[o->n_free++] = f->h;
                 st->depth--;
                 key_done(st, e);
@@ -1472,7 +1590,7 @@ static int step(jc_state *st, unsigned c) {
               close_container(st);
               return 0;
             }
-            if (c == '"' && keys_left(f)) return start_key(st);
+            if (c == '"' && keys_left(st, f)) return start_key(st);
             return -1;
           case O_KEY:
             return c == '"' ? start_key(st) : -1;
@@ -1481,7 +1599,7 @@ static int step(jc_state *st, unsigned c) {
             f->sub = O_VALUE;
             return push(st, K_VALUE, f->prop >= 0 ? n->props[f->prop] : n->addl ? n->addl : &any_node) ? 0 : -1;
           case O_AFTER:
-            if (c == ',' && keys_left(f)) {
+            if (c == ',' && keys_left(st, f)) {
               f->sub = O_KEY;
               return 0;
             }
@@ -1502,12 +1620,14 @@ static int step(jc_state *st, unsigned c) {
             return 0;
           }
           if (n->max_items == 0) return -1;
+          if (n->min_items == 0 && st->nest + H(ITEM(0)) > JC_MAX_DEPTH) return -1;
           f->count = 1;
           f->sub = A_AFTER;
           if (!push(st, K_VALUE, ITEM(0))) return -1;
           continue; /* c starts the first item */
         }
-        if (c == ',' && (n->max_items < 0 || f->count < n->max_items)) {
+        if (c == ',' && (n->max_items < 0 || f->count < n->max_items) &&
+            (f->count < n->min_items || st->nest + H(ITEM(f->count)) <= JC_MAX_DEPTH)) {
           f->count++;
           return push(st, K_VALUE, ITEM(f->count - 1)) ? 0 : -1;
         }

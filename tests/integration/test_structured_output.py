@@ -269,8 +269,8 @@ REFUSED = [
       "maxProperties": 1}, ".maxProperties"),
     ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, ".oneOf[1]"),
     ({"type": "object", "properties": {"x": {"not": {"type": "null"}}}}, ".properties.x.not"),
-    ({"$defs": {"T": {"type": "object", "properties": {"c": {"$ref": "#/$defs/T"}}}},
-      "$ref": "#/$defs/T"}, ".$ref.properties.c.$ref.properties.c.$ref.properties.c.$ref"),
+    ({"$defs": {"T": {"type": "object", "properties": {"c": {"$ref": "#/$defs/T"}},
+                      "required": ["c"]}}, "$ref": "#/$defs/T"}, ""),  # no value ever ends
 ]
 
 
@@ -281,10 +281,7 @@ def test_refusals_name_the_path(daemon, schema, path):
     assert st == 400, b
     err = b["error"]
     assert err["code"] == "invalid_value", b
-    if path.startswith(".$ref.properties.c"):  # a recursive $ref: refused where it gets too deep
-        assert err["param"].startswith("response_format.json_schema.schema" + path), b
-    else:
-        assert err["param"] == "response_format.json_schema.schema" + path, b
+    assert err["param"] == "response_format.json_schema.schema" + path, b
     assert "schema" in err["message"], b
 
 

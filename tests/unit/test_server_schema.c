@@ -381,6 +381,7 @@ static void test_refusals_name_the_path(void) {
       {"{\"not\":{}}", ".not"},
       {"{\"properties\":{\"a\":{\"if\":{}}}}", ".properties.a.if"},
       {"{\"items\":{\"$ref\":\"#/$defs/missing\"}}", ".items.$ref"},
+      {"{\"$defs\":{\"A\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/A\"},\"minItems\":1}},\"$ref\":\"#/$defs/A\"}", ""},
       {"{\"type\":\"object\",\"properties\":{\"a\":false},\"required\":[\"a\"]}", ".properties.a"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -449,6 +450,79 @@ static void test_fixtures_compile_and_walk(void) {
   fprintf(stderr, "%d fixture schemas compiled and walked\n", n);
 }
 
+static int depth_of(json_t *v) {
+  int d = 0;
+  size_t i;
+  json_t *x;
+  const char *k;
+  int e;
+  if (json_is_array(v))
+    json_array_foreach(v, i, x) if ((e = depth_of(x)) > d) d = e;
+  if (json_is_object(v))
+    json_object_foreach(v, k, x) if ((e = depth_of(x)) > d) d = e;
+  return d + (json_is_array(v) || json_is_object(v));
+}
+
+static int tree_ok(json_t *v, void *ctx) {
+  int *deepest = ctx;
+  if (!json_is_object(v) || !json_is_string(json_object_get(v, "name"))) return 0;
+  json_t *c = json_object_get(v, "kids");
+  for (size_t i = 0; c && i < json_array_size(c); i++)
+    if (!tree_ok(json_array_get(c, i), NULL)) return 0;
+  int d = depth_of(v);
+  if (deepest && d > *deepest) *deepest = d;
+  return d <= JC_MAX_DEPTH;
+}
+
+/* recursive $ref: compiled once and referred back to; nesting ends in time at any depth */
+static void test_recursive_refs(void) {
+  int deepest = 0;
+  const char *tree = "{\"$defs\":{\"T\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":2},"
+                     "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/T\"},\"minItems\":1}},\"required\":[\"name\"]}},"
+                     "\"$ref\":\"#/$defs/T\"}";
+  walks(tree, 200, tree_ok, &deepest);
+  CHECK(deepest >= 4);
+  /* walks that always open another level: the deepest allowed, then the values end */
+  jc_schema *s = C(tree);
+  jc_state st;
+  jc_init(&st, s);
+  int guard = 0;
+  uint8_t allowed[256];
+  while (!jc_done(&st) && guard++ < 100000) {
+    int k = jc_allowed_bytes(&st, allowed);
+    CHECK(k > 0);
+    if (!k) break;
+    const char *pref = "{[\"k]},:a\"";
+    int pick = -1;
+    for (const char *p = pref; *p && pick < 0; p++)
+      if (allowed[(unsigned char)*p]) pick = (unsigned char)*p;
+    for (int c = 0; c < 256 && pick < 0; c++)
+      if (allowed[c]) pick = c;
+    jc_step(&st, (unsigned char)pick);
+  }
+  CHECK(jc_done(&st));
+  jc_schema_free(s);
+  /* zod's $ref "#" (the root) */
+  walks("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},"
+        "\"sub\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":2}},\"required\":[\"n\",\"sub\"]}", 150, NULL, NULL);
+  /* each definition used twice by the one before: shared, not expanded 2^13 times */
+  char big[4096];
+  int n = snprintf(big, sizeof big, "{\"$defs\":{");
+  for (int i = 0; i < 13; i++)
+    n += snprintf(big + n, sizeof big - (size_t)n, "\"d%d\":{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/d%d\"},"
+                  "\"b\":{\"$ref\":\"#/$defs/d%d\"}},\"required\":[\"a\",\"b\"]},", i, i + 1, i + 1);
+  snprintf(big + n, sizeof big - (size_t)n, "\"d13\":{\"type\":\"null\"}},\"$ref\":\"#/$defs/d0\"}");
+  s = C(big); /* (its one document has 2^13 nulls: compiled, not walked) */
+  CHECK(s != NULL);
+  jc_schema_free(s);
+  /* refused: required at every level, or nested deeper than the limit at the least */
+  json_t *j = J("{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#\"}},\"required\":[\"c\"]}");
+  char err[400], path[200];
+  s = jc_compile_at(j, 0, err, sizeof err, path, sizeof path);
+  CHECK(!s && strstr(err, "nested containers") && !strcmp(path, ""));
+  json_decref(j);
+}
+
 /* patterns whose automata are large: refused once the schema's budget is spent, so that a
  * request cannot hold the event loop for long */
 static void test_pattern_budget(void) {
@@ -475,6 +549,7 @@ int main(void) {
   RUN(test_unions);
   RUN(test_refusals_name_the_path);
   RUN(test_pattern_budget);
+  RUN(test_recursive_refs);
   RUN(test_fixtures_compile_and_walk);
   return tl_summary();
 }
