@@ -255,8 +255,7 @@ static void test_unsupported_schemas_are_refused(void) {
       "{\"oneOf\":[{\"type\":\"string\"},{\"enum\":[\"x\"]}]}",
       "{\"$ref\":\"#/$defs/nope\"}",
       /* recursive and required at every level: no value ends */
-      "{\"$defs\":{\"T\":{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#/$defs/T\"}},"
-      "\"required\":[\"c\"]}},\"$ref\":\"#/$defs/T\"}",
+      "{\"$defs\":{\"T\":{\"properties\":{\"c\":{\"$ref\":\"#/$defs/T\"}},\"required\":[\"c\"]}},\"$ref\":\"#/$defs/T\"}",
       "{\"type\":\"strng\"}",
       "{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}",
   };
