@@ -259,10 +259,11 @@ static int parse_structured_output(json_t *root, gen_request *g, const parse_lim
     BAD(param, "structured output needs a byte-level model (tokenizer \"bytes\"): this model's "
                "vocabulary cannot spell arbitrary JSON");
   }
-  char err[400];
-  g->constraint = jc_compile(schema, object_only, err, sizeof err);
+  char err[400], where[200], full[256];
+  g->constraint = jc_compile_at(schema, object_only, err, sizeof err, where, sizeof where);
   json_decref(owned);
-  if (!g->constraint) BAD(param, "unsupported JSON schema in '%s': %s", param, err);
+  snprintf(full, sizeof full, "%s%s", param, where); /* the param names the failing keyword */
+  if (!g->constraint) BAD(full, "unsupported JSON schema in '%s': %s", param, err);
   g->constraint_param = param;
   return 0;
 }

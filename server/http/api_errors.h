@@ -73,7 +73,7 @@ typedef struct api_err_info {
 typedef struct api_error {
   api_err err;
   int status; /* the row's HTTP status */
-  char param[64];
+  char param[256];
   char message[512];
 } api_error;
 

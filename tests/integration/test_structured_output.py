@@ -2,9 +2,20 @@
 json_schema / guided_json aliases) constrain decoding so that every reply parses as JSON and
 validates against its schema. 200 seeded generations per schema, sampled at temperature 1 on
 the tiny random byte-level model (which knows nothing about JSON: the constraint does all the
-work), each checked by the validator below (written here, independent of the server)."""
+work), each checked by the validator below (written here, independent of the server).
+
+The schemas under tests/schemas (what zod 4 and pydantic v2 emit for realistic models) are all
+accepted, and seeded generations of the bundled model (models/austen-byte, temperature 1) for
+each, and 20 generations of the tiny random model (which reaches the corners), are validated by
+ajv (tests/clients/validate_schemas.mjs, pinned in tests/clients): skipped
+with the reason when node or npm is missing, unless XL_REQUIRE_NODE=1 (CI), where that fails.
+Each refusal (unsupported keyword, contradiction) is a 400 whose param names the keyword's path."""
+import glob
+import hashlib
 import json
 import os
+import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -202,11 +213,11 @@ def test_streamed_output_parses(daemon):
     ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
      "response_format.json_schema.schema"),
-    ({"response_format": rf("x", {"type": "string", "pattern": "^a"})},
+    ({"response_format": rf("x", {"type": "string", "pattern": "^(?!a)"})},
+     "response_format.json_schema.schema.pattern"),
+    ({"response_format": rf("x", {"type": "integer", "minimum": 5, "maximum": 1})},
      "response_format.json_schema.schema"),
-    ({"response_format": rf("x", {"type": "integer", "minimum": 0})},
-     "response_format.json_schema.schema"),
-    ({"json_schema": {"type": "object", "required": ["a"]}}, "json_schema"),
+    ({"json_schema": {"type": "object", "required": ["a"]}}, "json_schema.required"),
     ({"guided_json": "{not json"}, "guided_json"),
     ({"guided_json": PERSON, "response_format": {"type": "json_object"}}, "guided_json"),
 ])
@@ -231,3 +242,198 @@ def test_word_level_model_is_refused(start_daemon, tiny_model, tmp_path):
     assert "byte-level" in b["error"]["message"]
     st, h, b = X.post_json(dm.port, "/v1/completions", {"prompt": "w1 w2", "max_tokens": 2})
     assert st == 200, b
+
+
+# ---- every construct refused or contradictory: 400, param naming the keyword's path ----
+
+REFUSED = [
+    ({"type": []}, ".type"),
+    ({"type": "object", "properties": {"a": {"type": "array", "items": {"type": []}}}},
+     ".properties.a.items.type"),
+    ({"type": "integer", "enum": ["a"]}, ".enum[0]"),
+    ({"type": "string", "const": 5}, ".const"),
+    ({"type": "object", "properties": {"n": {"type": "integer", "maximum": 3, "const": 4}}},
+     ".properties.n.const"),
+    ({"type": "string", "pattern": "(a)\\1"}, ".pattern"),
+    ({"type": "string", "pattern": "^(?<=a)b"}, ".pattern"),
+    ({"type": "string", "pattern": "\\bword"}, ".pattern"),
+    ({"type": "string", "pattern": "x{1000}"}, ".pattern"),
+    ({"type": "string", "format": "hostname"}, ".format"),
+    ({"type": "string", "format": "email", "pattern": "^\\d+$"}, ""),
+    ({"type": "number", "multipleOf": 0.5}, ".multipleOf"),
+    ({"type": "integer", "minimum": 2, "maximum": 3, "multipleOf": 5}, ""),
+    ({"type": "array", "items": False, "prefixItems": [{}], "minItems": 2}, ".minItems"),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, ".uniqueItems"),
+    ({"type": "object", "propertyNames": {"pattern": "^a"}}, ".propertyNames.pattern"),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a", "b"],
+      "maxProperties": 1}, ".maxProperties"),
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, ".oneOf[1]"),
+    ({"type": "object", "properties": {"x": {"not": {"type": "null"}}}}, ".properties.x.not"),
+    ({"$defs": {"T": {"type": "object", "properties": {"c": {"$ref": "#/$defs/T"}},
+                      "required": ["c"]}}, "$ref": "#/$defs/T"}, ""),  # no value ever ends
+]
+
+
+@pytest.mark.parametrize("schema,path", REFUSED, ids=[json.dumps(s)[:60] for s, _ in REFUSED])
+def test_refusals_name_the_path(daemon, schema, path):
+    st, h, b = X.post_json(daemon.port, "/v1/completions",
+                           dict(prompt="a", response_format=rf("x", schema)))
+    assert st == 400, b
+    err = b["error"]
+    assert err["code"] == "invalid_value", b
+    assert err["param"] == "response_format.json_schema.schema" + path, b
+    assert "schema" in err["message"], b
+
+
+def test_type_empty_list_nested_in_the_alias_fields(daemon):
+    for field in ("json_schema", "guided_json"):
+        st, h, b = X.post_json(daemon.port, "/v1/completions",
+                               {"prompt": "a", field: {"properties": {"v": {"type": []}}}})
+        assert st == 400 and b["error"]["param"] == field + ".properties.v.type", b
+
+
+# ---- the fixtures: accepted, and seeded generations of the bundled model validate with ajv ----
+
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas")
+FIXTURES = sorted(glob.glob(os.path.join(SCHEMA_DIR, "*.json")))
+# seeds per fixture (1 under a sanitizer build, where a generation is ten times slower)
+def _seeds():
+    return int(os.environ.get("XL_SCHEMA_SEEDS", "1" if X.binary_sanitizer() else "3"))
+
+
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models",
+                       "austen-byte")
+CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients")
+
+
+def _need(tool):
+    path = shutil.which(tool)
+    if path:
+        return path
+    if os.environ.get("XL_REQUIRE_NODE") == "1":
+        pytest.fail(f"{tool} is not installed and XL_REQUIRE_NODE=1")
+    pytest.skip(f"{tool} is not installed (node 18 or later + npm run the ajv validation)")
+
+
+@pytest.fixture(scope="module")
+def ajv(tmp_path_factory):
+    """node and a directory with the pinned packages of tests/clients installed (npm ci, once
+    per lock file, shared with the client tests)."""
+    node, npm = _need("node"), _need("npm")
+    build = os.environ.get("XL_BUILD_DIR") or str(tmp_path_factory.mktemp("npm"))
+    dest = os.path.join(build, "npm-clients")
+    os.makedirs(dest, exist_ok=True)
+    lock = open(os.path.join(CLIENTS, "package-lock.json"), "rb").read()
+    stamp = hashlib.sha256(lock).hexdigest()
+    stamp_file = os.path.join(dest, ".installed")
+    for f in ("package.json", "package-lock.json", "validate_schemas.mjs"):
+        shutil.copyfile(os.path.join(CLIENTS, f), os.path.join(dest, f))
+    if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
+        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=dest, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, "npm ci failed:\n" + r.stdout[-3000:] + r.stderr[-3000:]
+        open(stamp_file, "w").write(stamp)
+    return node, dest
+
+
+def _run_ajv(ajv, cases, tmp_path):
+    node, dest = ajv
+    f = tmp_path / "cases.json"
+    f.write_text(json.dumps({"cases": cases}))
+    r = subprocess.run([node, "validate_schemas.mjs", str(f)], cwd=dest, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stdout[-2000:] + r.stderr[-3000:]
+    return r.returncode, json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def bundled_daemon():
+    if not os.path.exists(os.path.join(BUNDLED, "model.safetensors")):
+        pytest.skip("the bundled model models/austen-byte is not in this checkout")
+    d = X.Daemon(BUNDLED, ["--max-tokens-limit", "1000000"])
+    yield d
+    assert d.stop() == 0, d.tail()
+
+
+def test_fixtures_are_realistic_and_many():
+    names = [os.path.basename(f) for f in FIXTURES]
+    assert len(names) >= 40, names
+    assert sum(n.startswith("zod_") for n in names) >= 20
+    assert sum(n.startswith("pydantic_") for n in names) >= 15
+
+
+def test_every_fixture_is_accepted_and_its_generations_validate_with_ajv(bundled_daemon, ajv,
+                                                                           tmp_path):
+    def gen(job):
+        path, seed = job
+        schema = json.load(open(path))
+        st, h, b = X.post_json(bundled_daemon.port, "/v1/completions",
+                               {"prompt": "The record, as JSON:\n", "max_tokens": 6000,
+                                "temperature": 1.0, "seed": seed,
+                                "response_format": rf("fixture", schema)}, timeout=600)
+        return path, seed, st, b
+
+    seeds = _seeds()
+    jobs = [(p, 100 + s) for p in FIXTURES for s in range(seeds)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(gen, jobs))
+    outputs, refused, unfinished = {}, [], []
+    for path, seed, st, b in results:
+        name = os.path.basename(path)
+        if st != 200:
+            refused.append((name, b))
+            continue
+        c = b["choices"][0]
+        if c["finish_reason"] != "stop":  # the document did not complete
+            unfinished.append((name, seed, c["finish_reason"], c["text"][:300]))
+        outputs.setdefault(name, []).append(c["text"])
+    assert not refused, refused
+    assert not unfinished, unfinished
+    cases = [{"name": n, "schema": json.load(open(os.path.join(SCHEMA_DIR, n))), "outputs": o}
+             for n, o in sorted(outputs.items())]
+    # the validator can fail: a wrong output beside the real ones is caught
+    cases.append({"name": "control", "schema": cases[0]["schema"], "outputs": ["{}", "[1]"]})
+    rc, report = _run_ajv(ajv, cases, tmp_path)
+    control = report.pop("control")
+    assert control["validated"] == 0 and len(control["failures"]) == 2, control
+    bad = {n: r["failures"][:2] for n, r in report.items() if r["failures"]}
+    assert not bad, json.dumps(bad, indent=1)[:6000]
+    total = sum(r["validated"] for r in report.values())
+    print(f"\nschema fixtures: {len(report)} accepted; {total} generations "
+          f"({seeds} seeds each) validated by ajv")
+    for n, r in sorted(report.items()):
+        print(f"  {n}: {r['validated']}/{seeds}")
+    assert total == len(FIXTURES) * seeds
+
+
+def test_random_model_walks_of_every_fixture_validate_with_ajv(daemon, ajv, tmp_path):
+    """The tiny random model samples nearly uniformly among the allowed bytes: its generations
+    reach corners the bundled model avoids (long numbers, odd characters, every enum value). A
+    bias on '"' and '}' lets strings without maxLength and records end."""
+    n = int(os.environ.get("XL_SCHEMA_RANDOM_SEEDS", "4" if X.binary_sanitizer() else "20"))
+
+    def gen(job):
+        path, seed = job
+        st, h, b = X.post_json(daemon.port, "/v1/completions",
+                               {"prompt": "{", "max_tokens": 20000, "temperature": 1.0,
+                                "seed": seed, "logit_bias": {"34": 5, "125": 5},
+                                "response_format": rf("fixture", json.load(open(path)))},
+                               timeout=600)
+        assert st == 200, (path, b)
+        c = b["choices"][0]
+        assert c["finish_reason"] == "stop", (path, seed, c["text"][:300])
+        return os.path.basename(path), c["text"]
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(gen, [(p, s) for p in FIXTURES for s in range(n)]))
+    outputs = {}
+    for name, text in results:
+        outputs.setdefault(name, []).append(text)
+    cases = [{"name": k, "schema": json.load(open(os.path.join(SCHEMA_DIR, k))), "outputs": o}
+             for k, o in sorted(outputs.items())]
+    rc, report = _run_ajv(ajv, cases, tmp_path)
+    bad = {k: r["failures"][:2] for k, r in report.items() if r["failures"]}
+    assert not bad, json.dumps(bad, indent=1)[:6000]
+    assert sum(r["validated"] for r in report.values()) == len(FIXTURES) * n
+    distinct = len({t for _, t in results})
+    assert distinct > len(results) * 9 // 10, distinct  # sampled, not repeated

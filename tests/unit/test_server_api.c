@@ -140,7 +140,7 @@ static api_err parse(job_kind kind, const char *body, gen_request *g, char *para
 
 static void test_parse_valid_completions(void) {
   gen_request g;
-  char param[64];
+  char param[256];
   CHECK(parse(JOB_COMPLETION, "{\"prompt\": \"hi\"}", &g, param, sizeof param) == API_ERR_NONE);
   CHECK(g.prompt_len == 2 && !memcmp(g.prompt, "hi", 2) && g.max_tokens == 16);
   CHECK(g.n == 1 && g.best_of == 1 && g.n_top == -1 && !g.stream && !g.seeded);
@@ -176,7 +176,7 @@ static void test_parse_valid_completions(void) {
 
 static void test_parse_valid_chat(void) {
   gen_request g;
-  char param[64];
+  char param[256];
   CHECK(parse(JOB_CHAT,
               "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"},"
               " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}],"
@@ -265,7 +265,7 @@ static void test_parse_invalid_bodies(void) {
   for (size_t i = 0; i < sizeof BAD_CASES / sizeof BAD_CASES[0]; i++) {
     const bad_case *c = &BAD_CASES[i];
     gen_request g;
-    char param[64] = "?";
+    char param[256] = "?";
     api_err got = parse(c->kind, c->body, &g, param, sizeof param);
     if (got != c->err || strcmp(param, c->param)) {
       tl_failed++;
