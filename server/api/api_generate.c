@@ -112,16 +112,19 @@ static const job *prompt_job(const req *r, const job *c) {
   return c; /* not reached: make_others makes every group's first job */
 }
 
-/* echo: choice's prompt as sent (a string), or its token ids detokenised; pj feeds it */
+/* echo: the choice's prompt tokens detokenised (pj feeds them), the text the logprobs'
+ * text_offset index; except that a string prompt to a bytes or words model echoes as sent (a
+ * bytes model gives it back exactly; a words model but for whitespace runs and unknown words) */
 static void echo_text(buf *b, const req *r, const job *pj) {
   const gen_request *g = &GEN(r)->g;
   int per = g->best_of > 0 ? g->best_of : 1, group = pj == GEN(r)->gen.main ? 0 : pj->index / per;
   const gen_prompt *gp = &g->prompts[group];
-  if (!gp->ids) {
+  xl_tokenizer_kind kind = xl_model_config(pj->model)->tokenizer;
+  if (!gp->ids && (kind == XL_TOKENIZER_BYTES || kind == XL_TOKENIZER_WORDS)) {
     buf_add(b, gp->text, gp->len);
     return;
   }
-  detok_ids(pj->model, gp->ids, gp->n_ids, b);
+  job_echo_prompt(b, pj);
 }
 
 /* A value formatted by the job's formatters (logprobs), written as it is. */

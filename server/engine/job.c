@@ -146,6 +146,39 @@ static void detok_into(job *j, int32_t t, buf *dst, int flush) {
   j->detok_out += n;
 }
 
+/* Where the next token's text starts in the decoded stream: the out bytes the detokeniser has
+ * written, plus what it holds back (transfo_xl: the text a flush would write now; the other
+ * kinds: an incomplete UTF-8 sequence's bytes). A held " @,@" or " @.@" (4 bytes) becomes ","
+ * or "." when the next token brings its space, so it counts 1. */
+static size_t detok_place(const xl_model *m, const xl_detok *d, size_t out) {
+  if (xl_model_config(m)->tokenizer != XL_TOKENIZER_TRANSFO_XL) return out + (size_t)d->n_pending;
+  xl_detok peek = *d;
+  char tmp[8192];
+  size_t n = xl_detok_flush(m, &peek, tmp, sizeof tmp);
+  if (n > sizeof tmp) n = 0;
+  for (int stage = 0; stage < 2; stage++)
+    if (d->mx_num_n[stage] == 4 && n >= 3) n -= 3;
+  return out + n;
+}
+
+size_t job_detok_placed(const xl_model *m, const int32_t *ids, int n, buf *text, size_t *offs) {
+  xl_detok d;
+  xl_detok_init(&d);
+  char tmp[8192];
+  size_t out = 0;
+  for (int i = 0; i < n; i++) {
+    if (offs) offs[i] = detok_place(m, &d, out);
+    size_t w = xl_detok_push(m, &d, ids[i], tmp, sizeof tmp);
+    if (w > sizeof tmp) w = 0; /* cannot happen with vocab entries < 8 KiB (checked at load) */
+    if (text) buf_add(text, tmp, w);
+    out += w;
+  }
+  size_t w = xl_detok_flush(m, &d, tmp, sizeof tmp);
+  if (w > sizeof tmp) w = 0;
+  if (text) buf_add(text, tmp, w);
+  return out + w;
+}
+
 /* Structured output: every token whose bytes cannot continue the document gets -inf. */
 static void mask_constraint(job *j, int vocab) {
   if (!j->jc) {
@@ -202,13 +235,7 @@ void job_take_token(job *j, const float *lp, void *scratch, double now) {
     tok_rec *r = &j->recs[j->n_recs++];
     r->id = t;
     r->lp = chosen;
-    r->off = j->detok_out;
-    if (c->tokenizer == XL_TOKENIZER_TRANSFO_XL) { /* + what the detokeniser still holds back */
-      xl_detok peek = j->detok;
-      char tmp[8192];
-      size_t n = xl_detok_flush(j->model, &peek, tmp, sizeof tmp);
-      r->off += n <= sizeof tmp ? n : 0;
-    }
+    r->off = detok_place(j->model, &j->detok, j->detok_out);
     r->n_top = j->n_top ? xl_top_logprobs(lp, c->vocab_size, j->n_top, r->top_ids, r->top_lps) : 0;
   }
   detok_into(j, t, &j->hold, 0);
@@ -369,10 +396,9 @@ size_t job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t off) {
     buf_addc(b, '}');
   }
   buf_adds(b, "],\"text_offset\":[");
-  int placed = xl_model_config(j->model)->tokenizer == XL_TOKENIZER_TRANSFO_XL;
   for (int i = from; i < to; i++) {
     if (i > from) buf_addc(b, ',');
-    if (placed) off = j->recs[i].off; /* the detokeniser decides where each token lands */
+    off = j->recs[i].off; /* the detokeniser decides where each token lands */
     buf_printf(b, "%zu", off);
     off += token_text(j->model, j->recs[i].id, raw, sizeof raw);
   }
@@ -450,11 +476,6 @@ void job_fmt_token(buf *b, const xl_model *m, int32_t id) {
   char raw[4096];
   size_t n = token_text(m, id, raw, sizeof raw);
   fmt_token_str(b, raw, n);
-}
-
-size_t job_token_len(const xl_model *m, int32_t id) {
-  char raw[4096];
-  return token_text(m, id, raw, sizeof raw);
 }
 
 void job_fmt_lp(buf *b, float v) { fmt_float(b, v); }

@@ -210,10 +210,13 @@ size_t job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t text_offs
 const char *finish_name(finish_reason r);
 
 /* Token formatting shared with job_score.c (any thread): a token's text as OpenAI shows it
- * (its bytes, or "bytes:\xNN..." when not valid UTF-8), its byte length, and a log-prob. */
+ * (its bytes, or "bytes:\xNN..." when not valid UTF-8), and a log-prob. */
 void job_fmt_token(buf *b, const xl_model *m, int32_t id);
-size_t job_token_len(const xl_model *m, int32_t id);
 void job_fmt_lp(buf *b, float v);
+/* Detokenises ids[0..n) as the reply's detokeniser does (one stream, flushed at the end):
+ * appends the text to text (NULL: not kept), writes offs[i] (NULL: not kept), where token i's
+ * text starts, and returns the text's length. Any thread. */
+size_t job_detok_placed(const xl_model *m, const int32_t *ids, int n, buf *text, size_t *offs);
 
 /* ---- prompt scoring (job_score.c) ---- */
 /* Loop thread, before submit: sets up scoring of the prompt rows (targets, buffers). */
@@ -226,6 +229,9 @@ void job_score_rows(job *j, int pos, int n);
  * (the job that fed the prompt), then j's generated records (j: pj, or a choice forked from pj's
  * state after the prompt); the first prompt token is null unless a pending token scored it. */
 void job_fmt_echo_logprobs(buf *b, const job *pj, const job *j);
+/* Appends the echoed prompt: pj's prompt tokens detokenised (the text whose offsets
+ * job_fmt_echo_logprobs reports). */
+void job_echo_prompt(buf *b, const job *pj);
 /* vLLM's prompt_logprobs: [null, {"id": {"logprob","rank","decoded_token"}, ...}, ...]. */
 void job_fmt_prompt_logprobs(buf *b, const job *j, int top);
 

@@ -73,6 +73,15 @@ static int32_t prompt_token(const job *j, int p) {
   return j->input[p + (j->input_has_pending ? 1 : 0)];
 }
 
+/* pj's prompt tokens detokenised: appended to text (NULL: not kept), token p's start in
+ * offs[p] (NULL: not kept); returns the text's length */
+static size_t prompt_placed(const job *pj, buf *text, size_t *offs) {
+  const int32_t *ids = pj->input + (pj->input_has_pending ? 1 : 0);
+  return job_detok_placed(pj->model, ids, pj->n_prompt, text, offs);
+}
+
+void job_echo_prompt(buf *b, const job *pj) { (void)prompt_placed(pj, b, NULL); }
+
 static void fmt_top(buf *b, const job *j, const tok_rec *r, int n) {
   buf_addc(b, '{');
   for (int k = 0; k < n && k < r->n_top; k++) {
@@ -119,16 +128,18 @@ void job_fmt_echo_logprobs(buf *b, const job *pj, const job *j) {
     fmt_top(b, j, &j->recs[i], j->recs[i].n_top);
   }
   buf_adds(b, "],\"text_offset\":[");
-  size_t off = 0;
+  /* the echoed text is the detokenised prompt then the reply (its own detokeniser stream):
+   * offsets from the same placement as the reply's records */
+  size_t *offs = xmalloc(sizeof *offs * (size_t)(np ? np : 1));
+  size_t prompt_len = prompt_placed(pj, NULL, offs);
   for (int p = 0; p < np; p++) {
     if (p) buf_addc(b, ',');
-    buf_printf(b, "%zu", off);
-    off += job_token_len(j->model, prompt_token(pj, p));
+    buf_printf(b, "%zu", offs[p]);
   }
+  free(offs);
   for (int i = 0; i < j->n_recs; i++) {
     if (np || i) buf_addc(b, ',');
-    buf_printf(b, "%zu", off);
-    off += job_token_len(j->model, j->recs[i].id);
+    buf_printf(b, "%zu", prompt_len + j->recs[i].off);
   }
   buf_adds(b, "]}");
 }
