@@ -182,7 +182,8 @@ static int get_count(cctx *c, json_t *o, const char *k, const char *path, long *
   double d = json_is_number(v) ? json_number_value(v) : -1;
   if (d < 0 || d > 1000000000 || d != floor(d)) {
     char sub[300];
-    snprintf(sub, sizeof sub, "%s.%s", path, k);
+    if (snprintf(sub, sizeof sub, "%s.%s", path, k) >= (int)sizeof sub) /* a long path is cut */
+      sub[sizeof sub - 1] = '\0';
     fail(c, sub, "'%s' must be a non-negative integer", k);
     return -1;
   }

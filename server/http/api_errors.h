@@ -49,7 +49,7 @@
   X(LOADING, 503, "server_error", "loading", "the model is still loading")                         \
   X(DRAINING, 503, "server_error", "draining", "the server is shutting down")                      \
   X(SHUTTING_DOWN, 503, "server_error", "shutting_down", "the server is shutting down")            \
-  X(STORE_UNAVAILABLE, 503, "server_error", "store_unavailable", "the session store failed")      \
+  X(STORE_UNAVAILABLE, 503, "server_error", "store_unavailable", "the session store failed")       \
   X(STORE_OUTCOME_UNKNOWN, 503, "server_error", "store_outcome_unknown",                           \
     "the session store did not confirm the commit: the turn may or may not have been kept")
 
