@@ -65,34 +65,15 @@ void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *
   }
 }
 
+/* y[M, N] = x[M, K] . W[row0 .. row0+N, K]^T from int8 panels (bits 8: bytes stored +128) or
+ * int4 panels (bits 4: nibbles stored +8), as the dot-product kernels compute it: x quantised per
+ * block of 32, exact integer block sums less the stored offset's share, scaled into F32. */
+static void panel_matmul(int bits, const float *x, int M, int K, int ldx, const uint8_t *P,
+                         const float *S, int row0, int N, float *y, int ldy);
+
 void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
                             const float *S, int row0, int N, float *y, int ldy) {
-  enum { CHUNK = 128 }; /* blocks of a row quantised at a time */
-  const int kp = xl_q8p_kp(K), nb = xl_q8_blocks(K);
-  int8_t xq[XL_Q8_BLOCK * CHUNK];
-  float sx[CHUNK];
-  int32_t corr[CHUNK];
-  for (int r = 0; r < M; r++) {
-    const float *xr = x + (size_t)r * ldx;
-    float *yr = y + (size_t)r * ldy; /* [N]: the running sums, block after block */
-    for (int o = 0; o < N; o++) yr[o] = 0.0f;
-    for (int b0 = 0; b0 < nb; b0 += CHUNK) {
-      const int nbc = nb - b0 < CHUNK ? nb - b0 : CHUNK, c0 = b0 * XL_Q8_BLOCK;
-      xl_q8p_quantize_row(xr + c0, K - c0 < nbc * XL_Q8_BLOCK ? K - c0 : nbc * XL_Q8_BLOCK, xq,
-                          sx, corr);
-      for (int o = 0; o < N; o++) {
-        const int w = row0 + o;
-        float acc = yr[o];
-        for (int b = 0; b < nbc; b++) {
-          int32_t dot = 0;
-          for (int i = 0; i < XL_Q8_BLOCK; i++)
-            dot += (int32_t)P[byte_at(kp, w, c0 + b * XL_Q8_BLOCK + i)] * xq[b * XL_Q8_BLOCK + i];
-          acc = fmaf((float)(dot - corr[b]), S[scale_at(nb, w, b0 + b)] * sx[b], acc);
-        }
-        yr[o] = acc;
-      }
-    }
-  }
+  panel_matmul(8, x, M, K, ldx, P, S, row0, N, y, ldy);
 }
 
 /* ---- int4 ---- */
@@ -132,8 +113,14 @@ void xl_q4p_row(const uint8_t *P, const float *S, int cols, int r, float *out) {
 
 void xl_q4p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
                             const float *S, int row0, int N, float *y, int ldy) {
+  panel_matmul(4, x, M, K, ldx, P, S, row0, N, y, ldy);
+}
+
+static void panel_matmul(int bits, const float *x, int M, int K, int ldx, const uint8_t *P,
+                         const float *S, int row0, int N, float *y, int ldy) {
   enum { CHUNK = 128 }; /* blocks of a row quantised at a time */
   const int kp = xl_q8p_kp(K), nb = xl_q8_blocks(K);
+  const int corr_div = bits == 4 ? 16 : 1; /* the offset 128 of corr is 8 x 16 for nibbles */
   int8_t xq[XL_Q8_BLOCK * CHUNK];
   float sx[CHUNK];
   int32_t corr[CHUNK];
@@ -150,9 +137,12 @@ void xl_q4p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t
         float acc = yr[o];
         for (int b = 0; b < nbc; b++) {
           int32_t dot = 0;
-          for (int i = 0; i < XL_Q8_BLOCK; i++)
-            dot += (int32_t)q4_nibble(P, kp, w, c0 + b * XL_Q8_BLOCK + i) * xq[b * XL_Q8_BLOCK + i];
-          acc = fmaf((float)(dot - corr[b] / 16), S[scale_at(nb, w, b0 + b)] * sx[b], acc);
+          for (int i = 0; i < XL_Q8_BLOCK; i++) {
+            const int c = c0 + b * XL_Q8_BLOCK + i;
+            const int q = bits == 4 ? q4_nibble(P, kp, w, c) : P[byte_at(kp, w, c)];
+            dot += (int32_t)q * xq[b * XL_Q8_BLOCK + i];
+          }
+          acc = fmaf((float)(dot - corr[b] / corr_div), S[scale_at(nb, w, b0 + b)] * sx[b], acc);
         }
         yr[o] = acc;
       }
