@@ -5,9 +5,7 @@ SDK's zod helper) and LangChain's `@langchain/openai`
 jsonMode). The packages are pinned in tests/clients/package.json + package-lock.json and
 installed with `npm ci` into the build directory (once per lock file). Skips when node or npm
 is missing, unless XL_REQUIRE_NODE=1 (CI), where that is a failure."""
-import hashlib
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -15,7 +13,6 @@ import pytest
 import xlharness as X
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLIENTS = os.path.join(HERE, "..", "clients")
 CHECKS = ["openai_completions_n", "openai_completions_echo_logprobs", "openai_chat_stream_n",
           "openai_parse_json_schema",
           "langchain_generate_several_prompts", "langchain_with_structured_output_json_schema",
@@ -26,32 +23,9 @@ ECHO_TEXT = ("It was the best of times, it was the worst of times, it was the ag
              "it was the age of foolishness, it was the epoch of belief.") * 2
 
 
-def _need(tool):
-    path = shutil.which(tool)
-    if path:
-        return path
-    if os.environ.get("XL_REQUIRE_NODE") == "1":
-        pytest.fail(f"{tool} is not installed and XL_REQUIRE_NODE=1")
-    pytest.skip(f"{tool} is not installed (node 18 or later + npm run the real-client tests)")
-
-
 @pytest.fixture(scope="module")
 def clients_dir(tmp_path_factory):
-    node, npm = _need("node"), _need("npm")
-    build = os.environ.get("XL_BUILD_DIR") or str(tmp_path_factory.mktemp("npm"))
-    dest = os.path.join(build, "npm-clients")
-    os.makedirs(dest, exist_ok=True)
-    lock = open(os.path.join(CLIENTS, "package-lock.json"), "rb").read()
-    stamp = hashlib.sha256(lock).hexdigest()
-    stamp_file = os.path.join(dest, ".installed")
-    for f in ("package.json", "package-lock.json", "clients.mjs"):
-        shutil.copyfile(os.path.join(CLIENTS, f), os.path.join(dest, f))
-    if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
-        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=dest, capture_output=True,
-                           text=True, timeout=600)
-        assert r.returncode == 0, "npm ci failed:\n" + r.stdout[-3000:] + r.stderr[-3000:]
-        open(stamp_file, "w").write(stamp)
-    return node, dest
+    return X.npm_clients(tmp_path_factory, "the real-client tests")
 
 
 @pytest.mark.parametrize("check", CHECKS)

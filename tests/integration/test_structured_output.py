@@ -11,10 +11,8 @@ ajv (tests/clients/validate_schemas.mjs, pinned in tests/clients): skipped
 with the reason when node or npm is missing, unless XL_REQUIRE_NODE=1 (CI), where that fails.
 Each refusal (unsupported keyword, contradiction) is a 400 whose param names the keyword's path."""
 import glob
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -303,37 +301,12 @@ def _seeds():
 
 BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models",
                        "austen-byte")
-CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients")
-
-
-def _need(tool):
-    path = shutil.which(tool)
-    if path:
-        return path
-    if os.environ.get("XL_REQUIRE_NODE") == "1":
-        pytest.fail(f"{tool} is not installed and XL_REQUIRE_NODE=1")
-    pytest.skip(f"{tool} is not installed (node 18 or later + npm run the ajv validation)")
 
 
 @pytest.fixture(scope="module")
 def ajv(tmp_path_factory):
-    """node and a directory with the pinned packages of tests/clients installed (npm ci, once
-    per lock file, shared with the client tests)."""
-    node, npm = _need("node"), _need("npm")
-    build = os.environ.get("XL_BUILD_DIR") or str(tmp_path_factory.mktemp("npm"))
-    dest = os.path.join(build, "npm-clients")
-    os.makedirs(dest, exist_ok=True)
-    lock = open(os.path.join(CLIENTS, "package-lock.json"), "rb").read()
-    stamp = hashlib.sha256(lock).hexdigest()
-    stamp_file = os.path.join(dest, ".installed")
-    for f in ("package.json", "package-lock.json", "validate_schemas.mjs"):
-        shutil.copyfile(os.path.join(CLIENTS, f), os.path.join(dest, f))
-    if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
-        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=dest, capture_output=True,
-                           text=True, timeout=600)
-        assert r.returncode == 0, "npm ci failed:\n" + r.stdout[-3000:] + r.stderr[-3000:]
-        open(stamp_file, "w").write(stamp)
-    return node, dest
+    """node and the pinned packages of tests/clients installed (shared with the client tests)."""
+    return X.npm_clients(tmp_path_factory, "the ajv validation")
 
 
 def _run_ajv(ajv, cases, tmp_path):

@@ -382,3 +382,41 @@ def wait_until(pred, timeout=60, what="condition"):
             return v
         time.sleep(0.02)
     raise AssertionError("timed out waiting for " + what)
+
+
+def npm_clients(tmp_path_factory, purpose):
+    """node and a directory holding tests/clients (package.json, the lock file, the .mjs
+    scripts) with its pinned packages installed: `npm ci` once per lock file, shared by every
+    suite that drives node (the directory is keyed on the lock file's hash). Skips, naming
+    PURPOSE, when node or npm is missing, unless XL_REQUIRE_NODE=1 (then fails)."""
+    import hashlib
+    import shutil
+
+    import pytest
+
+    def need(tool):
+        path = shutil.which(tool)
+        if path:
+            return path
+        if os.environ.get("XL_REQUIRE_NODE") == "1":
+            pytest.fail(f"{tool} is not installed and XL_REQUIRE_NODE=1")
+        pytest.skip(f"{tool} is not installed (node 18 or later + npm run {purpose})")
+
+    node, npm = need("node"), need("npm")
+    clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients")
+    build = os.environ.get("XL_BUILD_DIR") or str(tmp_path_factory.mktemp("npm"))
+    dest = os.path.join(build, "npm-clients")
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(clients, "package-lock.json"), "rb") as f:
+        stamp = hashlib.sha256(f.read()).hexdigest()
+    stamp_file = os.path.join(dest, ".installed")
+    for name in os.listdir(clients):
+        if name in ("package.json", "package-lock.json") or name.endswith(".mjs"):
+            shutil.copyfile(os.path.join(clients, name), os.path.join(dest, name))
+    if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
+        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=dest, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, "npm ci failed:\n" + r.stdout[-3000:] + r.stderr[-3000:]
+        with open(stamp_file, "w") as f:
+            f.write(stamp)
+    return node, dest
