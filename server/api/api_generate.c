@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api_generate.h"
 #include "app.h"
 #include "generation.h"
 #include "json_writer.h"
@@ -37,6 +38,10 @@ typedef struct gen_req {
   char *store_err;      /* the commit failed: why */
   int store_conflict;   /* ... because another replica committed a turn of the session first */
   int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
+  uint64_t held_turns;  /* the session's turn count after this turn */
+  const gen_flavor *fl; /* NULL: completions / chat completions (api_generate.h) */
+  void *fctx;           /* the flavor's context */
+  gen_sess_mode sess_mode; /* a flavor's choice of session */
 } gen_req;
 
 #define GEN(r) ((gen_req *)(r)->ctx)
@@ -250,7 +255,8 @@ static gen_params *params_of(req *r) {
     p->score_rank = g->prompt_logprobs >= 0;
   }
   p->chunk = a->prefill_chunk;
-  make_id(p);
+  if (GEN(r)->fl) GEN(r)->fl->make_id(GEN(r)->fctx, p->id, sizeof p->id);
+  else make_id(p);
   p->created = (long long)time(NULL);
   p->fingerprint = a->fingerprint;
   p->t_arrival = r->t_start;
@@ -278,6 +284,7 @@ static void hook_free(req *r) {
   gen_group_free(&c->gen);
   if (c->have_g) gen_request_free(&c->g);
   if (c->have_plan) chat_plan_free(&c->plan);
+  if (c->fl) c->fl->ctx_free(c->fctx);
   free(c->store_err);
   free(c);
   r->ctx = NULL;
@@ -299,7 +306,7 @@ static void hook_log(req *r, json_writer *w, double dur) {
 }
 
 /* The SSE bytes the request's jobs produced (job.out of the first job: every choice's sink). */
-static size_t hook_stream_take(req *r, char *out, size_t max) {
+size_t gen_stream_raw(req *r, char *out, size_t max) {
   job *j = GEN(r)->gen.main;
   pthread_mutex_lock(&j->mu);
   size_t n = j->out.len < max ? j->out.len : max;
@@ -309,6 +316,15 @@ static size_t hook_stream_take(req *r, char *out, size_t max) {
   }
   pthread_mutex_unlock(&j->mu);
   return n;
+}
+
+static size_t hook_stream_take(req *r, char *out, size_t max) {
+  if (GEN(r)->fl) return GEN(r)->fl->stream_take(r, GEN(r)->fctx, out, max);
+  return gen_stream_raw(r, out, max);
+}
+
+job *gen_main_job(req *r) {
+  return r->ctx && r->job_running && !GEN(r)->main_done ? GEN(r)->gen.main : NULL;
 }
 
 static int hook_stream_put(req *r, const char *bytes, size_t n) {
@@ -336,7 +352,19 @@ static int stage_parse(req *r, job_kind kind) {
   if (!GEN(r)->have_g) { /* parsed once: the handler runs again after a session restore */
     GEN(r)->have_g = 1;
     api_error e;
-    if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &GEN(r)->g, &e)) {
+    const gen_flavor *fl = GEN(r)->fl;
+    if (fl) {
+      buf chat;
+      buf_init(&chat);
+      int bad = fl->translate(r, GEN(r)->fctx, r->body.p, r->body.len, &chat, &e) ||
+                parse_gen_request(chat.p, chat.len, kind, &a->limits, &GEN(r)->g, &e);
+      buf_free(&chat);
+      if (bad) {
+        fl->fix_error(&e);
+        req_error_from(r, &e);
+        return 1;
+      }
+    } else if (parse_gen_request(r->body.p, r->body.len, kind, &a->limits, &GEN(r)->g, &e)) {
       req_error_from(r, &e);
       return 1;
     }
@@ -353,7 +381,35 @@ static int stage_parse(req *r, job_kind kind) {
 
 /* The session named by X-Session-Id or session_id: found, missing (created once the request
  * is good), or the reason it cannot serve. */
+static int stage_session_flavor(req *r, turn *t) {
+  gen_req *c = GEN(r);
+  if (c->fl->session(r, c->fctx, &t->sid, &c->sess_mode)) return 1;
+  if (c->sess_mode != GEN_SESS_NAMED && c->sess_mode != GEN_SESS_CLONE) {
+    t->sid = NULL;
+    return 0;
+  }
+  snprintf(r->session_id, sizeof r->session_id, "%s", t->sid);
+  st_status st = req_find_session(r, t->sid, &t->s);
+  if (st == ST_PENDING) return 1; /* the store looks for it; this handler runs again */
+  if (st != ST_FOUND) {
+    req_session_error(r, t->sid, st == ST_MISSING ? ST_EXPIRED : st);
+    return 1;
+  }
+  if (t->s->busy) {
+    req_error(r, API_ERR_SESSION_BUSY, "previous_response_id",
+              "session %s is serving another request", t->sid);
+    return 1;
+  }
+  if (c->fl->check_session(r, c->fctx, t->s)) return 1;
+  if (c->sess_mode == GEN_SESS_CLONE) { /* the copy is temporary: no id in the answer */
+    r->session_id[0] = 0;
+    t->sid = NULL;
+  }
+  return 0;
+}
+
 static int stage_session(req *r, turn *t) {
+  if (GEN(r)->fl) return stage_session_flavor(r, t);
   const gen_request *g = &GEN(r)->g;
   const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
   if (hid && !session_id_valid(hid, strlen(hid))) {
@@ -503,7 +559,13 @@ static int stage_hold_session(req *r, turn *t) {
   app *a = r->a;
   xl_error xe;
   memset(&xe, 0, sizeof xe);
-  if (t->sid && !t->s) {
+  if (GEN(r)->sess_mode == GEN_SESS_MINT) {
+    t->s = st_create(a->sessions, NULL, r->owner, &xe);
+    if (t->s) snprintf(r->session_id, sizeof r->session_id, "%s", t->s->id);
+  } else if (GEN(r)->sess_mode == GEN_SESS_CLONE) {
+    t->s = session_clone(t->s, &xe);
+    GEN(r)->sess_stateless = 1;
+  } else if (t->sid && !t->s) {
     t->s = st_create(a->sessions, t->sid, r->owner, &xe);
   } else if (!t->sid) {
     t->s = session_new(a->model, &xe);
@@ -535,6 +597,7 @@ static void stage_run(req *r, turn *t) {
   GEN(r)->others_left = GEN(r)->gen.n_others;
   job *j = GEN(r)->gen.main;
   if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
+  if (j->stream && GEN(r)->fl) GEN(r)->fl->stream_head(r, GEN(r)->fctx);
   r->job_running = 1;
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
@@ -566,6 +629,7 @@ static void stage_run(req *r, turn *t) {
  * answers ends the request's way, and what the stages built is freed here. */
 static void api_generate(req *r, job_kind kind) {
   if (!r->ctx) r->ctx = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
+  if (GEN(r)->fl) kind = JOB_CHAT;
   r->on_close = hook_close;
   r->on_free = hook_free;
   r->log_fields = hook_log;
@@ -670,6 +734,7 @@ void gen_on_done(req *r) {
   GEN(r)->main_done = 1;
   update_session(r);
   GEN(r)->held_tokens = GEN(r)->sess_stateless ? 0 : session_tokens(GEN(r)->sess);
+  GEN(r)->held_turns = GEN(r)->sess->turns;
   if (GEN(r)->sess_stateless) {
     session_free(GEN(r)->sess);
   } else {
@@ -730,11 +795,14 @@ static void gen_finish(req *r) {
     err_msg = kept;
   }
 
+  gen_outcome o = {j, r->session_id[0] ? r->session_id : NULL, held, GEN(r)->held_turns, err,
+                   err_msg};
   if (j->stream) {
     if (!r->client_gone && (j->finish != FINISH_CANCELLED || GEN(r)->cancelled_by_drain)) {
       buf b;
       buf_init(&b);
-      stream_tail(&b, r, j, held, err, err_msg);
+      if (GEN(r)->fl) GEN(r)->fl->stream_tail(r, GEN(r)->fctx, &o, &b);
+      else stream_tail(&b, r, j, held, err, err_msg);
       pthread_mutex_lock(&j->mu);
       buf_add(&j->out, b.p, b.len);
       pthread_mutex_unlock(&j->mu);
@@ -751,6 +819,8 @@ static void gen_finish(req *r) {
                 err_msg ? err_msg : api_err_get(err)->message);
     } else if (j->finish == FINISH_CANCELLED) {
       req_kick(r); /* client gone: the access handler closes */
+    } else if (GEN(r)->fl) {
+      GEN(r)->fl->reply(r, GEN(r)->fctx, &o);
     } else {
       buf b;
       buf_init(&b);
@@ -760,6 +830,15 @@ static void gen_finish(req *r) {
     }
   }
   req_unref(r);
+}
+
+void api_generate_as(req *r, const gen_flavor *f) {
+  if (!r->ctx) {
+    r->ctx = xcalloc(1, sizeof(gen_req));
+    GEN(r)->fl = f;
+    GEN(r)->fctx = f->ctx_new();
+  }
+  api_generate(r, JOB_CHAT);
 }
 
 void api_completions(req *r) { api_generate(r, JOB_COMPLETION); }

@@ -10,7 +10,7 @@
 
 const char *const ROUTE_NAMES[ROUTE_N] = {"other",       "health",           "metrics", "models",
                                           "completions", "chat_completions", "sessions", "ui",
-                                          "tokenizer",   "version"};
+                                          "tokenizer",   "version",          "responses"};
 _Static_assert(ROUTE_N <= METRICS_ROUTES_MAX, "metrics count requests of at most this many routes");
 
 /* The rows of one path stand together, in the order their methods are listed in Allow. */
@@ -40,6 +40,13 @@ static const route ROUTES[] = {
     {"GET", "/v1/sessions/{id}/state", api_session_export, ROUTE_SESSIONS, 1, 1, 0, BODY_DEFAULT},
     {"PUT", "/v1/sessions/{id}/state", api_session_import, ROUTE_SESSIONS, 1, 1, 0,
      BODY_SESSION_STATE},
+    {"POST", "/v1/responses", api_responses_create, ROUTE_RESPONSES, 1, 1, 0, BODY_DEFAULT},
+    {"GET, HEAD", "/v1/responses/{id}", api_response_get, ROUTE_RESPONSES, 1, 1, 0, BODY_DEFAULT},
+    {"DELETE", "/v1/responses/{id}", api_response_delete, ROUTE_RESPONSES, 1, 1, 0, BODY_DEFAULT},
+    {"GET, HEAD", "/v1/responses/{id}/input_items", api_response_input_items, ROUTE_RESPONSES, 1,
+     1, 0, BODY_DEFAULT},
+    {"POST", "/v1/responses/{id}/cancel", api_response_cancel, ROUTE_RESPONSES, 1, 1, 0,
+     BODY_DEFAULT},
 };
 
 /* Does `path` fit `pattern`? Sets the parameter's place in path. */

@@ -25,6 +25,7 @@ typedef enum {
   ROUTE_UI,        /* the chat page at / */
   ROUTE_TOKENIZER, /* /tokenize, /detokenize, /tokenizer_info */
   ROUTE_VERSION,
+  ROUTE_RESPONSES,
   ROUTE_N
 } route_id;
 
@@ -79,5 +80,10 @@ void api_session_delete(req *r);
 void api_session_fork(req *r);
 void api_session_export(req *r);
 void api_session_import(req *r);
+void api_responses_create(req *r);
+void api_response_get(req *r);
+void api_response_delete(req *r);
+void api_response_input_items(req *r);
+void api_response_cancel(req *r);
 
 #endif

@@ -27,6 +27,7 @@
   X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found", "no such model")             \
   X(SESSION_NOT_FOUND, 404, "invalid_request_error", "session_not_found", "no such session")       \
   X(SESSION_EXPIRED, 404, "invalid_request_error", "session_expired", "the session was lost")      \
+  X(RESPONSE_NOT_FOUND, 404, "invalid_request_error", "response_not_found", "no such response")   \
   X(METHOD_NOT_ALLOWED, 405, "invalid_request_error", "method_not_allowed",                        \
     "the method is not allowed here")                                                              \
   X(REQUEST_TIMEOUT, 408, "invalid_request_error", "request_timeout",                              \
@@ -37,6 +38,8 @@
     "the session was made by another model")                                                       \
   X(SESSION_CONFLICT, 409, "invalid_request_error", "session_conflict",                            \
     "another replica committed a turn of this session first")                                      \
+  X(RESPONSE_SUPERSEDED, 409, "invalid_request_error", "response_superseded",                      \
+    "the response is no longer the latest turn of its session")                                    \
   X(BODY_TOO_LARGE, 413, "invalid_request_error", "body_too_large",                                \
     "the request body is too large")                                                               \
   X(PROMPT_TOO_LONG, 422, "invalid_request_error", "prompt_too_long", "the prompt is too long")    \

@@ -25,6 +25,28 @@ session *session_new(const xl_model *model, xl_error *err) {
   return s;
 }
 
+session *session_clone(const session *src, xl_error *err) {
+  session *s = xcalloc(1, sizeof *s);
+  if (xl_state_clone(src->state, &s->state, err) != XL_OK) {
+    free(s);
+    return NULL;
+  }
+  s->pending = src->pending;
+  s->digest = src->digest;
+  s->rng = src->rng;
+  s->chat = src->chat;
+  if (src->n_msgs) {
+    s->msgs = xmalloc(sizeof *s->msgs * (size_t)src->n_msgs);
+    memcpy(s->msgs, src->msgs, sizeof *s->msgs * (size_t)src->n_msgs);
+    s->n_msgs = s->cap_msgs = src->n_msgs;
+  }
+  session_set_tail(s, src->tail, src->tail_len);
+  s->turns = src->turns;
+  s->created = s->last_used = now_wall();
+  s->last_used_mono = now_mono();
+  return s;
+}
+
 void session_free(session *s) {
   if (!s) return;
   xl_state_free(s->state);

@@ -71,6 +71,8 @@ typedef struct session {
 
 /* A session not in any table (stateless requests and the table's own use). */
 session *session_new(const xl_model *model, xl_error *err);
+/* A copy of src's memory and transcript record in a session of no table (NULL with err). */
+session *session_clone(const session *src, xl_error *err);
 void session_free(session *s);
 /* Empties the memory and the transcript record (edited history, explicit reset); the next
  * durable write of it is a whole snapshot. */

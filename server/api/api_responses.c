@@ -1,0 +1,725 @@
+/*
+ * api_responses.c: the Responses API: POST /v1/responses (a flavor of api_generate.c: its body
+ * becomes a chat-completions body, its answer a response object, its stream the Responses
+ * events), GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items and
+ * POST /v1/responses/{id}/cancel. A response continues the session that produced its
+ * previous_response_id (only the new input is fed); store: false keeps no session and no
+ * object. The objects live in a bounded table (resp_table.h).
+ * Thread: loop thread only.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api_generate.h"
+#include "app.h"
+#include "resp_table.h"
+#include "util.h"
+
+#define RESP_MAX_RECORDS 10000
+#define RESP_MAX_BYTES (256u << 20)
+#define LOGPROBS_INCLUDE "message.output_text.logprobs"
+
+static resp_table *g_responses; /* made at first use; loop thread */
+
+static resp_table *table(void) {
+  if (!g_responses) g_responses = rt_new(RESP_MAX_RECORDS, RESP_MAX_BYTES);
+  return g_responses;
+}
+
+/* The request's context (the flavor's): its body, ids, and the stream's rewriting state. */
+typedef struct resp_ctx {
+  json_t *req;   /* the request body */
+  json_t *input; /* its input as items (the stored input_items) */
+  char id[64], msg_id[64];
+  long long created_at;
+  int store;
+  const char *prev; /* previous_response_id (in req) */
+  uint64_t prev_turns;
+  char prev_sid[129];
+  /* stream: chat chunks read (in), Responses events to send (pend) */
+  buf in, pend;
+  long long seq;
+} resp_ctx;
+
+static void *ctx_new(void) {
+  resp_ctx *c = xcalloc(1, sizeof *c);
+  buf_init(&c->in);
+  buf_init(&c->pend);
+  uint8_t rnd[24];
+  char hx[49];
+  random_bytes(rnd, sizeof rnd);
+  hex_encode(rnd, sizeof rnd, hx);
+  snprintf(c->id, sizeof c->id, "resp_%.24s", hx);
+  snprintf(c->msg_id, sizeof c->msg_id, "msg_%.24s", hx + 24);
+  c->created_at = (long long)time(NULL);
+  c->store = 1;
+  return c;
+}
+
+static void ctx_free(void *p) {
+  resp_ctx *c = p;
+  if (c->req) json_decref(c->req);
+  if (c->input) json_decref(c->input);
+  buf_free(&c->in);
+  buf_free(&c->pend);
+  free(c);
+}
+
+/* A JSON string of any bytes (invalid UTF-8 becomes U+FFFD, as json_escape writes it). */
+static json_t *jtext(const char *p, size_t n) {
+  json_t *s = json_stringn(p ? p : "", n);
+  if (s) return s;
+  buf b;
+  buf_init(&b);
+  json_escape(&b, p, n);
+  s = json_loadb(b.p, b.len, JSON_DECODE_ANY, NULL);
+  buf_free(&b);
+  return s ? s : json_string("");
+}
+
+#define BAD(param, ...)                                                                   \
+  do {                                                                                    \
+    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);                         \
+    return -1;                                                                            \
+  } while (0)
+#define UNSUPPORTED(param, ...)                                                           \
+  do {                                                                                    \
+    api_error_set(e, API_ERR_UNSUPPORTED_FIELD, param, __VA_ARGS__);                     \
+    return -1;                                                                            \
+  } while (0)
+
+static int is_null(const json_t *v) { return !v || json_is_null(v); }
+
+/* One input message's content (a string or input_text/output_text parts) as one string. */
+static int content_text(json_t *c, const char *pname, buf *out, api_error *e) {
+  if (json_is_string(c)) {
+    buf_add(out, json_string_value(c), json_string_length(c));
+    return 0;
+  }
+  if (!json_is_array(c)) BAD(pname, "'%s' must be a string or an array of input_text parts", pname);
+  for (size_t k = 0; k < json_array_size(c); k++) {
+    json_t *part = json_array_get(c, k);
+    char pp[128];
+    snprintf(pp, sizeof pp, "%s[%zu]", pname, k);
+    json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+    if (!json_is_object(part) || !json_is_string(type))
+      BAD(pp, "'%s' must be an object with a 'type'", pp);
+    const char *ty = json_string_value(type);
+    if (strcmp(ty, "input_text") && strcmp(ty, "output_text") && strcmp(ty, "text"))
+      UNSUPPORTED(pp, "'%s' is a '%s' part: only input_text (and output_text in assistant "
+                  "messages) is supported by this text-only model", pp, ty);
+    if (!json_is_string(text)) BAD(pp, "'%s.text' must be a string", pp);
+    buf_add(out, json_string_value(text), json_string_length(text));
+  }
+  return 0;
+}
+
+/* input (a string or items) -> chat messages appended to msgs; the stored items into items. */
+static int translate_input(json_t *input, json_t *msgs, json_t *items, api_error *e) {
+  if (json_is_string(input)) {
+    json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input));
+    json_array_append_new(
+        items, json_pack("{s:s,s:s,s:[{s:s,s:O}]}", "type", "message", "role", "user", "content",
+                         "type", "input_text", "text", input));
+    return 0;
+  }
+  if (!json_is_array(input) || json_array_size(input) == 0)
+    BAD("input", "'input' must be a string or a non-empty array of input items");
+  for (size_t i = 0; i < json_array_size(input); i++) {
+    json_t *it = json_array_get(input, i);
+    char pname[64];
+    snprintf(pname, sizeof pname, "input[%zu]", i);
+    if (!json_is_object(it)) BAD(pname, "'%s' must be an object", pname);
+    json_t *type = json_object_get(it, "type");
+    if (!is_null(type) && !json_is_string(type)) BAD(pname, "'%s.type' must be a string", pname);
+    const char *ty = json_is_string(type) ? json_string_value(type) : "message";
+    if (!strcmp(ty, "function_call_output") || !strcmp(ty, "function_call"))
+      UNSUPPORTED(pname, "'%s' is a %s item: tool calls are not supported by this server's "
+                  "/v1/responses yet", pname, ty);
+    if (!strcmp(ty, "item_reference"))
+      UNSUPPORTED(pname, "'%s' is an item_reference: send the item itself, or continue the "
+                  "conversation with previous_response_id", pname);
+    if (strcmp(ty, "message"))
+      UNSUPPORTED(pname, "'%s' is a '%s' item: only message items are supported", pname, ty);
+    json_t *role = json_object_get(it, "role");
+    const char *ro = json_is_string(role) ? json_string_value(role) : "";
+    if (strcmp(ro, "user") && strcmp(ro, "system") && strcmp(ro, "developer") &&
+        strcmp(ro, "assistant")) {
+      char rp[80];
+      snprintf(rp, sizeof rp, "%s.role", pname);
+      BAD(rp, "'%s' must be user, system, developer or assistant", rp);
+    }
+    char cp[80];
+    snprintf(cp, sizeof cp, "%s.content", pname);
+    buf text;
+    buf_init(&text);
+    if (content_text(json_object_get(it, "content"), cp, &text, e)) {
+      buf_free(&text);
+      return -1;
+    }
+    if (memchr(text.p ? text.p : "", 0, text.len)) {
+      buf_free(&text);
+      BAD(cp, "'%s' must not contain NUL", cp);
+    }
+    json_t *t = jtext(text.p, text.len);
+    buf_free(&text);
+    json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", ro, "content", t));
+    const char *part = !strcmp(ro, "assistant") ? "output_text" : "input_text";
+    json_array_append_new(items, json_pack("{s:s,s:s,s:[{s:s,s:o}]}", "type", "message", "role",
+                                           ro, "content", "type", part, "text", t));
+  }
+  return 0;
+}
+
+/* fields copied as they are into the chat body (the chat parser checks them) */
+static const char *const PASSED[] = {"model",    "temperature",       "top_p",
+                                     "seed",     "top_k",             "min_p",
+                                     "stop",     "presence_penalty",  "frequency_penalty",
+                                     "logit_bias", "repetition_penalty", "stream"};
+
+static int translate(req *r, void *p, const char *body, size_t len, buf *out, api_error *e) {
+  (void)r;
+  resp_ctx *c = p;
+  json_error_t je;
+  if (!len) {
+    api_error_set(e, API_ERR_INVALID_JSON, NULL, "the request body must be a JSON object");
+    return -1;
+  }
+  c->req = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  if (!c->req) {
+    api_error_set(e, API_ERR_INVALID_JSON, NULL, "invalid JSON at line %d column %d: %s", je.line,
+                  je.column, je.text);
+    return -1;
+  }
+  json_t *q = c->req, *v;
+  if (!json_is_object(q)) {
+    api_error_set(e, API_ERR_INVALID_JSON, NULL, "the request body must be a JSON object");
+    return -1;
+  }
+  v = json_object_get(q, "background");
+  if (!is_null(v) && !json_is_false(v))
+    UNSUPPORTED("background", "'background' responses are not supported: send the request "
+                "without it (or with stream: true to see the text as it is made)");
+  static const char *const REFUSED[] = {"conversation", "prompt"};
+  for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
+    if (!is_null(json_object_get(q, REFUSED[i])))
+      UNSUPPORTED(REFUSED[i], "'%s' is not supported: send the input (and previous_response_id)",
+                  REFUSED[i]);
+  v = json_object_get(q, "tools");
+  if (!is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+    UNSUPPORTED("tools", "'tools' are not supported by this server's /v1/responses yet");
+  v = json_object_get(q, "store");
+  if (!is_null(v)) {
+    if (!json_is_boolean(v)) BAD("store", "'store' must be a boolean");
+    c->store = json_is_true(v);
+  }
+  v = json_object_get(q, "previous_response_id");
+  if (!is_null(v)) {
+    if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= sizeof c->id)
+      BAD("previous_response_id", "'previous_response_id' must be a response id (a string)");
+    c->prev = json_string_value(v);
+  }
+  v = json_object_get(q, "metadata");
+  if (!is_null(v)) {
+    if (!json_is_object(v)) BAD("metadata", "'metadata' must be an object of strings");
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) if (!json_is_string(x))
+        BAD("metadata", "'metadata' values must be strings ('%s' is not)", k);
+  }
+  json_t *chat = json_object(), *msgs = json_array();
+  json_object_set_new(chat, "messages", msgs);
+  c->input = json_array();
+  int rc = -1;
+  v = json_object_get(q, "instructions");
+  if (!is_null(v)) {
+    if (!json_is_string(v)) {
+      api_error_set(e, API_ERR_INVALID_VALUE, "instructions", "'instructions' must be a string");
+      goto out;
+    }
+    json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", v));
+  }
+  v = json_object_get(q, "input");
+  if (is_null(v)) {
+    api_error_set(e, API_ERR_INVALID_VALUE, "input", "'input' is required");
+    goto out;
+  }
+  if (translate_input(v, msgs, c->input, e)) goto out;
+  for (size_t i = 0; i < sizeof PASSED / sizeof *PASSED; i++)
+    if ((v = json_object_get(q, PASSED[i]))) json_object_set(chat, PASSED[i], v);
+  if ((v = json_object_get(q, "max_output_tokens")) && !json_is_null(v))
+    json_object_set(chat, "max_tokens", v);
+  /* logprobs: asked by include (OpenAI's way) or by top_logprobs */
+  int lp = 0;
+  v = json_object_get(q, "include");
+  if (!is_null(v)) {
+    if (!json_is_array(v)) {
+      api_error_set(e, API_ERR_INVALID_VALUE, "include", "'include' must be an array of strings");
+      goto out;
+    }
+    for (size_t i = 0; i < json_array_size(v); i++) {
+      json_t *s = json_array_get(v, i);
+      if (!json_is_string(s)) {
+        api_error_set(e, API_ERR_INVALID_VALUE, "include", "'include' must be an array of strings");
+        goto out;
+      }
+      if (!strcmp(json_string_value(s), LOGPROBS_INCLUDE)) lp = 1;
+    }
+  }
+  if ((v = json_object_get(q, "top_logprobs")) && !json_is_null(v)) {
+    json_object_set(chat, "top_logprobs", v);
+    lp = 1;
+  }
+  if (lp) json_object_set_new(chat, "logprobs", json_true());
+  v = json_object_get(q, "text");
+  if (!is_null(v)) {
+    json_t *f = json_is_object(v) ? json_object_get(v, "format") : NULL;
+    if (!json_is_object(v) || (!is_null(f) && !json_is_object(f))) {
+      api_error_set(e, API_ERR_INVALID_VALUE, "text.format", "'text.format' must be an object");
+      goto out;
+    }
+    json_t *ty = f ? json_object_get(f, "type") : NULL;
+    const char *t = json_is_string(ty) ? json_string_value(ty) : "text";
+    if (!strcmp(t, "json_object")) {
+      json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
+    } else if (!strcmp(t, "json_schema")) {
+      json_t *js = json_object();
+      static const char *const KEYS[] = {"name", "schema", "strict", "description"};
+      for (size_t i = 0; i < 4; i++)
+        if (json_object_get(f, KEYS[i])) json_object_set(js, KEYS[i], json_object_get(f, KEYS[i]));
+      json_object_set_new(chat, "response_format",
+                          json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
+    } else if (strcmp(t, "text")) {
+      api_error_set(e, API_ERR_INVALID_VALUE, "text.format.type",
+                    "'text.format.type' must be text, json_object or json_schema");
+      goto out;
+    }
+  }
+  json_object_set_new(chat, "history", json_string("append")); /* only the new input is fed */
+  char *s = json_dumps(chat, JSON_COMPACT);
+  buf_adds(out, s);
+  free(s);
+  rc = 0;
+out:
+  json_decref(chat);
+  return rc;
+}
+
+/* In s (cap bytes), every "'" + from becomes "'" + to (the quoted field names of a message). */
+static void rename_quoted(char *s, size_t cap, const char *from, const char *to) {
+  char out[512], pat[64];
+  snprintf(pat, sizeof pat, "'%s", from);
+  size_t o = 0, pl = strlen(pat), tl = strlen(to);
+  for (const char *p = s; *p && o + 1 < sizeof out;) {
+    if (!strncmp(p, pat, pl) && o + tl + 2 < sizeof out) {
+      out[o++] = '\'';
+      memcpy(out + o, to, tl);
+      o += tl;
+      p += pl;
+    } else {
+      out[o++] = *p++;
+    }
+  }
+  out[o] = 0;
+  snprintf(s, cap, "%s", out);
+}
+
+/* The chat body's field names an error may carry, as this API names them. */
+static void fix_error(api_error *e) {
+  static const char *const MAP[][2] = {{"response_format.json_schema.", "text.format."},
+                                       {"response_format", "text.format"},
+                                       {"max_tokens", "max_output_tokens"},
+                                       {"logprobs", "include"},
+                                       {"messages", "input"}};
+  int renamed = 0;
+  for (size_t i = 0; i < sizeof MAP / sizeof *MAP; i++) {
+    size_t n = strlen(MAP[i][0]);
+    if (!renamed && !strncmp(e->param, MAP[i][0], n)) {
+      char p[sizeof e->param];
+      snprintf(p, sizeof p, "%s%s", MAP[i][1], e->param + n);
+      memcpy(e->param, p, sizeof p);
+      renamed = 1;
+    }
+    rename_quoted(e->message, sizeof e->message, MAP[i][0], MAP[i][1]);
+  }
+}
+
+static int pick_session(req *r, void *p, const char **sid, gen_sess_mode *mode) {
+  resp_ctx *c = p;
+  if (!c->prev) {
+    *mode = c->store ? GEN_SESS_MINT : GEN_SESS_NONE;
+    return 0;
+  }
+  const resp_rec *rec = rt_get(table(), r->owner, c->prev);
+  if (!rec) {
+    req_error(r, API_ERR_RESPONSE_NOT_FOUND, "previous_response_id",
+              "response '%s' not found (never stored, deleted, or made with store: false)",
+              c->prev);
+    return 1;
+  }
+  snprintf(c->prev_sid, sizeof c->prev_sid, "%s", rec->session_id);
+  c->prev_turns = rec->turns;
+  *sid = c->prev_sid;
+  *mode = c->store ? GEN_SESS_NAMED : GEN_SESS_CLONE;
+  return 0;
+}
+
+static int check_session(req *r, void *p, const session *s) {
+  resp_ctx *c = p;
+  if (s->turns == c->prev_turns) return 0;
+  req_error(r, API_ERR_RESPONSE_SUPERSEDED, "previous_response_id",
+            "response '%s' is no longer the latest turn of its session %s: the session has "
+            "moved on (turn %llu; the response was turn %llu) and keeps no earlier versions. "
+            "Continue from the conversation's latest response, or send the whole conversation "
+            "as input without previous_response_id",
+            c->prev, c->prev_sid, (unsigned long long)s->turns, (unsigned long long)c->prev_turns);
+  return 1;
+}
+
+static void make_id(void *p, char *id, size_t cap) { snprintf(id, cap, "%s", ((resp_ctx *)p)->id); }
+
+/* ---- the response object ---- */
+
+static json_t *format_of(const resp_ctx *c) {
+  json_t *t = json_object_get(c->req, "text"), *f = json_is_object(t) ? json_object_get(t, "format") : NULL;
+  if (json_is_object(f)) return json_pack("{s:O}", "format", f);
+  return json_pack("{s:{s:s}}", "format", "type", "text");
+}
+
+static json_t *or_null(json_t *v) { return v ? json_incref(v) : json_null(); }
+
+static json_t *num_or(json_t *v, double d) { return json_is_number(v) ? json_incref(v) : json_real(d); }
+
+/* The output_text part's logprobs (the chat shape's content array). */
+static json_t *logprobs_of(const job *j) {
+  if (j->n_top < 0) return json_array();
+  buf t;
+  buf_init(&t);
+  job_fmt_logprobs(&t, j, 0, j->n_recs, 0);
+  json_t *o = json_loadb(t.p, t.len, 0, NULL);
+  buf_free(&t);
+  json_t *a = o ? json_incref(json_object_get(o, "content")) : NULL;
+  if (o) json_decref(o);
+  return a ? a : json_array();
+}
+
+static json_t *text_part(const job *j) {
+  return json_pack("{s:s,s:o,s:[],s:o}", "type", "output_text", "text",
+                   j ? jtext(j->reply.p, j->reply.len) : json_string(""), "annotations",
+                   "logprobs", j ? logprobs_of(j) : json_array());
+}
+
+static json_t *message_item(const resp_ctx *c, const job *j, const char *status) {
+  json_t *content = json_array();
+  if (j) json_array_append_new(content, text_part(j));
+  return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", c->msg_id, "type", "message", "status", status,
+                   "role", "assistant", "content", content);
+}
+
+static const char *status_of(const gen_outcome *o) {
+  if (!o) return "in_progress";
+  if (o->err) return "failed";
+  return o->main->finish == FINISH_LENGTH ? "incomplete" : "completed";
+}
+
+/* The response object: in progress (o NULL) or as the turn ended. */
+static json_t *response_object(const resp_ctx *c, const char *model, const gen_outcome *o) {
+  json_t *q = c->req;
+  const char *st = status_of(o);
+  json_t *r = json_object();
+  json_object_set_new(r, "id", json_string(c->id));
+  json_object_set_new(r, "object", json_string("response"));
+  json_object_set_new(r, "created_at", json_integer(c->created_at));
+  json_object_set_new(r, "status", json_string(st));
+  json_object_set_new(r, "background", json_false());
+  if (o && o->err)
+    json_object_set_new(r, "error", json_pack("{s:s,s:s}", "code", api_err_code(o->err),
+                                              "message", o->err_msg ? o->err_msg : api_err_get(o->err)->message));
+  else json_object_set_new(r, "error", json_null());
+  if (o && !o->err && o->main->finish == FINISH_LENGTH)
+    json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
+  else json_object_set_new(r, "incomplete_details", json_null());
+  json_object_set_new(r, "instructions", or_null(json_object_get(q, "instructions")));
+  json_object_set_new(r, "max_output_tokens", or_null(json_object_get(q, "max_output_tokens")));
+  json_object_set_new(r, "model", json_string(model));
+  json_t *out = json_array();
+  if (o && !o->err) json_array_append_new(out, message_item(c, o->main, st));
+  json_object_set_new(r, "output", out);
+  json_object_set_new(r, "parallel_tool_calls", json_true());
+  json_object_set_new(r, "previous_response_id", c->prev ? json_string(c->prev) : json_null());
+  json_object_set_new(r, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
+  json_object_set_new(r, "store", json_boolean(c->store));
+  json_object_set_new(r, "temperature", num_or(json_object_get(q, "temperature"), 1.0));
+  json_object_set_new(r, "text", format_of(c));
+  json_object_set_new(r, "tool_choice", json_string("auto"));
+  json_object_set_new(r, "tools", json_array());
+  json_object_set_new(r, "top_logprobs", or_null(json_object_get(q, "top_logprobs")));
+  json_object_set_new(r, "top_p", num_or(json_object_get(q, "top_p"), 1.0));
+  json_object_set_new(r, "truncation", json_string("disabled"));
+  if (o) {
+    int in = o->main->n_prompt, gen = o->main->n_gen;
+    json_object_set_new(r, "usage",
+                        json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", in,
+                                  "input_tokens_details", "cached_tokens", 0, "output_tokens", gen,
+                                  "output_tokens_details", "reasoning_tokens", 0, "total_tokens",
+                                  in + gen));
+  } else {
+    json_object_set_new(r, "usage", json_null());
+  }
+  json_object_set_new(r, "user", or_null(json_object_get(q, "user")));
+  json_t *md = json_object_get(q, "metadata");
+  json_object_set_new(r, "metadata", json_is_object(md) ? json_incref(md) : json_object());
+  if (o)
+    json_object_set_new(r, "xlserve",
+                        json_pack("{s:o,s:I,s:I}", "session_id",
+                                  o->session_id ? json_string(o->session_id) : json_null(),
+                                  "session_tokens", (json_int_t)o->session_tokens,
+                                  "session_turns", (json_int_t)o->session_turns));
+  return r;
+}
+
+/* Stores the finished response (store: true, no error) with its input items. */
+static void keep(req *r, resp_ctx *c, json_t *obj, const gen_outcome *o) {
+  if (!c->store || o->err || !o->session_id) return;
+  json_t *items = json_array();
+  size_t i;
+  json_t *it;
+  json_array_foreach(c->input, i, it) {
+    json_t *x = json_deep_copy(it);
+    char id[80];
+    snprintf(id, sizeof id, "msg_%s_%zu", c->id + 5, i);
+    json_object_set_new(x, "id", json_string(id));
+    json_object_set_new(x, "status", json_string("completed"));
+    json_array_append_new(items, x);
+  }
+  char *in = json_dumps(items, JSON_COMPACT);
+  json_decref(items);
+  rt_put(table(), r->owner, c->id, o->session_id, o->session_turns, json_dumps(obj, JSON_COMPACT),
+         in);
+}
+
+static void reply(req *r, void *p, const gen_outcome *o) {
+  resp_ctx *c = p;
+  json_t *obj = response_object(c, r->a->model_name, o);
+  keep(r, c, obj, o);
+  char *s = json_dumps(obj, JSON_COMPACT);
+  json_decref(obj);
+  buf b;
+  buf_init(&b);
+  buf_adds(&b, s);
+  free(s);
+  req_reply_json(r, 200, &b);
+  buf_free(&b);
+}
+
+/* ---- the stream ---- */
+
+/* One event: its type names the SSE event; its sequence_number is the next. */
+static void emit(resp_ctx *c, json_t *ev) {
+  json_object_set_new(ev, "sequence_number", json_integer(c->seq++));
+  char *s = json_dumps(ev, JSON_COMPACT);
+  buf_printf(&c->pend, "event: %s\ndata: %s\n\n", json_string_value(json_object_get(ev, "type")), s);
+  free(s);
+  json_decref(ev);
+}
+
+static json_t *item_ev(const resp_ctx *c, const char *type) {
+  return json_pack("{s:s,s:s,s:i,s:i}", "type", type, "item_id", c->msg_id, "output_index", 0,
+                   "content_index", 0);
+}
+
+static void stream_head(req *r, void *p) {
+  resp_ctx *c = p;
+  json_t *obj = response_object(c, r->a->model_name, NULL);
+  emit(c, json_pack("{s:s,s:O}", "type", "response.created", "response", obj));
+  emit(c, json_pack("{s:s,s:o}", "type", "response.in_progress", "response", obj));
+  emit(c, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.added", "output_index", 0,
+                    "item", message_item(c, NULL, "in_progress")));
+  json_t *ev = item_ev(c, "response.content_part.added");
+  json_object_set_new(ev, "part", text_part(NULL));
+  emit(c, ev);
+}
+
+/* The chat chunks read so far become output_text.delta events (pings pass as they are). */
+static void rewrite(resp_ctx *c) {
+  for (;;) {
+    const char *p = c->in.p;
+    const char *end = c->in.len ? memmem(p, c->in.len, "\n\n", 2) : NULL;
+    if (!end) return;
+    size_t n = (size_t)(end - p) + 2;
+    if (n > 6 && !memcmp(p, "data: ", 6)) {
+      json_t *ch = json_loadb(p + 6, n - 8, 0, NULL);
+      json_t *c0 = json_array_get(json_object_get(ch, "choices"), 0);
+      json_t *d = json_object_get(json_object_get(c0, "delta"), "content");
+      if (json_is_string(d) && json_string_length(d)) {
+        json_t *ev = item_ev(c, "response.output_text.delta");
+        json_object_set(ev, "delta", d);
+        json_t *lp = json_object_get(json_object_get(c0, "logprobs"), "content");
+        json_object_set_new(ev, "logprobs", json_is_array(lp) ? json_incref(lp) : json_array());
+        emit(c, ev);
+      }
+      if (ch) json_decref(ch);
+    } else if (p[0] == ':') {
+      buf_add(&c->pend, p, n);
+    }
+    buf_consume(&c->in, n);
+  }
+}
+
+static void pull(req *r, resp_ctx *c) {
+  char tmp[16384];
+  size_t n;
+  while ((n = gen_stream_raw(r, tmp, sizeof tmp))) buf_add(&c->in, tmp, n);
+  rewrite(c);
+}
+
+static size_t stream_take(req *r, void *p, char *out, size_t max) {
+  resp_ctx *c = p;
+  pull(r, c);
+  size_t n = c->pend.len < max ? c->pend.len : max;
+  if (n) {
+    memcpy(out, c->pend.p, n);
+    buf_consume(&c->pend, n);
+  }
+  return n;
+}
+
+static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
+  (void)b; /* the events go to pend, after the deltas still in the job's output */
+  resp_ctx *c = p;
+  pull(r, c);
+  json_t *obj = response_object(c, r->a->model_name, o);
+  if (o->err) {
+    emit(c, json_pack("{s:s,s:s,s:s,s:n}", "type", "error", "code", api_err_code(o->err),
+                      "message", o->err_msg ? o->err_msg : api_err_get(o->err)->message, "param"));
+    emit(c, json_pack("{s:s,s:o}", "type", "response.failed", "response", obj));
+    return;
+  }
+  const job *j = o->main;
+  const char *st = status_of(o);
+  json_t *ev = item_ev(c, "response.output_text.done");
+  json_object_set_new(ev, "text", jtext(j->reply.p, j->reply.len));
+  json_object_set_new(ev, "logprobs", logprobs_of(j));
+  emit(c, ev);
+  ev = item_ev(c, "response.content_part.done");
+  json_object_set_new(ev, "part", text_part(j));
+  emit(c, ev);
+  emit(c, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.done", "output_index", 0,
+                    "item", message_item(c, j, st)));
+  keep(r, c, obj, o);
+  emit(c, json_pack("{s:s,s:o}", "type",
+                    !strcmp(st, "incomplete") ? "response.incomplete" : "response.completed",
+                    "response", obj));
+}
+
+static const gen_flavor RESPONSES = {ctx_new,      ctx_free,    translate,   fix_error,
+                                     pick_session, check_session, make_id,   stream_head,
+                                     stream_tail,  reply,       stream_take};
+
+void api_responses_create(req *r) { api_generate_as(r, &RESPONSES); }
+
+/* ---- stored objects ---- */
+
+/* The record named by the path, or NULL after a 404. */
+static const resp_rec *found(req *r) {
+  char id[64];
+  if (!r->param || r->param_len == 0 || r->param_len >= sizeof id) {
+    req_error(r, API_ERR_RESPONSE_NOT_FOUND, "response_id", "no such response");
+    return NULL;
+  }
+  memcpy(id, r->param, r->param_len);
+  id[r->param_len] = 0;
+  const resp_rec *rec = rt_get(table(), r->owner, id);
+  if (!rec)
+    req_error(r, API_ERR_RESPONSE_NOT_FOUND, "response_id",
+              "response '%s' not found (never stored, deleted, or made with store: false)", id);
+  return rec;
+}
+
+static void reply_text(req *r, const char *s) {
+  buf b;
+  buf_init(&b);
+  buf_adds(&b, s);
+  req_reply_json(r, 200, &b);
+  buf_free(&b);
+}
+
+void api_response_get(req *r) {
+  const resp_rec *rec = found(r);
+  if (rec) reply_text(r, rec->body);
+}
+
+void api_response_delete(req *r) {
+  const resp_rec *rec = found(r);
+  if (!rec) return;
+  char *s = NULL;
+  json_t *o = json_pack("{s:s,s:s,s:b}", "id", rec->id, "object", "response", "deleted", 1);
+  s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  rt_del(table(), r->owner, rec->id);
+  reply_text(r, s);
+  free(s);
+}
+
+void api_response_cancel(req *r) {
+  const resp_rec *rec = found(r);
+  if (!rec) return;
+  req_error(r, API_ERR_INVALID_VALUE, "response_id",
+            "only background responses can be cancelled, and this server runs none in the "
+            "background: response '%s' is already finished (to stop a response being made, "
+            "close its connection)",
+            rec->id);
+}
+
+/* ?limit=1..100 (20), ?order=asc|desc (desc), ?after=ITEM_ID */
+void api_response_input_items(req *r) {
+  const resp_rec *rec = found(r);
+  if (!rec) return;
+  const char *ls = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
+  const char *os = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "order");
+  const char *after = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after");
+  long limit = 20;
+  if (ls) {
+    char *end;
+    limit = strtol(ls, &end, 10);
+    if (!*ls || *end || limit < 1 || limit > 100) {
+      req_error(r, API_ERR_INVALID_VALUE, "limit", "'limit' must be an integer in [1, 100]");
+      return;
+    }
+  }
+  if (os && strcmp(os, "asc") && strcmp(os, "desc")) {
+    req_error(r, API_ERR_INVALID_VALUE, "order", "'order' must be asc or desc");
+    return;
+  }
+  int desc = !os || !strcmp(os, "desc");
+  json_t *all = json_loads(rec->input, 0, NULL), *data = json_array();
+  size_t n = json_array_size(all), k = 0;
+  int started = after == NULL, more = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_t *it = json_array_get(all, desc ? n - 1 - i : i);
+    if (!started) {
+      started = !strcmp(json_string_value(json_object_get(it, "id")), after);
+      continue;
+    }
+    if (k == (size_t)limit) {
+      more = 1;
+      break;
+    }
+    json_array_append(data, it);
+    k++;
+  }
+  json_t *first = json_object_get(json_array_get(data, 0), "id");
+  json_t *last = json_object_get(json_array_get(data, k ? k - 1 : 0), "id");
+  json_t *o = json_pack("{s:s,s:o,s:O,s:O,s:b}", "object", "list", "data", data, "first_id",
+                        first ? first : json_null(), "last_id", last ? last : json_null(),
+                        "has_more", more);
+  char *s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  json_decref(all);
+  reply_text(r, s);
+  free(s);
+}
