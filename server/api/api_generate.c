@@ -255,7 +255,7 @@ static gen_params *params_of(req *r) {
     p->score_rank = g->prompt_logprobs >= 0;
   }
   p->chunk = a->prefill_chunk;
-  if (GEN(r)->fl) GEN(r)->fl->make_id(GEN(r)->fctx, p->id, sizeof p->id);
+  if (GEN(r)->fl) GEN(r)->fl->make_id(r, GEN(r)->fctx, p->id, sizeof p->id);
   else make_id(p);
   p->created = (long long)time(NULL);
   p->fingerprint = a->fingerprint;
@@ -322,6 +322,8 @@ static size_t hook_stream_take(req *r, char *out, size_t max) {
   if (GEN(r)->fl) return GEN(r)->fl->stream_take(r, GEN(r)->fctx, out, max);
   return gen_stream_raw(r, out, max);
 }
+
+void *gen_flavor_ctx(req *r) { return r->ctx && GEN(r)->fl ? GEN(r)->fctx : NULL; }
 
 job *gen_main_job(req *r) {
   return r->ctx && r->job_running && !GEN(r)->main_done ? GEN(r)->gen.main : NULL;
@@ -798,7 +800,9 @@ static void gen_finish(req *r) {
   gen_outcome o = {j, r->session_id[0] ? r->session_id : NULL, held, GEN(r)->held_turns, err,
                    err_msg};
   if (j->stream) {
-    if (!r->client_gone && (j->finish != FINISH_CANCELLED || GEN(r)->cancelled_by_drain)) {
+    /* a flavor's response may be cancelled by another request: its stream still ends */
+    if (!r->client_gone &&
+        (j->finish != FINISH_CANCELLED || GEN(r)->cancelled_by_drain || GEN(r)->fl)) {
       buf b;
       buf_init(&b);
       if (GEN(r)->fl) GEN(r)->fl->stream_tail(r, GEN(r)->fctx, &o, &b);
@@ -817,7 +821,7 @@ static void gen_finish(req *r) {
       if (err == API_ERR_STORE_FAILED || err == API_ERR_STORE_OUTCOME_UNKNOWN) r->retry_after = "1";
       req_error(r, err, err == API_ERR_SESSION_CONFLICT ? "session_id" : NULL, "%s",
                 err_msg ? err_msg : api_err_get(err)->message);
-    } else if (j->finish == FINISH_CANCELLED) {
+    } else if (j->finish == FINISH_CANCELLED && !GEN(r)->fl) {
       req_kick(r); /* client gone: the access handler closes */
     } else if (GEN(r)->fl) {
       GEN(r)->fl->reply(r, GEN(r)->fctx, &o);

@@ -46,13 +46,13 @@ typedef struct gen_flavor {
   int (*session)(req *r, void *ctx, const char **sid, gen_sess_mode *mode);
   /* the session found (NAMED/CLONE, idle); 0 to go on, 1 when it answered */
   int (*check_session)(req *r, void *ctx, const session *s);
-  /* the response's id into id (cap bytes) */
-  void (*make_id)(void *ctx, char *id, size_t cap);
+  /* the response's id into id (cap bytes), as the request starts running */
+  void (*make_id)(req *r, void *ctx, char *id, size_t cap);
   /* a stream: its first events (before any generated text) */
   void (*stream_head)(req *r, void *ctx);
   /* a stream: its last events, appended to b (err: an in-band failure) */
   void (*stream_tail)(req *r, void *ctx, const gen_outcome *o, buf *b);
-  /* a full answer (no error): replies */
+  /* a full answer (no error; finished, or cancelled by gen_cancel while the client waits) */
   void (*reply)(req *r, void *ctx, const gen_outcome *o);
   /* a stream's bytes: the flavor reads the chat chunks with gen_stream_raw and rewrites them */
   size_t (*stream_take)(req *r, void *ctx, char *out, size_t max);
@@ -62,6 +62,8 @@ typedef struct gen_flavor {
 void api_generate_as(req *r, const gen_flavor *f);
 /* The chat-completions chunks the jobs produced so far (moved out of the job). */
 size_t gen_stream_raw(req *r, char *out, size_t max);
+/* The flavor's context of r (NULL: r is no flavor's generation). */
+void *gen_flavor_ctx(req *r);
 /* The request's running job (its main), NULL when none: cancel by gen_cancel. */
 job *gen_main_job(req *r);
 

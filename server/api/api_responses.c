@@ -17,6 +17,7 @@
 #include "api_generate.h"
 #include "app.h"
 #include "resp_table.h"
+#include "strmap.h"
 #include "util.h"
 
 #define RESP_MAX_RECORDS 10000
@@ -24,6 +25,8 @@
 #define LOGPROBS_INCLUDE "message.output_text.logprobs"
 
 static resp_table *g_responses; /* made at first use; loop thread */
+static strmap g_live;           /* "owner hex:id" -> the req making that response */
+static int g_live_init;
 
 static resp_table *table(void) {
   if (!g_responses) g_responses = rt_new(RESP_MAX_RECORDS, RESP_MAX_BYTES);
@@ -40,6 +43,7 @@ typedef struct resp_ctx {
   const char *prev; /* previous_response_id (in req) */
   uint64_t prev_turns;
   char prev_sid[129];
+  char live_key[160]; /* "": not in g_live */
   /* stream: chat chunks read (in), Responses events to send (pend) */
   buf in, pend;
   long long seq;
@@ -60,8 +64,22 @@ static void *ctx_new(void) {
   return c;
 }
 
+static void live_key(char *k, size_t cap, const uint8_t owner[32], const char *id) {
+  char hx[65];
+  hex_encode(owner, 32, hx);
+  snprintf(k, cap, "%s:%s", hx, id);
+}
+
+static req *live_get(const uint8_t owner[32], const char *id) {
+  if (!g_live_init) return NULL;
+  char k[160];
+  live_key(k, sizeof k, owner, id);
+  return strmap_get(&g_live, k);
+}
+
 static void ctx_free(void *p) {
   resp_ctx *c = p;
+  if (c->live_key[0]) strmap_del(&g_live, c->live_key);
   if (c->req) json_decref(c->req);
   if (c->input) json_decref(c->input);
   buf_free(&c->in);
@@ -380,7 +398,14 @@ static int check_session(req *r, void *p, const session *s) {
   return 1;
 }
 
-static void make_id(void *p, char *id, size_t cap) { snprintf(id, cap, "%s", ((resp_ctx *)p)->id); }
+/* The id, as the response starts running: it is live (GET: in progress; cancel) until freed. */
+static void make_id(req *r, void *p, char *id, size_t cap) {
+  resp_ctx *c = p;
+  snprintf(id, cap, "%s", c->id);
+  if (!g_live_init) strmap_init(&g_live), g_live_init = 1;
+  live_key(c->live_key, sizeof c->live_key, r->owner, c->id);
+  strmap_put(&g_live, c->live_key, r);
+}
 
 /* ---- the response object ---- */
 
@@ -416,6 +441,7 @@ static json_t *text_part(const job *j) {
 static json_t *message_item(const resp_ctx *c, const job *j, const char *status) {
   json_t *content = json_array();
   if (j) json_array_append_new(content, text_part(j));
+  if (!strcmp(status, "cancelled")) status = "incomplete"; /* an item has no cancelled status */
   return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", c->msg_id, "type", "message", "status", status,
                    "role", "assistant", "content", content);
 }
@@ -423,6 +449,7 @@ static json_t *message_item(const resp_ctx *c, const job *j, const char *status)
 static const char *status_of(const gen_outcome *o) {
   if (!o) return "in_progress";
   if (o->err) return "failed";
+  if (o->main->finish == FINISH_CANCELLED) return "cancelled";
   return o->main->finish == FINISH_LENGTH ? "incomplete" : "completed";
 }
 
@@ -485,6 +512,8 @@ static json_t *response_object(const resp_ctx *c, const char *model, const gen_o
 /* Stores the finished response (store: true, no error) with its input items. */
 static void keep(req *r, resp_ctx *c, json_t *obj, const gen_outcome *o) {
   if (!c->store || o->err || !o->session_id) return;
+  /* cancelled in its prefill: the session holds part of the input, nothing to continue */
+  if (o->main->finish == FINISH_CANCELLED && !o->main->decoding) return;
   json_t *items = json_array();
   size_t i;
   json_t *it;
@@ -520,6 +549,7 @@ static void reply(req *r, void *p, const gen_outcome *o) {
 
 /* One event: its type names the SSE event; its sequence_number is the next. */
 static void emit(resp_ctx *c, json_t *ev) {
+  if (!ev) return; /* not reached: every string packed is valid UTF-8 */
   json_object_set_new(ev, "sequence_number", json_integer(c->seq++));
   char *s = json_dumps(ev, JSON_COMPACT);
   buf_printf(&c->pend, "event: %s\ndata: %s\n\n", json_string_value(json_object_get(ev, "type")), s);
@@ -612,7 +642,7 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
                     "item", message_item(c, j, st)));
   keep(r, c, obj, o);
   emit(c, json_pack("{s:s,s:o}", "type",
-                    !strcmp(st, "incomplete") ? "response.incomplete" : "response.completed",
+                    strcmp(st, "completed") ? "response.incomplete" : "response.completed",
                     "response", obj));
 }
 
@@ -648,7 +678,30 @@ static void reply_text(req *r, const char *s) {
   buf_free(&b);
 }
 
+static const resp_ctx *live_ctx(req *r, req **live) {
+  char id[64];
+  *live = NULL;
+  if (!r->param || !r->param_len || r->param_len >= sizeof id) return NULL;
+  memcpy(id, r->param, r->param_len);
+  id[r->param_len] = 0;
+  *live = live_get(r->owner, id);
+  return *live && gen_main_job(*live) ? gen_flavor_ctx(*live) : NULL; /* not finished yet */
+}
+
+static void reply_object(req *r, json_t *o) {
+  char *s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  reply_text(r, s);
+  free(s);
+}
+
 void api_response_get(req *r) {
+  req *lr;
+  const resp_ctx *lc = live_ctx(r, &lr);
+  if (lc) { /* being made: in progress */
+    reply_object(r, response_object(lc, r->a->model_name, NULL));
+    return;
+  }
   const resp_rec *rec = found(r);
   if (rec) reply_text(r, rec->body);
 }
@@ -666,6 +719,15 @@ void api_response_delete(req *r) {
 }
 
 void api_response_cancel(req *r) {
+  req *lr;
+  const resp_ctx *lc = live_ctx(r, &lr);
+  if (lc) { /* being made: stop it; its own request answers it cancelled */
+    gen_cancel(lr, 0);
+    json_t *o = response_object(lc, r->a->model_name, NULL);
+    json_object_set_new(o, "status", json_string("cancelled"));
+    reply_object(r, o);
+    return;
+  }
   const resp_rec *rec = found(r);
   if (!rec) return;
   req_error(r, API_ERR_INVALID_VALUE, "response_id",

@@ -262,3 +262,41 @@ def test_stream_completed_with_stop(daemon):
     assert events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["status"] == "completed"
     assert json.loads(text_of(events[-1]["response"]))["a"] in (True, False)
+
+
+def test_cancel_a_response_being_made(daemon):
+    """A long stream: GET shows it in progress, cancel stops it; the stream ends with the
+    response cancelled, which is stored and can be continued."""
+    import http.client
+    p = daemon.port
+    c = http.client.HTTPConnection("127.0.0.1", p, timeout=60)
+    c.request("POST", "/v1/responses",
+              body=json.dumps({**BASE, "input": "long", "stream": True,
+                               "max_output_tokens": 1000000}),
+              headers={"Content-Type": "application/json"})
+    resp = c.getresponse()
+    assert resp.status == 200
+    got = []
+
+    def until_delta(data):
+        got.append(json.loads(data))
+        return got[-1]["type"] != "response.output_text.delta"
+
+    X.read_sse(resp, on_event=until_delta)
+    rid = got[0]["response"]["id"]
+    st, _, b = X.request(p, "GET", "/v1/responses/" + rid)
+    assert st == 200 and json.loads(b)["status"] == "in_progress"
+    st, _, b = X.request(p, "POST", "/v1/responses/%s/cancel" % rid)
+    assert st == 200 and json.loads(b)["status"] == "cancelled", b
+    rest = X.sse_json(X.read_sse(resp))
+    c.close()
+    assert rest[-1]["type"] == "response.incomplete"
+    final = rest[-1]["response"]
+    assert final["status"] == "cancelled" and final["usage"]["output_tokens"] < 1000000
+    st, _, b = X.request(p, "GET", "/v1/responses/" + rid)
+    assert st == 200 and json.loads(b) == final
+    nxt = create(p, input="after", previous_response_id=rid)
+    assert (nxt["xlserve"]["session_tokens"]
+            == final["xlserve"]["session_tokens"] + nxt["usage"]["total_tokens"])
+    st, e = err(p, "POST", "/v1/responses/%s/cancel" % rid)
+    assert st == 400
