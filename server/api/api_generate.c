@@ -745,7 +745,14 @@ void gen_on_done(req *r) {
     uint8_t *core = j->snap;
     j->snap = NULL;
     req_ref(r); /* the commit's, if it waits */
-    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, NULL, on_turn_committed, r);
+    st_record recbuf, *rec = NULL;
+    if (GEN(r)->fl && j->finish != FINISH_ERROR && !GEN(r)->cancelled_by_drain) {
+      gen_outcome o = {j, r->session_id[0] ? r->session_id : NULL, GEN(r)->held_tokens,
+                       GEN(r)->held_turns, API_ERR_NONE, NULL};
+      rec = GEN(r)->fl->turn_record(r, GEN(r)->fctx, &o, &recbuf);
+    }
+    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, rec, on_turn_committed,
+                        r);
     if (w == 1) {
       GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */

@@ -15,6 +15,7 @@
 #include "buf.h"
 #include "job.h"
 #include "session.h"
+#include "session_table.h"
 
 typedef struct req req;
 
@@ -48,6 +49,9 @@ typedef struct gen_flavor {
   int (*check_session)(req *r, void *ctx, const session *s);
   /* the response's id into id (cap bytes), as the request starts running */
   void (*make_id)(req *r, void *ctx, char *id, size_t cap);
+  /* the record kept with the turn's commit (kept if and only if the turn is), into out; NULL:
+   * none. Called when the jobs are done, before the commit (o->err is API_ERR_NONE). */
+  st_record *(*turn_record)(req *r, void *ctx, const gen_outcome *o, st_record *out);
   /* a stream: its first events (before any generated text) */
   void (*stream_head)(req *r, void *ctx);
   /* a stream: its last events, appended to b (err: an in-band failure) */

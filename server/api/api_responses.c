@@ -16,33 +16,28 @@
 
 #include "api_generate.h"
 #include "app.h"
-#include "resp_table.h"
+#include "resp_store.h"
+#include "session_store.h"
 #include "strmap.h"
 #include "util.h"
 
-#define RESP_MAX_RECORDS 10000
-#define RESP_MAX_BYTES (256u << 20)
 #define LOGPROBS_INCLUDE "message.output_text.logprobs"
 
-static resp_table *g_responses; /* made at first use; loop thread */
 static strmap g_live;           /* "owner hex:id" -> the req making that response */
 static int g_live_init;
-
-static resp_table *table(void) {
-  if (!g_responses) g_responses = rt_new(RESP_MAX_RECORDS, RESP_MAX_BYTES);
-  return g_responses;
-}
 
 /* The request's context (the flavor's): its body, ids, and the stream's rewriting state. */
 typedef struct resp_ctx {
   json_t *req;   /* the request body */
   json_t *input; /* its input as items (the stored input_items) */
   char id[64], msg_id[64];
+  char rnd[49]; /* random hex digits of the ids */
   long long created_at;
   int store;
   const char *prev; /* previous_response_id (in req) */
-  uint64_t prev_turns;
-  char prev_sid[129];
+  resp_lookup prev_rec;
+  json_t *final;  /* the finished response object (kept with the turn) */
+  char rec_key[STORE_RKEY_CAP];
   char live_key[160]; /* "": not in g_live */
   /* stream: chat chunks read (in), Responses events to send (pend) */
   buf in, pend;
@@ -54,11 +49,9 @@ static void *ctx_new(void) {
   buf_init(&c->in);
   buf_init(&c->pend);
   uint8_t rnd[24];
-  char hx[49];
   random_bytes(rnd, sizeof rnd);
-  hex_encode(rnd, sizeof rnd, hx);
-  snprintf(c->id, sizeof c->id, "resp_%.24s", hx);
-  snprintf(c->msg_id, sizeof c->msg_id, "msg_%.24s", hx + 24);
+  hex_encode(rnd, sizeof rnd, c->rnd);
+  snprintf(c->msg_id, sizeof c->msg_id, "msg_%.24s", c->rnd + 24);
   c->created_at = (long long)time(NULL);
   c->store = 1;
   return c;
@@ -82,6 +75,8 @@ static void ctx_free(void *p) {
   if (c->live_key[0]) strmap_del(&g_live, c->live_key);
   if (c->req) json_decref(c->req);
   if (c->input) json_decref(c->input);
+  if (c->final) json_decref(c->final);
+  resp_lookup_free(&c->prev_rec);
   buf_free(&c->in);
   buf_free(&c->pend);
   free(c);
@@ -372,35 +367,46 @@ static int pick_session(req *r, void *p, const char **sid, gen_sess_mode *mode) 
     *mode = c->store ? GEN_SESS_MINT : GEN_SESS_NONE;
     return 0;
   }
-  const resp_rec *rec = rt_get(table(), r->owner, c->prev);
-  if (!rec) {
+  resp_lookup *l = &c->prev_rec;
+  if (resp_lookup_run(r, l, c->prev)) return 1; /* the store looks; this runs again */
+  if (l->got < 0) {
+    r->retry_after = "1";
+    req_error(r, API_ERR_STORE_UNAVAILABLE, NULL, "cannot read response '%s': %s", c->prev,
+              l->why);
+    return 1;
+  }
+  if (l->got) {
     req_error(r, API_ERR_RESPONSE_NOT_FOUND, "previous_response_id",
-              "response '%s' not found (never stored, deleted, or made with store: false)",
+              "response '%s' not found (never stored, deleted, expired, or made with store: "
+              "false)",
               c->prev);
     return 1;
   }
-  snprintf(c->prev_sid, sizeof c->prev_sid, "%s", rec->session_id);
-  c->prev_turns = rec->turns;
-  *sid = c->prev_sid;
+  *sid = l->session_id;
   *mode = c->store ? GEN_SESS_NAMED : GEN_SESS_CLONE;
   return 0;
 }
 
 static int check_session(req *r, void *p, const session *s) {
   resp_ctx *c = p;
-  if (s->turns == c->prev_turns) return 0;
+  if (s->turns == c->prev_rec.turns) return 0;
   req_error(r, API_ERR_RESPONSE_SUPERSEDED, "previous_response_id",
             "response '%s' is no longer the latest turn of its session %s: the session has "
             "moved on (turn %llu; the response was turn %llu) and keeps no earlier versions. "
             "Continue from the conversation's latest response, or send the whole conversation "
             "as input without previous_response_id",
-            c->prev, c->prev_sid, (unsigned long long)s->turns, (unsigned long long)c->prev_turns);
+            c->prev, c->prev_rec.session_id, (unsigned long long)s->turns,
+            (unsigned long long)c->prev_rec.turns);
   return 1;
 }
 
 /* The id, as the response starts running: it is live (GET: in progress; cancel) until freed. */
 static void make_id(req *r, void *p, char *id, size_t cap) {
   resp_ctx *c = p;
+  /* a kept response's id names its session (resp_store.h) */
+  if (c->store && r->session_id[0] && strlen(r->session_id) <= 40)
+    snprintf(c->id, sizeof c->id, "resp_%.16s_%s", c->rnd, r->session_id);
+  else snprintf(c->id, sizeof c->id, "resp_%.24s", c->rnd);
   snprintf(id, cap, "%s", c->id);
   if (!g_live_init) strmap_init(&g_live), g_live_init = 1;
   live_key(c->live_key, sizeof c->live_key, r->owner, c->id);
@@ -509,32 +515,41 @@ static json_t *response_object(const resp_ctx *c, const char *model, const gen_o
   return r;
 }
 
-/* Stores the finished response (store: true, no error) with its input items. */
-static void keep(req *r, resp_ctx *c, json_t *obj, const gen_outcome *o) {
-  if (!c->store || o->err || !o->session_id) return;
+/* The finished response, kept with the turn's commit (store: true). */
+static st_record *turn_record(req *r, void *p, const gen_outcome *o, st_record *out) {
+  resp_ctx *c = p;
+  c->final = response_object(c, r->a->model_name, o);
+  if (!c->store || !o->session_id) return NULL;
   /* cancelled in its prefill: the session holds part of the input, nothing to continue */
-  if (o->main->finish == FINISH_CANCELLED && !o->main->decoding) return;
+  if (o->main->finish == FINISH_CANCELLED && !o->main->decoding) return NULL;
   json_t *items = json_array();
   size_t i;
   json_t *it;
   json_array_foreach(c->input, i, it) {
     json_t *x = json_deep_copy(it);
     char id[80];
-    snprintf(id, sizeof id, "msg_%s_%zu", c->id + 5, i);
+    snprintf(id, sizeof id, "msg_%.24s_%zu", c->rnd, i);
     json_object_set_new(x, "id", json_string(id));
     json_object_set_new(x, "status", json_string("completed"));
     json_array_append_new(items, x);
   }
-  char *in = json_dumps(items, JSON_COMPACT);
+  char *in = json_dumps(items, JSON_COMPACT), *obj = json_dumps(c->final, JSON_COMPACT);
   json_decref(items);
-  rt_put(table(), r->owner, c->id, o->session_id, o->session_turns, json_dumps(obj, JSON_COMPACT),
-         in);
+  st_record *rec = resp_record(out, c->rec_key, sizeof c->rec_key, c->id, o->session_turns, obj, in);
+  free(in);
+  free(obj);
+  return rec;
+}
+
+/* The object answered: the one kept with the turn, else (an error, no session) made now. */
+static json_t *final_object(req *r, resp_ctx *c, const gen_outcome *o) {
+  if (c->final && !o->err) return json_incref(c->final);
+  return response_object(c, r->a->model_name, o);
 }
 
 static void reply(req *r, void *p, const gen_outcome *o) {
   resp_ctx *c = p;
-  json_t *obj = response_object(c, r->a->model_name, o);
-  keep(r, c, obj, o);
+  json_t *obj = final_object(r, c, o);
   char *s = json_dumps(obj, JSON_COMPACT);
   json_decref(obj);
   buf b;
@@ -622,7 +637,7 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
   (void)b; /* the events go to pend, after the deltas still in the job's output */
   resp_ctx *c = p;
   pull(r, c);
-  json_t *obj = response_object(c, r->a->model_name, o);
+  json_t *obj = final_object(r, c, o);
   if (o->err) {
     emit(c, json_pack("{s:s,s:s,s:s,s:n}", "type", "error", "code", api_err_code(o->err),
                       "message", o->err_msg ? o->err_msg : api_err_get(o->err)->message, "param"));
@@ -640,34 +655,60 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
   emit(c, ev);
   emit(c, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.done", "output_index", 0,
                     "item", message_item(c, j, st)));
-  keep(r, c, obj, o);
   emit(c, json_pack("{s:s,s:o}", "type",
                     strcmp(st, "completed") ? "response.incomplete" : "response.completed",
                     "response", obj));
 }
 
 static const gen_flavor RESPONSES = {ctx_new,      ctx_free,    translate,   fix_error,
-                                     pick_session, check_session, make_id,   stream_head,
+                                     pick_session, check_session, make_id,   turn_record,
+                                     stream_head,
                                      stream_tail,  reply,       stream_take};
 
 void api_responses_create(req *r) { api_generate_as(r, &RESPONSES); }
 
 /* ---- stored objects ---- */
 
-/* The record named by the path, or NULL after a 404. */
-static const resp_rec *found(req *r) {
-  char id[64];
-  if (!r->param || r->param_len == 0 || r->param_len >= sizeof id) {
+/* The path's response id into id; 0, or 1 after a 404. */
+static int path_id(req *r, char *id, size_t cap) {
+  if (!r->param || r->param_len == 0 || r->param_len >= cap) {
     req_error(r, API_ERR_RESPONSE_NOT_FOUND, "response_id", "no such response");
-    return NULL;
+    return 1;
   }
   memcpy(id, r->param, r->param_len);
   id[r->param_len] = 0;
-  const resp_rec *rec = rt_get(table(), r->owner, id);
-  if (!rec)
+  return 0;
+}
+
+static void free_lookup(req *r) {
+  resp_lookup_free(r->ctx);
+  free(r->ctx);
+  r->ctx = NULL;
+}
+
+/* The stored response the path names: 0 with *out, or 1 when r waits for the store (its
+ * handler runs again) or was answered (404, 503). */
+static int found(req *r, const char *id, resp_lookup **out) {
+  if (!r->ctx) {
+    r->ctx = xcalloc(1, sizeof(resp_lookup));
+    r->on_free = free_lookup;
+  }
+  resp_lookup *l = r->ctx;
+  if (resp_lookup_run(r, l, id)) return 1;
+  if (l->got < 0) {
+    r->retry_after = "1";
+    req_error(r, API_ERR_STORE_UNAVAILABLE, NULL, "cannot read response '%s': %s", id, l->why);
+    return 1;
+  }
+  if (l->got) {
     req_error(r, API_ERR_RESPONSE_NOT_FOUND, "response_id",
-              "response '%s' not found (never stored, deleted, or made with store: false)", id);
-  return rec;
+              "response '%s' not found (never stored, deleted, expired, or made with store: "
+              "false)",
+              id);
+    return 1;
+  }
+  *out = l;
+  return 0;
 }
 
 static void reply_text(req *r, const char *s) {
@@ -678,12 +719,8 @@ static void reply_text(req *r, const char *s) {
   buf_free(&b);
 }
 
-static const resp_ctx *live_ctx(req *r, req **live) {
-  char id[64];
-  *live = NULL;
-  if (!r->param || !r->param_len || r->param_len >= sizeof id) return NULL;
-  memcpy(id, r->param, r->param_len);
-  id[r->param_len] = 0;
+/* The response being made with this id (on this server), NULL when none. */
+static const resp_ctx *live_ctx(req *r, const char *id, req **live) {
   *live = live_get(r->owner, id);
   return *live && gen_main_job(*live) ? gen_flavor_ctx(*live) : NULL; /* not finished yet */
 }
@@ -696,31 +733,47 @@ static void reply_object(req *r, json_t *o) {
 }
 
 void api_response_get(req *r) {
+  char id[64];
   req *lr;
-  const resp_ctx *lc = live_ctx(r, &lr);
+  resp_lookup *l;
+  if (path_id(r, id, sizeof id)) return;
+  const resp_ctx *lc = live_ctx(r, id, &lr);
   if (lc) { /* being made: in progress */
     reply_object(r, response_object(lc, r->a->model_name, NULL));
     return;
   }
-  const resp_rec *rec = found(r);
-  if (rec) reply_text(r, rec->body);
+  if (!found(r, id, &l)) reply_text(r, l->object);
+}
+
+static void on_deleted(req *r, int ok, const char *why) {
+  if (ok < 0) {
+    r->retry_after = "1";
+    req_error(r, API_ERR_STORE_UNAVAILABLE, NULL, "cannot delete the response: %s", why);
+    return;
+  }
+  if (!ok) { /* another request deleted it meanwhile */
+    req_error(r, API_ERR_RESPONSE_NOT_FOUND, "response_id", "response not found");
+    return;
+  }
+  char id[64];
+  memcpy(id, r->param, r->param_len); /* checked by path_id */
+  id[r->param_len] = 0;
+  reply_object(r, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
 }
 
 void api_response_delete(req *r) {
-  const resp_rec *rec = found(r);
-  if (!rec) return;
-  char *s = NULL;
-  json_t *o = json_pack("{s:s,s:s,s:b}", "id", rec->id, "object", "response", "deleted", 1);
-  s = json_dumps(o, JSON_COMPACT);
-  json_decref(o);
-  rt_del(table(), r->owner, rec->id);
-  reply_text(r, s);
-  free(s);
+  char id[64];
+  resp_lookup *l;
+  if (path_id(r, id, sizeof id) || found(r, id, &l)) return;
+  resp_delete(r, id, on_deleted);
 }
 
 void api_response_cancel(req *r) {
+  char id[64];
   req *lr;
-  const resp_ctx *lc = live_ctx(r, &lr);
+  resp_lookup *l;
+  if (path_id(r, id, sizeof id)) return;
+  const resp_ctx *lc = live_ctx(r, id, &lr);
   if (lc) { /* being made: stop it; its own request answers it cancelled */
     gen_cancel(lr, 0);
     json_t *o = response_object(lc, r->a->model_name, NULL);
@@ -728,19 +781,19 @@ void api_response_cancel(req *r) {
     reply_object(r, o);
     return;
   }
-  const resp_rec *rec = found(r);
-  if (!rec) return;
+  if (found(r, id, &l)) return;
   req_error(r, API_ERR_INVALID_VALUE, "response_id",
             "only background responses can be cancelled, and this server runs none in the "
             "background: response '%s' is already finished (to stop a response being made, "
             "close its connection)",
-            rec->id);
+            id);
 }
 
 /* ?limit=1..100 (20), ?order=asc|desc (desc), ?after=ITEM_ID */
 void api_response_input_items(req *r) {
-  const resp_rec *rec = found(r);
-  if (!rec) return;
+  char id[64];
+  resp_lookup *l;
+  if (path_id(r, id, sizeof id) || found(r, id, &l)) return;
   const char *ls = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
   const char *os = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "order");
   const char *after = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after");
@@ -758,7 +811,7 @@ void api_response_input_items(req *r) {
     return;
   }
   int desc = !os || !strcmp(os, "desc");
-  json_t *all = json_loads(rec->input, 0, NULL), *data = json_array();
+  json_t *all = json_loads(l->items, 0, NULL), *data = json_array();
   size_t n = json_array_size(all), k = 0;
   int started = after == NULL, more = 0;
   for (size_t i = 0; i < n; i++) {

@@ -300,3 +300,88 @@ def test_cancel_a_response_being_made(daemon):
             == final["xlserve"]["session_tokens"] + nxt["usage"]["total_tokens"])
     st, e = err(p, "POST", "/v1/responses/%s/cancel" % rid)
     assert st == 400
+
+
+def chain_checks(p1, p2):
+    """A response made on daemon port p1 is read, listed and continued on daemon port p2."""
+    r1 = create(p1, input="Kept across", instructions="Be brief")
+    st, _, b = X.request(p2, "GET", "/v1/responses/" + r1["id"])
+    assert st == 200 and json.loads(b) == r1
+    st, _, b = X.request(p2, "GET", "/v1/responses/%s/input_items" % r1["id"])
+    assert [i["content"][0]["text"] for i in json.loads(b)["data"]] == ["Kept across"]
+    r2 = create(p2, input="Then", previous_response_id=r1["id"])
+    assert r2["xlserve"]["session_id"] == r1["xlserve"]["session_id"]
+    assert (r2["xlserve"]["session_tokens"]
+            == r1["xlserve"]["session_tokens"] + r2["usage"]["total_tokens"])
+    return r1, r2
+
+
+def test_responses_survive_a_restart_with_sqlite(start_daemon, tiny_model, tmp_path):
+    args = ["--state-dir", str(tmp_path / "state"), "--max-tokens-limit", "1000000"]
+    d1 = start_daemon(tiny_model, *args)
+    r1 = create(d1.port, input="Before the restart")
+    assert d1.stop() == 0
+    d2 = X.Daemon(tiny_model, args)  # killed below: not the fixture's (it wants exit 0)
+    r1_, r2 = chain_checks(d2.port, d2.port)  # a chain made after a restart too
+    st, _, b = X.request(d2.port, "GET", "/v1/responses/" + r1["id"])
+    assert st == 200 and json.loads(b) == r1
+    r3 = create(d2.port, input="After the restart", previous_response_id=r1["id"])
+    assert (r3["xlserve"]["session_tokens"]
+            == r1["xlserve"]["session_tokens"] + r3["usage"]["total_tokens"])
+    d2.proc.kill()  # kill -9: what was answered was committed with its turn
+    d2.stop()
+    d3 = start_daemon(tiny_model, *args)
+    for r in (r1_, r2, r3):
+        st, _, b = X.request(d3.port, "GET", "/v1/responses/" + r["id"])
+        assert st == 200 and json.loads(b) == r
+    st, e = err(d3.port, "POST", "/v1/responses", {**BASE, "input": "x",
+                                                  "previous_response_id": r1["id"]})
+    assert st == 409 and e["code"] == "response_superseded"  # r3 moved the session on
+    st, _, _ = X.request(d3.port, "DELETE", "/v1/responses/" + r3["id"])
+    assert st == 200
+    assert d3.stop() == 0
+    d4 = start_daemon(tiny_model, *args)
+    st, e = err(d4.port, "GET", "/v1/responses/" + r3["id"])
+    assert st == 404 and e["code"] == "response_not_found"
+
+
+def test_responses_across_replicas_sharing_redis(start_daemon, tiny_model, tmp_path):
+    import shutil
+    import subprocess
+    redis = shutil.which("redis-server")
+    if redis is None:
+        import pytest
+        pytest.skip("redis-server is not installed (tools/install-deps.sh test installs it)")
+    port = X.free_port()
+    (tmp_path / "redis").mkdir()
+    srv = subprocess.Popen([redis, "--bind", "127.0.0.1", "--port", str(port), "--dir",
+                            str(tmp_path / "redis"), "--save", "", "--appendonly", "no"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        import socket
+
+        def up():
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        X.wait_until(up, 20, "redis-server listens")
+        args = ["--store", "redis", "--redis-url", "redis://127.0.0.1:%d/0" % port,
+                "--redis-prefix", "r", "--max-tokens-limit", "1000000"]
+        a, b = start_daemon(tiny_model, *args), start_daemon(tiny_model, *args)
+        r1, r2 = chain_checks(a.port, b.port)
+        # a moved the session on at b: continuing r1 at a is 409, r2 at a continues
+        st, e = err(a.port, "POST", "/v1/responses", {**BASE, "input": "x",
+                                                     "previous_response_id": r1["id"]})
+        assert st == 409 and e["code"] == "response_superseded"
+        r3 = create(a.port, input="Back at a", previous_response_id=r2["id"])
+        assert (r3["xlserve"]["session_tokens"]
+                == r2["xlserve"]["session_tokens"] + r3["usage"]["total_tokens"])
+        st, _, _ = X.request(b.port, "DELETE", "/v1/responses/" + r3["id"])
+        st2, e = err(a.port, "GET", "/v1/responses/" + r3["id"])
+        assert st == 200 and st2 == 404
+    finally:
+        srv.terminate()
+        srv.wait(timeout=20)
