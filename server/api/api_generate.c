@@ -33,14 +33,14 @@ typedef struct gen_req {
   int others_left;    /* several choices: how many of gen.others are not done yet */
   int main_done;      /* gen.main's DONE was handled */
   int cancelled_by_drain;
-  int commit_wait;      /* the response waits for the turn's commit (durability turn) */
-  uint64_t held_tokens; /* the session's transcript length after this turn */
-  char *store_err;      /* the commit failed: why */
-  int store_conflict;   /* ... because another replica committed a turn of the session first */
-  int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
-  uint64_t held_turns;  /* the session's turn count after this turn */
-  const gen_flavor *fl; /* NULL: completions / chat completions (api_generate.h) */
-  void *fctx;           /* the flavor's context */
+  int commit_wait;         /* the response waits for the turn's commit (durability turn) */
+  uint64_t held_tokens;    /* the session's transcript length after this turn */
+  char *store_err;         /* the commit failed: why */
+  int store_conflict;      /* ... because another replica committed a turn of the session first */
+  int store_unknown;       /* ... with an unknown outcome (the turn may or may not be kept) */
+  uint64_t held_turns;     /* the session's turn count after this turn */
+  const gen_flavor *fl;    /* NULL: completions / chat completions (api_generate.h) */
+  void *fctx;              /* the flavor's context */
   gen_sess_mode sess_mode; /* a flavor's choice of session */
 } gen_req;
 
@@ -729,6 +729,18 @@ void gen_on_job_done(req *r, job *j) {
   }
 }
 
+/* What the turn came to, for a flavor (api_generate.h). */
+static gen_outcome outcome_of(req *r, api_err err, const char *msg) {
+  gen_outcome o;
+  o.main = GEN(r)->gen.main;
+  o.session_id = r->session_id[0] ? r->session_id : NULL;
+  o.session_tokens = GEN(r)->held_tokens;
+  o.session_turns = GEN(r)->held_turns;
+  o.err = err;
+  o.err_msg = msg;
+  return o;
+}
+
 void gen_on_done(req *r) {
   job *j = GEN(r)->gen.main;
   app *a = r->a;
@@ -747,12 +759,11 @@ void gen_on_done(req *r) {
     req_ref(r); /* the commit's, if it waits */
     st_record recbuf, *rec = NULL;
     if (GEN(r)->fl && j->finish != FINISH_ERROR && !GEN(r)->cancelled_by_drain) {
-      gen_outcome o = {j, r->session_id[0] ? r->session_id : NULL, GEN(r)->held_tokens,
-                       GEN(r)->held_turns, API_ERR_NONE, NULL};
+      gen_outcome o = outcome_of(r, API_ERR_NONE, NULL);
       rec = GEN(r)->fl->turn_record(r, GEN(r)->fctx, &o, &recbuf);
     }
-    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, rec, on_turn_committed,
-                        r);
+    int w =
+        st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, rec, on_turn_committed, r);
     if (w == 1) {
       GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
@@ -804,8 +815,7 @@ static void gen_finish(req *r) {
     err_msg = kept;
   }
 
-  gen_outcome o = {j, r->session_id[0] ? r->session_id : NULL, held, GEN(r)->held_turns, err,
-                   err_msg};
+  gen_outcome o = outcome_of(r, err, err_msg);
   if (j->stream) {
     /* a flavor's response may be cancelled by another request: its stream still ends */
     if (!r->client_gone &&

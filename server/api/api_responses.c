@@ -23,7 +23,7 @@
 
 #define LOGPROBS_INCLUDE "message.output_text.logprobs"
 
-static strmap g_live;           /* "owner hex:id" -> the req making that response */
+static strmap g_live; /* "owner hex:id" -> the req making that response */
 static int g_live_init;
 
 /* The request's context (the flavor's): its body, ids, and the stream's rewriting state. */
@@ -36,7 +36,7 @@ typedef struct resp_ctx {
   int store;
   const char *prev; /* previous_response_id (in req) */
   resp_lookup prev_rec;
-  json_t *final;  /* the finished response object (kept with the turn) */
+  json_t *final; /* the finished response object (kept with the turn) */
   char rec_key[STORE_RKEY_CAP];
   char live_key[160]; /* "": not in g_live */
   /* stream: chat chunks read (in), Responses events to send (pend) */
@@ -94,15 +94,15 @@ static json_t *jtext(const char *p, size_t n) {
   return s ? s : json_string("");
 }
 
-#define BAD(param, ...)                                                                   \
-  do {                                                                                    \
-    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);                         \
-    return -1;                                                                            \
+#define BAD(param, ...)                                                                            \
+  do {                                                                                             \
+    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);                                   \
+    return -1;                                                                                     \
   } while (0)
-#define UNSUPPORTED(param, ...)                                                           \
-  do {                                                                                    \
-    api_error_set(e, API_ERR_UNSUPPORTED_FIELD, param, __VA_ARGS__);                     \
-    return -1;                                                                            \
+#define UNSUPPORTED(param, ...)                                                                    \
+  do {                                                                                             \
+    api_error_set(e, API_ERR_UNSUPPORTED_FIELD, param, __VA_ARGS__);                               \
+    return -1;                                                                                     \
   } while (0)
 
 static int is_null(const json_t *v) { return !v || json_is_null(v); }
@@ -123,8 +123,10 @@ static int content_text(json_t *c, const char *pname, buf *out, api_error *e) {
       BAD(pp, "'%s' must be an object with a 'type'", pp);
     const char *ty = json_string_value(type);
     if (strcmp(ty, "input_text") && strcmp(ty, "output_text") && strcmp(ty, "text"))
-      UNSUPPORTED(pp, "'%s' is a '%s' part: only input_text (and output_text in assistant "
-                  "messages) is supported by this text-only model", pp, ty);
+      UNSUPPORTED(pp,
+                  "'%s' is a '%s' part: only input_text (and output_text in assistant "
+                  "messages) is supported by this text-only model",
+                  pp, ty);
     if (!json_is_string(text)) BAD(pp, "'%s.text' must be a string", pp);
     buf_add(out, json_string_value(text), json_string_length(text));
   }
@@ -135,9 +137,8 @@ static int content_text(json_t *c, const char *pname, buf *out, api_error *e) {
 static int translate_input(json_t *input, json_t *msgs, json_t *items, api_error *e) {
   if (json_is_string(input)) {
     json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input));
-    json_array_append_new(
-        items, json_pack("{s:s,s:s,s:[{s:s,s:O}]}", "type", "message", "role", "user", "content",
-                         "type", "input_text", "text", input));
+    json_array_append_new(items, json_pack("{s:s,s:s,s:[{s:s,s:O}]}", "type", "message", "role",
+                                           "user", "content", "type", "input_text", "text", input));
     return 0;
   }
   if (!json_is_array(input) || json_array_size(input) == 0)
@@ -151,11 +152,15 @@ static int translate_input(json_t *input, json_t *msgs, json_t *items, api_error
     if (!is_null(type) && !json_is_string(type)) BAD(pname, "'%s.type' must be a string", pname);
     const char *ty = json_is_string(type) ? json_string_value(type) : "message";
     if (!strcmp(ty, "function_call_output") || !strcmp(ty, "function_call"))
-      UNSUPPORTED(pname, "'%s' is a %s item: tool calls are not supported by this server's "
-                  "/v1/responses yet", pname, ty);
+      UNSUPPORTED(pname,
+                  "'%s' is a %s item: tool calls are not supported by this server's "
+                  "/v1/responses yet",
+                  pname, ty);
     if (!strcmp(ty, "item_reference"))
-      UNSUPPORTED(pname, "'%s' is an item_reference: send the item itself, or continue the "
-                  "conversation with previous_response_id", pname);
+      UNSUPPORTED(pname,
+                  "'%s' is an item_reference: send the item itself, or continue the "
+                  "conversation with previous_response_id",
+                  pname);
     if (strcmp(ty, "message"))
       UNSUPPORTED(pname, "'%s' is a '%s' item: only message items are supported", pname, ty);
     json_t *role = json_object_get(it, "role");
@@ -182,17 +187,25 @@ static int translate_input(json_t *input, json_t *msgs, json_t *items, api_error
     buf_free(&text);
     json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", ro, "content", t));
     const char *part = !strcmp(ro, "assistant") ? "output_text" : "input_text";
-    json_array_append_new(items, json_pack("{s:s,s:s,s:[{s:s,s:o}]}", "type", "message", "role",
-                                           ro, "content", "type", part, "text", t));
+    json_array_append_new(items, json_pack("{s:s,s:s,s:[{s:s,s:o}]}", "type", "message", "role", ro,
+                                           "content", "type", part, "text", t));
   }
   return 0;
 }
 
 /* fields copied as they are into the chat body (the chat parser checks them) */
-static const char *const PASSED[] = {"model",    "temperature",       "top_p",
-                                     "seed",     "top_k",             "min_p",
-                                     "stop",     "presence_penalty",  "frequency_penalty",
-                                     "logit_bias", "repetition_penalty", "stream"};
+static const char *const PASSED[] = {"model",
+                                     "temperature",
+                                     "top_p",
+                                     "seed",
+                                     "top_k",
+                                     "min_p",
+                                     "stop",
+                                     "presence_penalty",
+                                     "frequency_penalty",
+                                     "logit_bias",
+                                     "repetition_penalty",
+                                     "stream"};
 
 static int translate(req *r, void *p, const char *body, size_t len, buf *out, api_error *e) {
   (void)r;
@@ -215,7 +228,8 @@ static int translate(req *r, void *p, const char *body, size_t len, buf *out, ap
   }
   v = json_object_get(q, "background");
   if (!is_null(v) && !json_is_false(v))
-    UNSUPPORTED("background", "'background' responses are not supported: send the request "
+    UNSUPPORTED("background",
+                "'background' responses are not supported: send the request "
                 "without it (or with stream: true to see the text as it is made)");
   static const char *const REFUSED[] = {"conversation", "prompt"};
   for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
@@ -371,8 +385,7 @@ static int pick_session(req *r, void *p, const char **sid, gen_sess_mode *mode) 
   if (resp_lookup_run(r, l, c->prev)) return 1; /* the store looks; this runs again */
   if (l->got < 0) {
     r->retry_after = "1";
-    req_error(r, API_ERR_STORE_UNAVAILABLE, NULL, "cannot read response '%s': %s", c->prev,
-              l->why);
+    req_error(r, API_ERR_STORE_UNAVAILABLE, NULL, "cannot read response '%s': %s", c->prev, l->why);
     return 1;
   }
   if (l->got) {
@@ -416,14 +429,17 @@ static void make_id(req *r, void *p, char *id, size_t cap) {
 /* ---- the response object ---- */
 
 static json_t *format_of(const resp_ctx *c) {
-  json_t *t = json_object_get(c->req, "text"), *f = json_is_object(t) ? json_object_get(t, "format") : NULL;
+  json_t *t = json_object_get(c->req, "text"),
+         *f = json_is_object(t) ? json_object_get(t, "format") : NULL;
   if (json_is_object(f)) return json_pack("{s:O}", "format", f);
   return json_pack("{s:{s:s}}", "format", "type", "text");
 }
 
 static json_t *or_null(json_t *v) { return v ? json_incref(v) : json_null(); }
 
-static json_t *num_or(json_t *v, double d) { return json_is_number(v) ? json_incref(v) : json_real(d); }
+static json_t *num_or(json_t *v, double d) {
+  return json_is_number(v) ? json_incref(v) : json_real(d);
+}
 
 /* The output_text part's logprobs (the chat shape's content array). */
 static json_t *logprobs_of(const job *j) {
@@ -440,8 +456,8 @@ static json_t *logprobs_of(const job *j) {
 
 static json_t *text_part(const job *j) {
   return json_pack("{s:s,s:o,s:[],s:o}", "type", "output_text", "text",
-                   j ? jtext(j->reply.p, j->reply.len) : json_string(""), "annotations",
-                   "logprobs", j ? logprobs_of(j) : json_array());
+                   j ? jtext(j->reply.p, j->reply.len) : json_string(""), "annotations", "logprobs",
+                   j ? logprobs_of(j) : json_array());
 }
 
 static json_t *message_item(const resp_ctx *c, const job *j, const char *status) {
@@ -470,8 +486,9 @@ static json_t *response_object(const resp_ctx *c, const char *model, const gen_o
   json_object_set_new(r, "status", json_string(st));
   json_object_set_new(r, "background", json_false());
   if (o && o->err)
-    json_object_set_new(r, "error", json_pack("{s:s,s:s}", "code", api_err_code(o->err),
-                                              "message", o->err_msg ? o->err_msg : api_err_get(o->err)->message));
+    json_object_set_new(r, "error",
+                        json_pack("{s:s,s:s}", "code", api_err_code(o->err), "message",
+                                  o->err_msg ? o->err_msg : api_err_get(o->err)->message));
   else json_object_set_new(r, "error", json_null());
   if (o && !o->err && o->main->finish == FINISH_LENGTH)
     json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
@@ -495,11 +512,11 @@ static json_t *response_object(const resp_ctx *c, const char *model, const gen_o
   json_object_set_new(r, "truncation", json_string("disabled"));
   if (o) {
     int in = o->main->n_prompt, gen = o->main->n_gen;
-    json_object_set_new(r, "usage",
-                        json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", in,
-                                  "input_tokens_details", "cached_tokens", 0, "output_tokens", gen,
-                                  "output_tokens_details", "reasoning_tokens", 0, "total_tokens",
-                                  in + gen));
+    json_object_set_new(
+        r, "usage",
+        json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", in, "input_tokens_details",
+                  "cached_tokens", 0, "output_tokens", gen, "output_tokens_details",
+                  "reasoning_tokens", 0, "total_tokens", in + gen));
   } else {
     json_object_set_new(r, "usage", json_null());
   }
@@ -507,11 +524,11 @@ static json_t *response_object(const resp_ctx *c, const char *model, const gen_o
   json_t *md = json_object_get(q, "metadata");
   json_object_set_new(r, "metadata", json_is_object(md) ? json_incref(md) : json_object());
   if (o)
-    json_object_set_new(r, "xlserve",
-                        json_pack("{s:o,s:I,s:I}", "session_id",
-                                  o->session_id ? json_string(o->session_id) : json_null(),
-                                  "session_tokens", (json_int_t)o->session_tokens,
-                                  "session_turns", (json_int_t)o->session_turns));
+    json_object_set_new(
+        r, "xlserve",
+        json_pack("{s:o,s:I,s:I}", "session_id",
+                  o->session_id ? json_string(o->session_id) : json_null(), "session_tokens",
+                  (json_int_t)o->session_tokens, "session_turns", (json_int_t)o->session_turns));
   return r;
 }
 
@@ -535,7 +552,8 @@ static st_record *turn_record(req *r, void *p, const gen_outcome *o, st_record *
   }
   char *in = json_dumps(items, JSON_COMPACT), *obj = json_dumps(c->final, JSON_COMPACT);
   json_decref(items);
-  st_record *rec = resp_record(out, c->rec_key, sizeof c->rec_key, c->id, o->session_turns, obj, in);
+  st_record *rec =
+      resp_record(out, c->rec_key, sizeof c->rec_key, c->id, o->session_turns, obj, in);
   free(in);
   free(obj);
   return rec;
@@ -567,7 +585,8 @@ static void emit(resp_ctx *c, json_t *ev) {
   if (!ev) return; /* not reached: every string packed is valid UTF-8 */
   json_object_set_new(ev, "sequence_number", json_integer(c->seq++));
   char *s = json_dumps(ev, JSON_COMPACT);
-  buf_printf(&c->pend, "event: %s\ndata: %s\n\n", json_string_value(json_object_get(ev, "type")), s);
+  buf_printf(&c->pend, "event: %s\ndata: %s\n\n", json_string_value(json_object_get(ev, "type")),
+             s);
   free(s);
   json_decref(ev);
 }
@@ -639,8 +658,8 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
   pull(r, c);
   json_t *obj = final_object(r, c, o);
   if (o->err) {
-    emit(c, json_pack("{s:s,s:s,s:s,s:n}", "type", "error", "code", api_err_code(o->err),
-                      "message", o->err_msg ? o->err_msg : api_err_get(o->err)->message, "param"));
+    emit(c, json_pack("{s:s,s:s,s:s,s:n}", "type", "error", "code", api_err_code(o->err), "message",
+                      o->err_msg ? o->err_msg : api_err_get(o->err)->message, "param"));
     emit(c, json_pack("{s:s,s:o}", "type", "response.failed", "response", obj));
     return;
   }
@@ -653,17 +672,16 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
   ev = item_ev(c, "response.content_part.done");
   json_object_set_new(ev, "part", text_part(j));
   emit(c, ev);
-  emit(c, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.done", "output_index", 0,
-                    "item", message_item(c, j, st)));
+  emit(c, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.done", "output_index", 0, "item",
+                    message_item(c, j, st)));
   emit(c, json_pack("{s:s,s:o}", "type",
                     strcmp(st, "completed") ? "response.incomplete" : "response.completed",
                     "response", obj));
 }
 
-static const gen_flavor RESPONSES = {ctx_new,      ctx_free,    translate,   fix_error,
+static const gen_flavor RESPONSES = {ctx_new,      ctx_free,      translate, fix_error,
                                      pick_session, check_session, make_id,   turn_record,
-                                     stream_head,
-                                     stream_tail,  reply,       stream_take};
+                                     stream_head,  stream_tail,   reply,     stream_take};
 
 void api_responses_create(req *r) { api_generate_as(r, &RESPONSES); }
 

@@ -25,7 +25,7 @@ typedef struct resp_lookup {
   int phase; /* 0 not started, 1 waiting, 2 answered */
   int got;   /* answered: 0 found, 1 absent (or not a stored id), -1 store error (why) */
   char *why;
-  uint64_t turns;       /* found: the record's fields */
+  uint64_t turns; /* found: the record's fields */
   char session_id[129];
   char *object; /* the response object's JSON (malloc'd) */
   char *items;  /* its input items' JSON array (malloc'd) */

@@ -27,7 +27,7 @@
   X(MODEL_NOT_FOUND, 404, "invalid_request_error", "model_not_found", "no such model")             \
   X(SESSION_NOT_FOUND, 404, "invalid_request_error", "session_not_found", "no such session")       \
   X(SESSION_EXPIRED, 404, "invalid_request_error", "session_expired", "the session was lost")      \
-  X(RESPONSE_NOT_FOUND, 404, "invalid_request_error", "response_not_found", "no such response")   \
+  X(RESPONSE_NOT_FOUND, 404, "invalid_request_error", "response_not_found", "no such response")    \
   X(METHOD_NOT_ALLOWED, 405, "invalid_request_error", "method_not_allowed",                        \
     "the method is not allowed here")                                                              \
   X(REQUEST_TIMEOUT, 408, "invalid_request_error", "request_timeout",                              \
