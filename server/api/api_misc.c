@@ -27,8 +27,8 @@ void api_metrics(req *r) {
   metrics_gauges g;
   memset(&g, 0, sizeof g);
   if (a->sched) sched_counts(a->sched, &g.queue_depth, &g.running);
-  g.streams_open = a->n_reqs;
-  g.connections = a->n_conns;
+  g.streams_open = a->http.n_reqs;
+  g.connections = a->http.n_conns;
   g.workers = a->cfg->workers;
   if (a->sessions) {
     g.sessions_in_ram = (long)st_count(a->sessions);

@@ -21,7 +21,7 @@
 static void on_store_wake(uv_async_t *h) {
   app *a = h->data;
   if (a->store) store_poll(a->store);
-  http_pump(a);
+  http_pump(&a->http);
 }
 
 static void wake(void *arg) { uv_async_send(arg); } /* store thread: coalescing wake-up */
