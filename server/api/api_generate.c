@@ -441,10 +441,10 @@ static int stage_inputs(req *r, turn *t) {
       return 1;
     }
   }
-  if (in->ntok > (size_t)a->cfg->max_prompt_tokens) {
+  if (in->ntok > (size_t)a->opt.max_prompt_tokens) {
     req_error(r, API_ERR_PROMPT_TOO_LONG, prompt_param(r),
               "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", in->ntok,
-              a->cfg->max_prompt_tokens);
+              a->opt.max_prompt_tokens);
     return 1;
   }
   t->reset = GEN(r)->have_plan && GEN(r)->plan.kind == PLAN_RESET;
@@ -474,10 +474,10 @@ static int stage_inputs(req *r, turn *t) {
       req_error(r, API_ERR_TOKENIZER_ERROR, param, "cannot tokenize %s: %s", param, pe.message);
       return 1;
     }
-    if (in->pn[p] > (size_t)a->cfg->max_prompt_tokens) {
+    if (in->pn[p] > (size_t)a->opt.max_prompt_tokens) {
       req_error(r, API_ERR_PROMPT_TOO_LONG, param,
                 "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, in->pn[p],
-                a->cfg->max_prompt_tokens);
+                a->opt.max_prompt_tokens);
       return 1;
     }
     if (in->pn[p] == 0) { /* a list's prompts each feed something */

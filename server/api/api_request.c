@@ -18,7 +18,7 @@
 static void api_head(req *r) {
   app *a = r->a;
   const char *path = r->path;
-  const char *pre = a->cfg->path_prefix;
+  const char *pre = a->opt.path_prefix;
   size_t pl = strlen(pre);
   if (pl) {
     if (strncmp(path, pre, pl) || (path[pl] != '/' && path[pl] != 0)) {
@@ -79,7 +79,7 @@ static void api_head(req *r) {
     req_error(r, API_ERR_LOADING, NULL, "the model is still loading");
     return;
   }
-  r->body_limit = (size_t)a->cfg->max_body_bytes;
+  r->body_limit = (size_t)a->opt.max_body_bytes;
   if (rt->body == BODY_SESSION_STATE && a->model) /* a session's envelope: up to a full state
                                                       (of any memory dtype) */
     r->body_limit += xl_model_state_blob_max_bytes(a->model) + ((size_t)1 << 20);

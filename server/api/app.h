@@ -18,7 +18,6 @@
 #include "auth.h"
 #include "buf.h"
 #include "chat.h"
-#include "config.h"
 #include "http_cors.h"
 #include "http_server.h"
 #include "json_writer.h"
@@ -31,8 +30,17 @@
 
 typedef enum { APP_LOADING, APP_READY, APP_DRAINING, APP_STOPPING } app_phase;
 
+/* The options the API reads (the daemon fills them from its option table, daemon/config.h). */
+typedef struct api_options {
+  long long max_prompt_tokens;
+  long long max_body_bytes;
+  long long workers;
+  const char *path_prefix;
+} api_options;
+
 typedef struct app {
-  const config *cfg;
+  const struct config *cfg; /* the daemon's options (daemon/config.h); the API reads `opt` */
+  api_options opt;
   uv_loop_t *loop;
   app_phase phase;
   int exit_code;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "app_store.h"
+#include "config.h"
 #include "store_redis.h"
 #include "util.h"
 #include "xlog.h"

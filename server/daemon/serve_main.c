@@ -20,6 +20,7 @@
 
 #include "app.h"
 #include "app_store.h"
+#include "config.h"
 #include "serve_main.h"
 #include "sd_notify.h"
 #include "util.h"
@@ -323,6 +324,10 @@ int serve_main(int argc, char **argv) {
   app a;
   memset(&a, 0, sizeof a);
   a.cfg = &cfg;
+  a.opt = (api_options){.max_prompt_tokens = cfg.max_prompt_tokens,
+                        .max_body_bytes = cfg.max_body_bytes,
+                        .workers = cfg.workers,
+                        .path_prefix = cfg.path_prefix};
   a.check_drained = app_check_drained;
   a.load_rc = 1; /* loading */
   char err[512];
@@ -342,7 +347,11 @@ int serve_main(int argc, char **argv) {
     fprintf(stderr, "xlserve: option cpu: %s\n", cpu_err.message);
     goto out_early;
   }
-  chat_template_init(&a.tpl, &cfg);
+  chat_options co = {.system_prefix = cfg.chat_system_prefix, .system_suffix = cfg.chat_system_suffix,
+                     .user_prefix = cfg.chat_user_prefix, .user_suffix = cfg.chat_user_suffix,
+                     .assistant_prefix = cfg.chat_assistant_prefix,
+                     .assistant_suffix = cfg.chat_assistant_suffix, .stop = cfg.chat_stop};
+  chat_template_init(&a.tpl, &co);
   uv_loop_t loop;
   uv_loop_init(&loop);
   a.loop = &loop;
