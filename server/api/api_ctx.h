@@ -28,7 +28,7 @@ typedef struct api_ctx {
   int sess_reset; /* X-Session-Reset: 1 */
   /* the generation (api_generate.c): its context and hooks (NULL: none) */
   void *gen;
-  int job_running; /* submitted, its DONE not yet processed (drain cancels) */
+  int job_running;           /* submitted, its DONE not yet processed (drain cancels) */
   void (*gen_close)(req *r); /* the client left or MHD ended the request: stop the work */
   void (*gen_free)(req *r);  /* release the generation's context */
   /* the access log's work fields, from "tokens_in" to "finish" (dur: the request's seconds) */

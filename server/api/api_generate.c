@@ -565,7 +565,8 @@ static void stage_run(req *r, turn *t) {
 /* parse -> session -> choices -> inputs -> admission -> session held -> run; a stage that
  * answers ends the request's way, and what the stages built is freed here. */
 static void api_generate(req *r, job_kind kind) {
-  if (!ACTX(r)->gen) ACTX(r)->gen = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
+  if (!ACTX(r)->gen)
+    ACTX(r)->gen = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
   ACTX(r)->gen_close = hook_close;
   ACTX(r)->gen_free = hook_free;
   ACTX(r)->gen_log = hook_log;

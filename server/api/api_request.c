@@ -30,13 +30,13 @@ static void api_head(req *r) {
   }
   route_match m;
   if (!routes_match(path, r->method, &m)) {
-    req_error(r, API_ERR_NOT_FOUND, NULL, "no route for %s %s",
-              r->method, path);
+    req_error(r, API_ERR_NOT_FOUND, NULL, "no route for %s %s", r->method, path);
     return;
   }
   r->route = m.id;
   if (!strcmp(r->method, "OPTIONS")) { /* a CORS preflight (never needs a key), or a plain query */
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     char allow[128];
     snprintf(allow, sizeof allow, "%s, OPTIONS", m.allow);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
@@ -64,7 +64,8 @@ static void api_head(req *r) {
   r->rt = rt;
   r->param = m.param;
   r->param_len = m.param_len;
-  if (rt->needs_key && !auth_check(&a->keys, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
+  if (rt->needs_key &&
+      !auth_check(&a->keys, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
     req_error(r, API_ERR_INVALID_API_KEY, NULL,
               "missing or invalid API key (send 'Authorization: Bearer KEY')");
     return;
@@ -89,13 +90,12 @@ static void api_head(req *r) {
     errno = 0;
     unsigned long long n = strtoull(cl, &end, 10);
     if (errno || *end || n > (unsigned long long)r->body_limit) {
-      req_error(r, API_ERR_BODY_TOO_LARGE, NULL,
-                "the request body exceeds %zu bytes", r->body_limit);
+      req_error(r, API_ERR_BODY_TOO_LARGE, NULL, "the request body exceeds %zu bytes",
+                r->body_limit);
       return;
     }
   }
 }
-
 
 /* The handler of the row api_head matched (a request that reaches here has one). */
 static void api_dispatch(req *r) {

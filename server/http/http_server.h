@@ -68,13 +68,13 @@ struct http_server {
   uv_timer_t mhd_timer;
   int in_mhd, rerun;
   int listen_fd_closed;
-  int closing; /* a drain began: every reply says Connection: close */
+  int closing;              /* a drain began: every reply says Connection: close */
   struct http_guard *guard; /* connection records, head deadline, per-client limit */
   unsigned short port;
   /* requests in progress (any phase), for draining and gauges */
   req *reqs;
   long n_reqs, n_conns;
-  long n_new; /* requests still arriving (phase REQ_NEW): they do not hold up a drain */
+  long n_new;             /* requests still arriving (phase REQ_NEW): they do not hold up a drain */
   uv_timer_t sweep_timer; /* request_timeout for bodies; runs only while n_new > 0 */
   int sweep_on;
 };
@@ -94,9 +94,9 @@ struct req {
   int refs; /* MHD (until NOTIFY_COMPLETED), response (until its free callback), the owner's */
   req *prev, *next;
   req_phase phase;
-  int route;               /* the metrics label (0 until matched) */
-  const struct route *rt;  /* the owner's routes table row (NULL: none matched) */
-  const char *param;       /* its path parameter, inside `path` (NULL: none) */
+  int route;              /* the metrics label (0 until matched) */
+  const struct route *rt; /* the owner's routes table row (NULL: none matched) */
+  const char *param;      /* its path parameter, inside `path` (NULL: none) */
   size_t param_len;
   char method[16];
   char *path;
