@@ -333,38 +333,30 @@ static void create(req *r) {
 }
 
 static void list(req *r) {
-  long limit = 100;
-  const char *l = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
-  if (l) {
-    char *end;
-    limit = strtol(l, &end, 10);
-    if (*end || limit < 1 || limit > 10000) {
-      req_error(r, API_ERR_INVALID_VALUE, "limit",
-                "'limit' must be an integer in [1, 10000]");
-      return;
-    }
+  int limit;
+  api_error e;
+  if (parse_list_limit(MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
+                       &limit, &e)) {
+    req_error_from(r, &e);
+    return;
   }
-  ACTX(r)->list_limit = (int)limit;
+  ACTX(r)->list_limit = limit;
   if (!st_persistent(r->a->sessions)) {
     list_reply(r, NULL, 0);
     return;
   }
   req_wait_reply(r);
-  st_list_stored(r->a->sessions, r->owner, (int)limit, on_listed, r);
+  st_list_stored(r->a->sessions, r->owner, limit, on_listed, r);
 }
 
 /* The {id} of the request's path into sid (and the request's log field); 0 after a 400 reply
  * when it is not a valid session id. */
 static int take_id(req *r, char sid[129]) {
-  const char *id = r->param ? r->param : "";
-  size_t idlen = r->param_len;
-  if (!session_id_valid(id, idlen)) {
-    req_error(r, API_ERR_INVALID_VALUE, "session_id",
-              "session ids are 1-128 characters of [A-Za-z0-9._-]");
+  api_error e;
+  if (parse_session_id(r->param, r->param_len, sid, &e)) {
+    req_error_from(r, &e);
     return 0;
   }
-  memcpy(sid, id, idlen);
-  sid[idlen] = 0;
   snprintf(ACTX(r)->session_id, sizeof ACTX(r)->session_id, "%s", sid);
   return 1;
 }
