@@ -417,8 +417,9 @@ static int check_session(req *r, void *p, const session *s) {
 static void make_id(req *r, void *p, char *id, size_t cap) {
   resp_ctx *c = p;
   /* a kept response's id names its session (resp_store.h) */
-  if (c->store && r->session_id[0] && strlen(r->session_id) <= 40)
-    snprintf(c->id, sizeof c->id, "resp_%.16s_%s", c->rnd, r->session_id);
+  const char *sid = ACTX(r)->session_id;
+  if (c->store && sid[0] && strlen(sid) <= 40)
+    snprintf(c->id, sizeof c->id, "resp_%.16s_%s", c->rnd, sid);
   else snprintf(c->id, sizeof c->id, "resp_%.24s", c->rnd);
   snprintf(id, cap, "%s", c->id);
   if (!g_live_init) strmap_init(&g_live), g_live_init = 1;
@@ -698,20 +699,20 @@ static int path_id(req *r, char *id, size_t cap) {
   return 0;
 }
 
-static void free_lookup(req *r) {
-  resp_lookup_free(r->ctx);
-  free(r->ctx);
-  r->ctx = NULL;
+static void free_lookup(void *l) {
+  resp_lookup_free(l);
+  free(l);
 }
 
 /* The stored response the path names: 0 with *out, or 1 when r waits for the store (its
  * handler runs again) or was answered (404, 503). */
 static int found(req *r, const char *id, resp_lookup **out) {
-  if (!r->ctx) {
-    r->ctx = xcalloc(1, sizeof(resp_lookup));
-    r->on_free = free_lookup;
+  api_ctx *ac = ACTX(r);
+  if (!ac->resp) {
+    ac->resp = xcalloc(1, sizeof(resp_lookup));
+    ac->resp_free = free_lookup;
   }
-  resp_lookup *l = r->ctx;
+  resp_lookup *l = ac->resp;
   if (resp_lookup_run(r, l, id)) return 1;
   if (l->got < 0) {
     r->retry_after = "1";
