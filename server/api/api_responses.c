@@ -419,7 +419,7 @@ static void make_id(req *r, void *p, char *id, size_t cap) {
   /* a kept response's id names its session (resp_store.h) */
   const char *sid = ACTX(r)->session_id;
   if (c->store && sid[0] && strlen(sid) <= 40)
-    snprintf(c->id, sizeof c->id, "resp_%.16s_%s", c->rnd, sid);
+    snprintf(c->id, sizeof c->id, "resp_%.16s_%.40s", c->rnd, sid);
   else snprintf(c->id, sizeof c->id, "resp_%.24s", c->rnd);
   snprintf(id, cap, "%s", c->id);
   if (!g_live_init) strmap_init(&g_live), g_live_init = 1;
