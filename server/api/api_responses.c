@@ -42,6 +42,7 @@ typedef struct resp_ctx {
   /* stream: chat chunks read (in), Responses events to send (pend) */
   buf in, pend;
   long long seq;
+  int msg_open; /* the message item's added events went out */
 } resp_ctx;
 
 static void *ctx_new(void) {
@@ -602,6 +603,12 @@ static void stream_head(req *r, void *p) {
   json_t *obj = response_object(c, r->a->model_name, NULL);
   emit(c, json_pack("{s:s,s:O}", "type", "response.created", "response", obj));
   emit(c, json_pack("{s:s,s:o}", "type", "response.in_progress", "response", obj));
+}
+
+/* The message item and its text part are added before its first text. */
+static void open_message(resp_ctx *c) {
+  if (c->msg_open) return;
+  c->msg_open = 1;
   emit(c, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.added", "output_index", 0,
                     "item", message_item(c, NULL, "in_progress")));
   json_t *ev = item_ev(c, "response.content_part.added");
@@ -621,6 +628,7 @@ static void rewrite(resp_ctx *c) {
       json_t *c0 = json_array_get(json_object_get(ch, "choices"), 0);
       json_t *d = json_object_get(json_object_get(c0, "delta"), "content");
       if (json_is_string(d) && json_string_length(d)) {
+        open_message(c);
         json_t *ev = item_ev(c, "response.output_text.delta");
         json_object_set(ev, "delta", d);
         json_t *lp = json_object_get(json_object_get(c0, "logprobs"), "content");
@@ -666,6 +674,7 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
   }
   const job *j = o->main;
   const char *st = status_of(o);
+  open_message(c); /* an empty reply has its item too */
   json_t *ev = item_ev(c, "response.output_text.done");
   json_object_set_new(ev, "text", jtext(j->reply.p, j->reply.len));
   json_object_set_new(ev, "logprobs", logprobs_of(j));
