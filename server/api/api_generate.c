@@ -16,6 +16,7 @@
 #include "app.h"
 #include "generation.h"
 #include "json_writer.h"
+#include "tool_calls.h"
 #include "util.h"
 #include "xlog.h"
 
@@ -134,6 +135,31 @@ static void raw_logprobs(json_writer *w, buf *t) {
   t->len = 0;
 }
 
+/* A call's reply as OpenAI's message.tool_calls: [{id, type, function: {name, arguments}}]
+ * (arguments: the JSON text generated, as a string; a call cut by max_tokens keeps its part). */
+static void tool_calls_json(json_writer *w, const job *c) {
+  tool_call_span sp[TOOL_MAX_CALLS];
+  const char *t = c->reply.p ? c->reply.p : "";
+  int n = tool_calls_parse(t, c->reply.len, sp, TOOL_MAX_CALLS);
+  jw_array(w);
+  for (int k = 0; k < n && sp[k].name_len; k++) {
+    char id[96];
+    tool_call_id(id, sizeof id, c->id, c->index, k);
+    jw_object(w);
+    jw_kstring(w, "id", id);
+    jw_kstring(w, "type", "function");
+    jw_key(w, "function");
+    jw_object(w);
+    jw_key(w, "name");
+    jw_string_n(w, t + sp[k].name_off, sp[k].name_len);
+    jw_key(w, "arguments");
+    jw_string_n(w, t + sp[k].args_off, sp[k].have_args ? sp[k].args_len : 0);
+    jw_end(w);
+    jw_end(w);
+  }
+  jw_end(w);
+}
+
 /* One choice of the full body; pj: the job that fed its prompt (echo and prompt scoring). */
 static void choice_json(json_writer *w, const req *r, const job *c, const job *pj, int k) {
   const gen_request *g = &GEN(r)->g;
@@ -141,7 +167,16 @@ static void choice_json(json_writer *w, const req *r, const job *c, const job *p
   buf_init(&t);
   jw_object(w);
   jw_kint(w, "index", k);
-  if (c->kind == JOB_CHAT) {
+  if (c->kind == JOB_CHAT && c->is_call) {
+    jw_key(w, "message");
+    jw_object(w);
+    jw_kstring(w, "role", "assistant");
+    jw_knull(w, "content");
+    jw_knull(w, "refusal");
+    jw_key(w, "tool_calls");
+    tool_calls_json(w, c);
+    jw_end(w);
+  } else if (c->kind == JOB_CHAT) {
     jw_key(w, "message");
     jw_object(w);
     jw_kstring(w, "role", "assistant");
@@ -165,7 +200,7 @@ static void choice_json(json_writer *w, const req *r, const job *c, const job *p
     job_fmt_prompt_logprobs(&t, pj, g->prompt_logprobs);
     raw_logprobs(w, &t);
   }
-  jw_kstring(w, "finish_reason", finish_name(c->finish));
+  jw_kstring(w, "finish_reason", job_finish_name(c));
   jw_end(w);
   buf_free(&t);
 }
@@ -259,6 +294,7 @@ static gen_params *params_of(req *r) {
   g->bias_ids = NULL, g->bias_vals = NULL, g->n_bias = 0;
   p->constraint = g->constraint;
   g->constraint = NULL;
+  p->tools = p->constraint ? g->tools.mode : TOOLS_OFF;
   for (int i = 0; i < g->n_stops; i++) gen_params_add_stop(p, g->stops[i], g->stop_lens[i]);
   if (g->kind == JOB_CHAT) {
     gen_params_add_stop(p, a->tpl.auto_stop, strlen(a->tpl.auto_stop));
@@ -607,8 +643,16 @@ static void update_session(req *r) {
         const chat_message *m = &GEN(r)->g.msgs[i];
         session_push_msg(s, m->role, chat_hash(m->role, m->content, m->len));
       }
-      session_push_msg(s, ROLE_ASSISTANT,
-                       chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
+      if (j->is_call) { /* recorded as the client sends it back: the calls, name first */
+        buf calls;
+        buf_init(&calls);
+        tool_calls_canonical(j->reply.p ? j->reply.p : "", j->reply.len, &calls);
+        session_push_msg(s, ROLE_ASSISTANT, chat_hash(ROLE_ASSISTANT, calls.p ? calls.p : "", calls.len));
+        buf_free(&calls);
+      } else {
+        session_push_msg(s, ROLE_ASSISTANT,
+                         chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
+      }
       s->chat = CHAT_MESSAGES;
       session_set_tail(s, j->tail.p, j->tail.len);
     } else if (fed) {

@@ -15,6 +15,8 @@ void chat_template_init(chat_template *t, const config *c) {
   t->suf[ROLE_USER] = c->chat_user_suffix;
   t->pre[ROLE_ASSISTANT] = c->chat_assistant_prefix;
   t->suf[ROLE_ASSISTANT] = c->chat_assistant_suffix;
+  t->pre[ROLE_TOOL] = c->chat_tool_prefix;
+  t->suf[ROLE_TOOL] = c->chat_tool_suffix;
   t->extra_stop = c->chat_stop;
   buf b;
   buf_init(&b);
