@@ -29,7 +29,7 @@ static int read_tool(json_t *tool, int i, const char **name, json_t **params, ap
     BAD(p, "'%s' must be \"function\" (the only kind of tool this server runs)", p);
   json_t *fn = json_object_get(tool, "function");
   const char *base = "function.";
-  if (is_null(fn)) fn = tool, base = ""; /* the Responses API's flat shape */
+  if (is_null(fn) && json_object_get(tool, "name")) fn = tool, base = ""; /* Responses' shape */
   else if (!json_is_object(fn)) {
     snprintf(p, sizeof p, "tools[%d].function", i);
     BAD(p, "'%s' must be an object {\"name\", \"description\", \"parameters\", \"strict\"}", p);
