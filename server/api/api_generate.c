@@ -135,31 +135,6 @@ static void raw_logprobs(json_writer *w, buf *t) {
   t->len = 0;
 }
 
-/* A call's reply as OpenAI's message.tool_calls: [{id, type, function: {name, arguments}}]
- * (arguments: the JSON text generated, as a string; a call cut by max_tokens keeps its part). */
-static void tool_calls_json(json_writer *w, const job *c) {
-  tool_call_span sp[TOOL_MAX_CALLS];
-  const char *t = c->reply.p ? c->reply.p : "";
-  int n = tool_calls_parse(t, c->reply.len, sp, TOOL_MAX_CALLS);
-  jw_array(w);
-  for (int k = 0; k < n && sp[k].name_len; k++) {
-    char id[96];
-    tool_call_id(id, sizeof id, c->id, c->index, k);
-    jw_object(w);
-    jw_kstring(w, "id", id);
-    jw_kstring(w, "type", "function");
-    jw_key(w, "function");
-    jw_object(w);
-    jw_key(w, "name");
-    jw_string_n(w, t + sp[k].name_off, sp[k].name_len);
-    jw_key(w, "arguments");
-    jw_string_n(w, t + sp[k].args_off, sp[k].have_args ? sp[k].args_len : 0);
-    jw_end(w);
-    jw_end(w);
-  }
-  jw_end(w);
-}
-
 /* One choice of the full body; pj: the job that fed its prompt (echo and prompt scoring). */
 static void choice_json(json_writer *w, const req *r, const job *c, const job *pj, int k) {
   const gen_request *g = &GEN(r)->g;
@@ -174,7 +149,7 @@ static void choice_json(json_writer *w, const req *r, const job *c, const job *p
     jw_knull(w, "content");
     jw_knull(w, "refusal");
     jw_key(w, "tool_calls");
-    tool_calls_json(w, c);
+    api_tool_calls_json(w, c, TOOL_CALLS_CHAT);
     jw_end(w);
   } else if (c->kind == JOB_CHAT) {
     jw_key(w, "message");

@@ -175,3 +175,37 @@ int api_render_tool_calls(json_t *calls, const char *text, size_t text_len, cons
   tool_calls_render(out, names, nl, args, al, (int)n);
   return 0;
 }
+
+void api_tool_calls_json(json_writer *w, const job *c, tool_calls_shape shape) {
+  tool_call_span sp[TOOL_MAX_CALLS];
+  const char *t = c->reply.p ? c->reply.p : "";
+  int n = tool_calls_parse(t, c->reply.len, sp, TOOL_MAX_CALLS);
+  jw_array(w);
+  for (int k = 0; k < n && sp[k].name_len; k++) {
+    char id[96];
+    tool_call_id(id, sizeof id, c->id, c->index, k);
+    jw_object(w);
+    if (shape == TOOL_CALLS_RESPONSES) {
+      char fc[100];
+      snprintf(fc, sizeof fc, "fc_%s", id + 5); /* the call id's part after "call_" */
+      jw_kstring(w, "type", "function_call");
+      jw_kstring(w, "id", fc);
+      jw_kstring(w, "call_id", id);
+    } else {
+      jw_kstring(w, "id", id);
+      jw_kstring(w, "type", "function");
+      jw_key(w, "function");
+      jw_object(w);
+    }
+    jw_key(w, "name");
+    jw_string_n(w, t + sp[k].name_off, sp[k].name_len);
+    jw_key(w, "arguments");
+    jw_string_n(w, t + sp[k].args_off, sp[k].have_args ? sp[k].args_len : 0);
+    if (shape == TOOL_CALLS_RESPONSES)
+      jw_kstring(w, "status", sp[k].args_done ? "completed" : "incomplete");
+    else
+      jw_end(w);
+    jw_end(w);
+  }
+  jw_end(w);
+}

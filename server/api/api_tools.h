@@ -15,6 +15,7 @@
 #include "buf.h"
 #include "job.h"
 #include "json_constraint.h"
+#include "json_writer.h"
 
 typedef struct tool_request {
   tool_mode mode;        /* TOOLS_OFF: no tools, or tool_choice none */
@@ -33,5 +34,13 @@ void tool_request_free(tool_request *t);
  * its text, then the calls as they are generated. 0, or -1 with *e. */
 int api_render_tool_calls(json_t *tool_calls, const char *text, size_t text_len, const char *param,
                           buf *out, api_error *e);
+
+/* A call's reply (job.is_call) as a JSON array: TOOL_CALLS_CHAT, message.tool_calls
+ * [{id, type: "function", function: {name, arguments}}]; TOOL_CALLS_RESPONSES, the Responses
+ * API's output items [{type: "function_call", id: "fc_...", call_id, name, arguments, status}]
+ * (status "incomplete" for a call cut by max_tokens). arguments: the JSON text as generated, a
+ * string. */
+typedef enum { TOOL_CALLS_CHAT, TOOL_CALLS_RESPONSES } tool_calls_shape;
+void api_tool_calls_json(json_writer *w, const job *c, tool_calls_shape shape);
 
 #endif
