@@ -160,8 +160,8 @@ void tool_calls_render(buf *out, const char *const *names, const size_t *name_le
 }
 
 void tool_call_id(char *out, size_t cap, const char *response_id, int choice, int k) {
-  const char *dash = strrchr(response_id, '-');
-  const char *r = dash ? dash + 1 : response_id;
+  const char *dash = strrchr(response_id, '-'), *us = strrchr(response_id, '_');
+  const char *r = dash ? dash + 1 : us ? us + 1 : response_id; /* chatcmpl-HEX, resp_HEX */
   if (choice) snprintf(out, cap, "call_%.40s_%d_%d", r, choice, k);
   else snprintf(out, cap, "call_%.40s_%d", r, k);
 }

@@ -112,6 +112,8 @@ static void test_names_and_ids(void) {
   CHECK(!strcmp(id, "call_abc123_2"));
   tool_call_id(id, sizeof id, "chatcmpl-abc123", 1, 0);
   CHECK(!strcmp(id, "call_abc123_1_0"));
+  tool_call_id(id, sizeof id, "resp_f00d", 0, 1);
+  CHECK(!strcmp(id, "call_f00d_1"));
 }
 
 int main(void) {
