@@ -59,8 +59,7 @@ void tool_calls_render(buf *out, const char *const *names, const size_t *name_le
 void tool_calls_canonical(const char *reply, size_t n, buf *out);
 
 /* A call's id: "call_" + the response id's random part (after its last '-' or '_') + "_" + the
- * call's index (stable for a
- * streamed and a full answer of the same response). */
+ * call's index (stable for a streamed and a full answer of the same response). */
 void tool_call_id(char *out, size_t cap, const char *response_id, int choice, int k);
 
 #endif
