@@ -304,21 +304,9 @@ static int parse_messages(json_t *root, gen_request *g, api_error *e) {
       BAD(pname, "'%s' belongs to assistant messages", pname);
     }
     snprintf(pname, sizeof pname, "messages[%zu].content", i);
-    if (!is_null(calls) && (is_null(c) || json_is_string(c))) {
-      /* the calls in the form they are generated in, after the text (if any) */
-      char cp[64];
-      snprintf(cp, sizeof cp, "messages[%zu].tool_calls", i);
-      buf b;
-      buf_init(&b);
-      if (api_render_tool_calls(calls, json_is_string(c) ? json_string_value(c) : "",
-                                json_is_string(c) ? json_string_length(c) : 0, cp, &b, e)) {
-        buf_free(&b);
-        return -1;
-      }
-      g->parts = xrealloc(g->parts, sizeof *g->parts * (size_t)(g->n_parts + 1));
-      g->msgs[i].len = b.len;
-      g->parts[g->n_parts++] = buf_steal(&b);
-      g->msgs[i].content = g->parts[g->n_parts - 1];
+    if (!is_null(calls) && is_null(c)) {
+      g->msgs[i].content = "";
+      g->msgs[i].len = 0;
     } else if (json_is_string(c)) {
       g->msgs[i].content = json_string_value(c);
       g->msgs[i].len = json_string_length(c);
@@ -343,6 +331,20 @@ static int parse_messages(json_t *root, gen_request *g, api_error *e) {
       BAD(pname, "'%s' must be a string or an array of text parts", pname);
     }
     if (memchr(g->msgs[i].content, 0, g->msgs[i].len)) BAD(pname, "'%s' must not contain NUL", pname);
+    if (!is_null(calls)) { /* the calls in the form they are generated in, after the text */
+      char cp[64];
+      snprintf(cp, sizeof cp, "messages[%zu].tool_calls", i);
+      buf b;
+      buf_init(&b);
+      if (api_render_tool_calls(calls, g->msgs[i].content, g->msgs[i].len, cp, &b, e)) {
+        buf_free(&b);
+        return -1;
+      }
+      g->parts = xrealloc(g->parts, sizeof *g->parts * (size_t)(g->n_parts + 1));
+      g->msgs[i].len = b.len;
+      g->parts[g->n_parts++] = buf_steal(&b);
+      g->msgs[i].content = g->parts[g->n_parts - 1];
+    }
   }
   return 0;
 }

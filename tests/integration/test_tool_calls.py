@@ -254,6 +254,24 @@ def test_one_tool_written_arguments_first_still_continues(daemon):
         assert st == 200 and b2["xlserve"]["history"] == "full_history", b2
 
 
+def test_a_cut_call_sent_back_continues_the_session(daemon):
+    """max_tokens cuts a call: its arguments are not JSON, and sent back as answered they
+    still render to what the memory holds (content parts and tool_calls together too)."""
+    h = {"X-Session-Id": "tools-cut"}
+    body = dict(messages=USER, tools=TOOLS, tool_choice="required", max_tokens=30, seed=4,
+                logit_bias=BIAS)
+    st, _, b1 = X.post_json(daemon.port, "/v1/chat/completions", body, headers=h)
+    c = b1["choices"][0]
+    assert c["finish_reason"] == "length" and c["message"]["tool_calls"], b1
+    with pytest.raises(ValueError):
+        json.loads(c["message"]["tool_calls"][-1]["function"]["arguments"])
+    hist = USER + [{"role": "assistant", "content": [], "tool_calls": c["message"]["tool_calls"]},
+                   {"role": "user", "content": "Go on."}]
+    st, _, b2 = X.post_json(daemon.port, "/v1/chat/completions",
+                            dict(body, messages=hist, tool_choice="none", max_tokens=3), headers=h)
+    assert st == 200 and b2["xlserve"]["history"] == "full_history", b2
+
+
 def test_several_choices_each_make_calls(daemon):
     b = chat(daemon.port, tool_choice="required", n=3, seed=5)
     assert len(b["choices"]) == 3
@@ -284,8 +302,11 @@ BAD = [
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
     ({"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function": {
-        "name": "get_weather", "arguments": "{not json"}}]}]},
+        "name": "get_weather", "arguments": {"city": "x"}}}]}]},
      "messages[0].tool_calls[0].function.arguments"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function": {
+        "name": "a b", "arguments": "{}"}}]}]},
+     "messages[0].tool_calls[0].function.name"),
     ({"messages": [{"role": "user", "content": "x", "tool_calls": [{"id": "c"}]}]},
      "messages[0].tool_calls"),
     ({"functions": [{"name": "f"}]}, "functions"),
