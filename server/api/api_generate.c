@@ -17,6 +17,7 @@
 #include "app.h"
 #include "generation.h"
 #include "json_writer.h"
+#include "tool_calls.h"
 #include "util.h"
 #include "xlog.h"
 
@@ -146,7 +147,16 @@ static void choice_json(json_writer *w, const req *r, const job *c, const job *p
   buf_init(&t);
   jw_object(w);
   jw_kint(w, "index", k);
-  if (c->kind == JOB_CHAT) {
+  if (c->kind == JOB_CHAT && c->is_call) {
+    jw_key(w, "message");
+    jw_object(w);
+    jw_kstring(w, "role", "assistant");
+    jw_knull(w, "content");
+    jw_knull(w, "refusal");
+    jw_key(w, "tool_calls");
+    api_tool_calls_json(w, c, TOOL_CALLS_CHAT);
+    jw_end(w);
+  } else if (c->kind == JOB_CHAT) {
     jw_key(w, "message");
     jw_object(w);
     jw_kstring(w, "role", "assistant");
@@ -170,7 +180,7 @@ static void choice_json(json_writer *w, const req *r, const job *c, const job *p
     job_fmt_prompt_logprobs(&t, pj, g->prompt_logprobs);
     raw_logprobs(w, &t);
   }
-  jw_kstring(w, "finish_reason", finish_name(c->finish));
+  jw_kstring(w, "finish_reason", job_finish_name(c));
   jw_end(w);
   buf_free(&t);
 }
@@ -265,6 +275,7 @@ static gen_params *params_of(req *r) {
   g->bias_ids = NULL, g->bias_vals = NULL, g->n_bias = 0;
   p->constraint = g->constraint;
   g->constraint = NULL;
+  p->tools = p->constraint ? g->tools.mode : TOOLS_OFF;
   for (int i = 0; i < g->n_stops; i++) gen_params_add_stop(p, g->stops[i], g->stop_lens[i]);
   if (g->kind == JOB_CHAT) {
     gen_params_add_stop(p, a->tpl.auto_stop, strlen(a->tpl.auto_stop));
@@ -675,8 +686,16 @@ static void update_session(req *r) {
         const chat_message *m = &GEN(r)->g.msgs[i];
         session_push_msg(s, m->role, chat_hash(m->role, m->content, m->len));
       }
-      session_push_msg(s, ROLE_ASSISTANT,
-                       chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
+      if (j->is_call) { /* recorded as the client sends it back: the calls, name first */
+        buf calls;
+        buf_init(&calls);
+        tool_calls_canonical(j->reply.p ? j->reply.p : "", j->reply.len, &calls);
+        session_push_msg(s, ROLE_ASSISTANT, chat_hash(ROLE_ASSISTANT, calls.p ? calls.p : "", calls.len));
+        buf_free(&calls);
+      } else {
+        session_push_msg(s, ROLE_ASSISTANT,
+                         chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
+      }
       s->chat = CHAT_MESSAGES;
       session_set_tail(s, j->tail.p, j->tail.len);
     } else if (fed) {

@@ -289,10 +289,25 @@ static int parse_messages(json_t *root, gen_request *g, api_error *e) {
     if (!strcmp(r, "system") || !strcmp(r, "developer")) g->msgs[i].role = ROLE_SYSTEM;
     else if (!strcmp(r, "user")) g->msgs[i].role = ROLE_USER;
     else if (!strcmp(r, "assistant")) g->msgs[i].role = ROLE_ASSISTANT;
-    else BAD(pname, "'%s' must be system, developer, user or assistant (tools are not supported)", pname);
+    else if (!strcmp(r, "tool")) g->msgs[i].role = ROLE_TOOL;
+    else BAD(pname, "'%s' must be system, developer, user, assistant or tool", pname);
     json_t *c = json_object_get(m, "content");
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (json_is_array(calls) && json_array_size(calls) == 0) calls = NULL; /* no calls */
+    if (g->msgs[i].role == ROLE_TOOL) {
+      json_t *id = json_object_get(m, "tool_call_id");
+      snprintf(pname, sizeof pname, "messages[%zu].tool_call_id", i);
+      if (!json_is_string(id)) BAD(pname, "'%s' must be a string: the id of the call answered", pname);
+    }
+    if (!is_null(calls) && g->msgs[i].role != ROLE_ASSISTANT) {
+      snprintf(pname, sizeof pname, "messages[%zu].tool_calls", i);
+      BAD(pname, "'%s' belongs to assistant messages", pname);
+    }
     snprintf(pname, sizeof pname, "messages[%zu].content", i);
-    if (json_is_string(c)) {
+    if (!is_null(calls) && is_null(c)) {
+      g->msgs[i].content = "";
+      g->msgs[i].len = 0;
+    } else if (json_is_string(c)) {
       g->msgs[i].content = json_string_value(c);
       g->msgs[i].len = json_string_length(c);
     } else if (json_is_array(c)) {
@@ -316,6 +331,20 @@ static int parse_messages(json_t *root, gen_request *g, api_error *e) {
       BAD(pname, "'%s' must be a string or an array of text parts", pname);
     }
     if (memchr(g->msgs[i].content, 0, g->msgs[i].len)) BAD(pname, "'%s' must not contain NUL", pname);
+    if (!is_null(calls)) { /* the calls in the form they are generated in, after the text */
+      char cp[64];
+      snprintf(cp, sizeof cp, "messages[%zu].tool_calls", i);
+      buf b;
+      buf_init(&b);
+      if (api_render_tool_calls(calls, g->msgs[i].content, g->msgs[i].len, cp, &b, e)) {
+        buf_free(&b);
+        return -1;
+      }
+      g->parts = xrealloc(g->parts, sizeof *g->parts * (size_t)(g->n_parts + 1));
+      g->msgs[i].len = b.len;
+      g->parts[g->n_parts++] = buf_steal(&b);
+      g->msgs[i].content = g->parts[g->n_parts - 1];
+    }
   }
   return 0;
 }
@@ -421,11 +450,22 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
   }
   if (parse_logit_bias(r, g, lim, e)) return -1;
   v = json_object_get(r, "tools");
-  if (!is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-    BAD("tools", "'tools' are not supported");
+  if (kind != JOB_CHAT && !is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+    BAD("tools", "'tools' belong to /v1/chat/completions (and /v1/responses)");
   v = json_object_get(r, "functions");
-  if (!is_null(v)) BAD("functions", "'functions' are not supported");
+  if (!is_null(v)) BAD("functions", "'functions' are not supported: send 'tools'");
   if (parse_structured_output(r, g, lim, e)) return -1;
+  if (kind == JOB_CHAT) {
+    if (api_parse_tools(r, !lim->words_tokenizer, &g->tools, e)) return -1;
+    if (g->tools.mode != TOOLS_OFF && g->constraint)
+      BAD(g->constraint_param, "'%s' cannot be combined with 'tools' (send tool_choice \"none\", "
+                               "or describe the output as a tool)", g->constraint_param);
+    if (g->tools.mode != TOOLS_OFF) {
+      g->constraint = g->tools.grammar;
+      g->tools.grammar = NULL;
+      g->constraint_param = "tools";
+    }
+  }
   /* extensions */
   v = json_object_get(r, "session_id");
   if (!is_null(v)) {
@@ -458,6 +498,7 @@ void gen_request_free(gen_request *g) {
   free(g->bias_ids);
   free(g->bias_vals);
   jc_schema_free(g->constraint);
+  tool_request_free(&g->tools);
   free(g->msgs);
   for (int i = 0; i < g->n_parts; i++) free(g->parts[i]);
   free(g->parts);

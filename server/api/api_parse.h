@@ -2,7 +2,7 @@
  * api_parse.h: validation of /v1/completions and /v1/chat/completions request bodies into a
  * gen_request. Every field is checked for type and range; an error names the field (OpenAI's
  * "param") and its row of the error table (api_errors.h). Unknown fields are ignored; known
- * OpenAI fields this server cannot honour (tools, functions, suffix, echo with stream, and the
+ * OpenAI fields this server cannot honour (functions, tools on completions, suffix, echo with stream, and the
  * fields api_fields.c lists) are refused with 400 rather than silently ignored.
  * Thread: any (pure; used on the loop thread). Fuzzable: parse_gen_request has no side effects.
  */
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "api_errors.h"
+#include "api_tools.h"
 #include "chat.h"
 #include "job.h"
 #include "json_constraint.h"
@@ -74,6 +75,8 @@ typedef struct gen_request {
   /* structured output (response_format json_object/json_schema, json_schema, guided_json) */
   jc_schema *constraint;
   const char *constraint_param; /* the field it came from */
+  /* tool calls (chat): tools.grammar becomes the constraint when tools.mode is not OFF */
+  tool_request tools;
   int n, best_of;      /* choices returned per prompt; choices generated per prompt (>= n) */
   int session_choice;  /* -1: none; else the choice whose text the session keeps */
   int echo;  /* completions: the prompt comes back before the completion (scored with logprobs) */

@@ -140,6 +140,9 @@
   X(chat_assistant_prefix, ESC, "Assistant: ", 0, 0,                                             \
     "Chat template: text before an assistant message; also fed to prompt the reply.")            \
   X(chat_assistant_suffix, ESC, "\\n", 0, 0, "Chat template: text after an assistant message.")  \
+  X(chat_tool_prefix, ESC, "Tool: ", 0, 0,                                                       \
+    "Chat template: text before a tool result (a role tool message).")                           \
+  X(chat_tool_suffix, ESC, "\\n", 0, 0, "Chat template: text after a tool result.")              \
   X(chat_stop, ESC, "", 0, 0,                                                                    \
     "Chat template: an extra stop string for chat replies. Replies always stop at "              \
     "chat_assistant_suffix + chat_user_prefix (trailing spaces trimmed), i.e. where the model "  \

@@ -350,7 +350,9 @@ int serve_main(int argc, char **argv) {
   chat_options co = {.system_prefix = cfg.chat_system_prefix, .system_suffix = cfg.chat_system_suffix,
                      .user_prefix = cfg.chat_user_prefix, .user_suffix = cfg.chat_user_suffix,
                      .assistant_prefix = cfg.chat_assistant_prefix,
-                     .assistant_suffix = cfg.chat_assistant_suffix, .stop = cfg.chat_stop};
+                     .assistant_suffix = cfg.chat_assistant_suffix,
+                     .tool_prefix = cfg.chat_tool_prefix, .tool_suffix = cfg.chat_tool_suffix,
+                     .stop = cfg.chat_stop};
   chat_template_init(&a.tpl, &co);
   uv_loop_t loop;
   uv_loop_init(&loop);

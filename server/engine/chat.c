@@ -15,6 +15,8 @@ void chat_template_init(chat_template *t, const chat_options *c) {
   t->suf[ROLE_USER] = c->user_suffix;
   t->pre[ROLE_ASSISTANT] = c->assistant_prefix;
   t->suf[ROLE_ASSISTANT] = c->assistant_suffix;
+  t->pre[ROLE_TOOL] = c->tool_prefix ? c->tool_prefix : "Tool: ";
+  t->suf[ROLE_TOOL] = c->tool_suffix ? c->tool_suffix : "\n";
   t->extra_stop = c->stop;
   buf b;
   buf_init(&b);

@@ -6,6 +6,9 @@
  *   system    -> chat_system_prefix + content + chat_system_suffix
  *   user      -> chat_user_prefix + content + chat_user_suffix
  *   assistant -> chat_assistant_prefix + content + chat_assistant_suffix
+ *   tool      -> chat_tool_prefix + content + chat_tool_suffix
+ * An assistant message with tool_calls has, as content, its text followed by the calls in the
+ * form they are generated in (tool_calls.h): [{"name":"...","arguments":{...}},...].
  * and a reply is prompted with chat_assistant_prefix. Replies stop at
  * chat_assistant_suffix + chat_user_prefix (trailing spaces trimmed), plus chat_stop.
  *
@@ -45,11 +48,12 @@ typedef struct chat_options {
   const char *system_prefix, *system_suffix;
   const char *user_prefix, *user_suffix;
   const char *assistant_prefix, *assistant_suffix;
+  const char *tool_prefix, *tool_suffix; /* a tool result's (NULL: "Tool: " and "\n") */
   const char *stop; /* an extra stop string for replies ("": none) */
 } chat_options;
 
 typedef struct chat_template {
-  const char *pre[3], *suf[3]; /* by chat_role */
+  const char *pre[4], *suf[4]; /* by chat_role */
   const char *extra_stop;
   char *auto_stop; /* malloc'd; "" when none */
 } chat_template;

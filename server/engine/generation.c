@@ -49,6 +49,8 @@ static job *job_make(gen_params *p, session *s, int index, int32_t pending, cons
   j->bias_vals = p->bias_vals;
   j->n_bias = p->n_bias;
   j->constraint = p->constraint;
+  j->tools = p->tools;
+  j->is_call = p->tools == TOOLS_FORCED;
   j->stops = p->stops;
   j->n_stops = p->n_stops;
   j->chunk = p->chunk;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "tool_calls.h"
 #include "util.h"
 
 job *job_new(void) {
@@ -103,6 +104,11 @@ const char *finish_name(finish_reason r) {
   }
 }
 
+const char *job_finish_name(const job *j) {
+  if (j->is_call && j->finish == FINISH_STOP) return "tool_calls";
+  return finish_name(j->finish);
+}
+
 static void release(job *j, size_t n) {
   if (!n) return;
   buf_add(&j->reply, j->hold.p, n);
@@ -179,17 +185,24 @@ size_t job_detok_placed(const xl_model *m, const int32_t *ids, int n, buf *text,
   return out + w;
 }
 
-/* Structured output: every token whose bytes cannot continue the document gets -inf. */
+/* The constraint applies to the next token (tools auto: unless the reply became text). */
+static int constrained(const job *j) { return j->constraint && !j->free_text; }
+
+/* Structured output: every token whose bytes cannot continue the document gets -inf. Tools
+ * auto, first token: a token whose first byte cannot start a call is text and stays; one that
+ * starts like a call must continue it. */
 static void mask_constraint(job *j, int vocab) {
   if (!j->jc) {
     j->jc = xmalloc(sizeof *j->jc);
     jc_init(j->jc, j->constraint);
   }
+  int choosing = j->tools == TOOLS_AUTO && !j->is_call;
   uint8_t allowed[256];
   jc_allowed_bytes(j->jc, allowed);
   unsigned char raw[256];
   for (int t = 0; t < vocab; t++) {
     size_t n = xl_token_bytes(j->model, t, 0, (char *)raw, sizeof raw);
+    if (choosing && (n == 0 || n > sizeof raw || !allowed[raw[0]])) continue; /* text */
     int ok = n == 1 ? allowed[raw[0]] : n > 1 && n <= sizeof raw && jc_accepts(j->jc, raw, n);
     if (!ok) j->adj[t] = -INFINITY;
   }
@@ -198,22 +211,29 @@ static void mask_constraint(job *j, int vocab) {
 void job_take_token(job *j, const float *lp, void *scratch, double now) {
   const xl_config *c = xl_model_config(j->model);
   const float *dist = lp;
-  if (j->n_bias || j->constraint) {
+  if (j->n_bias || constrained(j)) {
     if (!j->adj) j->adj = xmalloc(sizeof *j->adj * (size_t)c->vocab_size);
     memcpy(j->adj, lp, sizeof *j->adj * (size_t)c->vocab_size);
     dist = j->adj;
   }
   /* logit_bias: a shift of log-probabilities is a shift of logits */
   for (int i = 0; i < j->n_bias; i++) j->adj[j->bias_ids[i]] += j->bias_vals[i];
-  if (j->constraint) mask_constraint(j, c->vocab_size);
+  if (constrained(j)) mask_constraint(j, c->vocab_size);
   int32_t t = xl_sample(dist, c->vocab_size, &j->sampling, j->hist, (size_t)j->n_gen, &j->rng,
                         scratch, NULL);
   float chosen = lp[t]; /* logprobs report the model's distribution, before any bias */
   j->sum_lp += chosen;
-  if (j->constraint) {
+  if (constrained(j)) {
     unsigned char raw[256];
     size_t n = xl_token_bytes(j->model, t, 0, (char *)raw, sizeof raw);
-    for (size_t i = 0; i < n && n <= sizeof raw; i++) jc_step(j->jc, raw[i]); /* allowed: masked */
+    if (j->tools == TOOLS_AUTO && !j->is_call) { /* the first token decides */
+      uint8_t allowed[256];
+      jc_allowed_bytes(j->jc, allowed);
+      if (n >= 1 && n <= sizeof raw && allowed[raw[0]]) j->is_call = 1;
+      else j->free_text = 1;
+    }
+    for (size_t i = 0; !j->free_text && i < n && n <= sizeof raw; i++)
+      jc_step(j->jc, raw[i]); /* allowed: masked */
   }
   j->hist[j->n_gen++] = t;
   j->sess->pending = t; /* sampled, not fed: the memory + pending is the transcript */
@@ -239,11 +259,13 @@ void job_take_token(job *j, const float *lp, void *scratch, double now) {
     r->n_top = j->n_top ? xl_top_logprobs(lp, c->vocab_size, j->n_top, r->top_ids, r->top_lps) : 0;
   }
   detok_into(j, t, &j->hold, 0);
-  if (check_stop(j)) {
+  if (j->is_call) { /* a call ends with its grammar: stop strings do not cut it */
+    release(j, j->hold.len);
+  } else if (check_stop(j)) {
     job_finish(j, FINISH_STOP);
     return;
   }
-  if (j->constraint && jc_done(j->jc)) { /* the document is complete: all of it is the reply */
+  if (constrained(j) && jc_done(j->jc)) { /* the document is complete: all of it is the reply */
     release(j, j->hold.len);
     job_finish(j, FINISH_STOP);
     return;
@@ -436,13 +458,48 @@ void job_chunk_tail(buf *b, const job *j) {
   buf_adds(b, "}\n\n");
 }
 
+/* Tool-call deltas for the reply's new bytes (OpenAI's shape): a call's first delta carries
+ * its index, id, type and name (once the name is complete) with "arguments": "", the next ones
+ * its arguments' new bytes. Logprobs are not streamed with calls (the full answer has them). */
+static void emit_tool_deltas(job *j, buf *b) {
+  tool_call_span sp[TOOL_MAX_CALLS];
+  int nc = tool_calls_parse(j->reply.p ? j->reply.p : "", j->reply.len, sp, TOOL_MAX_CALLS);
+  for (int k = 0; k < nc; k++) {
+    const tool_call_span *c = &sp[k];
+    if (k >= j->tc_named) {
+      if (!c->name_len) break; /* later calls wait for this one's name */
+      char id[96];
+      tool_call_id(id, sizeof id, j->id, j->index, k);
+      job_chunk_head(b, j);
+      buf_printf(b, "\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"%s\",\"type\":\"function\","
+                 "\"function\":{\"name\":", k, id);
+      json_escape(b, j->reply.p + c->name_off, c->name_len);
+      buf_adds(b, ",\"arguments\":\"\"}}]},\"logprobs\":null,\"finish_reason\":null");
+      job_chunk_tail(b, j);
+      j->tc_named = k + 1;
+    }
+    if (c->have_args && c->args_len > j->tc_args_sent[k]) {
+      job_chunk_head(b, j);
+      buf_printf(b, "\"delta\":{\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", k);
+      json_escape(b, j->reply.p + c->args_off + j->tc_args_sent[k], c->args_len - j->tc_args_sent[k]);
+      buf_adds(b, "}}]},\"logprobs\":null,\"finish_reason\":null");
+      job_chunk_tail(b, j);
+      j->tc_args_sent[k] = c->args_len;
+    }
+  }
+  j->text_sent = j->reply.len;
+  j->recs_sent = j->n_recs;
+}
+
 void job_emit_stream(job *j, int final) {
   size_t new_text = j->reply.len - j->text_sent;
   int new_recs = j->n_recs - j->recs_sent;
   if (!final && !new_text && !new_recs) return;
   buf b;
   buf_init(&b);
-  if (new_text || new_recs) {
+  if (j->is_call && j->kind == JOB_CHAT) {
+    if (new_text || new_recs) emit_tool_deltas(j, &b);
+  } else if (new_text || new_recs) {
     job_chunk_head(&b, j);
     if (j->kind == JOB_CHAT) {
       buf_adds(&b, "\"delta\":{\"content\":");
@@ -462,7 +519,7 @@ void job_emit_stream(job *j, int final) {
   if (final) {
     job_chunk_head(&b, j);
     buf_adds(&b, j->kind == JOB_CHAT ? "\"delta\":{},\"logprobs\":null" : "\"text\":\"\",\"logprobs\":null");
-    buf_printf(&b, ",\"finish_reason\":\"%s\"", finish_name(j->finish));
+    buf_printf(&b, ",\"finish_reason\":\"%s\"", job_finish_name(j));
     job_chunk_tail(&b, j);
   }
   job *o = job_sink(j);

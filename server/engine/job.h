@@ -22,6 +22,7 @@
 #include "buf.h"
 #include "json_constraint.h"
 #include "session.h"
+#include "tool_calls.h"
 #include "xl.h"
 
 typedef enum { JOB_COMPLETION, JOB_CHAT } job_kind;
@@ -35,6 +36,12 @@ typedef enum {
 } finish_reason;
 
 #define JOB_MAX_TOP 20
+
+/* Tool calls (tool_calls.h): off; forced (the reply is a call under the constraint: tool_choice
+ * required or a named function); auto (the first sampled token decides: a token that starts
+ * the call grammar makes the reply a call, any other token makes it text and the constraint
+ * is dropped; tokens that start like a call but cannot continue one are masked). */
+typedef enum { TOOLS_OFF = 0, TOOLS_FORCED, TOOLS_AUTO } tool_mode;
 
 typedef struct tok_rec {
   int32_t id;
@@ -74,7 +81,8 @@ typedef struct gen_params {
   int32_t *bias_ids; /* logit_bias: added to log-probabilities before sampling */
   float *bias_vals;
   int n_bias;
-  jc_schema *constraint; /* structured output, else NULL */
+  jc_schema *constraint; /* structured output or the tool-call grammar, else NULL */
+  tool_mode tools;       /* the constraint is the tool-call grammar (TOOLS_OFF: not) */
   char **stops;          /* the request's stop strings, then the chat template's */
   int n_stops;
   char *model_name;
@@ -107,6 +115,7 @@ typedef struct job {
   float *bias_vals;
   int n_bias;
   jc_schema *constraint; /* structured output (owned), else NULL */
+  tool_mode tools;        /* the constraint is the tool-call grammar */
   char **stops;
   int n_stops;
   int chunk; /* prefill chunk */
@@ -139,6 +148,10 @@ typedef struct job {
   int32_t *hist; /* [max_tokens] generated ids (penalties) */
   float *adj;    /* [vocab] log-probabilities after logit_bias and the output constraint */
   jc_state *jc;  /* the constraint's automaton over the bytes generated so far */
+  int is_call;   /* tools: the reply is a tool call (stop strings do not apply to it) */
+  int free_text; /* tools auto: the reply is text; the constraint is dropped */
+  int tc_named;  /* stream: calls whose opening delta (id, name) went out */
+  size_t tc_args_sent[TOOL_MAX_CALLS]; /* stream: argument bytes sent, per call */
   xl_detok detok;
   buf hold;  /* generated text not yet released (could start a stop string) */
   buf reply; /* released (visible) text */
@@ -208,6 +221,8 @@ void job_chunk_prefix(buf *b, job *j);
  * formats records [from, to) whose text starts at text_offset; returns the offset after them. */
 size_t job_fmt_logprobs(buf *b, const job *j, int from, int to, size_t text_offset);
 const char *finish_name(finish_reason r);
+/* The job's finish_reason as answered: "tool_calls" for a call that completed. */
+const char *job_finish_name(const job *j);
 
 /* Token formatting shared with job_score.c (any thread): a token's text as OpenAI shows it
  * (its bytes, or "bytes:\xNN..." when not valid UTF-8), and a log-prob. */

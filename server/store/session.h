@@ -28,7 +28,7 @@ typedef enum {
   CHAT_DESYNC     /* a turn was cut short (cancel/error): the next full-history chat resets */
 } chat_mode;
 
-typedef enum { ROLE_SYSTEM = 0, ROLE_USER = 1, ROLE_ASSISTANT = 2 } chat_role;
+typedef enum { ROLE_SYSTEM = 0, ROLE_USER = 1, ROLE_ASSISTANT = 2, ROLE_TOOL = 3 } chat_role;
 
 typedef struct chat_msg_rec {
   uint8_t role;

@@ -147,7 +147,7 @@ static codec_status read_record(const xl_model *m, const uint8_t *meta, size_t m
   if (n_msgs > INT32_MAX / 2) FAIL(CODEC_INVALID, "session envelope: too many messages");
   const uint8_t *p = meta + SESS_META_HEADER;
   for (uint32_t i = 0; i < n_msgs; i++)
-    if (p[9 * (size_t)i] > ROLE_ASSISTANT)
+    if (p[9 * (size_t)i] > ROLE_TOOL)
       FAIL(CODEC_INVALID, "session envelope: message %u has an unknown role", i);
   *tokens = xl_get_le64(meta + 56);
   s->created = created;

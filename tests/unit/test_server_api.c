@@ -242,7 +242,9 @@ static const bad_case BAD_CASES[] = {
     {JOB_CHAT, "{}", API_ERR_INVALID_VALUE, "messages"},
     {JOB_CHAT, "{\"messages\": [5]}", API_ERR_INVALID_VALUE, "messages[0]"},
     {JOB_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", API_ERR_INVALID_VALUE,
-     "messages[0].role"},
+     "messages[0].tool_call_id"},
+    {JOB_CHAT, "{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}",
+     API_ERR_INVALID_VALUE, "messages[0].role"},
     {JOB_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", API_ERR_INVALID_VALUE,
      "messages[0].content"},
     {JOB_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 1}",
@@ -254,7 +256,7 @@ static const bad_case BAD_CASES[] = {
     {JOB_CHAT,
      "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
      " \"tools\": [{\"type\": \"function\"}]}",
-     API_ERR_INVALID_VALUE, "tools"},
+     API_ERR_INVALID_VALUE, "tools[0].function"},
     {JOB_CHAT,
      "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
      " \"response_format\": {\"type\": \"xml\"}}",
