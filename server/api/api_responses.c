@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "api_generate.h"
+#include "api_tools.h"
 #include "app.h"
 #include "resp_store.h"
 #include "session_store.h"
@@ -134,6 +135,51 @@ static int content_text(json_t *c, const char *pname, buf *out, api_error *e) {
   return 0;
 }
 
+/* A function_call item (the model's call, sent back) joins the assistant message before it
+ * as one of its tool_calls (a new assistant message when there is none); a
+ * function_call_output item is the call's result: a tool message. */
+static int tool_item(json_t *it, const char *ty, const char *pname, json_t *msgs, api_error *e) {
+  json_t *cid = json_object_get(it, "call_id");
+  char fp[96];
+  snprintf(fp, sizeof fp, "%s.call_id", pname);
+  if (!json_is_string(cid)) BAD(fp, "'%s' must be a string: the call's id", fp);
+  if (!strcmp(ty, "function_call_output")) {
+    json_t *out = json_object_get(it, "output");
+    snprintf(fp, sizeof fp, "%s.output", pname);
+    buf text;
+    buf_init(&text);
+    if (content_text(out, fp, &text, e)) {
+      buf_free(&text);
+      return -1;
+    }
+    json_array_append_new(msgs, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", cid,
+                                          "content", jtext(text.p, text.len)));
+    buf_free(&text);
+    return 0;
+  }
+  json_t *name = json_object_get(it, "name"), *args = json_object_get(it, "arguments");
+  snprintf(fp, sizeof fp, "%s.name", pname);
+  if (!json_is_string(name)) BAD(fp, "'%s' must be a string", fp);
+  snprintf(fp, sizeof fp, "%s.arguments", pname);
+  if (!json_is_string(args)) BAD(fp, "'%s' must be a string (the arguments' JSON)", fp);
+  json_t *call = json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", cid, "type", "function", "function",
+                           "name", name, "arguments", args);
+  size_t n = json_array_size(msgs);
+  json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
+  json_t *role = last ? json_object_get(last, "role") : NULL;
+  if (!json_is_string(role) || strcmp(json_string_value(role), "assistant")) {
+    last = json_pack("{s:s,s:n,s:[]}", "role", "assistant", "content", "tool_calls");
+    json_array_append_new(msgs, last);
+  }
+  json_t *calls = json_object_get(last, "tool_calls");
+  if (!json_is_array(calls)) {
+    calls = json_array();
+    json_object_set_new(last, "tool_calls", calls);
+  }
+  json_array_append_new(calls, call);
+  return 0;
+}
+
 /* input (a string or items) -> chat messages appended to msgs; the stored items into items. */
 static int translate_input(json_t *input, json_t *msgs, json_t *items, api_error *e) {
   if (json_is_string(input)) {
@@ -152,11 +198,13 @@ static int translate_input(json_t *input, json_t *msgs, json_t *items, api_error
     json_t *type = json_object_get(it, "type");
     if (!is_null(type) && !json_is_string(type)) BAD(pname, "'%s.type' must be a string", pname);
     const char *ty = json_is_string(type) ? json_string_value(type) : "message";
-    if (!strcmp(ty, "function_call_output") || !strcmp(ty, "function_call"))
-      UNSUPPORTED(pname,
-                  "'%s' is a %s item: tool calls are not supported by this server's "
-                  "/v1/responses yet",
-                  pname, ty);
+    if (!strcmp(ty, "function_call") || !strcmp(ty, "function_call_output")) {
+      if (tool_item(it, ty, pname, msgs, e)) return -1;
+      json_t *x = json_deep_copy(it);
+      json_object_del(x, "id");
+      json_array_append_new(items, x);
+      continue;
+    }
     if (!strcmp(ty, "item_reference"))
       UNSUPPORTED(pname,
                   "'%s' is an item_reference: send the item itself, or continue the "
@@ -195,7 +243,10 @@ static int translate_input(json_t *input, json_t *msgs, json_t *items, api_error
 }
 
 /* fields copied as they are into the chat body (the chat parser checks them) */
-static const char *const PASSED[] = {"model",
+static const char *const PASSED[] = {"tools",
+                                     "tool_choice",
+                                     "parallel_tool_calls",
+                                     "model",
                                      "temperature",
                                      "top_p",
                                      "seed",
@@ -237,9 +288,6 @@ static int translate(req *r, void *p, const char *body, size_t len, buf *out, ap
     if (!is_null(json_object_get(q, REFUSED[i])))
       UNSUPPORTED(REFUSED[i], "'%s' is not supported: send the input (and previous_response_id)",
                   REFUSED[i]);
-  v = json_object_get(q, "tools");
-  if (!is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-    UNSUPPORTED("tools", "'tools' are not supported by this server's /v1/responses yet");
   v = json_object_get(q, "store");
   if (!is_null(v)) {
     if (!json_is_boolean(v)) BAD("store", "'store' must be a boolean");
@@ -420,7 +468,7 @@ static void make_id(req *r, void *p, char *id, size_t cap) {
   /* a kept response's id names its session (resp_store.h) */
   const char *sid = ACTX(r)->session_id;
   if (c->store && sid[0] && strlen(sid) <= 40)
-    snprintf(c->id, sizeof c->id, "resp_%.16s_%.40s", c->rnd, sid);
+    snprintf(c->id, sizeof c->id, "resp_%.40s_%.16s", sid, c->rnd);
   else snprintf(c->id, sizeof c->id, "resp_%.24s", c->rnd);
   snprintf(id, cap, "%s", c->id);
   if (!g_live_init) strmap_init(&g_live), g_live_init = 1;
@@ -470,6 +518,19 @@ static json_t *message_item(const resp_ctx *c, const job *j, const char *status)
                    "role", "assistant", "content", content);
 }
 
+/* A call's reply as the Responses API's function_call items (api_tools.h). */
+static json_t *calls_of(const resp_ctx *c, const job *j) {
+  (void)c;
+  buf b;
+  buf_init(&b);
+  json_writer w;
+  jw_init(&w, &b);
+  api_tool_calls_json(&w, j, TOOL_CALLS_RESPONSES);
+  json_t *a = json_loadb(b.p ? b.p : "[]", b.len ? b.len : 2, 0, NULL);
+  buf_free(&b);
+  return a ? a : json_array();
+}
+
 static const char *status_of(const gen_outcome *o) {
   if (!o) return "in_progress";
   if (o->err) return "failed";
@@ -499,16 +560,23 @@ static json_t *response_object(const resp_ctx *c, const char *model, const gen_o
   json_object_set_new(r, "max_output_tokens", or_null(json_object_get(q, "max_output_tokens")));
   json_object_set_new(r, "model", json_string(model));
   json_t *out = json_array();
-  if (o && !o->err) json_array_append_new(out, message_item(c, o->main, st));
+  if (o && !o->err && o->main->is_call) {
+    json_t *calls = calls_of(c, o->main);
+    json_array_extend(out, calls);
+    json_decref(calls);
+  } else if (o && !o->err) json_array_append_new(out, message_item(c, o->main, st));
   json_object_set_new(r, "output", out);
-  json_object_set_new(r, "parallel_tool_calls", json_true());
+  json_t *par = json_object_get(q, "parallel_tool_calls");
+  json_object_set_new(r, "parallel_tool_calls", json_boolean(!json_is_false(par)));
   json_object_set_new(r, "previous_response_id", c->prev ? json_string(c->prev) : json_null());
   json_object_set_new(r, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
   json_object_set_new(r, "store", json_boolean(c->store));
   json_object_set_new(r, "temperature", num_or(json_object_get(q, "temperature"), 1.0));
   json_object_set_new(r, "text", format_of(c));
-  json_object_set_new(r, "tool_choice", json_string("auto"));
-  json_object_set_new(r, "tools", json_array());
+  json_t *tc = json_object_get(q, "tool_choice"), *tools = json_object_get(q, "tools");
+  json_object_set_new(r, "tool_choice",
+                      tc && !json_is_null(tc) ? json_incref(tc) : json_string("auto"));
+  json_object_set_new(r, "tools", json_is_array(tools) ? json_incref(tools) : json_array());
   json_object_set_new(r, "top_logprobs", or_null(json_object_get(q, "top_logprobs")));
   json_object_set_new(r, "top_p", num_or(json_object_get(q, "top_p"), 1.0));
   json_object_set_new(r, "truncation", json_string("disabled"));
@@ -674,6 +742,29 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
   }
   const job *j = o->main;
   const char *st = status_of(o);
+  if (j->is_call) { /* each function_call item, whole: added, its arguments, done */
+    size_t k;
+    json_t *item;
+    json_array_foreach(json_object_get(obj, "output"), k, item) {
+      json_t *added = json_deep_copy(item);
+      json_object_set_new(added, "arguments", json_string(""));
+      json_object_set_new(added, "status", json_string("in_progress"));
+      emit(c, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.added", "output_index",
+                        (int)k, "item", added));
+      json_t *id = json_object_get(item, "id"), *args = json_object_get(item, "arguments");
+      emit(c, json_pack("{s:s,s:O,s:i,s:O}", "type", "response.function_call_arguments.delta",
+                        "item_id", id, "output_index", (int)k, "delta", args));
+      emit(c, json_pack("{s:s,s:O,s:i,s:O,s:O}", "type", "response.function_call_arguments.done",
+                        "item_id", id, "output_index", (int)k, "name",
+                        json_object_get(item, "name"), "arguments", args));
+      emit(c, json_pack("{s:s,s:i,s:O}", "type", "response.output_item.done", "output_index",
+                        (int)k, "item", item));
+    }
+    emit(c, json_pack("{s:s,s:o}", "type",
+                      strcmp(st, "completed") ? "response.incomplete" : "response.completed",
+                      "response", obj));
+    return;
+  }
   open_message(c); /* an empty reply has its item too */
   json_t *ev = item_ev(c, "response.output_text.done");
   json_object_set_new(ev, "text", jtext(j->reply.p, j->reply.len));

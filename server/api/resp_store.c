@@ -16,9 +16,11 @@
 
 int resp_id_session(const char *id, char *sid, size_t cap) {
   if (strncmp(id, "resp_", 5)) return -1;
-  const char *u = strchr(id + 5, '_');
-  if (!u || !session_id_valid(u + 1, strlen(u + 1)) || strlen(u + 1) >= cap) return -1;
-  snprintf(sid, cap, "%s", u + 1);
+  const char *u = strrchr(id + 5, '_');
+  size_t n = u ? (size_t)(u - id - 5) : 0;
+  if (!n || n >= cap || !session_id_valid(id + 5, n)) return -1;
+  memcpy(sid, id + 5, n);
+  sid[n] = 0;
   return 0;
 }
 

@@ -2,8 +2,8 @@
  * resp_store.h: the stored Responses API objects, as keyed records of the session store
  * (session_store.h; namespace "resp"): SQLite or Redis when a store is configured (they survive
  * a restart and are shared by the replicas of one Redis), else the store's bounded in-memory
- * table. A stored response's id names its session: "resp_" + 16 hex digits + "_" + the
- * session id, and its record's key is "SESSION/ID" (with Redis, in the session's hash slot, so
+ * table. A stored response's id names its session: "resp_" + the session id + "_" + 16 hex
+ * digits, and its record's key is "SESSION/ID" (with Redis, in the session's hash slot, so
  * the turn's commit writes both). Its value: "xlresp1 TURNS\n" (the session's turn count after
  * the response: its version), the response object (JSON), "\n", its input items (JSON array).
  * Thread: loop thread only.

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { zodTextFormat } from "openai/helpers/zod";
-import { generateText, streamText } from "ai";
+import { generateText, stepCountIs, streamText, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { z } from "zod";
 
@@ -14,7 +14,52 @@ const baseURL = process.env.XL_BASE_URL;
 const MODEL = process.env.XL_MODEL || "tiny";
 const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0 });
 
+const WEATHER = { type: "function", name: "get_weather", description: "The weather in a city",
+                  parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } },
+                                required: ["city"], additionalProperties: false },
+                  strict: true };
+
 const checks = {
+  // a function call (its arguments validate), then its output continues the response
+  async openai_responses_tools() {
+    const r1 = await client.responses.create({ model: MODEL, input: "Weather in Paris?",
+                                               tools: [WEATHER], tool_choice: "required",
+                                               parallel_tool_calls: false, max_output_tokens: 200 });
+    const [call] = r1.output;
+    assert.equal(call.type, "function_call");
+    assert.equal(call.name, "get_weather");
+    assert.equal(typeof JSON.parse(call.arguments).city, "string");
+    const r2 = await client.responses.create({ model: MODEL, previous_response_id: r1.id,
+                                               tools: [WEATHER], tool_choice: "none",
+                                               input: [{ type: "function_call_output", call_id: call.call_id,
+                                                         output: JSON.stringify({ temp: 21 }) }],
+                                               max_output_tokens: 8 });
+    assert.equal(r2.output[0].type, "message");
+    assert.equal(r2.xlserve.session_tokens, r1.xlserve.session_tokens + r2.usage.total_tokens);
+  },
+
+  // the AI SDK's tool loop on the default provider: a call, its result, then text
+  async ai_sdk_tools() {
+    const { openai } = await import("@ai-sdk/openai");
+    const seen = [];
+    const r = await generateText({
+      model: openai(MODEL), prompt: "Weather in Paris?", maxOutputTokens: 200, maxRetries: 0,
+      tools: { get_weather: tool({ description: "The weather in a city",
+                                   inputSchema: z.object({ city: z.string().max(12) }),
+                                   execute: async ({ city }) => { seen.push(city); return { temp: 21 }; } }) },
+      toolChoice: "required", stopWhen: stepCountIs(2),
+      providerOptions: { openai: { parallelToolCalls: false } },
+      prepareStep: ({ stepNumber }) => (stepNumber > 0 ? { toolChoice: "none" } : {}),
+    });
+    assert.equal(r.steps.length, 2);
+    assert.ok(r.steps[0].toolCalls.length >= 1);
+    assert.equal(r.steps[0].toolCalls[0].toolName, "get_weather");
+    assert.equal(typeof seen[0], "string");
+    assert.deepEqual(r.steps[0].toolResults[0].output, { temp: 21 });
+    assert.equal(r.steps[1].toolCalls.length, 0);
+    assert.equal(typeof r.text, "string");
+  },
+
   // create, continue with previous_response_id (the session grows by the new turn only),
   // retrieve, delete
   async openai_responses_create() {

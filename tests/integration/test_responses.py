@@ -7,6 +7,10 @@ import json
 import xlharness as X
 
 BASE = {"model": "tiny", "max_output_tokens": 12, "seed": 5}
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string",
+                                                                    "maxLength": 12}},
+                          "required": ["city"], "additionalProperties": False}}
 
 
 def create(port, **body):
@@ -155,14 +159,19 @@ def test_bad_requests_name_the_field(daemon):
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
          "input[0].content[0]"),
         ({"input": [{"role": "user", "content": 5}]}, "input[0].content"),
-        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input[0]"),
+        ({"input": [{"type": "function_call_output", "output": "1"}]}, "input[0].call_id"),
+        ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]},
+         "input[0].arguments"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
         ({"input": "x", "instructions": 1}, "instructions"),
         ({"input": "x", "max_output_tokens": -1}, "max_output_tokens"),
         ({"input": "x", "temperature": 9}, "temperature"),
         ({"input": "x", "store": "yes"}, "store"),
         ({"input": "x", "background": True}, "background"),
-        ({"input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
+        ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}},
+         "tool_choice"),
         ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
         ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s"}}},
          "text.format"),
@@ -385,3 +394,58 @@ def test_responses_across_replicas_sharing_redis(start_daemon, tiny_model, tmp_p
     finally:
         srv.terminate()
         srv.wait(timeout=20)
+
+
+def test_tool_call_then_its_output_continues(daemon):
+    """tool_choice required: the output is a function_call item whose arguments validate; its
+    result sent back as a function_call_output item continues the session."""
+    p = daemon.port
+    r1 = create(p, input="Weather in Paris?", tools=[WEATHER], tool_choice="required",
+                parallel_tool_calls=False, max_output_tokens=200)
+    assert r1["status"] == "completed" and r1["tools"] == [WEATHER]
+    (call,) = r1["output"]
+    assert call["type"] == "function_call" and call["name"] == "get_weather"
+    assert call["status"] == "completed" and call["id"].startswith("fc_")
+    args = json.loads(call["arguments"])
+    assert set(args) == {"city"} and isinstance(args["city"], str) and len(args["city"]) <= 12
+    r2 = create(p, previous_response_id=r1["id"], tools=[WEATHER], tool_choice="none",
+                input=[{"type": "function_call_output", "call_id": call["call_id"],
+                        "output": '{"temp": 21}'}])
+    assert r2["output"][0]["type"] == "message"
+    assert (r2["xlserve"]["session_tokens"]
+            == r1["xlserve"]["session_tokens"] + r2["usage"]["total_tokens"])
+    st, _, b = X.request(p, "GET", "/v1/responses/%s/input_items" % r2["id"])
+    (item,) = json.loads(b)["data"]
+    assert item["type"] == "function_call_output" and item["call_id"] == call["call_id"]
+    # the same conversation sent whole: the call and its output as items
+    full = create(p, tools=[WEATHER], tool_choice="none", store=False,
+                  input=[{"role": "user", "content": "Weather in Paris?"},
+                         {"type": "function_call", "call_id": call["call_id"],
+                          "name": call["name"], "arguments": call["arguments"]},
+                         {"type": "function_call_output", "call_id": call["call_id"],
+                          "output": '{"temp": 21}'}])
+    assert full["output"][0]["type"] == "message"
+    assert full["usage"]["input_tokens"] > r2["usage"]["input_tokens"]
+
+
+def test_tool_call_stream(daemon):
+    st, _, ev = X.stream(daemon.port, "/v1/responses",
+                         {**BASE, "input": "Weather?", "stream": True, "tools": [WEATHER],
+                          "tool_choice": {"type": "function", "name": "get_weather"},
+                          "max_output_tokens": 300})
+    events = X.sse_json(ev)
+    types = [e["type"] for e in events]
+    final = events[-1]["response"]
+    calls = final["output"]
+    assert calls and all(c["type"] == "function_call" for c in calls)  # parallel: one or more
+    assert types == (["response.created", "response.in_progress"]
+                     + ["response.output_item.added", "response.function_call_arguments.delta",
+                        "response.function_call_arguments.done", "response.output_item.done"]
+                     * len(calls) + ["response.completed"]), types
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    for k, call in enumerate(calls):
+        added, delta, done, item_done = events[2 + 4 * k: 6 + 4 * k]
+        assert added["output_index"] == delta["output_index"] == item_done["output_index"] == k
+        assert delta["delta"] == done["arguments"] == call["arguments"]
+        assert added["item"]["id"] == delta["item_id"] == done["item_id"] == call["id"]
+        assert item_done["item"] == call and isinstance(json.loads(call["arguments"])["city"], str)

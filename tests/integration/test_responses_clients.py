@@ -1,7 +1,8 @@
 """The Responses API through real npm clients (tests/clients/responses.mjs): the `openai` SDK's
-client.responses.create / stream / retrieve / parse / inputItems / delete, and the AI SDK's
+client.responses.create / stream / retrieve / parse / inputItems / delete (and a function call
+answered with a function_call_output), and the AI SDK's
 default provider (`openai(model)` of @ai-sdk/openai, pointed at the daemon by OPENAI_BASE_URL)
-with generateText and streamText. The packages are the pinned ones of tests/clients (npm ci once,
+with generateText, streamText and a tool loop. The packages are the pinned ones of tests/clients (npm ci once,
 shared with test_npm_clients.py). Skips when node or npm is missing, unless XL_REQUIRE_NODE=1."""
 import os
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 import xlharness as X
 
 CHECKS = ["openai_responses_create", "openai_responses_stream", "openai_responses_parse",
-          "ai_sdk_generate_text", "ai_sdk_stream_text"]
+          "openai_responses_tools", "ai_sdk_generate_text", "ai_sdk_stream_text", "ai_sdk_tools"]
 
 
 @pytest.fixture(scope="module")
