@@ -474,16 +474,21 @@ static int stage_inputs(req *r, turn *t) {
       req_error(r, API_ERR_TOKENIZER_ERROR, param, "cannot tokenize %s: %s", param, pe.message);
       return 1;
     }
-    if (in->pn[p] > (size_t)a->cfg->max_prompt_tokens) {
-      req_error(r, API_ERR_PROMPT_TOO_LONG, param,
-                "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, in->pn[p],
-                a->cfg->max_prompt_tokens);
-      return 1;
-    }
     if (in->pn[p] == 0) { /* a list's prompts each feed something */
       req_error(r, API_ERR_EMPTY_PROMPT, param, "%s is empty", param);
       return 1;
     }
+  }
+  /* the limit is on what the whole request feeds: each prompt once (a prompt's n/best_of
+   * choices fork its fed state; echo and logprobs read what was fed) */
+  size_t total = in->ntok;
+  for (int p = 1; p < t->groups; p++) total += in->pn[p];
+  if (t->groups > 1 && total > (size_t)a->cfg->max_prompt_tokens) {
+    req_error(r, API_ERR_PROMPT_TOO_LONG, "prompt",
+              "the %d prompts of this request feed %zu tokens in all; the limit is %lld "
+              "(max_prompt_tokens, counted over all prompts of a request)",
+              t->groups, total, a->cfg->max_prompt_tokens);
+    return 1;
   }
   return 0;
 }

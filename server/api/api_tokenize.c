@@ -95,6 +95,10 @@ static void tokenize(req *r) {
         xl_tokenize(a->model, json_string_value(text), json_string_length(text), &ids, &n, &xe) != XL_OK) {
       req_error(r, API_ERR_TOKENIZER_ERROR, field, "cannot tokenize: %s",
                 xe.message);
+    } else if (n > (size_t)a->cfg->max_prompt_tokens) { /* bounds the answer's size */
+      req_error(r, API_ERR_PROMPT_TOO_LONG, field,
+                "the text has %zu tokens; the limit is %lld (max_prompt_tokens)", n,
+                a->cfg->max_prompt_tokens);
     } else {
       buf b;
       buf_init(&b);
@@ -136,6 +140,14 @@ static void detokenize(req *r) {
   size_t n = json_is_array(t) ? json_array_size(t) : 0;
   int32_t *ids = xmalloc(sizeof *ids * (n ? n : 1));
   int ok = json_is_array(t);
+  if (ok && n > (size_t)a->cfg->max_prompt_tokens) {
+    req_error(r, API_ERR_PROMPT_TOO_LONG, "tokens",
+              "'tokens' has %zu ids; the limit is %lld (max_prompt_tokens)", n,
+              a->cfg->max_prompt_tokens);
+    free(ids);
+    json_decref(root);
+    return;
+  }
   for (size_t i = 0; ok && i < n; i++) {
     json_t *v = json_array_get(t, i);
     /* llama.cpp's with_pieces shape: [{"id": ..., "piece": ...}] is accepted too */
