@@ -16,6 +16,7 @@
 #include "app.h"
 #include "generation.h"
 #include "json_writer.h"
+#include "session_wait.h"
 #include "util.h"
 #include "xlog.h"
 
@@ -37,6 +38,7 @@ typedef struct gen_req {
   char *store_err;      /* the commit failed: why */
   int store_conflict;   /* ... because another replica committed a turn of the session first */
   int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
+  double busy_since;    /* the session was busy with a cancelled turn: waiting since (0: no) */
 } gen_req;
 
 #define GEN(r) ((gen_req *)(r)->ctx)
@@ -372,6 +374,7 @@ static int stage_session(req *r, turn *t) {
   st_status st = req_find_session(r, t->sid, &t->s);
   if (st == ST_PENDING) return 1; /* the store looks for it; this handler runs again */
   if (st == ST_FOUND && t->s->busy) {
+    if (session_wait_cancelled(r, t->s, &GEN(r)->busy_since)) return 1; /* runs again */
     req_error(r, API_ERR_SESSION_BUSY, "session_id", "session %s is serving another request",
               t->sid);
     return 1;
@@ -524,7 +527,10 @@ static int stage_hold_session(req *r, turn *t) {
     r->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
-  if (!GEN(r)->sess_stateless) st_acquire(a->sessions, t->s);
+  if (!GEN(r)->sess_stateless) {
+    st_acquire(a->sessions, t->s);
+    session_turn_held(r, t->s);
+  }
   GEN(r)->sess = t->s;
   return 0;
 }
@@ -588,6 +594,7 @@ static void api_generate(req *r, job_kind kind) {
 void gen_cancel(req *r, int by_drain) {
   if (!r->job_running) return;
   if (by_drain) GEN(r)->cancelled_by_drain = 1;
+  if (GEN(r)->sess && !GEN(r)->sess_stateless) GEN(r)->sess->turn_cancelled = 1;
   if (!GEN(r)->main_done) sched_cancel(r->a->sched, GEN(r)->gen.main);
   for (int i = 0; i < GEN(r)->gen.n_others; i++)
     sched_cancel(r->a->sched, GEN(r)->gen.others[i]); /* a no-op once done */
