@@ -11,9 +11,13 @@ import pytest
 import xlharness as X
 
 
-@pytest.fixture(scope="module")
-def busy_daemon(tiny_model):
-    d = X.Daemon(tiny_model, ["--max-tokens-limit", "1000000"])
+@pytest.fixture(scope="module", params=["ram", "sqlite"])
+def busy_daemon(request, tiny_model, tmp_path_factory):
+    """Without a store, and with SQLite (a turn's end then also waits for its commit)."""
+    more = []
+    if request.param == "sqlite":
+        more = ["--state-dir", str(tmp_path_factory.mktemp("busy_state"))]
+    d = X.Daemon(tiny_model, ["--max-tokens-limit", "1000000", *more])
     yield d
     assert d.stop() == 0, d.tail()
 

@@ -181,3 +181,32 @@ def test_malformed_content_length_is_refused_and_ends_the_connection(daemon, val
     assert statuses and set(statuses) == {400}, got
     assert len(statuses) == 2, ("libmicrohttpd now answers once: update docs/deployment.md", got)
     assert b"200 OK" not in got
+
+
+@pytest.mark.parametrize("pieces", [1, 7])
+def test_raw_nul_check_on_large_heads_in_pieces(daemon, pieces):
+    """Heads of up to 40 KB, arriving whole or in pieces (MHD grows its read buffer): a
+    well-formed one is served, one with a NUL in its last header is refused; on a kept-alive
+    connection the second request's head is checked too."""
+    pad = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 1000) for i in range(40))
+    ok = b"GET /health HTTP/1.1\r\nHost: x\r\n" + pad
+    for head, want in [(ok + b"Connection: close\r\n\r\n", [200]),
+                       (ok + b"X-Z: a\0b\r\n\r\n", [400]),
+                       (ok + b"\r\n" + b"GET /health\0x HTTP/1.1\r\nHost: x\r\n\r\n", [200, 400])]:
+        s = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+        step = -(-len(head) // pieces)
+        for i in range(0, len(head), step):
+            s.sendall(head[i:i + step])
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not chunk:
+                break
+            got += chunk
+        s.close()
+        statuses = [int(got[i + 9:i + 12]) for i in range(len(got))
+                    if got.startswith(b"HTTP/1.1 ", i) and got[i + 9:i + 12].isdigit()]
+        assert statuses == want, (want, got[:300])
