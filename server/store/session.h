@@ -51,8 +51,9 @@ typedef struct session {
   uint64_t store_seq; /* durable table: the version of the last write submitted for it */
   uint64_t snap_tokens; /* transcript tokens as of the last release (readable while busy) */
   int snap_mem;         /* positions in memory, same */
-  int turn_fd;          /* the connection of the turn that holds it busy (-1: none) */
-  int turn_cancelled;   /* that turn was cancelled: it ends soon (a new turn waits for it) */
+  /* (in the padding after snap_mem: a session's size is part of its RAM accounting) */
+  signed int turn_fd : 30;     /* the connection of the turn that holds it busy (-1: none) */
+  unsigned turn_cancelled : 1; /* that turn was cancelled: it ends soon (the next one waits) */
   /* holder of the session (see above) */
   xl_state *state;
   int32_t pending;
