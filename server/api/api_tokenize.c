@@ -95,10 +95,10 @@ static void tokenize(req *r) {
         xl_tokenize(a->model, json_string_value(text), json_string_length(text), &ids, &n, &xe) != XL_OK) {
       req_error(r, API_ERR_TOKENIZER_ERROR, field, "cannot tokenize: %s",
                 xe.message);
-    } else if (n > (size_t)a->cfg->max_prompt_tokens) { /* bounds the answer's size */
+    } else if (n > (size_t)a->opt.max_prompt_tokens) { /* bounds the answer's size */
       req_error(r, API_ERR_PROMPT_TOO_LONG, field,
                 "the text has %zu tokens; the limit is %lld (max_prompt_tokens)", n,
-                a->cfg->max_prompt_tokens);
+                a->opt.max_prompt_tokens);
     } else {
       buf b;
       buf_init(&b);
@@ -113,7 +113,7 @@ static void tokenize(req *r) {
           buf_printf(&b, "%d", (int)ids[i]);
         }
       }
-      buf_printf(&b, "],\"count\":%zu,\"max_model_len\":%lld", n, a->cfg->max_prompt_tokens);
+      buf_printf(&b, "],\"count\":%zu,\"max_model_len\":%lld", n, a->opt.max_prompt_tokens);
       if (strs) {
         buf_adds(&b, ",\"token_strs\":[");
         for (size_t i = 0; i < n; i++) {
@@ -140,10 +140,10 @@ static void detokenize(req *r) {
   size_t n = json_is_array(t) ? json_array_size(t) : 0;
   int32_t *ids = xmalloc(sizeof *ids * (n ? n : 1));
   int ok = json_is_array(t);
-  if (ok && n > (size_t)a->cfg->max_prompt_tokens) {
+  if (ok && n > (size_t)a->opt.max_prompt_tokens) {
     req_error(r, API_ERR_PROMPT_TOO_LONG, "tokens",
               "'tokens' has %zu ids; the limit is %lld (max_prompt_tokens)", n,
-              a->cfg->max_prompt_tokens);
+              a->opt.max_prompt_tokens);
     free(ids);
     json_decref(root);
     return;
@@ -224,7 +224,7 @@ static void tokenizer_info(req *r) {
   opt_string(&b, "unk_token", t->unk_token);
   buf_printf(&b, ",\"add_bos_token\":false,\"add_eos_token\":false,\"model_max_length\":%lld,"
                  "\"max_model_len\":%lld,\"spells_any_text\":%s,\"options\":{",
-             a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens,
+             a->opt.max_prompt_tokens, a->opt.max_prompt_tokens,
              t->spells_any_text ? "true" : "false");
   switch (t->kind) {
     case XL_TOKENIZER_TRANSFO_XL:

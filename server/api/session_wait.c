@@ -40,12 +40,12 @@ static void on_timer_closed(uv_handle_t *h) { free(h->data); }
 static void on_tick(uv_timer_t *t) {
   wait_timer *w = t->data;
   req *r = w->r;
-  app *a = r->a;
+  http_server *srv = r->srv;
   uv_close((uv_handle_t *)&w->t, on_timer_closed);
   r->redispatch = 1;
   req_kick(r); /* the access handler runs the handler again */
   req_unref(r);
-  http_pump(a);
+  http_pump(srv);
 }
 
 int session_wait_cancelled(req *r, session *s, double *since) {
