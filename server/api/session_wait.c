@@ -18,15 +18,15 @@
 void session_turn_held(req *r, session *s) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-  s->turn_fd = ci ? ci->connect_fd : -1;
+  s->turn_fd1 = ci && ci->connect_fd >= 0 ? (unsigned)ci->connect_fd + 1 : 0;
   s->turn_cancelled = 0;
 }
 
 /* Has the holding turn's client gone (FIN or reset read, not yet noticed by its request)? */
 static int holder_left(const session *s) {
-  if (s->turn_fd < 0) return 0;
+  if (!s->turn_fd1) return 0;
   char ch;
-  ssize_t n = recv(s->turn_fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
+  ssize_t n = recv((int)s->turn_fd1 - 1, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 

@@ -16,7 +16,6 @@ session *session_new(const xl_model *model, xl_error *err) {
     return NULL;
   }
   s->pending = -1;
-  s->turn_fd = -1;
   s->digest = FNV64_INIT;
   uint64_t seed;
   random_bytes(&seed, sizeof seed);
