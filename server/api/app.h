@@ -136,6 +136,7 @@ struct req {
   int stream_complete;
   int client_gone;
   int sess_reset;       /* X-Session-Reset: 1 */
+  int idem_replayed;    /* Idempotent-Replayed: true (api_idem.c) */
   char session_id[129];
   /* disconnect watch and SSE pings */
   uv_poll_t dc;

@@ -234,6 +234,7 @@ static void add_headers(req *r, struct MHD_Response *resp) {
   MHD_add_response_header(resp, "X-Request-Id", r->request_id);
   if (r->session_id[0]) MHD_add_response_header(resp, "X-Session-Id", r->session_id);
   if (r->sess_reset) MHD_add_response_header(resp, "X-Session-Reset", "1");
+  if (r->idem_replayed) MHD_add_response_header(resp, "Idempotent-Replayed", "true");
   if (r->retry_after) MHD_add_response_header(resp, "Retry-After", r->retry_after);
   if (r->a->phase >= APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   cors_add_headers(&r->a->cors, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"), resp);
