@@ -699,8 +699,8 @@ void gen_on_done(req *r) {
       buf_free(&b);
     }
     req_ref(r); /* the commit's, if it waits */
-    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, recp,
-                        on_turn_committed, r);
+    int w =
+        st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, recp, on_turn_committed, r);
     if (w == 1) {
       GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */

@@ -169,8 +169,8 @@ int idem_stage(struct req *r, idem_req *q, const char *sid) {
     r->retry_after = "1";
     ctr_add(&g_metrics.store_unavailable, 1);
     req_error(r, API_ERR_STORE_UNAVAILABLE, NULL,
-              "the session store could not say whether Idempotency-Key '%s' was used: %s",
-              q->key, q->why ? q->why : "store error");
+              "the session store could not say whether Idempotency-Key '%s' was used: %s", q->key,
+              q->why ? q->why : "store error");
     return 1;
   }
   answer_recorded(r, q);

@@ -22,16 +22,16 @@
 struct req;
 
 typedef struct idem_req {
-  int on;                /* the request carries a key (idem_hash) */
-  char *key;             /* the header's value */
-  char digest[65];       /* SHA-256 of the route and the body, hex */
-  char rkey[400];        /* the record's key: SESSION/KEY */
-  int phase;             /* 0 to look up, 1 looking up, 2 answered, 3 go on (a new key) */
-  int registered;        /* in the running set */
-  int got;               /* phase 2: 0 found, 1 absent, -1 the store failed */
-  uint8_t *value;        /* phase 2, found: the record */
+  int on;          /* the request carries a key (idem_hash) */
+  char *key;       /* the header's value */
+  char digest[65]; /* SHA-256 of the route and the body, hex */
+  char rkey[400];  /* the record's key: SESSION/KEY */
+  int phase;       /* 0 to look up, 1 looking up, 2 answered, 3 go on (a new key) */
+  int registered;  /* in the running set */
+  int got;         /* phase 2: 0 found, 1 absent, -1 the store failed */
+  uint8_t *value;  /* phase 2, found: the record */
   size_t len;
-  char *why;             /* phase 2, failed: the store's message */
+  char *why; /* phase 2, failed: the store's message */
 } idem_req;
 
 /* Before the body is freed: takes the header (400 when malformed: returns 1) and digests

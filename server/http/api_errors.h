@@ -44,7 +44,7 @@
   X(BODY_TOO_LARGE, 413, "invalid_request_error", "body_too_large",                                \
     "the request body is too large")                                                               \
   X(PROMPT_TOO_LONG, 422, "invalid_request_error", "prompt_too_long", "the prompt is too long")    \
-  X(IDEMPOTENCY_KEY_REUSED, 422, "invalid_request_error", "idempotency_key_reused",               \
+  X(IDEMPOTENCY_KEY_REUSED, 422, "invalid_request_error", "idempotency_key_reused",                \
     "this Idempotency-Key was used with another request body")                                     \
   X(QUEUE_FULL, 429, "rate_limit_error", "queue_full", "the queue is full")                        \
   X(GENERATION_FAILED, 500, "server_error", "generation_failed", "the generation failed")          \
