@@ -34,7 +34,7 @@ static int rec_reads(const store_backend_ops *B, store_conn *c, const char *ns, 
   rec_of(&r, ns, owner_byte, key, NULL, 0);
   int rc = B->rec_get(c, &r, err, sizeof err);
   if (!want) return rc == 1;
-  return rc == 0 && r.len == strlen(want) && !memcmp(r.value, want, r.len) &&
+  return rc == 0 && r.len == strlen(want) && (r.len == 0 || !memcmp(r.value, want, r.len)) &&
          r.expires > now_wall();
 }
 
