@@ -116,7 +116,7 @@ static void answer_recorded(struct req *r, idem_req *q) {
               q->key, tokens);
     return;
   }
-  r->idem_replayed = 1;
+  ACTX(r)->idem_replayed = 1;
   buf b;
   buf_init(&b);
   buf_add(&b, p + off, q->len - off);
