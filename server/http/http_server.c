@@ -457,7 +457,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
     guard_request_started(c);
     r = req_new(a, c, url, method);
     *con_cls = r;
-    const char *problem = guard_head_problem(c, version);
+    const char *problem = guard_head_problem(c, method, version);
     if (problem) reply_malformed(r, problem);
     else a->set.hooks.head(r);
     return MHD_YES;
@@ -599,7 +599,7 @@ int http_start(http_server *a, const http_settings *set, char *err, size_t errca
   a->guard = guard_new(&gs);
   a->mhd = MHD_start_daemon(
       flags, 0, guard_accept_policy, a->guard, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
-      MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a,
+      MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a, MHD_OPTION_URI_LOG_CALLBACK, guard_uri_seen, a,
       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
       MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)c->max_connections,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)c->idle_timeout,
