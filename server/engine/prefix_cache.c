@@ -177,6 +177,7 @@ int prefix_cache_apply(job *j) {
   session_digest_tokens(j->sess, j->input, e->n);
   j->pos = e->n;
   ctr_add(&g_metrics.prefix_cache_tokens_saved, (uint64_t)e->n);
+  ctr_add(&g_metrics.tokens_in, (uint64_t)e->n); /* in the memory as if fed */
   return 0;
 }
 
