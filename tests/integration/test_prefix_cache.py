@@ -170,3 +170,24 @@ def test_sessions_take_the_budget_from_the_cache(start_daemon, tmp_path):
     m = pc(d.port)
     assert m["evictions_total"] >= 2 and m["entries"] <= 1
     assert X.metric(d.port, "xlserve_sessions_in_ram") == 6
+
+
+def test_a_session_from_the_cache_is_stored_and_restored_exactly(start_daemon, tiny_model,
+                                                                 tmp_path):
+    """A durable session that started from a cached prefix is saved like any other: after a
+    restart it is read back from the store and continues exactly like a session that fed
+    everything on a daemon without the cache or a store."""
+    args = ["--prefill-chunk", CHUNK, "--state-dir", str(tmp_path / "state")]
+    on = start_daemon(tiny_model, *args)
+    off = start_daemon(tiny_model, "--prefill-chunk", CHUNK, "--prefix-cache-mb", "0")
+    chat(on.port, conv(SYS, "Warm the cache."))
+    msgs = conv(SYS, "Hello")
+    a, b = chat(on.port, msgs, sid="kept"), chat(off.port, msgs, sid="kept")
+    assert answer(a) == answer(b)
+    assert pc(on.port)["hits_total"] == 1
+    assert on.stop() == 0
+    on = start_daemon(tiny_model, *args)
+    h = msgs + [a["choices"][0]["message"], {"role": "user", "content": "And then?"}]
+    a, b = chat(on.port, h, sid="kept", seed=8), chat(off.port, h, sid="kept", seed=8)
+    assert answer(a) == answer(b)
+    assert X.metric(on.port, "xlserve_sessions_restored_total") == 1
