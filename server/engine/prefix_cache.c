@@ -25,9 +25,9 @@ struct pc_entry {
   char key[17];          /* hex of hash */
   int32_t *tokens;       /* [n] */
   int n;
-  xl_state *state;       /* packed: the memory after feeding tokens[0..n) (immutable) */
+  xl_state *state; /* packed: the memory after feeding tokens[0..n) (immutable) */
   size_t bytes;
-  int refs;              /* jobs about to copy it, + 1 while in the map */
+  int refs; /* jobs about to copy it, + 1 while in the map */
 };
 
 struct prefix_cache {
