@@ -282,6 +282,19 @@ void req_error(req *r, api_err err, const char *param, const char *fmt, ...) {
 
 void req_error_from(req *r, const api_error *e) { req_error(r, e->err, e->param, "%s", e->message); }
 
+void req_error_header(req *r, api_err err, const char *name, const char *value, const char *msg) {
+  buf b;
+  buf_init(&b);
+  api_err_body(&b, err, NULL, msg);
+  r->err = err;
+  size_t n = b.len;
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  if (name) MHD_add_response_header(resp, name, value);
+  queue(r, api_err_status(err), resp);
+}
+
 /* SSE body: copies what the handler produced (stream_take); suspends when there is nothing
  * (never returns 0 without suspending); -1 after the last bytes; -2 when the client is gone. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
@@ -434,16 +447,8 @@ static req *req_new(http_server *a, struct MHD_Connection *c, const char *url, c
 /* 400 for a head whose framing or URL cannot be trusted; the connection is closed after it
  * (whatever follows on it could be read differently by a proxy in front: request smuggling). */
 static void reply_malformed(req *r, const char *problem) {
-  buf b;
-  buf_init(&b);
-  api_err_body(&b, API_ERR_MALFORMED_REQUEST, NULL, problem);
-  r->err = API_ERR_MALFORMED_REQUEST;
-  size_t n = b.len;
-  struct MHD_Response *resp =
-      MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-  if (!r->srv->closing) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-  queue(r, api_err_status(API_ERR_MALFORMED_REQUEST), resp);
+  const char *conn = r->srv->closing ? NULL : MHD_HTTP_HEADER_CONNECTION; /* else said already */
+  req_error_header(r, API_ERR_MALFORMED_REQUEST, conn, "close", problem);
 }
 
 static void dispatch(req *r) { r->srv->set.hooks.dispatch(r); }
