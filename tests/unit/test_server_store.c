@@ -913,7 +913,15 @@ static st_status restore(session_store *st, session_table *t, const char *id,
 }
 
 /* One turn on s ending with its commit (durability turn): the commit's status. */
+static int committed_turn_rec(session_store *st, session_table *t, session *s, int n, int seed,
+                              const char *rec_key);
 static int committed_turn(session_store *st, session_table *t, session *s, int n, int seed) {
+  return committed_turn_rec(st, t, s, n, seed, NULL);
+}
+
+/* A turn whose commit carries the record (idem, rec_key) -> "answer" (NULL: none). */
+static int committed_turn_rec(session_store *st, session_table *t, session *s, int n, int seed,
+                              const char *rec_key) {
   xl_error xe;
   st_acquire(t, s);
   feed(s, n, seed, NULL);
@@ -922,9 +930,22 @@ static int committed_turn(session_store *st, session_table *t, session *s, int n
   size_t cl;
   CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK); /* as the worker does */
   cb_state c = {0};
-  CHECK(st_turn_end(t, s, core, cl, 1, NULL, on_done, &c) == 1);
+  st_record rec = {"idem", rec_key, (uint8_t *)xstrdup("answer"), 6, 60};
+  CHECK(st_turn_end(t, s, core, cl, 1, rec_key ? &rec : NULL, on_done, &c) == 1);
+  if (!rec_key) free(rec.value);
   PUMP_UNTIL(c.calls, 60, pump(st));
   return c.status;
+}
+
+/* Whether the store holds the record (idem, owner, key). */
+static int has_record(session_store *st, const uint8_t owner[32], const char *key) {
+  rec_state r = {0};
+  store_op *op = store_op_new(SOP_REC_GET, on_rec_op, &r);
+  CHECK(store_op_record(op, "idem", owner, key, NULL, 0, 0) == 0);
+  store_submit(st, op);
+  while (!r.calls) pump(st);
+  CHECK(r.status == STORE_OK || r.status == STORE_ABSENT);
+  return r.status == STORE_OK && !strcmp(r.value, "answer");
 }
 
 /* Durability turn: a turn whose commit fails is not kept. The session leaves RAM without a
@@ -2067,7 +2088,7 @@ static void test_sqlite_commit_outcome_unknown(void) {
   CHECK(committed_turn(st, t, s, 20, 1) == 0 && store_equals_ram(st, s));
   uint64_t unknown0 = atomic_load(&g_metrics.store_outcome_unknown);
   SHIM_FAIL_SYNC = 1;
-  CHECK(committed_turn(st, t, s, 9, 2) == -3);
+  CHECK(committed_turn_rec(st, t, s, 9, 2, "u1/k2") == -3);
   CHECK(SHIM_FAIL_SYNC == 0); /* the failure did come from the WAL's fsync */
   CHECK(atomic_load(&g_metrics.store_outcome_unknown) == unknown0 + 1);
   CHECK(st_lookup(t, "u1", owner, &s) == ST_MISSING); /* dropped: re-read at its next use */
@@ -2075,11 +2096,14 @@ static void test_sqlite_commit_outcome_unknown(void) {
   if (s) {
     uint64_t fed = xl_state_tokens_fed(s->state);
     CHECK(fed == 20 || fed == 29); /* either outcome, whole */
+    /* the turn's record is in its commit: there if and only if the turn is */
+    CHECK(has_record(st, owner, "u1/k2") == (fed == 29));
     CHECK(committed_turn(st, t, s, 5, 3) == 0 && store_equals_ram(st, s));
     fed = xl_state_tokens_fed(s->state);
     SHIM_FAIL_WRITE = 1;
-    CHECK(committed_turn(st, t, s, 7, 4) == -1); /* SQLITE_FULL: not kept */
+    CHECK(committed_turn_rec(st, t, s, 7, 4, "u1/k4") == -1); /* SQLITE_FULL: not kept */
     CHECK(SHIM_FAIL_WRITE == 0);
+    CHECK(!has_record(st, owner, "u1/k4")); /* nor its record */
     CHECK(atomic_load(&g_metrics.store_outcome_unknown) == unknown0 + 1);
     CHECK(restore(st, t, "u1", owner, &s) == ST_FOUND && s &&
           xl_state_tokens_fed(s->state) == fed);
