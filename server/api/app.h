@@ -22,6 +22,7 @@
 #include "job.h"
 #include "metrics.h"
 #include "routes.h"
+#include "run_quota.h"
 #include "scheduler.h"
 #include "session_table.h"
 #include "xl.h"
@@ -63,6 +64,7 @@ typedef struct app {
   sched_event *ev;
   int ev_cap;
   session_table *sessions;
+  run_quota *quota; /* generation requests in flight per key and per client */
   /* session store (app_store.c): its thread's completions wake the loop through store_wake */
   store_backend *store_backend;
   session_store *store;
@@ -142,6 +144,7 @@ struct req {
   int dc_open;
   uv_timer_t ping;
   int ping_open;
+  double t_stream_read; /* monotonic: MHD last asked the stream for bytes (stream_stall_timeout) */
   /* the handler's hooks (api_generate.c sets them; NULL: none). The HTTP code calls them and
    * knows no generation, job or session behind them. */
   void (*on_close)(req *r);  /* the client left or MHD ended the request: stop its work */

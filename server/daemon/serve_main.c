@@ -202,8 +202,10 @@ static void model_loaded(uv_work_t *w, int status) {
   a->limits.vocab_size = mc->vocab_size;
   a->limits.words_tokenizer = !xl_model_tokenizer(a->model)->spells_any_text;
   sched_opts so = {(int)a->cfg->workers, (int)a->cfg->max_batch, (int)a->cfg->batch_tokens,
-                   (int)a->cfg->max_running, (int)a->cfg->max_queue};
+                   (int)a->cfg->max_running, (int)a->cfg->max_queue,
+                   (size_t)64 << 10 /* stream_buffer: see stream_stall_timeout */};
   a->sched = sched_new(a->model, &so, wake_loop, &a->wake);
+  a->quota = rq_new(a->cfg->max_running_per_key, a->cfg->max_running_per_client);
   xl_error err;
   memset(&err, 0, sizeof err);
   if (sched_start(a->sched, &err)) {
@@ -356,6 +358,7 @@ int serve_main(int argc, char **argv) {
   rc = a.exit_code;
   if (uv_loop_close(&loop)) xlog_msg("warn", "loop_close", "handles left open at exit");
   sched_free(a.sched);
+  rq_free(a.quota);
   app_store_free(&a); /* before the table: its last callbacks use it */
   st_free(a.sessions);
   xl_model_free(a.model);
