@@ -191,7 +191,8 @@ int sched_submit(sched *s, job *j) { return sched_submit_all(s, &j, 1); }
 
 int sched_submit_all(sched *s, job **jobs, int n) {
   pthread_mutex_lock(&s->mu);
-  long free_run = s->o.max_running - s->n_active, free_wait = s->o.max_queue - s->wait.n;
+  long free_run = s->o.max_running - s->n_active - s->resumed.n;
+  long free_wait = s->o.max_queue - s->wait.n;
   if ((free_run > 0 ? free_run : 0) + (free_wait > 0 ? free_wait : 0) < n) {
     pthread_mutex_unlock(&s->mu);
     return -1;
@@ -216,7 +217,8 @@ int sched_has_room(sched *s) { return sched_has_room_for(s, 1); }
 
 int sched_has_room_for(sched *s, int n) {
   pthread_mutex_lock(&s->mu);
-  long free_run = s->o.max_running - s->n_active, free_wait = s->o.max_queue - s->wait.n;
+  long free_run = s->o.max_running - s->n_active - s->resumed.n;
+  long free_wait = s->o.max_queue - s->wait.n;
   int ok = (free_run > 0 ? free_run : 0) + (free_wait > 0 ? free_wait : 0) >= n;
   pthread_mutex_unlock(&s->mu);
   return ok;

@@ -41,7 +41,7 @@
     "the request body is too large")                                                               \
   X(PROMPT_TOO_LONG, 422, "invalid_request_error", "prompt_too_long", "the prompt is too long")    \
   X(QUEUE_FULL, 429, "rate_limit_error", "queue_full", "the queue is full")                        \
-  X(QUOTA_EXCEEDED, 429, "rate_limit_error", "quota_exceeded",                                   \
+  X(QUOTA_EXCEEDED, 429, "rate_limit_error", "quota_exceeded",                                     \
     "a per-key or per-client limit is reached")                                                    \
   X(GENERATION_FAILED, 500, "server_error", "generation_failed", "the generation failed")          \
   X(STORE_FAILED, 500, "server_error", "store_failed", "the session store failed")                 \
