@@ -99,6 +99,8 @@ def test_unread_streams_hold_no_slot_and_bounded_memory(medium_model, start_daem
     assert during < 15, during
     assert paused_answer < 5
     assert running == 0
+    if X.binary_sanitizer():
+        return  # ASan's quarantine and redzones make VmRSS no measure of what is buffered
     # bounded: each request's session and job (about 600 KiB with this model, there before any
     # output) plus 64 KiB of output per stream and MHD's buffer; no growth once paused (it was
     # every token of every stream: about 3 MiB/s here, to over 160 MiB)
