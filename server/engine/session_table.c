@@ -286,8 +286,9 @@ static void enforce_budget(session_table *t) {
     if (!s->busy && u) {
       int over_cap = t->ram_per_key && u->ram > t->ram_per_key;
       if (over_cap || (t->ram > t->budget && u->ram > fair_share(t)))
-        evict(t, s, over_cap ? "its key is over session_ram_mb_per_key"
-                             : "its key is over its share of session_ram_mb");
+        evict(t, s, over_cap             ? "its key is over session_ram_mb_per_key"
+                    : t->owners.n > 1 ? "its key is over its share of session_ram_mb"
+                                      : "session_ram_mb");
     }
     s = prev;
   }
