@@ -20,7 +20,7 @@
 #include "util.h"
 #include "xlog.h"
 
-/* The handler's context of a generation request (req.ctx): what the request asked, the chat
+/* The handler's context of a generation request (api_ctx.gen): what the request asked, the chat
  * plan, the session it holds and the job group, until the request record is freed. */
 typedef struct gen_req {
   gen_request g;
@@ -41,7 +41,7 @@ typedef struct gen_req {
   int quota_held;       /* counted in the app's run_quota until its generation is done */
 } gen_req;
 
-#define GEN(r) ((gen_req *)(r)->ctx)
+#define GEN(r) ((gen_req *)ACTX(r)->gen)
 
 static const char *prompt_param(const req *r) {
   return GEN(r)->g.kind == JOB_CHAT ? "messages" : "prompt";
@@ -96,9 +96,9 @@ static int answer_jobs(const req *r, job **out) {
 /* xlserve's extension block: what the session holds after this turn */
 static void xlserve_json(json_writer *w, const req *r, uint64_t session_tokens) {
   jw_object(w);
-  jw_kstring(w, "session_id", r->session_id[0] ? r->session_id : NULL);
+  jw_kstring(w, "session_id", ACTX(r)->session_id[0] ? ACTX(r)->session_id : NULL);
   jw_kuint(w, "session_tokens", session_tokens);
-  jw_kbool(w, "session_reset", r->sess_reset);
+  jw_kbool(w, "session_reset", ACTX(r)->sess_reset);
   if (GEN(r)->have_plan) jw_kstring(w, "history", plan_name(GEN(r)->plan.kind));
   jw_end(w);
 }
@@ -272,7 +272,7 @@ static gen_params *params_of(req *r) {
 /* ---- the request's hooks: what the HTTP code calls without knowing the generation ---- */
 
 static void hook_close(req *r) {
-  if (r->job_running) gen_cancel(r, 0);
+  if (ACTX(r)->job_running) gen_cancel(r, 0);
 }
 
 static void hook_free(req *r) {
@@ -282,7 +282,7 @@ static void hook_free(req *r) {
   if (c->have_plan) chat_plan_free(&c->plan);
   free(c->store_err);
   free(c);
-  r->ctx = NULL;
+  ACTX(r)->gen = NULL;
 }
 
 static void hook_log(req *r, json_writer *w, double dur) {
@@ -371,7 +371,7 @@ static int stage_session(req *r, turn *t) {
   }
   t->sid = hid ? hid : g->session_id;
   if (!t->sid) return 0;
-  snprintf(r->session_id, sizeof r->session_id, "%s", t->sid);
+  snprintf(ACTX(r)->session_id, sizeof ACTX(r)->session_id, "%s", t->sid);
   st_status st = req_find_session(r, t->sid, &t->s);
   if (st == ST_PENDING) return 1; /* the store looks for it; this handler runs again */
   if (st == ST_FOUND && t->s->busy) {
@@ -444,10 +444,10 @@ static int stage_inputs(req *r, turn *t) {
       return 1;
     }
   }
-  if (in->ntok > (size_t)a->cfg->max_prompt_tokens) {
+  if (in->ntok > (size_t)a->opt.max_prompt_tokens) {
     req_error(r, API_ERR_PROMPT_TOO_LONG, prompt_param(r),
               "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", in->ntok,
-              a->cfg->max_prompt_tokens);
+              a->opt.max_prompt_tokens);
     return 1;
   }
   t->reset = GEN(r)->have_plan && GEN(r)->plan.kind == PLAN_RESET;
@@ -477,10 +477,10 @@ static int stage_inputs(req *r, turn *t) {
       req_error(r, API_ERR_TOKENIZER_ERROR, param, "cannot tokenize %s: %s", param, pe.message);
       return 1;
     }
-    if (in->pn[p] > (size_t)a->cfg->max_prompt_tokens) {
+    if (in->pn[p] > (size_t)a->opt.max_prompt_tokens) {
       req_error(r, API_ERR_PROMPT_TOO_LONG, param,
                 "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, in->pn[p],
-                a->cfg->max_prompt_tokens);
+                a->opt.max_prompt_tokens);
       return 1;
     }
     if (in->pn[p] == 0) { /* a list's prompts each feed something */
@@ -493,7 +493,7 @@ static int stage_inputs(req *r, turn *t) {
 
 /* The client a per-client limit counts (NULL: exempt: a trusted proxy itself, or loopback). */
 static const char *quota_client(const req *r) {
-  return guard_exempt(r->a->guard, r->remote) ? NULL : r->remote;
+  return guard_exempt(r->srv->guard, r->remote) ? NULL : r->remote;
 }
 
 static void quota_release(req *r) {
@@ -512,8 +512,8 @@ static int stage_admit(req *r, const turn *t) {
               "this %s has %lld generation requests running or queued, its limit "
               "(%s); retry once one is done",
               strcmp(limit, "max_running_per_key") ? "client" : "API key",
-              strcmp(limit, "max_running_per_key") ? r->a->cfg->max_running_per_client
-                                                   : r->a->cfg->max_running_per_key,
+              strcmp(limit, "max_running_per_key") ? r->a->opt.max_running_per_client
+                                                   : r->a->opt.max_running_per_key,
               limit);
     return 1;
   }
@@ -535,7 +535,7 @@ static int stage_hold_session(req *r, turn *t) {
       req_error(r, API_ERR_QUOTA_EXCEEDED, "session_id",
                 "this API key holds %lld sessions, its limit (max_sessions_per_key): delete "
                 "one (DELETE /v1/sessions/ID) before starting another",
-                a->cfg->max_sessions_per_key);
+                a->opt.max_sessions_per_key);
       return 1;
     }
     t->s = st_create(a->sessions, t->sid, r->owner, &xe);
@@ -550,7 +550,7 @@ static int stage_hold_session(req *r, turn *t) {
   if (t->reset) {
     session_reset(t->s);
     t->s->unsaved = 1; /* the store still has the old conversation */
-    r->sess_reset = 1;
+    ACTX(r)->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
   if (!GEN(r)->sess_stateless) st_acquire(a->sessions, t->s);
@@ -569,7 +569,7 @@ static void stage_run(req *r, turn *t) {
   GEN(r)->others_left = GEN(r)->gen.n_others;
   job *j = GEN(r)->gen.main;
   if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
-  r->job_running = 1;
+  ACTX(r)->job_running = 1;
   GEN(r)->quota_held = 1;
   rq_take(a->quota, r->owner, quota_client(r));
   req_ref(r); /* the job's reference, dropped in gen_on_done */
@@ -595,16 +595,17 @@ static void stage_run(req *r, turn *t) {
   }
   /* events of the job reach the loop only after this handler returns */
   if (j->stream) req_start_stream(r);
-  else req_suspend_for_job(r);
+  else req_suspend_waiting(r);
 }
 
 /* parse -> session -> choices -> inputs -> admission -> session held -> run; a stage that
  * answers ends the request's way, and what the stages built is freed here. */
 static void api_generate(req *r, job_kind kind) {
-  if (!r->ctx) r->ctx = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
-  r->on_close = hook_close;
-  r->on_free = hook_free;
-  r->log_fields = hook_log;
+  if (!ACTX(r)->gen)
+    ACTX(r)->gen = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
+  ACTX(r)->gen_close = hook_close;
+  ACTX(r)->gen_free = hook_free;
+  ACTX(r)->gen_log = hook_log;
   r->stream_take = hook_stream_take;
   r->stream_put = hook_stream_put;
   turn t;
@@ -617,7 +618,7 @@ static void api_generate(req *r, job_kind kind) {
 }
 
 void gen_cancel(req *r, int by_drain) {
-  if (!r->job_running) return;
+  if (!ACTX(r)->job_running) return;
   if (by_drain) GEN(r)->cancelled_by_drain = 1;
   if (!GEN(r)->main_done) sched_cancel(r->a->sched, GEN(r)->gen.main);
   for (int i = 0; i < GEN(r)->gen.n_others; i++)
@@ -665,7 +666,7 @@ static void gen_finish(req *r);
 static void maybe_finish(req *r) {
   if (!GEN(r)->main_done || GEN(r)->others_left || GEN(r)->commit_wait) return;
   quota_release(r);
-  r->job_running = 0;
+  ACTX(r)->job_running = 0;
   r->a->n_jobs--;
   gen_finish(r);
 }
