@@ -60,6 +60,7 @@ struct session_table {
   int persist;          /* the store has a backend */
   st_durability durability;
   int sweeping;         /* a store sweep is queued */
+  prefix_cache *pc;     /* shares the budget, yields first (NULL: none) */
   /* per-key use of RAM (owner hex -> owner_use), for the fair share and the per-key limits */
   strmap owners;
   size_t max_per_key;   /* sessions one key may create while it holds that many (0: no limit) */
@@ -105,6 +106,11 @@ session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size
 }
 
 int st_persistent(const session_table *t) { return t->persist; }
+
+void st_set_prefix_cache(session_table *t, prefix_cache *pc) {
+  t->pc = pc;
+  prefix_cache_fit(pc, t->budget > t->ram ? t->budget - t->ram : 0);
+}
 
 void st_free(session_table *t) {
   if (!t) return;
@@ -279,6 +285,7 @@ static int any_key_over_cap(const session_table *t) {
 }
 
 static void enforce_budget(session_table *t) {
+  prefix_cache_fit(t->pc, t->budget > t->ram ? t->budget - t->ram : 0); /* the cache goes first */
   if (t->ram <= t->budget && !any_key_over_cap(t)) return;
   for (session *s = t->lru_tail; s && s != t->lru_head;) {
     session *prev = s->lru_prev;
