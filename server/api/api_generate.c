@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api_idem.h"
 #include "app.h"
 #include "generation.h"
 #include "http_guard.h"
@@ -40,6 +41,7 @@ typedef struct gen_req {
   int store_conflict;   /* ... because another replica committed a turn of the session first */
   int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
   int quota_held;       /* counted in the app's run_quota until its generation is done */
+  idem_req idem;        /* its Idempotency-Key (api_idem.h) */
   double busy_since;    /* the session was busy with a cancelled turn: waiting since (0: no) */
 } gen_req;
 
@@ -283,6 +285,7 @@ static void hook_free(req *r) {
   gen_group_free(&c->gen);
   if (c->have_g) gen_request_free(&c->g);
   if (c->have_plan) chat_plan_free(&c->plan);
+  idem_end(r, &c->idem);
   free(c->store_err);
   free(c);
   ACTX(r)->gen = NULL;
@@ -346,6 +349,7 @@ static int stage_parse(req *r, job_kind kind) {
       req_error_from(r, &e);
       return 1;
     }
+    if (idem_begin(r, &GEN(r)->idem)) return 1;
     buf_free(&r->body);
   }
   if (GEN(r)->g.model && strcmp(GEN(r)->g.model, a->model_name)) {
@@ -355,6 +359,12 @@ static int stage_parse(req *r, job_kind kind) {
     return 1;
   }
   return 0;
+}
+
+/* An Idempotency-Key already used on this session: answered from its record (api_idem.h). */
+static int stage_idem(req *r) {
+  const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
+  return idem_stage(r, &GEN(r)->idem, hid ? hid : GEN(r)->g.session_id);
 }
 
 /* The session named by X-Session-Id or session_id: found, missing (created once the request
@@ -653,7 +663,7 @@ static void api_generate(req *r, job_kind kind) {
   turn t;
   memset(&t, 0, sizeof t);
   gen_inputs_init(&t.in);
-  if (!stage_parse(r, kind) && !stage_session(r, &t) && !stage_choices(r, &t) &&
+  if (!stage_parse(r, kind) && !stage_idem(r) && !stage_session(r, &t) && !stage_choices(r, &t) &&
       !stage_inputs(r, &t) && !stage_admit(r, &t) && !stage_hold_session(r, &t))
     stage_run(r, &t);
   gen_inputs_free(&t.in);
@@ -758,8 +768,20 @@ void gen_on_done(req *r) {
     int fed = j->pos > 0 || j->decoding;
     uint8_t *core = j->snap;
     j->snap = NULL;
+    /* an Idempotency-Key's record, written in the turn's commit: the answer (a stream's as a
+     * full body) when the turn ended well and every choice is done */
+    st_record rec, *recp = NULL;
+    if (GEN(r)->idem.on) {
+      buf b;
+      buf_init(&b);
+      if ((j->finish == FINISH_STOP || j->finish == FINISH_LENGTH) && !GEN(r)->others_left)
+        full_body(&b, r, j, GEN(r)->held_tokens);
+      recp = idem_record(&GEN(r)->idem, &rec, GEN(r)->held_tokens, &b);
+      buf_free(&b);
+    }
     req_ref(r); /* the commit's, if it waits */
-    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, on_turn_committed, r);
+    int w =
+        st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, recp, on_turn_committed, r);
     if (w == 1) {
       GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */

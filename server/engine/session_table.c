@@ -585,11 +585,26 @@ static void on_turn_committed(store_op *op) {
   store_op_free(op);
 }
 
+/* A turn's record written on its own (the turn has no commit to carry it). */
+static void put_record(session_table *t, const session *s, st_record *rec) {
+  if (!rec || !t->store) {
+    if (rec) free(rec->value), rec->value = NULL;
+    return;
+  }
+  store_op *op = store_op_new(SOP_REC_PUT, NULL, NULL);
+  if (store_op_record(op, rec->ns, s->owner, rec->key, rec->value, rec->len, rec->ttl_s) == 0)
+    store_submit(t->store, op);
+  else
+    store_op_free(op);
+  rec->value = NULL;
+}
+
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
-                st_done_fn fn, void *ctx) {
+                st_record *rec, st_done_fn fn, void *ctx) {
   int delta = core && xl_state_blob_is_delta(core, core_len);
   int commit = t->persist && t->durability == DUR_TURN && fn;
   if (commit && fed && !core) { /* the worker's snapshot failed: the turn cannot be committed */
+    if (rec) free(rec->value), rec->value = NULL;
     roll_back_turn(t, s);
     return -1;
   }
@@ -600,6 +615,7 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, in
   if (!t->persist || !core) {
     free(core);
     if (fed) s->unsaved = 1;
+    put_record(t, s, rec);
     st_release(t, s);
     return 0;
   }
@@ -626,6 +642,10 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, in
   op->row.seq = ++s->store_seq;
   op->row.cas = commit; /* a shared store: a whole state only over the version it continues */
   op->async = t->durability == DUR_ASYNC;
+  if (rec) { /* kept with the turn's write, or not at all */
+    store_op_record(op, rec->ns, s->owner, rec->key, rec->value, rec->len, rec->ttl_s);
+    rec->value = NULL;
+  }
   op->ctx = call_new(t, commit ? s : NULL, commit ? (void *)fn : NULL, ctx);
   s->unsaved = 0;
   s->delta_ok = 1; /* the next turn's delta continues this write */
