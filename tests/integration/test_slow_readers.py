@@ -78,10 +78,12 @@ def test_unread_streams_hold_no_slot_and_bounded_memory(tiny_model, medium_model
         assert st == 200
         X.wait_until(lambda: X.metric(d.port, "xlserve_streams_paused") == 64, timeout=120,
                      what="every unread stream to pause")
-        rss1 = X.rss_kb(pid)
         running = X.metric(d.port, "xlserve_running")
-        # paused streams generate nothing more: the memory stays where it is
-        time.sleep(2)
+        time.sleep(1)  # the last steps' buffers settle
+        rss1 = X.rss_kb(pid)
+        # paused streams generate nothing more: the memory stays where it is (it grew by about
+        # 3 MiB/s here while they ran on)
+        time.sleep(3)
         rss2 = X.rss_kb(pid)
         st, paused_answer = timed_completion(d.port, VICTIM, timeout=60)
         assert st == 200
@@ -110,7 +112,7 @@ def test_unread_streams_hold_no_slot_and_bounded_memory(tiny_model, medium_model
     # output) plus 64 KiB of output per stream and MHD's buffer; no growth once paused (it was
     # every token of every stream: about 3 MiB/s here, to over 160 MiB)
     assert rss2 - rss0 < 80 * 1024, (rss0, rss1, rss2)
-    assert rss2 - rss1 < 2 * 1024, (rss1, rss2)
+    assert rss2 - rss1 < 4 * 1024, (rss1, rss2)
 
 
 def test_stalled_streams_are_cancelled(tiny_model, start_daemon):
