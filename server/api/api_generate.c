@@ -14,8 +14,10 @@
 #include <time.h>
 
 #include "api_generate.h"
+#include "api_idem.h"
 #include "app.h"
 #include "generation.h"
+#include "http_guard.h"
 #include "json_writer.h"
 #include "session_wait.h"
 #include "tool_calls.h"
@@ -44,6 +46,8 @@ typedef struct gen_req {
   const gen_flavor *fl;    /* NULL: completions / chat completions (api_generate.h) */
   void *fctx;              /* the flavor's context */
   gen_sess_mode sess_mode; /* a flavor's choice of session */
+  int quota_held;          /* counted in the app's run_quota until its generation is done */
+  idem_req idem;           /* its Idempotency-Key (api_idem.h) */
   double busy_since;       /* the session was busy with a cancelled turn: waiting since (0: no) */
 } gen_req;
 
@@ -267,6 +271,7 @@ static gen_params *params_of(req *r) {
     p->score_rank = g->prompt_logprobs >= 0;
   }
   p->chunk = a->prefill_chunk;
+  p->prefix_cache = a->prefix_cache;
   if (GEN(r)->fl) GEN(r)->fl->make_id(r, GEN(r)->fctx, p->id, sizeof p->id);
   else make_id(p);
   p->created = (long long)time(NULL);
@@ -298,6 +303,7 @@ static void hook_free(req *r) {
   if (c->have_g) gen_request_free(&c->g);
   if (c->have_plan) chat_plan_free(&c->plan);
   if (c->fl) c->fl->ctx_free(c->fctx);
+  idem_end(r, &c->idem);
   free(c->store_err);
   free(c);
   ACTX(r)->gen = NULL;
@@ -328,6 +334,7 @@ size_t gen_stream_raw(req *r, char *out, size_t max) {
     buf_consume(&j->out, n);
   }
   pthread_mutex_unlock(&j->mu);
+  if (n) sched_stream_drained(r->a->sched, j); /* resumes its jobs paused on a full buffer */
   return n;
 }
 
@@ -384,6 +391,7 @@ static int stage_parse(req *r, job_kind kind) {
       req_error_from(r, &e);
       return 1;
     }
+    if (!fl && idem_begin(r, &GEN(r)->idem)) return 1; /* not a flavor's (api_generate.h) */
     buf_free(&r->body);
   }
   if (GEN(r)->g.model && strcmp(GEN(r)->g.model, a->model_name)) {
@@ -423,6 +431,13 @@ static int stage_session_flavor(req *r, turn *t) {
     t->sid = NULL;
   }
   return 0;
+}
+
+/* An Idempotency-Key already used on this session: answered from its record (api_idem.h). */
+static int stage_idem(req *r) {
+  if (GEN(r)->fl) return 0; /* a flavor's requests take no Idempotency-Key */
+  const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
+  return idem_stage(r, &GEN(r)->idem, hid ? hid : GEN(r)->g.session_id);
 }
 
 /* The session named by X-Session-Id or session_id: found, missing (created once the request
@@ -488,6 +503,34 @@ static int stage_choices(req *r, turn *t) {
   return 0;
 }
 
+/* A chat fed from its first message: how many of its tokens its leading system messages (with
+ * their template) make, the part other conversations share (the prefix cache's hint); 0 when
+ * there are none. The count is of the tokens the whole text and the system part alone agree on
+ * (a tokenizer may join across the boundary). */
+static int chat_prefix_hint(req *r, const gen_inputs *in) {
+  const gen_request *g = &GEN(r)->g;
+  const chat_plan *pl = &GEN(r)->plan;
+  if (!r->a->prefix_cache || (pl->kind != PLAN_NEW && pl->kind != PLAN_RESET)) return -1;
+  buf sys;
+  buf_init(&sys);
+  for (int i = 0; i < g->n_msgs && g->msgs[i].role == ROLE_SYSTEM; i++)
+    chat_render(&r->a->tpl, &g->msgs[i], &sys);
+  int hint = 0; /* no system message: nothing shared (a conversation's own text) */
+  int32_t *ids = NULL;
+  size_t n = 0;
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  if (sys.len && sys.len <= pl->text.len && !memcmp(sys.p, pl->text.p, sys.len) &&
+      xl_tokenize(r->a->model, sys.p, sys.len, &ids, &n, &xe) == XL_OK) {
+    size_t k = 0;
+    while (k < n && k < in->ntok && ids[k] == in->toks[k]) k++;
+    hint = (int)k;
+  }
+  free(ids);
+  buf_free(&sys);
+  return hint;
+}
+
 /* What this turn feeds: the chat plan's text or the prompt, tokenized, after the session's
  * pending token; then the other prompts of a list. */
 static int stage_inputs(req *r, turn *t) {
@@ -523,6 +566,7 @@ static int stage_inputs(req *r, turn *t) {
               a->opt.max_prompt_tokens);
     return 1;
   }
+  if (g->kind == JOB_CHAT && !g->prompt_ids) in->prefix_hint = chat_prefix_hint(r, in);
   t->reset = GEN(r)->have_plan && GEN(r)->plan.kind == PLAN_RESET;
   if (t->s && t->s->pending >= 0 && !t->reset) in->pending = t->s->pending;
   if (in->ntok == 0 && in->pending < 0 && g->max_tokens > 0) {
@@ -569,8 +613,32 @@ static int stage_inputs(req *r, turn *t) {
   return 0;
 }
 
-/* 429 unless every job of the request fits in the queue now. */
+/* The client a per-client limit counts (NULL: exempt: a trusted proxy itself, or loopback). */
+static const char *quota_client(const req *r) {
+  return guard_exempt(r->srv->guard, r->remote) ? NULL : r->remote;
+}
+
+static void quota_release(req *r) {
+  if (!GEN(r)->quota_held) return;
+  GEN(r)->quota_held = 0;
+  rq_release(r->a->quota, r->owner, quota_client(r));
+}
+
+/* 429 when the request's key or client has its limit of requests in flight, or unless every
+ * job of the request fits in the queue now. */
 static int stage_admit(req *r, const turn *t) {
+  const char *limit = rq_check(r->a->quota, r->owner, quota_client(r));
+  if (limit) {
+    r->retry_after = "1";
+    req_error(r, API_ERR_QUOTA_EXCEEDED, NULL,
+              "this %s has %lld generation requests running or queued, its limit "
+              "(%s); retry once one is done",
+              strcmp(limit, "max_running_per_key") ? "client" : "API key",
+              strcmp(limit, "max_running_per_key") ? r->a->opt.max_running_per_client
+                                                   : r->a->opt.max_running_per_key,
+              limit);
+    return 1;
+  }
   if (sched_has_room_for(r->a->sched, t->groups * t->per)) return 0;
   ctr_add(&g_metrics.rejected_queue_full, 1);
   r->retry_after = "1";
@@ -584,6 +652,14 @@ static int stage_hold_session(req *r, turn *t) {
   app *a = r->a;
   xl_error xe;
   memset(&xe, 0, sizeof xe);
+  int mint = GEN(r)->sess_mode == GEN_SESS_MINT;
+  if ((mint || (t->sid && !t->s)) && st_key_full(a->sessions, r->owner)) {
+    req_error(r, API_ERR_QUOTA_EXCEEDED, mint ? NULL : "session_id",
+              "this API key holds %lld sessions, its limit (max_sessions_per_key): delete "
+              "one (DELETE /v1/sessions/ID) before starting another",
+              a->opt.max_sessions_per_key);
+    return 1;
+  }
   if (GEN(r)->sess_mode == GEN_SESS_MINT) {
     t->s = st_create(a->sessions, NULL, r->owner, &xe);
     if (t->s) snprintf(ACTX(r)->session_id, sizeof ACTX(r)->session_id, "%s", t->s->id);
@@ -618,6 +694,7 @@ static int stage_hold_session(req *r, turn *t) {
 static void stage_run(req *r, turn *t) {
   app *a = r->a;
   gen_params *p = params_of(r);
+  p->prefix_hint = t->in.prefix_hint;
   int main_index = t->sid && GEN(r)->g.session_choice > 0 ? GEN(r)->g.session_choice : 0;
   int snapshot = !GEN(r)->sess_stateless && st_persistent(a->sessions);
   gen_group_build(&GEN(r)->gen, p, t->s, &t->in, t->per, main_index, &t->s->rng, snapshot, r);
@@ -627,6 +704,8 @@ static void stage_run(req *r, turn *t) {
   if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
   if (j->stream && GEN(r)->fl) GEN(r)->fl->stream_head(r, GEN(r)->fctx);
   ACTX(r)->job_running = 1;
+  GEN(r)->quota_held = 1;
+  rq_take(a->quota, r->owner, quota_client(r));
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
@@ -667,7 +746,7 @@ static void api_generate(req *r, job_kind kind) {
   turn t;
   memset(&t, 0, sizeof t);
   gen_inputs_init(&t.in);
-  if (!stage_parse(r, kind) && !stage_session(r, &t) && !stage_choices(r, &t) &&
+  if (!stage_parse(r, kind) && !stage_idem(r) && !stage_session(r, &t) && !stage_choices(r, &t) &&
       !stage_inputs(r, &t) && !stage_admit(r, &t) && !stage_hold_session(r, &t))
     stage_run(r, &t);
   gen_inputs_free(&t.in);
@@ -730,6 +809,7 @@ static void gen_finish(req *r);
 /* The response goes out once every job is done and the turn committed. */
 static void maybe_finish(req *r) {
   if (!GEN(r)->main_done || GEN(r)->others_left || GEN(r)->commit_wait) return;
+  quota_release(r);
   ACTX(r)->job_running = 0;
   r->a->n_jobs--;
   gen_finish(r);
@@ -792,14 +872,24 @@ void gen_on_done(req *r) {
     int fed = j->pos > 0 || j->decoding;
     uint8_t *core = j->snap;
     j->snap = NULL;
+    /* an Idempotency-Key's record, written in the turn's commit: the answer (a stream's as a
+     * full body) when the turn ended well and every choice is done */
+    st_record rec, *recp = NULL;
+    if (GEN(r)->idem.on && !GEN(r)->fl) {
+      buf b;
+      buf_init(&b);
+      if ((j->finish == FINISH_STOP || j->finish == FINISH_LENGTH) && !GEN(r)->others_left)
+        full_body(&b, r, j, GEN(r)->held_tokens);
+      recp = idem_record(&GEN(r)->idem, &rec, GEN(r)->held_tokens, &b);
+      buf_free(&b);
+    }
     req_ref(r); /* the commit's, if it waits */
-    st_record recbuf, *rec = NULL;
     if (GEN(r)->fl && j->finish != FINISH_ERROR && !GEN(r)->cancelled_by_drain) {
       gen_outcome o = outcome_of(r, API_ERR_NONE, NULL);
-      rec = GEN(r)->fl->turn_record(r, GEN(r)->fctx, &o, &recbuf);
+      recp = GEN(r)->fl->turn_record(r, GEN(r)->fctx, &o, &rec);
     }
     int w =
-        st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, rec, on_turn_committed, r);
+        st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, recp, on_turn_committed, r);
     if (w == 1) {
       GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */

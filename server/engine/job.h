@@ -54,7 +54,10 @@ typedef struct tok_rec {
 } tok_rec;
 
 /* where the job is, under the scheduler's lock */
-typedef enum { JQ_NONE, JQ_WAIT, JQ_RUN, JQ_WORKER, JQ_DONE } job_queue;
+/* JQ_PAUSED: a stream whose client does not read (its sink's `out` reached the scheduler's
+ * stream_buffer): out of the running set until the loop drains it; JQ_RESUMED: drained, waiting
+ * for a running slot ahead of the queue. */
+typedef enum { JQ_NONE, JQ_WAIT, JQ_RUN, JQ_WORKER, JQ_DONE, JQ_PAUSED, JQ_RESUMED } job_queue;
 
 enum { JOB_EV_OUTPUT = 1, JOB_EV_DONE = 2 };
 
@@ -86,6 +89,9 @@ typedef struct gen_params {
   char **stops;          /* the request's stop strings, then the chat template's */
   int n_stops;
   char *model_name;
+  struct prefix_cache *prefix_cache; /* NULL: none */
+  int prefix_hint; /* prompt 0's tokens shared with other requests (chat: its leading system
+                      messages); -1: all of it */
 } gen_params;
 
 gen_params *gen_params_new(void);
@@ -137,6 +143,11 @@ typedef struct job {
   int score_top;       /* alternatives per scored token (0..JOB_MAX_TOP) */
   int score_rank;      /* 1: also the rank of each scored token in its distribution */
   int32_t *score_targets; /* [n_input]: input[k + 1]; -1 for the last row */
+  /* prefix cache (prefix_cache.h), set by prefix_cache_attach before submit */
+  struct prefix_cache *pc;  /* NULL: no cache */
+  struct pc_entry *pc_hit;  /* the entry the worker copies in before the first forward */
+  int pc_store_at;          /* >0: the worker stores the state once pos reaches it */
+  int pc_applied;           /* worker: the hit was copied (pos moved past it) */
   /* ---- run: the worker holding the job ---- */
   xl_rng rng;
   int pos;      /* input tokens fed */
@@ -177,6 +188,8 @@ typedef struct job {
   atomic_int cancel;
   pthread_mutex_t mu;
   buf out; /* stream: SSE bytes to send (mu) */
+  atomic_int n_paused; /* jobs paused on this sink's full `out` (written under mu and the
+                          scheduler's lock; the loop reads it to know when to resume them) */
   /* ---- scheduler lock ---- */
   struct job *q_prev, *q_next;
   job_queue where;

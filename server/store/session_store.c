@@ -467,6 +467,7 @@ static int exec_op(session_store *st, store_op *op) {
       op->rec_value = xmalloc(op->rec.len ? op->rec.len : 1);
       if (op->rec.len) memcpy(op->rec_value, op->rec.value, op->rec.len);
       op->rec.value = op->rec_value;
+      if (B) B->release(st->conn); /* the loan (and any read transaction) ends here */
       return 0;
     }
     case SOP_REC_DEL: {

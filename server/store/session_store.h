@@ -204,7 +204,7 @@ typedef struct store_backend_ops {
   long (*count)(store_conn *c);
   /* Keyed records (see store_record). rec_put inserts or replaces r: 0 ok, -1 error (not
    * written), -2 outcome unknown (shared backends: the reply was lost). rec_get reads the
-   * record r->ns/owner/key into r (value borrowed until the next call on the connection):
+   * record r->ns/owner/key into r (value borrowed until `release` or the next call):
    * 0 found, 1 absent or expired, -1 error. rec_del: 0 deleted, 1 absent, -1 error.
    * In a batch like the other writes. */
   int (*rec_put)(store_conn *c, const store_record *r, char *err, size_t cap);

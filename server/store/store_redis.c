@@ -689,6 +689,8 @@ static int rnext_delta(store_conn *c, store_delta *d, char *err, size_t cap) {
 static void rrelease(store_conn *c) {
   if (c->held) freeReplyObject(c->held);
   c->held = NULL;
+  if (c->rec_held) freeReplyObject(c->rec_held);
+  c->rec_held = NULL;
 }
 
 /* A put's or an append's record arguments (ms, value), and its key as KEYS[3] when the row

@@ -27,14 +27,14 @@ static void rec_of(store_record *r, const char *ns, uint8_t owner_byte, const ch
 }
 
 /* The record (ns, owner_byte, key) reads as `want` (NULL: absent). */
-static int rec_reads(const store_backend_ops *B, store_conn *c, const char *ns,
-                     uint8_t owner_byte, const char *key, const char *want) {
+static int rec_reads(const store_backend_ops *B, store_conn *c, const char *ns, uint8_t owner_byte,
+                     const char *key, const char *want) {
   store_record r;
   char err[512];
   rec_of(&r, ns, owner_byte, key, NULL, 0);
   int rc = B->rec_get(c, &r, err, sizeof err);
   if (!want) return rc == 1;
-  return rc == 0 && r.len == strlen(want) && !memcmp(r.value, want, r.len) &&
+  return rc == 0 && r.len == strlen(want) && (r.len == 0 || !memcmp(r.value, want, r.len)) &&
          r.expires > now_wall();
 }
 

@@ -913,7 +913,15 @@ static st_status restore(session_store *st, session_table *t, const char *id,
 }
 
 /* One turn on s ending with its commit (durability turn): the commit's status. */
+static int committed_turn_rec(session_store *st, session_table *t, session *s, int n, int seed,
+                              const char *rec_key);
 static int committed_turn(session_store *st, session_table *t, session *s, int n, int seed) {
+  return committed_turn_rec(st, t, s, n, seed, NULL);
+}
+
+/* A turn whose commit carries the record (idem, rec_key) -> "answer" (NULL: none). */
+static int committed_turn_rec(session_store *st, session_table *t, session *s, int n, int seed,
+                              const char *rec_key) {
   xl_error xe;
   st_acquire(t, s);
   feed(s, n, seed, NULL);
@@ -922,9 +930,22 @@ static int committed_turn(session_store *st, session_table *t, session *s, int n
   size_t cl;
   CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK); /* as the worker does */
   cb_state c = {0};
-  CHECK(st_turn_end(t, s, core, cl, 1, NULL, on_done, &c) == 1);
+  st_record rec = {"idem", rec_key, (uint8_t *)xstrdup("answer"), 6, 60};
+  CHECK(st_turn_end(t, s, core, cl, 1, rec_key ? &rec : NULL, on_done, &c) == 1);
+  if (!rec_key) free(rec.value);
   PUMP_UNTIL(c.calls, 60, pump(st));
   return c.status;
+}
+
+/* Whether the store holds the record (idem, owner, key). */
+static int has_record(session_store *st, const uint8_t owner[32], const char *key) {
+  rec_state r = {0};
+  store_op *op = store_op_new(SOP_REC_GET, on_rec_op, &r);
+  CHECK(store_op_record(op, "idem", owner, key, NULL, 0, 0) == 0);
+  store_submit(st, op);
+  while (!r.calls) pump(st);
+  CHECK(r.status == STORE_OK || r.status == STORE_ABSENT);
+  return r.status == STORE_OK && !strcmp(r.value, "answer");
 }
 
 /* Durability turn: a turn whose commit fails is not kept. The session leaves RAM without a
@@ -1088,6 +1109,60 @@ static void test_ids_are_per_owner(void) {
   CHECK(restore(st, t, "same", ka, &x) == ST_MISSING);
   (void)da;
   end_store(st, sb, t);
+}
+
+/* Per-key fair share: when the budget must evict, keys over an even share of it lose their
+ * sessions first, so key b creating many sessions never evicts key a's one; a per-key cap
+ * (session_ram_mb_per_key) evicts a key's own sessions under a roomy budget; max_sessions_per_key
+ * is reported by st_key_full. */
+static void test_keys_share_the_budget(void) {
+  uint8_t ka[32], kb[32];
+  memset(ka, 0xa1, 32);
+  memset(kb, 0xb2, 32);
+  xl_error xe;
+  session *probe = session_new(M, &xe); /* what a new session holds */
+  size_t per = session_ram(probe);
+  session_free(probe);
+  session_table *t = st_new(M, per * 10, 0, 1000, NULL, DUR_OFF);
+  session *a = st_create(t, "mine", ka, &xe), *x = NULL;
+  st_acquire(t, a);
+  feed(a, 5, 1, NULL);
+  st_release(t, a);
+  char id[32];
+  for (int i = 0; i < 100; i++) {
+    snprintf(id, sizeof id, "b-%d", i);
+    CHECK(st_create(t, id, kb, &xe) != NULL);
+  }
+  CHECK(st_lookup(t, "mine", ka, &x) == ST_FOUND && x == a);
+  CHECK(st_ram(t) <= per * 10 + per);
+  CHECK(st_key_sessions(t, ka) == 1);
+  CHECK(st_key_sessions(t, kb) >= 5 && st_key_sessions(t, kb) <= 10);
+  CHECK(st_lookup(t, "b-0", kb, &x) == ST_EXPIRED);
+  CHECK(st_lookup(t, "b-99", kb, &x) == ST_FOUND);
+  st_free(t);
+
+  /* a cap per key: b holds at most 3 sessions' worth, a roomy budget notwithstanding */
+  t = st_new(M, per * 1000, 0, 1000, NULL, DUR_OFF);
+  st_set_key_limits(t, 0, per * 3);
+  CHECK(st_create(t, "mine", ka, &xe) != NULL);
+  for (int i = 0; i < 20; i++) {
+    snprintf(id, sizeof id, "b-%d", i);
+    CHECK(st_create(t, id, kb, &xe) != NULL);
+  }
+  CHECK(st_key_sessions(t, kb) == 3 && st_key_sessions(t, ka) == 1);
+  CHECK(st_lookup(t, "b-16", kb, &x) == ST_EXPIRED && st_lookup(t, "b-17", kb, &x) == ST_FOUND);
+  st_free(t);
+
+  /* max_sessions_per_key: full at the limit, for that key alone; a deletion makes room */
+  t = st_new(M, per * 1000, 0, 1000, NULL, DUR_OFF);
+  st_set_key_limits(t, 2, 0);
+  session *b0 = st_create(t, "b-0", kb, &xe);
+  CHECK(!st_key_full(t, kb));
+  st_create(t, "b-1", kb, &xe);
+  CHECK(st_key_full(t, kb) && !st_key_full(t, ka));
+  st_delete(t, b0, NULL, NULL);
+  CHECK(!st_key_full(t, kb) && st_key_sessions(t, kb) == 1);
+  st_free(t);
 }
 
 /* A fork is a use of its parent: forking a parent 1000 times under a budget of about two
@@ -2067,7 +2142,7 @@ static void test_sqlite_commit_outcome_unknown(void) {
   CHECK(committed_turn(st, t, s, 20, 1) == 0 && store_equals_ram(st, s));
   uint64_t unknown0 = atomic_load(&g_metrics.store_outcome_unknown);
   SHIM_FAIL_SYNC = 1;
-  CHECK(committed_turn(st, t, s, 9, 2) == -3);
+  CHECK(committed_turn_rec(st, t, s, 9, 2, "u1/k2") == -3);
   CHECK(SHIM_FAIL_SYNC == 0); /* the failure did come from the WAL's fsync */
   CHECK(atomic_load(&g_metrics.store_outcome_unknown) == unknown0 + 1);
   CHECK(st_lookup(t, "u1", owner, &s) == ST_MISSING); /* dropped: re-read at its next use */
@@ -2075,11 +2150,14 @@ static void test_sqlite_commit_outcome_unknown(void) {
   if (s) {
     uint64_t fed = xl_state_tokens_fed(s->state);
     CHECK(fed == 20 || fed == 29); /* either outcome, whole */
+    /* the turn's record is in its commit: there if and only if the turn is */
+    CHECK(has_record(st, owner, "u1/k2") == (fed == 29));
     CHECK(committed_turn(st, t, s, 5, 3) == 0 && store_equals_ram(st, s));
     fed = xl_state_tokens_fed(s->state);
     SHIM_FAIL_WRITE = 1;
-    CHECK(committed_turn(st, t, s, 7, 4) == -1); /* SQLITE_FULL: not kept */
+    CHECK(committed_turn_rec(st, t, s, 7, 4, "u1/k4") == -1); /* SQLITE_FULL: not kept */
     CHECK(SHIM_FAIL_WRITE == 0);
+    CHECK(!has_record(st, owner, "u1/k4")); /* nor its record */
     CHECK(atomic_load(&g_metrics.store_outcome_unknown) == unknown0 + 1);
     CHECK(restore(st, t, "u1", owner, &s) == ST_FOUND && s &&
           xl_state_tokens_fed(s->state) == fed);
@@ -2116,6 +2194,7 @@ int main(void) {
   RUN(test_second_backend_and_failed_commits);
   RUN(test_ids_are_per_owner);
   RUN(test_fork_keeps_its_parent);
+  RUN(test_keys_share_the_budget);
   RUN(test_sqlite_migrates_v1);
   RUN(test_sqlite_migrates_v3);
   RUN(test_sqlite_migrates_v4);
