@@ -202,7 +202,8 @@ static void model_loaded(uv_work_t *w, int status) {
   a->limits.vocab_size = mc->vocab_size;
   a->limits.words_tokenizer = !xl_model_tokenizer(a->model)->spells_any_text;
   sched_opts so = {(int)a->cfg->workers, (int)a->cfg->max_batch, (int)a->cfg->batch_tokens,
-                   (int)a->cfg->max_running, (int)a->cfg->max_queue};
+                   (int)a->cfg->max_running, (int)a->cfg->max_queue,
+                   (int)a->cfg->threads_per_worker};
   a->sched = sched_new(a->model, &so, wake_loop, &a->wake);
   xl_error err;
   memset(&err, 0, sizeof err);
@@ -224,10 +225,12 @@ static void model_loaded(uv_work_t *w, int status) {
   a->load_rc = 0;
   xlog_msg("info", "ready",
            "model %s (%s): %d layers, d_model %d, mem_len %d, vocab %d, same_length %d; %lld "
-           "workers, max_batch %lld, prefill_chunk %d; weight kernel %s; weights %s; cpu %s; "
+           "workers x %lld threads, max_batch %lld, prefill_chunk %d; weight kernel %s; weights "
+           "%s; cpu %s; "
            "blas core %s%s%s%s",
            a->model_name, a->cfg->model, mc->n_layer, mc->d_model, mc->mem_len, mc->vocab_size,
-           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk,
+           mc->same_length, a->cfg->workers, a->cfg->threads_per_worker, a->cfg->max_batch,
+           a->prefill_chunk,
            xl_model_weights_kernel(a->model), xl_weights_name(xl_model_weights(a->model)),
            xl_cpu_path(), xl_blas_core(), *xl_blas_note() ? " (" : "", xl_blas_note(),
            *xl_blas_note() ? ")" : "");

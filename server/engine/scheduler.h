@@ -39,6 +39,7 @@ typedef struct sched sched;
 
 typedef struct sched_opts {
   int workers, max_batch, batch_tokens, max_running, max_queue;
+  int threads_per_worker; /* threads of each worker's forward pass (0 or 1: the worker alone) */
 } sched_opts;
 
 typedef struct sched_event {
