@@ -173,37 +173,36 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
   return XL_OK;
 }
 
-/* The decode steps' attention of one layer, split over heads: share s of k takes heads
- * [h0, h1) of every decode step (their position products, scores and outputs), with its own
- * qu/rev scratch; heads share no sum, so the numbers are those of one thread. */
+/* The decode steps' attention of one layer, one task per run of hp heads: task t computes
+ * heads [t hp, (t + 1) hp) of every decode step (their position products, scores and output
+ * columns), with the qu/rev scratch of the thread running it; heads share no sum, so the
+ * numbers are those of one thread over all heads. */
 typedef struct {
   const xl_model *m;
   int l;
   xl_feed *items;
   int n_items;
   fwd_plan *p;
+  int hp; /* heads per task */
 } decode_job;
 
-static void decode_share(void *ctx, int s, int k) {
+static void decode_heads(void *ctx, int t, int thread) {
   const decode_job *j = ctx;
   const xl_model *m = j->m;
   fwd_plan *p = j->p;
-  const int H = m->cfg.n_head, hd = m->hd;
-  int h0, h1;
-  xl_pool_split(H, s, k, 1, &h0, &h1);
-  if (h0 >= h1) return;
+  const int H = m->cfg.n_head, hd = m->hd, h = t * j->hp, h1 = h + j->hp < H ? h + j->hp : H;
   xl_attn_scratch sc = p->sc;
-  if (k > 1) {
-    sc.qu = p->thread_sc + (size_t)s * p->thread_floats;
+  if (p->thread_sc) {
+    sc.qu = p->thread_sc + (size_t)thread * p->thread_floats;
     sc.rev = sc.qu + m->cfg.d_head;
   }
-  xl_decode_positions(m, j->l, p->dec_q, p->dec_rows, p->n_dec, p->dec_pos, p->dec_p, h0, h1);
+  xl_decode_positions(m, j->l, p->dec_q, p->dec_rows, p->n_dec, p->dec_pos, p->dec_p, h, h1);
   size_t row = 0;
   for (int i = 0, d = 0; i < j->n_items; row += (size_t)j->items[i++].n_tokens) {
     if (j->items[i].n_tokens != 1) continue;
     xl_attn_item it = {j->items[i].state, 1, p->qkv + row * 3 * hd, p->av + row * hd,
                        p->dec_p + (size_t)d++ * H * p->dec_pos, p->dec_pos};
-    xl_attend_heads(m, j->l, &it, &sc, h0, h1);
+    xl_attend_heads(m, j->l, &it, &sc, h, h1);
   }
 }
 
@@ -239,8 +238,12 @@ static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_i
         p->dec_q[d] = p->qkv + row * 3 * hd;
         p->dec_rows[d++] = xl_pos_rows_needed(m, items[i].state->len + 1);
       }
-    decode_job dj = {m, l, items, n_items, p};
-    xl_pool_run(p->pool, decode_share, &dj); /* every decode step, heads split over threads */
+    /* one thread: all heads in one task (one pass over the value rows); else about two
+     * tasks a thread */
+    const int nt = xl_pool_threads(p->pool), H = c->n_head;
+    const int hp = nt == 1 ? H : (H + 2 * nt - 1) / (2 * nt);
+    decode_job dj = {m, l, items, n_items, p, hp};
+    xl_pool_run(p->pool, decode_heads, &dj, (H + hp - 1) / hp); /* every decode step */
   }
   size_t row = 0; /* the other items (blocks of queries) on this thread */
   for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens) {

@@ -1,9 +1,14 @@
 /*
- * pool.c: the persistent thread team of a workspace (pool.h). A job is published by bumping
- * an atomic generation number; helpers wait for a new generation spinning a little (the
- * forward pass hands out jobs microseconds apart), then sleep on a condition variable; the
- * caller runs share 0, then waits for the helpers' done count (spinning, then yielding).
- * Threads: the owner calls new/run/free; helpers run only the job's shares.
+ * pool.c: the persistent thread team of a workspace (pool.h). One 64-bit atomic word holds the
+ * job's generation (high half) and the next unclaimed task (low half): publishing a job bumps
+ * the generation and zeroes the counter in one store; a claim is a compare-and-swap that fails
+ * once the generation moved on, so a helper that wakes late never runs a task of another job.
+ * The job's function, context and task count are atomics too (a late helper may read them
+ * while the owner writes the next job's; it then fails its claim). Helpers wait for a new
+ * generation spinning a little (the forward pass hands out jobs microseconds apart), then
+ * sleep on a condition variable. The caller claims tasks like any helper, then waits for the
+ * done count (spinning, then yielding): it waits only for tasks a running helper has claimed.
+ * Threads: the owner calls new/run/free; helpers run only claimed tasks.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -22,55 +27,68 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Spins before a helper sleeps (about 50-100 us) and before the caller starts yielding. */
+/* Spins before a helper sleeps (some hundreds of microseconds) and before the caller yields. */
 #define SPIN_WAIT 20000
-#define SPIN_DONE 4000
+#define SPIN_DONE 2000
 
 typedef struct {
   xl_pool *pool;
-  int share;
+  int index;
   pthread_t tid;
 } helper;
 
 struct xl_pool {
-  int n;                      /* threads, the caller included */
-  atomic_uint gen;            /* job number; a new one publishes job and ctx */
-  atomic_int done;            /* helpers finished with the current job */
+  int n;                          /* threads, the caller included */
+  _Atomic uint64_t state;         /* generation << 32 | next task */
+  _Atomic(xl_pool_job) job;       /* the current generation's job */
+  _Atomic(void *) ctx;
+  atomic_int n_tasks;
+  atomic_int done;                /* tasks of the current generation finished */
   atomic_int stop;
-  xl_pool_job job;            /* written by the owner before gen is bumped */
-  void *ctx;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int sleepers;               /* under mu */
+  int sleepers;                   /* under mu */
   helper h[XL_MAX_THREADS];
 };
+
+/* Claims and runs tasks of generation g until none is left (or g is over). */
+static void work(xl_pool *p, uint32_t g, int thread) {
+  xl_pool_job job = atomic_load(&p->job);
+  void *ctx = atomic_load(&p->ctx);
+  const int n = atomic_load(&p->n_tasks);
+  uint64_t v = atomic_load(&p->state);
+  for (;;) {
+    if ((uint32_t)(v >> 32) != g || (int)(uint32_t)v >= n) return;
+    if (!atomic_compare_exchange_weak(&p->state, &v, v + 1)) continue; /* v reloaded */
+    job(ctx, (int)(uint32_t)v, thread);
+    atomic_fetch_add(&p->done, 1);
+    v = atomic_load(&p->state);
+  }
+}
 
 static void *helper_main(void *arg) {
   helper *me = arg;
   xl_pool *p = me->pool;
-  unsigned seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    unsigned g;
+    uint32_t g;
     int spins = 0;
-    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-           !atomic_load_explicit(&p->stop, memory_order_acquire)) {
+    while ((g = (uint32_t)(atomic_load(&p->state) >> 32)) == seen && !atomic_load(&p->stop)) {
       if (++spins < SPIN_WAIT) {
         CPU_RELAX();
         continue;
       }
       pthread_mutex_lock(&p->mu);
       p->sleepers++;
-      while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen &&
-             !atomic_load_explicit(&p->stop, memory_order_acquire))
+      while ((uint32_t)(atomic_load(&p->state) >> 32) == seen && !atomic_load(&p->stop))
         pthread_cond_wait(&p->cv, &p->mu);
       p->sleepers--;
       pthread_mutex_unlock(&p->mu);
       spins = 0;
     }
-    if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
+    if (atomic_load(&p->stop)) return NULL;
     seen = g;
-    p->job(p->ctx, me->share, p->n);
-    atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel);
+    work(p, g, me->index);
   }
 }
 
@@ -82,7 +100,7 @@ static void wake(xl_pool *p) {
 
 void xl_pool_free(xl_pool *p) {
   if (!p) return;
-  atomic_store_explicit(&p->stop, 1, memory_order_release);
+  atomic_store(&p->stop, 1);
   wake(p);
   for (int i = 1; i < p->n; i++) pthread_join(p->h[i].tid, NULL);
   pthread_cond_destroy(&p->cv);
@@ -97,7 +115,10 @@ xl_code xl_pool_new(int n_threads, xl_pool **out, xl_error *err) {
   xl_pool *p = calloc(1, sizeof *p);
   if (!p) return xl_fail(err, XL_NOMEM, "out of memory for a thread pool");
   p->n = 1;
-  atomic_init(&p->gen, 0);
+  atomic_init(&p->state, 0);
+  atomic_init(&p->job, NULL);
+  atomic_init(&p->ctx, NULL);
+  atomic_init(&p->n_tasks, 0);
   atomic_init(&p->done, 0);
   atomic_init(&p->stop, 0);
   if (pthread_mutex_init(&p->mu, NULL)) {
@@ -124,19 +145,22 @@ xl_code xl_pool_new(int n_threads, xl_pool **out, xl_error *err) {
 
 int xl_pool_threads(const xl_pool *p) { return p ? p->n : 1; }
 
-void xl_pool_run(xl_pool *p, xl_pool_job job, void *ctx) {
-  if (!p || p->n == 1) {
-    job(ctx, 0, 1);
+void xl_pool_run(xl_pool *p, xl_pool_job job, void *ctx, int n_tasks) {
+  if (n_tasks <= 0) return;
+  if (!p || p->n == 1 || n_tasks == 1) {
+    for (int t = 0; t < n_tasks; t++) job(ctx, t, 0);
     return;
   }
-  p->job = job;
-  p->ctx = ctx;
-  atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-  atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
+  atomic_store(&p->job, job);
+  atomic_store(&p->ctx, ctx);
+  atomic_store(&p->n_tasks, n_tasks);
+  atomic_store(&p->done, 0);
+  const uint32_t g = (uint32_t)(atomic_load(&p->state) >> 32) + 1;
+  atomic_store(&p->state, (uint64_t)g << 32); /* publishes the job: task 0 next */
   wake(p);
-  job(ctx, 0, p->n);
+  work(p, g, 0);
   int spins = 0;
-  while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n - 1) {
+  while (atomic_load(&p->done) < n_tasks) {
     if (++spins < SPIN_DONE) CPU_RELAX();
     else sched_yield();
   }

@@ -12,6 +12,7 @@
 #define SPLIT_ROWS 64
 /* Products smaller than this (weights read) run on the caller alone: a handoff costs more. */
 #define SPLIT_MIN_WEIGHTS 32768
+#define TASKS_PER_THREAD 4
 
 typedef struct {
   const float *x;
@@ -21,12 +22,14 @@ typedef struct {
   int N;
   float *y;
   int ldy;
+  int rows; /* output rows per task: a multiple of SPLIT_ROWS */
 } split_job;
 
-static void split_share(void *ctx, int s, int k) {
+/* Task t: output rows [t * rows, (t + 1) * rows) (the last task to N). */
+static void split_task(void *ctx, int t, int thread) {
   const split_job *j = ctx;
-  int lo, hi;
-  xl_pool_split(j->N, s, k, SPLIT_ROWS, &lo, &hi);
+  (void)thread;
+  int lo = t * j->rows, hi = lo + j->rows < j->N ? lo + j->rows : j->N;
   if (lo >= hi) return;
   xl_wmat v = xl_wmat_from_row(j->W, lo); /* rows lo..hi of W: outputs lo..hi of y */
   xl_matmul_w(j->x, j->M, j->K, j->ldx, &v, hi - lo, j->y + lo, j->ldy);
@@ -36,9 +39,14 @@ static void split_share(void *ctx, int s, int k) {
 void xl_par_linear_w(struct xl_pool *pool, const float *x, int M, int K, int ldx,
                      const xl_wmat *W, const float *b, int N, float *y, int ldy) {
   if (M <= 0 || N <= 0) return;
-  split_job j = {x, M, K, ldx, W, b, N, y, ldy};
-  if (xl_pool_threads(pool) == 1 || (size_t)N * K < SPLIT_MIN_WEIGHTS || N <= SPLIT_ROWS)
-    split_share(&j, 0, 1);
-  else
-    xl_pool_run(pool, split_share, &j);
+  const int nt = xl_pool_threads(pool);
+  split_job j = {x, M, K, ldx, W, b, N, y, ldy, N};
+  if (nt == 1 || (size_t)N * K < SPLIT_MIN_WEIGHTS || N <= SPLIT_ROWS) {
+    split_task(&j, 0, 0);
+    return;
+  }
+  /* about TASKS_PER_THREAD tasks a thread: a thread the machine delays leaves little behind */
+  int units = (N + SPLIT_ROWS - 1) / SPLIT_ROWS, want = TASKS_PER_THREAD * nt;
+  j.rows = (units + want - 1) / want * SPLIT_ROWS;
+  xl_pool_run(pool, split_task, &j, (N + j.rows - 1) / j.rows);
 }

@@ -144,45 +144,45 @@ static void test_thread_counts_checked(void) {
   xl_workspace_free(ws);
 }
 
-/* Every share of every job runs once, on distinct threads at once, and its writes are seen by
- * the caller; pools started and stopped in a row (helpers asleep or spinning) all join. */
+/* Every task of every job runs exactly once, each on a valid thread index, and its writes
+ * are seen by the caller; jobs of 1 task, of fewer tasks than threads and of many; pools
+ * started and stopped in a row (helpers asleep or spinning) all join. */
+#define TASKS 37
 typedef struct {
-  int hits[XL_MAX_THREADS];
-  int n_seen;
+  int hits[TASKS];
+  int bad_thread;
+  int n_threads;
 } count_job;
 
-static void count_share(void *ctx, int s, int k) {
+static void count_task(void *ctx, int t, int thread) {
   count_job *j = ctx;
-  j->hits[s]++;
-  if (s == 0) j->n_seen = k;
+  j->hits[t]++;
+  if (thread < 0 || thread >= j->n_threads) j->bad_thread = 1;
 }
 
-static void test_pool_runs_every_share(void) {
+static void test_pool_runs_every_task(void) {
   for (int n = 1; n <= 4; n++) {
     xl_pool *p = NULL;
     xl_error err;
     CHECK_CODE(xl_pool_new(n, &p, &err), XL_OK);
     CHECK(xl_pool_threads(p) == n);
-    count_job j;
-    memset(&j, 0, sizeof j);
-    int ok = 1;
-    for (int r = 0; r < 500; r++) xl_pool_run(p, count_share, &j);
-    for (int s = 0; s < n; s++) ok &= j.hits[s] == 500;
-    CHECK(ok && j.n_seen == n);
+    static const int SIZES[] = {1, 2, 3, TASKS};
+    for (int k = 0; k < 4; k++) {
+      count_job j;
+      memset(&j, 0, sizeof j);
+      j.n_threads = n;
+      for (int r = 0; r < 300; r++) xl_pool_run(p, count_task, &j, SIZES[k]);
+      int ok = !j.bad_thread;
+      for (int t = 0; t < TASKS; t++) ok &= j.hits[t] == (t < SIZES[k] ? 300 : 0);
+      CHECK(ok);
+    }
     xl_pool_free(p);
   }
-  int lo, hi, covered = 0, ok = 1;
-  for (int s = 0; s < 3; s++) { /* a split covers [0, n) in whole units, in order */
-    xl_pool_split(448, s, 3, 64, &lo, &hi);
-    ok &= lo == covered && lo % 64 == 0;
-    covered = hi;
-  }
-  CHECK(ok && covered == 448);
 }
 
 int main(void) {
   RUN(test_thread_counts_checked);
-  RUN(test_pool_runs_every_share);
+  RUN(test_pool_runs_every_task);
   RUN(test_bit_identical_any_thread_count);
   return tl_summary();
 }
