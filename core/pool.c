@@ -38,16 +38,16 @@ typedef struct {
 } helper;
 
 struct xl_pool {
-  int n;                          /* threads, the caller included */
-  _Atomic uint64_t state;         /* generation << 32 | next task */
-  _Atomic(xl_pool_job) job;       /* the current generation's job */
+  int n;                    /* threads, the caller included */
+  _Atomic uint64_t state;   /* generation << 32 | next task */
+  _Atomic(xl_pool_job) job; /* the current generation's job */
   _Atomic(void *) ctx;
   atomic_int n_tasks;
-  atomic_int done;                /* tasks of the current generation finished */
+  atomic_int done; /* tasks of the current generation finished */
   atomic_int stop;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int sleepers;                   /* under mu */
+  int sleepers; /* under mu */
   helper h[XL_MAX_THREADS];
 };
 
@@ -134,8 +134,7 @@ xl_code xl_pool_new(int n_threads, xl_pool **out, xl_error *err) {
     p->h[i] = (helper){p, i, 0};
     if (pthread_create(&p->h[i].tid, NULL, helper_main, &p->h[i])) {
       xl_pool_free(p); /* joins the p->n - 1 started so far */
-      return xl_fail(err, XL_NOMEM, "thread pool: cannot start thread %d of %d", i + 1,
-                     n_threads);
+      return xl_fail(err, XL_NOMEM, "thread pool: cannot start thread %d of %d", i + 1, n_threads);
     }
     p->n = i + 1;
   }

@@ -36,8 +36,8 @@ static void split_task(void *ctx, int t, int thread) {
   if (j->b) xl_kern()->add_bias(j->y + lo, j->M, hi - lo, j->ldy, j->b + lo);
 }
 
-void xl_par_linear_w(struct xl_pool *pool, const float *x, int M, int K, int ldx,
-                     const xl_wmat *W, const float *b, int N, float *y, int ldy) {
+void xl_par_linear_w(struct xl_pool *pool, const float *x, int M, int K, int ldx, const xl_wmat *W,
+                     const float *b, int N, float *y, int ldy) {
   if (M <= 0 || N <= 0) return;
   const int nt = xl_pool_threads(pool);
   split_job j = {x, M, K, ldx, W, b, N, y, ldy, N};

@@ -16,9 +16,9 @@
 #include "pool.h"
 #include "testlib.h"
 
-#define NS 4      /* sessions */
-#define NTOK 36   /* tokens per session (mem_len 24: the rings wrap) */
-#define FIRST 11  /* prefill length */
+#define NS 4     /* sessions */
+#define NTOK 36  /* tokens per session (mem_len 24: the rings wrap) */
+#define FIRST 11 /* prefill length */
 #define V 256
 
 static const char *model_dir(void) {
@@ -72,7 +72,8 @@ static int run(xl_model *m, int threads, run_out *o) {
     f[s] = (xl_feed){st[s], t[s] + FIRST - 1, 1, NULL, NULL, NULL, &o->lp[s][FIRST - 1][0]};
   ok = ok && xl_forward(m, ws, f, NS, &err) == XL_OK;
   for (int i = FIRST; ok && i < NTOK; i++) {
-    for (int s = 0; s < NS; s++) f[s] = (xl_feed){st[s], t[s] + i, 1, NULL, NULL, NULL, &o->lp[s][i][0]};
+    for (int s = 0; s < NS; s++)
+      f[s] = (xl_feed){st[s], t[s] + i, 1, NULL, NULL, NULL, &o->lp[s][i][0]};
     ok = xl_forward(m, ws, f, NS, &err) == XL_OK;
   }
   for (int s = 0; s < NS; s++) {
