@@ -185,8 +185,10 @@ stage() {
     start_load "$dir"
   fi
   echo "=== $name: test" $tests
+  # PARALLEL=N: N tests at once (the fuzzers: each is one single-threaded process with its own
+  # work directory, so the stage keeps every fuzzer's time and takes 1/N of the wall clock)
   ctest --test-dir "$dir" --output-on-failure -R "^($(echo $tests | tr ' ' '|' | sed 's/\./\\./g'))\$" \
-    ${ctest_args[@]+"${ctest_args[@]}"}
+    ${PARALLEL:+-j "$PARALLEL"} ${ctest_args[@]+"${ctest_args[@]}"}
   stop_load
   echo "=== $name: passed in $((SECONDS - t0)) s"
   ran+=("$name")
@@ -214,7 +216,7 @@ for s in "${stages[@]}"; do
       if [ "${XL_SKIP_FUZZ:-0}" = 1 ]; then
         skipped+=("fuzz skipped: XL_SKIP_FUZZ=1")
       else
-        CC=clang stage fuzz build-fuzz '^fuzz\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_FUZZ=ON \
+        PARALLEL=$jobs CC=clang stage fuzz build-fuzz '^fuzz\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_FUZZ=ON \
           -DXL_FUZZ_SECONDS="${XL_FUZZ_SECONDS:-60}"
       fi ;;
     *)

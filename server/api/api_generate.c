@@ -19,7 +19,7 @@
 #include "util.h"
 #include "xlog.h"
 
-/* The handler's context of a generation request (req.ctx): what the request asked, the chat
+/* The handler's context of a generation request (api_ctx.gen): what the request asked, the chat
  * plan, the session it holds and the job group, until the request record is freed. */
 typedef struct gen_req {
   gen_request g;
@@ -39,7 +39,7 @@ typedef struct gen_req {
   int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
 } gen_req;
 
-#define GEN(r) ((gen_req *)(r)->ctx)
+#define GEN(r) ((gen_req *)ACTX(r)->gen)
 
 static const char *prompt_param(const req *r) {
   return GEN(r)->g.kind == JOB_CHAT ? "messages" : "prompt";
@@ -94,9 +94,9 @@ static int answer_jobs(const req *r, job **out) {
 /* xlserve's extension block: what the session holds after this turn */
 static void xlserve_json(json_writer *w, const req *r, uint64_t session_tokens) {
   jw_object(w);
-  jw_kstring(w, "session_id", r->session_id[0] ? r->session_id : NULL);
+  jw_kstring(w, "session_id", ACTX(r)->session_id[0] ? ACTX(r)->session_id : NULL);
   jw_kuint(w, "session_tokens", session_tokens);
-  jw_kbool(w, "session_reset", r->sess_reset);
+  jw_kbool(w, "session_reset", ACTX(r)->sess_reset);
   if (GEN(r)->have_plan) jw_kstring(w, "history", plan_name(GEN(r)->plan.kind));
   jw_end(w);
 }
@@ -270,7 +270,7 @@ static gen_params *params_of(req *r) {
 /* ---- the request's hooks: what the HTTP code calls without knowing the generation ---- */
 
 static void hook_close(req *r) {
-  if (r->job_running) gen_cancel(r, 0);
+  if (ACTX(r)->job_running) gen_cancel(r, 0);
 }
 
 static void hook_free(req *r) {
@@ -280,7 +280,7 @@ static void hook_free(req *r) {
   if (c->have_plan) chat_plan_free(&c->plan);
   free(c->store_err);
   free(c);
-  r->ctx = NULL;
+  ACTX(r)->gen = NULL;
 }
 
 static void hook_log(req *r, json_writer *w, double dur) {
@@ -368,7 +368,7 @@ static int stage_session(req *r, turn *t) {
   }
   t->sid = hid ? hid : g->session_id;
   if (!t->sid) return 0;
-  snprintf(r->session_id, sizeof r->session_id, "%s", t->sid);
+  snprintf(ACTX(r)->session_id, sizeof ACTX(r)->session_id, "%s", t->sid);
   st_status st = req_find_session(r, t->sid, &t->s);
   if (st == ST_PENDING) return 1; /* the store looks for it; this handler runs again */
   if (st == ST_FOUND && t->s->busy) {
@@ -441,10 +441,10 @@ static int stage_inputs(req *r, turn *t) {
       return 1;
     }
   }
-  if (in->ntok > (size_t)a->cfg->max_prompt_tokens) {
+  if (in->ntok > (size_t)a->opt.max_prompt_tokens) {
     req_error(r, API_ERR_PROMPT_TOO_LONG, prompt_param(r),
               "this request feeds %zu tokens; the limit is %lld (max_prompt_tokens)", in->ntok,
-              a->cfg->max_prompt_tokens);
+              a->opt.max_prompt_tokens);
     return 1;
   }
   t->reset = GEN(r)->have_plan && GEN(r)->plan.kind == PLAN_RESET;
@@ -474,10 +474,10 @@ static int stage_inputs(req *r, turn *t) {
       req_error(r, API_ERR_TOKENIZER_ERROR, param, "cannot tokenize %s: %s", param, pe.message);
       return 1;
     }
-    if (in->pn[p] > (size_t)a->cfg->max_prompt_tokens) {
+    if (in->pn[p] > (size_t)a->opt.max_prompt_tokens) {
       req_error(r, API_ERR_PROMPT_TOO_LONG, param,
                 "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, in->pn[p],
-                a->cfg->max_prompt_tokens);
+                a->opt.max_prompt_tokens);
       return 1;
     }
     if (in->pn[p] == 0) { /* a list's prompts each feed something */
@@ -516,7 +516,7 @@ static int stage_hold_session(req *r, turn *t) {
   if (t->reset) {
     session_reset(t->s);
     t->s->unsaved = 1; /* the store still has the old conversation */
-    r->sess_reset = 1;
+    ACTX(r)->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
   if (!GEN(r)->sess_stateless) st_acquire(a->sessions, t->s);
@@ -535,7 +535,7 @@ static void stage_run(req *r, turn *t) {
   GEN(r)->others_left = GEN(r)->gen.n_others;
   job *j = GEN(r)->gen.main;
   if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
-  r->job_running = 1;
+  ACTX(r)->job_running = 1;
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
@@ -559,16 +559,17 @@ static void stage_run(req *r, turn *t) {
   }
   /* events of the job reach the loop only after this handler returns */
   if (j->stream) req_start_stream(r);
-  else req_suspend_for_job(r);
+  else req_suspend_waiting(r);
 }
 
 /* parse -> session -> choices -> inputs -> admission -> session held -> run; a stage that
  * answers ends the request's way, and what the stages built is freed here. */
 static void api_generate(req *r, job_kind kind) {
-  if (!r->ctx) r->ctx = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
-  r->on_close = hook_close;
-  r->on_free = hook_free;
-  r->log_fields = hook_log;
+  if (!ACTX(r)->gen)
+    ACTX(r)->gen = xcalloc(1, sizeof(gen_req)); /* the handler may run again (restore) */
+  ACTX(r)->gen_close = hook_close;
+  ACTX(r)->gen_free = hook_free;
+  ACTX(r)->gen_log = hook_log;
   r->stream_take = hook_stream_take;
   r->stream_put = hook_stream_put;
   turn t;
@@ -581,7 +582,7 @@ static void api_generate(req *r, job_kind kind) {
 }
 
 void gen_cancel(req *r, int by_drain) {
-  if (!r->job_running) return;
+  if (!ACTX(r)->job_running) return;
   if (by_drain) GEN(r)->cancelled_by_drain = 1;
   if (!GEN(r)->main_done) sched_cancel(r->a->sched, GEN(r)->gen.main);
   for (int i = 0; i < GEN(r)->gen.n_others; i++)
@@ -628,7 +629,7 @@ static void gen_finish(req *r);
 /* The response goes out once every job is done and the turn committed. */
 static void maybe_finish(req *r) {
   if (!GEN(r)->main_done || GEN(r)->others_left || GEN(r)->commit_wait) return;
-  r->job_running = 0;
+  ACTX(r)->job_running = 0;
   r->a->n_jobs--;
   gen_finish(r);
 }

@@ -27,9 +27,9 @@ void api_metrics(req *r) {
   metrics_gauges g;
   memset(&g, 0, sizeof g);
   if (a->sched) sched_counts(a->sched, &g.queue_depth, &g.running);
-  g.streams_open = a->n_reqs;
-  g.connections = a->n_conns;
-  g.workers = a->cfg->workers;
+  g.streams_open = a->http.n_reqs;
+  g.connections = a->http.n_conns;
+  g.workers = a->opt.workers;
   if (a->sessions) {
     g.sessions_in_ram = (long)st_count(a->sessions);
     g.session_ram_bytes = (long)st_ram(a->sessions);
@@ -70,9 +70,9 @@ static void model_obj(json_writer *w, app *a) {
   jw_kint(w, "tgt_len", c->tgt_len);
   jw_kint(w, "clamp_len", c->clamp_len);
   jw_kint(w, "prefill_chunk", a->prefill_chunk);
-  jw_kint(w, "max_prompt_tokens", a->cfg->max_prompt_tokens);
+  jw_kint(w, "max_prompt_tokens", a->opt.max_prompt_tokens);
   jw_end(w);
-  jw_kint(w, "max_model_len", a->cfg->max_prompt_tokens);
+  jw_kint(w, "max_model_len", a->opt.max_prompt_tokens);
   jw_end(w);
 }
 

@@ -463,3 +463,23 @@ void gen_request_free(gen_request *g) {
   free(g->parts);
   memset(g, 0, sizeof *g);
 }
+
+int parse_list_limit(const char *s, int *limit, api_error *e) {
+  long v = 100;
+  if (s) {
+    char *end;
+    v = strtol(s, &end, 10);
+    if (*end || v < 1 || v > 10000) BAD("limit", "'limit' must be an integer in [1, 10000]");
+  }
+  *limit = (int)v;
+  return 0;
+}
+
+int parse_session_id(const char *id, size_t n, char out[129], api_error *e) {
+  if (!id) id = "";
+  if (!session_id_valid(id, n))
+    BAD("session_id", "session ids are 1-128 characters of [A-Za-z0-9._-]");
+  memcpy(out, id, n);
+  out[n] = 0;
+  return 0;
+}

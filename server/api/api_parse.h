@@ -86,4 +86,11 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
                       gen_request *g, api_error *e);
 void gen_request_free(gen_request *g);
 
+/* The session endpoints' inputs. 0 on success; else -1 with *e filled (400 invalid_value). */
+/* GET /v1/sessions?limit=N: s NULL (absent) gives 100; else an integer in [1, 10000]. */
+int parse_list_limit(const char *s, int *limit, api_error *e);
+/* The {id} of a session path (n bytes at id, not terminated): 1-128 characters of
+ * [A-Za-z0-9._-], copied into out with a terminating NUL. */
+int parse_session_id(const char *id, size_t n, char out[129], api_error *e);
+
 #endif

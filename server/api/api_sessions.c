@@ -71,10 +71,10 @@ static void row_obj(json_writer *jw, const store_row *w) {
 
 static void on_lookup(void *ctx, const st_answer *ans) {
   req *r = ctx;
-  r->lk_have = 1;
-  r->lk_status = ans->status;
-  free(r->lk_msg);
-  r->lk_msg = ans->message && *ans->message ? xstrdup(ans->message) : NULL;
+  ACTX(r)->lk_have = 1;
+  ACTX(r)->lk_status = ans->status;
+  free(ACTX(r)->lk_msg);
+  ACTX(r)->lk_msg = ans->message && *ans->message ? xstrdup(ans->message) : NULL;
   r->redispatch = 1;
   req_kick(r); /* the access handler dispatches it again (http_pump follows store_poll) */
   req_unref(r);
@@ -82,16 +82,16 @@ static void on_lookup(void *ctx, const st_answer *ans) {
 
 st_status req_find_session(req *r, const char *id, session **s) {
   app *a = r->a;
-  if (r->lk_have) {
-    r->lk_have = 0;
+  if (ACTX(r)->lk_have) {
+    ACTX(r)->lk_have = 0;
     st_status st = st_lookup(a->sessions, id, r->owner, s); /* restored, or created since */
     /* a shared store could not say which version is current: the RAM copy is not served */
-    if (st == ST_FOUND && r->lk_status == ST_STORE_ERROR) return ST_STORE_ERROR;
+    if (st == ST_FOUND && ACTX(r)->lk_status == ST_STORE_ERROR) return ST_STORE_ERROR;
     if (st != ST_MISSING) return st;
-    if (r->lk_status != ST_FOUND) return r->lk_status;
-    if (++r->lk_loops > 3) { /* restored, then pushed out again before we looked: give up */
-      free(r->lk_msg);
-      r->lk_msg = xstrdup("the session keeps leaving RAM (session_ram_mb too small?)");
+    if (ACTX(r)->lk_status != ST_FOUND) return ACTX(r)->lk_status;
+    if (++ACTX(r)->lk_loops > 3) { /* restored, then pushed out again before we looked: give up */
+      free(ACTX(r)->lk_msg);
+      ACTX(r)->lk_msg = xstrdup("the session keeps leaving RAM (session_ram_mb too small?)");
       return ST_STORE_ERROR;
     }
   }
@@ -119,10 +119,10 @@ void req_session_error(req *r, const char *id, st_status st) {
       req_error(r, API_ERR_SESSION_INCOMPATIBLE, "session_id",
                 "session %s is stored but this server cannot use it: %s. It is kept as it is: "
                 "DELETE it, or PUT a compatible state to /v1/sessions/%s/state",
-                id, r->lk_msg ? r->lk_msg : "refused", id);
+                id, ACTX(r)->lk_msg ? ACTX(r)->lk_msg : "refused", id);
       return;
     case ST_STORE_ERROR:
-      store_failed(r, r->lk_msg);
+      store_failed(r, ACTX(r)->lk_msg);
       return;
     default:
       req_error(r, API_ERR_SESSION_NOT_FOUND, "session_id",
@@ -158,7 +158,7 @@ static void on_created_saved(void *ctx, int status, const char *msg) {
   session *s = NULL;
   if (status) {
     store_failed(r, msg);
-  } else if (st_lookup(r->a->sessions, r->session_id, r->owner, &s) == ST_FOUND) {
+  } else if (st_lookup(r->a->sessions, ACTX(r)->session_id, r->owner, &s) == ST_FOUND) {
     reply_obj(r, 201, s, NULL);
   } else {
     store_failed(r, "the session left RAM before it was saved");
@@ -176,7 +176,7 @@ static void on_fork_saved(void *ctx, int status, const char *msg) {
   req *r = f->r;
   session *s = NULL;
   if (status) store_failed(r, msg);
-  else if (st_lookup(r->a->sessions, r->session_id, r->owner, &s) == ST_FOUND)
+  else if (st_lookup(r->a->sessions, ACTX(r)->session_id, r->owner, &s) == ST_FOUND)
     reply_obj(r, 201, s, f->parent);
   else store_failed(r, "the session left RAM before it was saved");
   free(f);
@@ -200,7 +200,7 @@ static void deleted_body(req *r, const char *id) {
 static void on_deleted(void *ctx, int status, const char *msg) {
   req *r = ctx;
   if (status < 0) store_failed(r, msg);
-  else deleted_body(r, r->session_id);
+  else deleted_body(r, ACTX(r)->session_id);
   req_unref(r);
 }
 
@@ -209,11 +209,11 @@ static void on_row_removed(void *ctx, int status, const char *msg) {
   req *r = ctx;
   session *s = NULL;
   /* a concurrent request of the same key may have restored it meanwhile: drop that copy too */
-  if (status == 0 && st_lookup(r->a->sessions, r->session_id, r->owner, &s) == ST_FOUND && !s->busy)
+  if (status == 0 && st_lookup(r->a->sessions, ACTX(r)->session_id, r->owner, &s) == ST_FOUND && !s->busy)
     st_delete(r->a->sessions, s, NULL, NULL);
   if (status < 0) store_failed(r, msg);
-  else if (status == 1) req_session_error(r, r->session_id, ST_MISSING);
-  else deleted_body(r, r->session_id);
+  else if (status == 1) req_session_error(r, ACTX(r)->session_id, ST_MISSING);
+  else deleted_body(r, ACTX(r)->session_id);
   req_unref(r);
 }
 
@@ -236,8 +236,8 @@ static void on_imported(void *ctx, st_import_result res, const char *msg) {
   switch (res) {
     case IMPORT_CREATED:
     case IMPORT_REPLACED:
-      if (st_lookup(r->a->sessions, r->session_id, r->owner, &s) == ST_FOUND)
-        reply_obj(r, res == IMPORT_CREATED && !r->replacing ? 201 : 200, s, NULL);
+      if (st_lookup(r->a->sessions, ACTX(r)->session_id, r->owner, &s) == ST_FOUND)
+        reply_obj(r, res == IMPORT_CREATED && !ACTX(r)->replacing ? 201 : 200, s, NULL);
       else store_failed(r, "the session left RAM before it was saved");
       break;
     case IMPORT_INVALID:
@@ -248,7 +248,7 @@ static void on_imported(void *ctx, st_import_result res, const char *msg) {
       req_error(r, API_ERR_SESSION_INCOMPATIBLE, "body",
                 "this server cannot use the state: %s", msg);
       break;
-    case IMPORT_BUSY: busy(r, r->session_id, "import when it is idle"); break;
+    case IMPORT_BUSY: busy(r, ACTX(r)->session_id, "import when it is idle"); break;
     default: store_failed(r, msg); break;
   }
   req_unref(r);
@@ -268,7 +268,7 @@ static int by_recent(const void *x, const void *y) {
 
 static void list_reply(req *r, const store_row *rows, int n_rows) {
   app *a = r->a;
-  size_t limit = (size_t)r->list_limit;
+  size_t limit = (size_t)ACTX(r)->list_limit;
   session **ram = xmalloc(sizeof *ram * limit);
   size_t n = st_list(a->sessions, r->owner, ram, limit);
   list_item *items = xmalloc(sizeof *items * (n + (size_t)n_rows + 1));
@@ -324,7 +324,7 @@ static void create(req *r) {
     req_error(r, API_ERR_SESSION_CREATE_FAILED, NULL, "%s", xe.message);
     return;
   }
-  snprintf(r->session_id, sizeof r->session_id, "%s", s->id);
+  snprintf(ACTX(r)->session_id, sizeof ACTX(r)->session_id, "%s", s->id);
   if (st_persist(a->sessions, s, on_created_saved, r)) {
     req_wait_reply(r);
     return;
@@ -333,39 +333,31 @@ static void create(req *r) {
 }
 
 static void list(req *r) {
-  long limit = 100;
-  const char *l = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
-  if (l) {
-    char *end;
-    limit = strtol(l, &end, 10);
-    if (*end || limit < 1 || limit > 10000) {
-      req_error(r, API_ERR_INVALID_VALUE, "limit",
-                "'limit' must be an integer in [1, 10000]");
-      return;
-    }
+  int limit;
+  api_error e;
+  if (parse_list_limit(MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
+                       &limit, &e)) {
+    req_error_from(r, &e);
+    return;
   }
-  r->list_limit = (int)limit;
+  ACTX(r)->list_limit = limit;
   if (!st_persistent(r->a->sessions)) {
     list_reply(r, NULL, 0);
     return;
   }
   req_wait_reply(r);
-  st_list_stored(r->a->sessions, r->owner, (int)limit, on_listed, r);
+  st_list_stored(r->a->sessions, r->owner, limit, on_listed, r);
 }
 
 /* The {id} of the request's path into sid (and the request's log field); 0 after a 400 reply
  * when it is not a valid session id. */
 static int take_id(req *r, char sid[129]) {
-  const char *id = r->param ? r->param : "";
-  size_t idlen = r->param_len;
-  if (!session_id_valid(id, idlen)) {
-    req_error(r, API_ERR_INVALID_VALUE, "session_id",
-              "session ids are 1-128 characters of [A-Za-z0-9._-]");
+  api_error e;
+  if (parse_session_id(r->param, r->param_len, sid, &e)) {
+    req_error_from(r, &e);
     return 0;
   }
-  memcpy(sid, id, idlen);
-  sid[idlen] = 0;
-  snprintf(r->session_id, sizeof r->session_id, "%s", sid);
+  snprintf(ACTX(r)->session_id, sizeof ACTX(r)->session_id, "%s", sid);
   return 1;
 }
 
@@ -424,7 +416,7 @@ void api_session_import(req *r) {
   }
   /* FOUND, MISSING, EXPIRED, or a refused row of this key: replaced by the import */
   if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid, r->owner);
-  r->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
+  ACTX(r)->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
   size_t n = r->body.len;
   uint8_t *bytes = (uint8_t *)buf_steal(&r->body);
   req_wait_reply(r);
@@ -470,7 +462,7 @@ void api_session_fork(req *r) {
     req_error(r, API_ERR_SESSION_FORK_FAILED, NULL, "%s", xe.message);
     return;
   }
-  snprintf(r->session_id, sizeof r->session_id, "%s", f->id);
+  snprintf(ACTX(r)->session_id, sizeof ACTX(r)->session_id, "%s", f->id);
   fork_ctx *fc = xcalloc(1, sizeof *fc);
   fc->r = r;
   snprintf(fc->parent, sizeof fc->parent, "%s", sid);

@@ -109,7 +109,7 @@ static void tokenize(req *r) {
           buf_printf(&b, "%d", (int)ids[i]);
         }
       }
-      buf_printf(&b, "],\"count\":%zu,\"max_model_len\":%lld", n, a->cfg->max_prompt_tokens);
+      buf_printf(&b, "],\"count\":%zu,\"max_model_len\":%lld", n, a->opt.max_prompt_tokens);
       if (strs) {
         buf_adds(&b, ",\"token_strs\":[");
         for (size_t i = 0; i < n; i++) {
@@ -188,7 +188,7 @@ static void tokenizer_info(req *r) {
   opt_string(&b, "unk_token", t->unk_token);
   buf_printf(&b, ",\"add_bos_token\":false,\"add_eos_token\":false,\"model_max_length\":%lld,"
                  "\"max_model_len\":%lld,\"spells_any_text\":%s,\"options\":{",
-             a->cfg->max_prompt_tokens, a->cfg->max_prompt_tokens,
+             a->opt.max_prompt_tokens, a->opt.max_prompt_tokens,
              t->spells_any_text ? "true" : "false");
   switch (t->kind) {
     case XL_TOKENIZER_TRANSFO_XL:

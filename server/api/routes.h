@@ -1,9 +1,9 @@
 /*
  * routes.h: the daemon's one routes table: which handler answers which method and path, and
  * what a request must bring before its handler runs (an API key, a loaded model) and how large
- * its body may be. The access handler (http_server.c) matches a request once, on its first call;
- * the matched row and its path parameter stay in the request, so a handler never looks at the
- * method or the path again.
+ * its body may be. The head check (api_request.c) matches a request once, on the server's first
+ * call; the matched row and its path parameter stay in the request, so a handler never looks at
+ * the method or the path again.
  * Thread: loop thread (the table itself is immutable).
  */
 #ifndef XLS_ROUTES_H

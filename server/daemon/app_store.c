@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "app_store.h"
+#include "config.h"
 #include "store_redis.h"
 #include "util.h"
 #include "xlog.h"
@@ -21,7 +22,7 @@
 static void on_store_wake(uv_async_t *h) {
   app *a = h->data;
   if (a->store) store_poll(a->store);
-  http_pump(a);
+  http_pump(&a->http);
 }
 
 static void wake(void *arg) { uv_async_send(arg); } /* store thread: coalescing wake-up */

@@ -20,6 +20,7 @@
 
 #include "app.h"
 #include "app_store.h"
+#include "config.h"
 #include "serve_main.h"
 #include "sd_notify.h"
 #include "util.h"
@@ -58,7 +59,7 @@ static void on_wake(uv_async_t *h) {
     if (a->ev[i].flags & JOB_EV_DONE) gen_on_job_done(r, a->ev[i].j);
     else if (a->ev[i].flags & JOB_EV_OUTPUT) gen_on_output(r);
   }
-  http_pump(a);
+  http_pump(&a->http);
 }
 
 static void close_handle(uv_handle_t *h) {
@@ -69,15 +70,16 @@ static void do_shutdown(uv_timer_t *t) {
   app *a = t->data;
   if (a->phase == APP_STOPPING) return;
   a->phase = APP_STOPPING;
-  xlog_msg("info", "stopping", "stopping (%ld requests, %ld generations left)", a->n_reqs, a->n_jobs);
-  for (req *r = a->reqs; r; r = r->next)
-    if (r->job_running) gen_cancel(r, 1);
+  a->http.closing = 1;
+  xlog_msg("info", "stopping", "stopping (%ld requests, %ld generations left)", a->http.n_reqs, a->n_jobs);
+  for (req *r = a->http.reqs; r; r = r->next)
+    if (api_ctx_running(r)) gen_cancel(r, 1);
   if (a->sched) {
     sched_stop(a->sched); /* workers finish the cancelled jobs, then exit */
     on_wake(&a->wake);    /* complete them (no MHD call in between matters: http_stop resumes) */
   }
   app_store_shutdown(a); /* persist what the store lacks, bounded by the drain deadline */
-  http_stop(a);
+  http_stop(&a->http);
   sdn_watchdog_stop();
   close_handle((uv_handle_t *)&a->wake);
   close_handle((uv_handle_t *)&a->sig_term);
@@ -99,21 +101,22 @@ static void schedule_stop(app *a, uint64_t ms) {
 static void fail_start(app *a) {
   a->exit_code = 1;
   a->phase = APP_DRAINING;
+  a->http.closing = 1; /* every reply says Connection: close */
   schedule_stop(a, 0);
 }
 
 static void app_check_drained(app *a) {
   if (a->phase != APP_DRAINING) return;
   /* requests still arriving do not count: MHD_stop_daemon closes them */
-  if (a->n_reqs - a->n_new == 0 && a->n_jobs == 0 && a->load_rc != 1) schedule_stop(a, 0);
+  if (a->http.n_reqs - a->http.n_new == 0 && a->n_jobs == 0 && a->load_rc != 1) schedule_stop(a, 0);
 }
 
 static void on_drain_deadline(uv_timer_t *t) {
   app *a = t->data;
   xlog_msg("info", "drain_deadline", "drain_timeout reached: cancelling %ld generations", a->n_jobs);
-  for (req *r = a->reqs; r; r = r->next)
-    if (r->job_running) gen_cancel(r, 1);
-  http_pump(a);
+  for (req *r = a->http.reqs; r; r = r->next)
+    if (api_ctx_running(r)) gen_cancel(r, 1);
+  http_pump(&a->http);
   schedule_stop(a, 2000); /* let the cancelled streams say so, then stop regardless */
 }
 
@@ -125,10 +128,11 @@ static void begin_drain(app *a) {
     return;
   }
   a->phase = APP_DRAINING;
+  a->http.closing = 1; /* every reply says Connection: close */
   a->drain_started = now_mono();
   sdn_notify("STOPPING=1\nSTATUS=draining");
-  http_quiesce(a); /* the listening socket is closed before the log says so */
-  xlog_msg("info", "draining", "draining: %ld requests in progress, up to %llds", a->n_reqs,
+  http_quiesce(&a->http); /* the listening socket is closed before the log says so */
+  xlog_msg("info", "draining", "draining: %ld requests in progress, up to %llds", a->http.n_reqs,
            a->cfg->drain_timeout);
   uv_timer_start(&a->drain_timer, on_drain_deadline, (uint64_t)a->cfg->drain_timeout * 1000, 0);
   app_check_drained(a);
@@ -236,7 +240,7 @@ static void model_loaded(uv_work_t *w, int status) {
            *xl_blas_note() ? ")" : "");
   if (a->phase == APP_LOADING) {
     a->phase = APP_READY; /* /health says 200 from here on: only then READY=1 */
-    sdn_notifyf("READY=1\nSTATUS=serving %s on %s port %u", a->model_name, a->cfg->host, a->port);
+    sdn_notifyf("READY=1\nSTATUS=serving %s on %s port %u", a->model_name, a->cfg->host, a->http.port);
   }
   app_check_drained(a);
 }
@@ -284,6 +288,27 @@ static int parse_proxies(app *a, const char *list) {
   return 0;
 }
 
+/* The HTTP server with the options that concern it and the API's hooks. */
+static int start_http(app *a, char *err, size_t errcap) {
+  const config *c = a->cfg;
+  http_settings set = {.loop = a->loop,
+                       .owner = a,
+                       .host = c->host,
+                       .port = c->port,
+                       .header_timeout = c->header_timeout,
+                       .idle_timeout = c->idle_timeout,
+                       .request_timeout = c->request_timeout,
+                       .max_connections = c->max_connections,
+                       .max_connections_per_client = c->max_connections_per_client,
+                       .ping_interval = c->ping_interval,
+                       .access_log = c->access_log != 0,
+                       .proxies = a->proxies,
+                       .n_proxies = a->n_proxies,
+                       .cors = &a->cors,
+                       .hooks = api_http_hooks(a)};
+  return http_start(&a->http, &set, err, errcap);
+}
+
 int serve_main(int argc, char **argv) {
   config cfg;
   config_result cr = config_load(&cfg, argc, argv, stdout, stderr);
@@ -302,6 +327,10 @@ int serve_main(int argc, char **argv) {
   app a;
   memset(&a, 0, sizeof a);
   a.cfg = &cfg;
+  a.opt = (api_options){.max_prompt_tokens = cfg.max_prompt_tokens,
+                        .max_body_bytes = cfg.max_body_bytes,
+                        .workers = cfg.workers,
+                        .path_prefix = cfg.path_prefix};
   a.check_drained = app_check_drained;
   a.load_rc = 1; /* loading */
   char err[512];
@@ -321,7 +350,11 @@ int serve_main(int argc, char **argv) {
     fprintf(stderr, "xlserve: option cpu: %s\n", cpu_err.message);
     goto out_early;
   }
-  chat_template_init(&a.tpl, &cfg);
+  chat_options co = {.system_prefix = cfg.chat_system_prefix, .system_suffix = cfg.chat_system_suffix,
+                     .user_prefix = cfg.chat_user_prefix, .user_suffix = cfg.chat_user_suffix,
+                     .assistant_prefix = cfg.chat_assistant_prefix,
+                     .assistant_suffix = cfg.chat_assistant_suffix, .stop = cfg.chat_stop};
+  chat_template_init(&a.tpl, &co);
   uv_loop_t loop;
   uv_loop_init(&loop);
   a.loop = &loop;
@@ -345,12 +378,12 @@ int serve_main(int argc, char **argv) {
     xlog_msg("fatal", "store_failed", "%s%s", opt, err);
     fprintf(stderr, "xlserve: %s%s\n", opt, err);
     fail_start(&a);
-  } else if (http_start(&a, err, sizeof err)) {
+  } else if (start_http(&a, err, sizeof err)) {
     xlog_msg("fatal", "listen_failed", "%s", err);
     fprintf(stderr, "xlserve: %s\n", err);
     fail_start(&a);
   } else {
-    log_listening(cfg.host, a.port);
+    log_listening(cfg.host, a.http.port);
     sdn_watchdog_start(&loop); /* WATCHDOG=1 while loading too (a no-op unless asked) */
     a.load_work.data = &a;
     uv_queue_work(&loop, &a.load_work, load_model, model_loaded);

@@ -8,20 +8,20 @@
 
 #include "util.h"
 
-void chat_template_init(chat_template *t, const config *c) {
-  t->pre[ROLE_SYSTEM] = c->chat_system_prefix;
-  t->suf[ROLE_SYSTEM] = c->chat_system_suffix;
-  t->pre[ROLE_USER] = c->chat_user_prefix;
-  t->suf[ROLE_USER] = c->chat_user_suffix;
-  t->pre[ROLE_ASSISTANT] = c->chat_assistant_prefix;
-  t->suf[ROLE_ASSISTANT] = c->chat_assistant_suffix;
-  t->extra_stop = c->chat_stop;
+void chat_template_init(chat_template *t, const chat_options *c) {
+  t->pre[ROLE_SYSTEM] = c->system_prefix;
+  t->suf[ROLE_SYSTEM] = c->system_suffix;
+  t->pre[ROLE_USER] = c->user_prefix;
+  t->suf[ROLE_USER] = c->user_suffix;
+  t->pre[ROLE_ASSISTANT] = c->assistant_prefix;
+  t->suf[ROLE_ASSISTANT] = c->assistant_suffix;
+  t->extra_stop = c->stop;
   buf b;
   buf_init(&b);
-  buf_adds(&b, c->chat_assistant_suffix);
-  size_t n = strlen(c->chat_user_prefix);
-  while (n && (c->chat_user_prefix[n - 1] == ' ' || c->chat_user_prefix[n - 1] == '\t')) n--;
-  buf_add(&b, c->chat_user_prefix, n);
+  buf_adds(&b, c->assistant_suffix);
+  size_t n = strlen(c->user_prefix);
+  while (n && (c->user_prefix[n - 1] == ' ' || c->user_prefix[n - 1] == '\t')) n--;
+  buf_add(&b, c->user_prefix, n);
   t->auto_stop = buf_steal(&b);
 }
 

@@ -2,7 +2,7 @@
  * chat.h: the chat template for base models and the rule that tells a full-history request
  * from an only-new-messages request and from an edited history.
  *
- * Rendering (all pieces configurable, config.h chat_*):
+ * Rendering (all pieces configurable: chat_options, the daemon's chat_* options):
  *   system    -> chat_system_prefix + content + chat_system_suffix
  *   user      -> chat_user_prefix + content + chat_user_suffix
  *   assistant -> chat_assistant_prefix + content + chat_assistant_suffix
@@ -38,8 +38,15 @@
 #include <stdint.h>
 
 #include "buf.h"
-#include "config.h"
 #include "session.h"
+
+/* The template's pieces (borrowed: they must outlive the template). */
+typedef struct chat_options {
+  const char *system_prefix, *system_suffix;
+  const char *user_prefix, *user_suffix;
+  const char *assistant_prefix, *assistant_suffix;
+  const char *stop; /* an extra stop string for replies ("": none) */
+} chat_options;
 
 typedef struct chat_template {
   const char *pre[3], *suf[3]; /* by chat_role */
@@ -69,7 +76,7 @@ typedef struct chat_plan {
   buf text;  /* text to feed (template included, tail elided) */
 } chat_plan;
 
-void chat_template_init(chat_template *t, const config *c);
+void chat_template_init(chat_template *t, const chat_options *c);
 void chat_template_free(chat_template *t);
 uint64_t chat_hash(chat_role role, const char *content, size_t len);
 void chat_render(const chat_template *t, const chat_message *m, buf *out);

@@ -1,6 +1,6 @@
 /*
  * fuzz_json_writer.c: libFuzzer target for the JSON written outside the token hot path
- * (base/json_writer.c, the error object of api/http_server.c) and the stream chunks
+ * (base/json_writer.c, the error object of http/api_errors.c) and the stream chunks
  * (engine/job.c): for arbitrary field content, and for any sequence of writer calls the input
  * spells, every document the writer calls whole (jw_ok) parses with jansson, and the strings
  * read back are the ones written (bytes that are not UTF-8 come back as U+FFFD). Never a crash,

@@ -278,6 +278,36 @@ static void test_parse_invalid_bodies(void) {
   }
 }
 
+/* The session endpoints' inputs: the list's page size and the path's session id. */
+static void test_parse_session_inputs(void) {
+  api_error e;
+  int limit = -1;
+  CHECK(parse_list_limit(NULL, &limit, &e) == 0 && limit == 100);
+  CHECK(parse_list_limit("1", &limit, &e) == 0 && limit == 1);
+  CHECK(parse_list_limit("10000", &limit, &e) == 0 && limit == 10000);
+  static const char *const bad_limits[] = {"0", "10001", "", "abc", "5x", "-1", "1.5"};
+  for (size_t i = 0; i < sizeof bad_limits / sizeof bad_limits[0]; i++) {
+    memset(&e, 0, sizeof e);
+    limit = -7;
+    CHECK(parse_list_limit(bad_limits[i], &limit, &e) == -1 && limit == -7);
+    CHECK(e.err == API_ERR_INVALID_VALUE && e.status == 400 && !strcmp(e.param, "limit"));
+    CHECK(!strcmp(e.message, "'limit' must be an integer in [1, 10000]"));
+  }
+  char sid[129], long_id[130];
+  memset(long_id, 'a', 129);
+  long_id[129] = 0;
+  const char *path = "/v1/sessions/A.b_c-9/fork";
+  CHECK(parse_session_id(path + 13, 7, sid, &e) == 0 && !strcmp(sid, "A.b_c-9"));
+  CHECK(parse_session_id(long_id, 128, sid, &e) == 0 && strlen(sid) == 128);
+  static const char *const bad_ids[] = {"", "a b", "a/b", "a%20", "\xc3\xa9", "a\"b"};
+  for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0] + 2; i++) {
+    const char *id = i < 6 ? bad_ids[i] : i == 6 ? long_id : NULL;
+    memset(&e, 0, sizeof e);
+    CHECK(parse_session_id(id, id ? strlen(id) : 0, sid, &e) == -1);
+    CHECK(e.err == API_ERR_INVALID_VALUE && e.status == 400 && !strcmp(e.param, "session_id"));
+  }
+}
+
 /* Fields another server implements and this one does not: refused by name, not ignored. */
 static void test_refuse_unimplemented(void) {
   static const char *const fields[] = {"{\"tool_choice\": \"auto\"}",
@@ -305,5 +335,6 @@ int main(void) {
   RUN(test_parse_valid_chat);
   RUN(test_parse_invalid_bodies);
   RUN(test_refuse_unimplemented);
+  RUN(test_parse_session_inputs);
   return tl_summary();
 }

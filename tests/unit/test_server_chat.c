@@ -147,7 +147,11 @@ int main(void) {
   FILE *devnull = fopen("/dev/null", "w");
   if (config_load(&C, 1, argv, devnull, devnull) != CONFIG_RUN) return 1;
   fclose(devnull);
-  chat_template_init(&T, &C);
+  chat_options co = {.system_prefix = C.chat_system_prefix, .system_suffix = C.chat_system_suffix,
+                     .user_prefix = C.chat_user_prefix, .user_suffix = C.chat_user_suffix,
+                     .assistant_prefix = C.chat_assistant_prefix,
+                     .assistant_suffix = C.chat_assistant_suffix, .stop = C.chat_stop};
+  chat_template_init(&T, &co); /* the daemon's defaults */
   RUN(test_rules);
   RUN(test_trimmed_edited_and_repeated);
   RUN(test_stop_text_not_fed_twice);

@@ -2,7 +2,7 @@
  * test_server_writer.c: the JSON writer of the once-per-request bodies (base/json_writer.c) and
  * the per-token stream chunks (engine/job.c's job_emit_stream): exact bytes for known input,
  * and every document, whatever its strings hold (quotes, control bytes, NUL, invalid UTF-8),
- * parses with jansson to the values written. The error object (api/http_server.c's error_body)
+ * parses with jansson to the values written. The error object (http/api_errors.c's api_err_body)
  * keeps the OpenAI shape byte for byte. Single-threaded.
  */
 #define _GNU_SOURCE /* memmem */

@@ -1,11 +1,11 @@
 /*
- * http_server.c: libmicrohttpd 0.9.75 in external epoll mode, driven by the libuv loop
+ * http_server.c (http_server.h): libmicrohttpd 0.9.75 in external epoll mode, driven by the libuv loop
  * (docs/internals.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
  * MHD_get_timeout after every MHD_run, suspend/resume only on the loop thread, a per-request
- * UV_DISCONNECT watch while a generation runs, SSE via a callback response that suspends when
+ * UV_DISCONNECT watch while the owner's work runs, SSE via a callback response that suspends when
  * it has nothing to send (never returns 0 without suspending: that would spin).
- * Owns: the MHD daemon, every req (refcounted), routing, early checks (auth, limits, draining),
- * reply helpers. Thread: loop thread only (MHD callbacks run inside MHD_run on it).
+ * Owns: the MHD daemon, every req (refcounted), the access log line, reply helpers; what a
+ * request means is the owner's (http_hooks). Thread: loop thread only (MHD callbacks run inside MHD_run on it).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,12 +18,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "app.h"
+#include "http_server.h"
+
 #include "dlist.h"
+#include "http_cors.h"
 #include "http_guard.h"
 #include "json_writer.h"
+#include "metrics.h"
 #include "util.h"
-#include "web_ui.h"
 #include "xlog.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -36,7 +38,7 @@ static void on_mhd_poll(uv_poll_t *p, int status, int events) {
   http_pump(p->data);
 }
 
-void http_pump(app *a) {
+void http_pump(http_server *a) {
   if (!a->mhd) return;
   if (a->in_mhd) {
     a->rerun = 1;
@@ -59,12 +61,12 @@ void http_pump(app *a) {
 /* request records */
 
 static void req_free(req *r) {
-  app *a = r->a;
+  http_server *a = r->srv;
   double dur = now_mono() - r->t_start;
   int status = r->status ? r->status : 499;
   if (!r->counted) ctr_add(&g_metrics.requests[r->route][status], 1);
   hist_observe(&g_metrics.duration, dur);
-  if (a->cfg->access_log) {
+  if (a->set.access_log) {
     buf l;
     buf_init(&l);
     json_writer w;
@@ -77,19 +79,11 @@ static void req_free(req *r) {
     jw_kstring(&w, "method", r->method);
     jw_kstring(&w, "path", r->path ? r->path : "");
     jw_kint(&w, "status", status);
-    jw_kstring(&w, "session", r->session_id[0] ? r->session_id : NULL);
-    if (r->log_fields) {
-      r->log_fields(r, &w, dur);
-    } else { /* no work was done for it */
-      jw_kint(&w, "tokens_in", 0);
-      jw_kint(&w, "tokens_out", 0);
-      jw_knull(&w, "queue_ms");
-      jw_knull(&w, "ttft_ms");
-      jw_kfixed(&w, "duration_ms", dur * 1e3, 3);
-    }
+    if (a->set.hooks.log_fields) a->set.hooks.log_fields(r, &w, dur);
+    else jw_kfixed(&w, "duration_ms", dur * 1e3, 3);
     if (r->err) jw_kstring(&w, "error", api_err_code(r->err));
     if (r->client_gone) jw_kbool(&w, "client_gone", 1);
-    if (r->sess_reset) jw_kbool(&w, "session_reset", 1);
+    if (a->set.hooks.log_end) a->set.hooks.log_end(r, &w);
     jw_end(&w);
     xlog_write(l.p, l.len);
     buf_free(&l);
@@ -99,13 +93,12 @@ static void req_free(req *r) {
   DLIST_REMOVE(a->reqs, no_tail, r, prev, next);
   (void)no_tail;
   a->n_reqs--;
-  if (r->on_free) r->on_free(r);
+  if (a->set.hooks.free_ctx) a->set.hooks.free_ctx(r);
   buf_free(&r->body);
   buf_free(&r->reply_body);
-  free(r->lk_msg);
   free(r->path);
   free(r);
-  a->check_drained(a);
+  if (a->set.hooks.request_freed) a->set.hooks.request_freed(a->set.hooks.arg);
 }
 
 void req_ref(req *r) { r->refs++; }
@@ -138,9 +131,9 @@ void req_kick(req *r) {
 
 static void client_left(req *r) {
   r->client_gone = 1;
-  if (r->on_close) r->on_close(r);
+  if (r->srv->set.hooks.close) r->srv->set.hooks.close(r);
   req_kick(r);
-  http_pump(r->a);
+  http_pump(r->srv);
 }
 
 /* An SSE comment (": ping") on a stream: keeps proxies' read timers fed while it waits, and
@@ -149,7 +142,7 @@ static void stream_ping(req *r) {
   if (!r->stream_put || r->stream_complete || r->client_gone) return;
   if (!r->stream_put(r, ": ping\n\n", 8)) return;
   req_kick(r);
-  http_pump(r->a);
+  http_pump(r->srv);
 }
 
 /* After a stream's FIN: epoll always reports an error (a reset), whatever was asked for, and
@@ -186,7 +179,7 @@ void req_watch_disconnect(req *r) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (!ci) return;
-  int rc = uv_poll_init(r->a->loop, &r->dc, ci->connect_fd);
+  int rc = uv_poll_init(r->srv->set.loop, &r->dc, ci->connect_fd);
   if (rc) {
     xlog_msg("warn", "disconnect_watch", "uv_poll_init(fd %d): %s", ci->connect_fd, uv_strerror(rc));
     return;
@@ -200,7 +193,7 @@ void req_watch_disconnect(req *r) {
 static void on_ping(uv_timer_t *t) { stream_ping(t->data); }
 
 static void set_phase(req *r, req_phase p) {
-  if (r->phase == REQ_NEW && p != REQ_NEW) r->a->n_new--;
+  if (r->phase == REQ_NEW && p != REQ_NEW) r->srv->n_new--;
   r->phase = p;
 }
 
@@ -208,11 +201,11 @@ static void set_phase(req *r, req_phase p) {
  * end of the connection on its next event and close it (MHD has no deadline of its own, and a
  * FIN that arrives with the last data can go unnoticed until the idle timeout). */
 static void on_sweep(uv_timer_t *t) {
-  app *a = t->data;
+  http_server *a = t->data;
   double now = now_mono();
   for (req *r = a->reqs; r; r = r->next) {
     if (r->phase != REQ_NEW || r->timed_out || r->mhd_done) continue;
-    if (now - r->t_start <= (double)a->cfg->request_timeout) continue;
+    if (now - r->t_start <= (double)a->set.request_timeout) continue;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->timed_out = 1;
@@ -232,11 +225,10 @@ static void on_sweep(uv_timer_t *t) {
 
 static void add_headers(req *r, struct MHD_Response *resp) {
   MHD_add_response_header(resp, "X-Request-Id", r->request_id);
-  if (r->session_id[0]) MHD_add_response_header(resp, "X-Session-Id", r->session_id);
-  if (r->sess_reset) MHD_add_response_header(resp, "X-Session-Reset", "1");
+  if (r->srv->set.hooks.headers) r->srv->set.hooks.headers(r, resp);
   if (r->retry_after) MHD_add_response_header(resp, "Retry-After", r->retry_after);
-  if (r->a->phase >= APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-  cors_add_headers(&r->a->cors, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"), resp);
+  if (r->srv->closing) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  cors_add_headers(r->srv->set.cors, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"), resp);
 }
 
 static void queue(req *r, int status, struct MHD_Response *resp) {
@@ -316,19 +308,19 @@ void req_start_stream(req *r) {
   queue(r, 200, resp);
   set_phase(r, REQ_STREAMING);
   req_watch_disconnect(r);
-  long long iv = r->a->cfg->ping_interval;
+  long long iv = r->srv->set.ping_interval;
   if (iv > 0) {
-    uv_timer_init(r->a->loop, &r->ping);
+    uv_timer_init(r->srv->set.loop, &r->ping);
     r->ping.data = r;
     r->ping_open = 1;
     r->refs++;
-    uv_update_time(r->a->loop); /* the loop's cached clock may be a busy iteration old: the
+    uv_update_time(r->srv->set.loop); /* the loop's cached clock may be a busy iteration old: the
                                  * first ping comes a full interval after the stream opens */
     uv_timer_start(&r->ping, on_ping, (uint64_t)iv * 1000, (uint64_t)iv * 1000);
   }
 }
 
-void req_suspend_for_job(req *r) {
+void req_suspend_waiting(req *r) {
   set_phase(r, REQ_WAITING);
   r->suspended = 1;
   MHD_suspend_connection(r->conn);
@@ -383,9 +375,12 @@ static const char *hdr(req *r, const char *name) {
   return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
-static req *req_new(app *a, struct MHD_Connection *c, const char *url, const char *method) {
+const char *req_header(req *r, const char *name) { return hdr(r, name); }
+
+static req *req_new(http_server *a, struct MHD_Connection *c, const char *url, const char *method) {
   req *r = xcalloc(1, sizeof *r);
-  r->a = a;
+  r->a = a->set.owner;
+  r->srv = a;
   r->conn = c;
   r->refs = 1;
   r->t_start = now_mono();
@@ -436,88 +431,6 @@ static req *req_new(app *a, struct MHD_Connection *c, const char *url, const cha
   return r;
 }
 
-/* First call: headers only. Replies at once when the request cannot succeed. */
-static void early_checks(req *r) {
-  app *a = r->a;
-  const char *path = r->path;
-  const char *pre = a->cfg->path_prefix;
-  size_t pl = strlen(pre);
-  if (pl) {
-    if (strncmp(path, pre, pl) || (path[pl] != '/' && path[pl] != 0)) {
-      req_error(r, API_ERR_NOT_FOUND, NULL, "no route for %s", path);
-      return;
-    }
-    path += pl;
-    if (!*path) path = "/";
-  }
-  route_match m;
-  if (!routes_match(path, r->method, &m)) {
-    req_error(r, API_ERR_NOT_FOUND, NULL, "no route for %s %s",
-              r->method, path);
-    return;
-  }
-  r->route = m.id;
-  if (!strcmp(r->method, "OPTIONS")) { /* a CORS preflight (never needs a key), or a plain query */
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    char allow[128];
-    snprintf(allow, sizeof allow, "%s, OPTIONS", m.allow);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-    cors_add_preflight_headers(&a->cors, hdr(r, "Origin"), m.allow,
-                               hdr(r, "Access-Control-Request-Headers"), resp);
-    queue(r, 204, resp);
-    return;
-  }
-  const route *rt = m.row;
-  if (!rt) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, m.allow);
-    buf b;
-    buf_init(&b);
-    api_err_body(&b, API_ERR_METHOD_NOT_ALLOWED, NULL, msg);
-    r->err = API_ERR_METHOD_NOT_ALLOWED;
-    size_t n = b.len;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, m.allow);
-    queue(r, api_err_status(API_ERR_METHOD_NOT_ALLOWED), resp);
-    return;
-  }
-  r->rt = rt;
-  r->param = m.param;
-  r->param_len = m.param_len;
-  if (rt->needs_key && !auth_check(&a->keys, hdr(r, MHD_HTTP_HEADER_AUTHORIZATION), r->owner)) {
-    req_error(r, API_ERR_INVALID_API_KEY, NULL,
-              "missing or invalid API key (send 'Authorization: Bearer KEY')");
-    return;
-  }
-  if (!rt->while_draining && a->phase >= APP_DRAINING) {
-    r->retry_after = "5";
-    req_error(r, API_ERR_DRAINING, NULL, "the server is shutting down");
-    return;
-  }
-  if (rt->needs_model && a->phase == APP_LOADING) {
-    r->retry_after = "2";
-    req_error(r, API_ERR_LOADING, NULL, "the model is still loading");
-    return;
-  }
-  r->body_limit = (size_t)a->cfg->max_body_bytes;
-  if (rt->body == BODY_SESSION_STATE && a->model) /* a session's envelope: up to a full state
-                                                      (of any memory dtype) */
-    r->body_limit += xl_model_state_blob_max_bytes(a->model) + ((size_t)1 << 20);
-  const char *cl = hdr(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
-  if (cl) {
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(cl, &end, 10);
-    if (errno || *end || n > (unsigned long long)r->body_limit) {
-      req_error(r, API_ERR_BODY_TOO_LARGE, NULL,
-                "the request body exceeds %zu bytes", r->body_limit);
-      return;
-    }
-  }
-}
-
 /* 400 for a head whose framing or URL cannot be trusted; the connection is closed after it
  * (whatever follows on it could be read differently by a proxy in front: request smuggling). */
 static void reply_malformed(req *r, const char *problem) {
@@ -529,20 +442,16 @@ static void reply_malformed(req *r, const char *problem) {
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-  if (r->a->phase < APP_DRAINING) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  if (!r->srv->closing) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   queue(r, api_err_status(API_ERR_MALFORMED_REQUEST), resp);
 }
 
-/* The handler of the row early_checks matched (a request that reaches here has one). */
-static void dispatch(req *r) {
-  if (r->rt) r->rt->handler(r);
-  else req_error(r, API_ERR_NOT_FOUND, NULL, "no route");
-}
+static void dispatch(req *r) { r->srv->set.hooks.dispatch(r); }
 
 static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
                            const char *method, const char *version, const char *upload_data,
                            size_t *upload_size, void **con_cls) {
-  app *a = cls;
+  http_server *a = cls;
   req *r = *con_cls;
   if (!r) {
     guard_request_started(c);
@@ -550,7 +459,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
     *con_cls = r;
     const char *problem = guard_head_problem(c, version);
     if (problem) reply_malformed(r, problem);
-    else early_checks(r);
+    else a->set.hooks.head(r);
     return MHD_YES;
   }
   if (*upload_size) {
@@ -563,7 +472,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
       }
     }
     *upload_size = 0;
-    if (now_mono() - r->t_start > (double)a->cfg->request_timeout) {
+    if (now_mono() - r->t_start > (double)a->set.request_timeout) {
       r->err = API_ERR_REQUEST_TIMEOUT;
       r->status = api_err_status(API_ERR_REQUEST_TIMEOUT);
       return MHD_NO;
@@ -609,7 +518,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  app *a = cls;
+  http_server *a = cls;
   guard_request_done(a->guard, c);
   req *r = *con_cls;
   if (!r) return;
@@ -622,7 +531,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
       r->client_gone = 1;
   }
   close_watchers(r);
-  if (r->on_close) r->on_close(r);
+  if (a->set.hooks.close) a->set.hooks.close(r);
   req_unref(r);
 }
 
@@ -634,7 +543,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
  * the queued clients were never accepted. One more run after any close re-arms the listener. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
-  app *a = cls;
+  http_server *a = cls;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     a->n_conns++;
     guard_conn_started(a->guard, c, socket_context);
@@ -662,8 +571,9 @@ static void mhd_panic(void *cls, const char *file, unsigned int line, const char
 
 static void pump_cb(void *a) { http_pump(a); }
 
-int http_start(app *a, char *err, size_t errcap) {
-  const config *c = a->cfg;
+int http_start(http_server *a, const http_settings *set, char *err, size_t errcap) {
+  a->set = *set;
+  const http_settings *c = &a->set;
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
   unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
@@ -681,10 +591,10 @@ int http_start(app *a, char *err, size_t errcap) {
     return -1;
   }
   MHD_set_panic_func(mhd_panic, a);
-  guard_settings gs = {.loop = a->loop, .header_timeout = c->header_timeout,
+  guard_settings gs = {.loop = c->loop, .header_timeout = c->header_timeout,
                        .idle_timeout = c->idle_timeout,
                        .max_per_client = c->max_connections_per_client,
-                       .proxies = a->proxies, .n_proxies = a->n_proxies,
+                       .proxies = c->proxies, .n_proxies = c->n_proxies,
                        .pump = pump_cb, .pump_arg = a};
   a->guard = guard_new(&gs);
   a->mhd = MHD_start_daemon(
@@ -705,25 +615,25 @@ int http_start(app *a, char *err, size_t errcap) {
   const union MHD_DaemonInfo *pi = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
   a->port = pi ? pi->port : (unsigned short)c->port;
   const union MHD_DaemonInfo *ei = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-  uv_poll_init(a->loop, &a->mhd_poll, ei->epoll_fd);
+  uv_poll_init(c->loop, &a->mhd_poll, ei->epoll_fd);
   a->mhd_poll.data = a;
   uv_poll_start(&a->mhd_poll, UV_READABLE, on_mhd_poll);
-  uv_timer_init(a->loop, &a->mhd_timer);
+  uv_timer_init(c->loop, &a->mhd_timer);
   a->mhd_timer.data = a;
-  uv_timer_init(a->loop, &a->sweep_timer);
+  uv_timer_init(c->loop, &a->sweep_timer);
   a->sweep_timer.data = a;
   http_pump(a);
   return 0;
 }
 
-void http_quiesce(app *a) {
+void http_quiesce(http_server *a) {
   if (!a->mhd || a->listen_fd_closed) return;
   MHD_socket fd = MHD_quiesce_daemon(a->mhd);
   if (fd != MHD_INVALID_SOCKET) close(fd); /* MHD no longer owns it; refuse new connections now */
   a->listen_fd_closed = 1;
 }
 
-void http_stop(app *a) {
+void http_stop(http_server *a) {
   if (!a->mhd) return;
   uv_poll_stop(&a->mhd_poll);
   uv_timer_stop(&a->mhd_timer);
