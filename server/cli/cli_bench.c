@@ -785,8 +785,10 @@ static int bench_threads(const bench_opts *o, int first) {
   bench_limits lim;
   if (bench_limits_measure(o, &lim)) goto out;
   double bw[THREAD_COUNTS_MAX];
-  for (int i = 0; i < nt; i++)
-    if ((bw[i] = bench_read_bandwidth_threads(lim.probe_bytes, 3, o->thread_counts[i])) <= 0) {
+  for (int i = 0; i < nt; i++) /* one thread's: the limits' own probe */
+    if ((bw[i] = o->thread_counts[i] == 1 ? lim.read_bw
+                                          : bench_read_bandwidth_threads(lim.probe_bytes, 3,
+                                                                         o->thread_counts[i])) <= 0) {
       fprintf(stderr, "xlserve bench: cannot measure the read bandwidth of %d threads\n",
               o->thread_counts[i]);
       goto out;
@@ -845,7 +847,7 @@ static int bench_threads(const bench_opts *o, int first) {
       }
       const int batch = k ? WEIGHTS_BATCH : 1;
       const double step = wb + batch * sb, med = cli_median(v, rounds);
-      printf(" %14.2f %5.2fx [%4.2f, %4.2f] %9.1f", med, cli_median(x, rounds), lo_r, hi_r,
+      printf(" %14.2f %5.2fx [%4.2f, %4.2f] %9.3f", med, cli_median(x, rounds), lo_r, hi_r,
              step / 1e6);
       if (!k) printf(" %9.2f", bw[i] / 1e9);
       printf(" %8.0f%%", 100 * med * step / batch / bw[i]);
@@ -1001,7 +1003,8 @@ int cli_bench_main(int argc, char **argv) {
     return 2;
   }
   if (o.thread_clock && o.n_thread_counts) {
-    fprintf(stderr, "xlserve bench: --clock thread cannot time several threads; use --clock wall\n");
+    fprintf(stderr, "xlserve bench: --thread-counts: --clock thread cannot time several "
+                    "threads; use --clock wall\n");
     return 2;
   }
   if (o.thread_clock && o.threads != 1) {
