@@ -1,10 +1,12 @@
 /*
  * pool.c: the persistent thread team of a workspace (pool.h). One 64-bit atomic word holds the
- * job's generation (high half) and the next unclaimed task (low half): publishing a job bumps
- * the generation and zeroes the counter in one store; a claim is a compare-and-swap that fails
- * once the generation moved on, so a helper that wakes late never runs a task of another job.
- * The job's function, context and task count are atomics too (a late helper may read them
- * while the owner writes the next job's; it then fails its claim). Helpers wait for a new
+ * job's generation (high half) and the next unclaimed task (low half): publishing a job first
+ * closes the last one (its counter set above any task count), then writes the job's function,
+ * context and task count, then bumps the generation with the counter at zero in one store. A
+ * claim is a compare-and-swap under the generation the helper saw, so a helper that wakes
+ * late never runs a task of another job, nor claims under an old generation with a new job's
+ * count (the fields are atomics: a late helper may read them while the owner writes them; the
+ * state it reads after them then tells it to stop). Helpers wait for a new
  * generation spinning a little (the forward pass hands out jobs microseconds apart), then
  * sleep on a condition variable. The caller claims tasks like any helper, then waits for the
  * done count (spinning, then yielding): it waits only for tasks a running helper has claimed.
@@ -30,6 +32,8 @@
 /* Spins before a helper sleeps (some hundreds of microseconds) and before the caller yields. */
 #define SPIN_WAIT 20000
 #define SPIN_DONE 2000
+/* The task counter of a closed job: above any task count, so nothing can be claimed. */
+#define CLOSED 0x7fffffffu
 
 typedef struct {
   xl_pool *pool;
@@ -150,11 +154,14 @@ void xl_pool_run(xl_pool *p, xl_pool_job job, void *ctx, int n_tasks) {
     for (int t = 0; t < n_tasks; t++) job(ctx, t, 0);
     return;
   }
+  /* Close the last job first: a helper that read the last generation but loads the new
+   * job's fields (count included) must not find a task to claim under the old generation. */
+  const uint32_t g = (uint32_t)(atomic_load(&p->state) >> 32) + 1;
+  atomic_store(&p->state, (uint64_t)(g - 1) << 32 | CLOSED);
   atomic_store(&p->job, job);
   atomic_store(&p->ctx, ctx);
   atomic_store(&p->n_tasks, n_tasks);
   atomic_store(&p->done, 0);
-  const uint32_t g = (uint32_t)(atomic_load(&p->state) >> 32) + 1;
   atomic_store(&p->state, (uint64_t)g << 32); /* publishes the job: task 0 next */
   wake(p);
   work(p, g, 0);
