@@ -13,9 +13,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "api_idem.h"
 #include "app.h"
 #include "generation.h"
 #include "json_writer.h"
+#include "session_wait.h"
 #include "util.h"
 #include "xlog.h"
 
@@ -37,6 +39,8 @@ typedef struct gen_req {
   char *store_err;      /* the commit failed: why */
   int store_conflict;   /* ... because another replica committed a turn of the session first */
   int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
+  idem_req idem;        /* its Idempotency-Key (api_idem.h) */
+  double busy_since;    /* the session was busy with a cancelled turn: waiting since (0: no) */
 } gen_req;
 
 #define GEN(r) ((gen_req *)ACTX(r)->gen)
@@ -250,6 +254,7 @@ static gen_params *params_of(req *r) {
     p->score_rank = g->prompt_logprobs >= 0;
   }
   p->chunk = a->prefill_chunk;
+  p->prefix_cache = a->prefix_cache;
   make_id(p);
   p->created = (long long)time(NULL);
   p->fingerprint = a->fingerprint;
@@ -278,6 +283,7 @@ static void hook_free(req *r) {
   gen_group_free(&c->gen);
   if (c->have_g) gen_request_free(&c->g);
   if (c->have_plan) chat_plan_free(&c->plan);
+  idem_end(r, &c->idem);
   free(c->store_err);
   free(c);
   ACTX(r)->gen = NULL;
@@ -340,6 +346,7 @@ static int stage_parse(req *r, job_kind kind) {
       req_error_from(r, &e);
       return 1;
     }
+    if (idem_begin(r, &GEN(r)->idem)) return 1;
     buf_free(&r->body);
   }
   if (GEN(r)->g.model && strcmp(GEN(r)->g.model, a->model_name)) {
@@ -349,6 +356,12 @@ static int stage_parse(req *r, job_kind kind) {
     return 1;
   }
   return 0;
+}
+
+/* An Idempotency-Key already used on this session: answered from its record (api_idem.h). */
+static int stage_idem(req *r) {
+  const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
+  return idem_stage(r, &GEN(r)->idem, hid ? hid : GEN(r)->g.session_id);
 }
 
 /* The session named by X-Session-Id or session_id: found, missing (created once the request
@@ -372,6 +385,7 @@ static int stage_session(req *r, turn *t) {
   st_status st = req_find_session(r, t->sid, &t->s);
   if (st == ST_PENDING) return 1; /* the store looks for it; this handler runs again */
   if (st == ST_FOUND && t->s->busy) {
+    if (session_wait_cancelled(r, t->s, &GEN(r)->busy_since)) return 1; /* runs again */
     req_error(r, API_ERR_SESSION_BUSY, "session_id", "session %s is serving another request",
               t->sid);
     return 1;
@@ -412,6 +426,34 @@ static int stage_choices(req *r, turn *t) {
   return 0;
 }
 
+/* A chat fed from its first message: how many of its tokens its leading system messages (with
+ * their template) make, the part other conversations share (the prefix cache's hint); 0 when
+ * there are none. The count is of the tokens the whole text and the system part alone agree on
+ * (a tokenizer may join across the boundary). */
+static int chat_prefix_hint(req *r, const gen_inputs *in) {
+  const gen_request *g = &GEN(r)->g;
+  const chat_plan *pl = &GEN(r)->plan;
+  if (!r->a->prefix_cache || (pl->kind != PLAN_NEW && pl->kind != PLAN_RESET)) return -1;
+  buf sys;
+  buf_init(&sys);
+  for (int i = 0; i < g->n_msgs && g->msgs[i].role == ROLE_SYSTEM; i++)
+    chat_render(&r->a->tpl, &g->msgs[i], &sys);
+  int hint = 0; /* no system message: nothing shared (a conversation's own text) */
+  int32_t *ids = NULL;
+  size_t n = 0;
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  if (sys.len && sys.len <= pl->text.len && !memcmp(sys.p, pl->text.p, sys.len) &&
+      xl_tokenize(r->a->model, sys.p, sys.len, &ids, &n, &xe) == XL_OK) {
+    size_t k = 0;
+    while (k < n && k < in->ntok && ids[k] == in->toks[k]) k++;
+    hint = (int)k;
+  }
+  free(ids);
+  buf_free(&sys);
+  return hint;
+}
+
 /* What this turn feeds: the chat plan's text or the prompt, tokenized, after the session's
  * pending token; then the other prompts of a list. */
 static int stage_inputs(req *r, turn *t) {
@@ -447,6 +489,7 @@ static int stage_inputs(req *r, turn *t) {
               a->opt.max_prompt_tokens);
     return 1;
   }
+  if (g->kind == JOB_CHAT && !g->prompt_ids) in->prefix_hint = chat_prefix_hint(r, in);
   t->reset = GEN(r)->have_plan && GEN(r)->plan.kind == PLAN_RESET;
   if (t->s && t->s->pending >= 0 && !t->reset) in->pending = t->s->pending;
   if (in->ntok == 0 && in->pending < 0 && g->max_tokens > 0) {
@@ -474,16 +517,21 @@ static int stage_inputs(req *r, turn *t) {
       req_error(r, API_ERR_TOKENIZER_ERROR, param, "cannot tokenize %s: %s", param, pe.message);
       return 1;
     }
-    if (in->pn[p] > (size_t)a->opt.max_prompt_tokens) {
-      req_error(r, API_ERR_PROMPT_TOO_LONG, param,
-                "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, in->pn[p],
-                a->opt.max_prompt_tokens);
-      return 1;
-    }
     if (in->pn[p] == 0) { /* a list's prompts each feed something */
       req_error(r, API_ERR_EMPTY_PROMPT, param, "%s is empty", param);
       return 1;
     }
+  }
+  /* the limit is on what the whole request feeds: each prompt once (a prompt's n/best_of
+   * choices fork its fed state; echo and logprobs read what was fed) */
+  size_t total = in->ntok;
+  for (int p = 1; p < t->groups; p++) total += in->pn[p];
+  if (t->groups > 1 && total > (size_t)a->opt.max_prompt_tokens) {
+    req_error(r, API_ERR_PROMPT_TOO_LONG, "prompt",
+              "the %d prompts of this request feed %zu tokens in all; the limit is %lld "
+              "(max_prompt_tokens, counted over all prompts of a request)",
+              t->groups, total, a->opt.max_prompt_tokens);
+    return 1;
   }
   return 0;
 }
@@ -519,7 +567,10 @@ static int stage_hold_session(req *r, turn *t) {
     ACTX(r)->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
-  if (!GEN(r)->sess_stateless) st_acquire(a->sessions, t->s);
+  if (!GEN(r)->sess_stateless) {
+    st_acquire(a->sessions, t->s);
+    session_turn_held(r, t->s);
+  }
   GEN(r)->sess = t->s;
   return 0;
 }
@@ -528,6 +579,7 @@ static int stage_hold_session(req *r, turn *t) {
 static void stage_run(req *r, turn *t) {
   app *a = r->a;
   gen_params *p = params_of(r);
+  p->prefix_hint = t->in.prefix_hint;
   int main_index = t->sid && GEN(r)->g.session_choice > 0 ? GEN(r)->g.session_choice : 0;
   int snapshot = !GEN(r)->sess_stateless && st_persistent(a->sessions);
   gen_group_build(&GEN(r)->gen, p, t->s, &t->in, t->per, main_index, &t->s->rng, snapshot, r);
@@ -575,7 +627,7 @@ static void api_generate(req *r, job_kind kind) {
   turn t;
   memset(&t, 0, sizeof t);
   gen_inputs_init(&t.in);
-  if (!stage_parse(r, kind) && !stage_session(r, &t) && !stage_choices(r, &t) &&
+  if (!stage_parse(r, kind) && !stage_idem(r) && !stage_session(r, &t) && !stage_choices(r, &t) &&
       !stage_inputs(r, &t) && !stage_admit(r, &t) && !stage_hold_session(r, &t))
     stage_run(r, &t);
   gen_inputs_free(&t.in);
@@ -584,6 +636,7 @@ static void api_generate(req *r, job_kind kind) {
 void gen_cancel(req *r, int by_drain) {
   if (!ACTX(r)->job_running) return;
   if (by_drain) GEN(r)->cancelled_by_drain = 1;
+  if (GEN(r)->sess && !GEN(r)->sess_stateless) GEN(r)->sess->turn_cancelled = 1;
   if (!GEN(r)->main_done) sched_cancel(r->a->sched, GEN(r)->gen.main);
   for (int i = 0; i < GEN(r)->gen.n_others; i++)
     sched_cancel(r->a->sched, GEN(r)->gen.others[i]); /* a no-op once done */
@@ -678,8 +731,20 @@ void gen_on_done(req *r) {
     int fed = j->pos > 0 || j->decoding;
     uint8_t *core = j->snap;
     j->snap = NULL;
+    /* an Idempotency-Key's record, written in the turn's commit: the answer (a stream's as a
+     * full body) when the turn ended well and every choice is done */
+    st_record rec, *recp = NULL;
+    if (GEN(r)->idem.on) {
+      buf b;
+      buf_init(&b);
+      if ((j->finish == FINISH_STOP || j->finish == FINISH_LENGTH) && !GEN(r)->others_left)
+        full_body(&b, r, j, GEN(r)->held_tokens);
+      recp = idem_record(&GEN(r)->idem, &rec, GEN(r)->held_tokens, &b);
+      buf_free(&b);
+    }
     req_ref(r); /* the commit's, if it waits */
-    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, on_turn_committed, r);
+    int w =
+        st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, recp, on_turn_committed, r);
     if (w == 1) {
       GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */

@@ -76,9 +76,11 @@
     "accept. Exempt: the addresses in trusted_proxies (behind a proxy every client is the "       \
     "proxy) and this host's 127.0.0.1 and ::1.")                                                  \
   X(max_body_bytes, INT, "1048576", 1024, 1073741824,                                            \
-    "Largest request body in bytes; a larger one gets 413 before it is read.")                   \
+    "Largest request body in bytes (every route, the tokenizer's too); a larger one gets 413 "   \
+    "before it is read.")                                                                        \
   X(max_prompt_tokens, INT, "65536", 1, 16777216,                                                \
-    "Most tokens one request may feed (prompt plus chat template); more gets 422.")              \
+    "Most tokens one request may feed (all its prompts together, plus chat template); more "     \
+    "gets 422. Also the most ids /tokenize may return and /detokenize may take.")                \
   X(default_max_tokens, INT, "256", 0, 16777216, "max_tokens of a request that gives none.")     \
   X(max_tokens_limit, INT, "4096", 1, 16777216, "Largest max_tokens a request may ask for.")     \
   X(ping_interval, INT, "15", 0, 3600,                                                           \
@@ -89,6 +91,10 @@
     "RAM budget of the session table in MiB; least-recently-used idle sessions beyond it leave " \
     "RAM: with a store they are saved (if needed) and come back from it on their next request, " \
     "transparently; without one (durability off) they are gone: 404 session_expired.")          \
+  X(prefix_cache_mb, INT, "256", 0, 16777216,                                                    \
+    "RAM in MiB for the prefix cache: the memory of prompt prefixes (a chat's leading system "   \
+    "messages, else the prompt) in whole prefill chunks, so a new session starting with one "    \
+    "skips feeding it; counted in session_ram_mb (the cache yields first). 0 = off.")            \
   X(session_ttl, INT, "86400", 0, 315360000,                                                     \
     "Seconds an unused session lives before it expires, in RAM and in the store (0 = never).")   \
   X(session_tombstones, INT, "100000", 0, 100000000,                                             \

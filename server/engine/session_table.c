@@ -60,6 +60,7 @@ struct session_table {
   int persist;          /* the store has a backend */
   st_durability durability;
   int sweeping;         /* a store sweep is queued */
+  prefix_cache *pc;     /* shares the budget, yields first (NULL: none) */
 };
 
 /* A store op's context: the table plus the caller's continuation. */
@@ -95,6 +96,11 @@ session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size
 }
 
 int st_persistent(const session_table *t) { return t->persist; }
+
+void st_set_prefix_cache(session_table *t, prefix_cache *pc) {
+  t->pc = pc;
+  prefix_cache_fit(pc, t->budget > t->ram ? t->budget - t->ram : 0);
+}
 
 void st_free(session_table *t) {
   if (!t) return;
@@ -206,6 +212,7 @@ static void hand_over(session_table *t, session *s) {
 }
 
 static void enforce_budget(session_table *t) {
+  prefix_cache_fit(t->pc, t->budget > t->ram ? t->budget - t->ram : 0); /* the cache goes first */
   session *s = t->lru_tail;
   /* the most recently used session always stays, whatever the budget */
   while (t->ram > t->budget && s && s != t->lru_head) {
@@ -487,11 +494,26 @@ static void on_turn_committed(store_op *op) {
   store_op_free(op);
 }
 
+/* A turn's record written on its own (the turn has no commit to carry it). */
+static void put_record(session_table *t, const session *s, st_record *rec) {
+  if (!rec || !t->store) {
+    if (rec) free(rec->value), rec->value = NULL;
+    return;
+  }
+  store_op *op = store_op_new(SOP_REC_PUT, NULL, NULL);
+  if (store_op_record(op, rec->ns, s->owner, rec->key, rec->value, rec->len, rec->ttl_s) == 0)
+    store_submit(t->store, op);
+  else
+    store_op_free(op);
+  rec->value = NULL;
+}
+
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
-                st_done_fn fn, void *ctx) {
+                st_record *rec, st_done_fn fn, void *ctx) {
   int delta = core && xl_state_blob_is_delta(core, core_len);
   int commit = t->persist && t->durability == DUR_TURN && fn;
   if (commit && fed && !core) { /* the worker's snapshot failed: the turn cannot be committed */
+    if (rec) free(rec->value), rec->value = NULL;
     roll_back_turn(t, s);
     return -1;
   }
@@ -502,6 +524,7 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, in
   if (!t->persist || !core) {
     free(core);
     if (fed) s->unsaved = 1;
+    put_record(t, s, rec);
     st_release(t, s);
     return 0;
   }
@@ -528,6 +551,10 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, in
   op->row.seq = ++s->store_seq;
   op->row.cas = commit; /* a shared store: a whole state only over the version it continues */
   op->async = t->durability == DUR_ASYNC;
+  if (rec) { /* kept with the turn's write, or not at all */
+    store_op_record(op, rec->ns, s->owner, rec->key, rec->value, rec->len, rec->ttl_s);
+    rec->value = NULL;
+  }
   op->ctx = call_new(t, commit ? s : NULL, commit ? (void *)fn : NULL, ctx);
   s->unsaved = 0;
   s->delta_ok = 1; /* the next turn's delta continues this write */

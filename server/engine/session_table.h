@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prefix_cache.h"
 #include "session.h"
 #include "session_store.h"
 
@@ -67,6 +68,9 @@ typedef void (*st_import_fn)(void *ctx, st_import_result r, const char *message)
 session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size_t max_tombstones,
                       session_store *store, st_durability durability);
 void st_free(session_table *t);
+/* The prefix cache shares the RAM budget: it may hold what the sessions leave of it and shrinks
+ * (least recently used first) before any session is evicted. NULL: none. */
+void st_set_prefix_cache(session_table *t, prefix_cache *pc);
 int st_persistent(const session_table *t);
 
 /* RAM (and tombstones) only. */
@@ -97,8 +101,18 @@ void st_release(session_table *t, session *s);  /* busy = 0, touch, enforce the 
  *    0: s is released (async: its save follows; no store: nothing to save);
  *   -1: durability turn, the turn fed s but has no snapshot: it cannot be committed, and s
  *       left RAM as on a failed commit (fn is not called). */
+/* A keyed record written with a turn (an Idempotency-Key's answer): in the turn's commit
+ * when there is one (kept if and only if the turn is), else on its own (no store: the store's
+ * in-memory table). ns/key as store_record's; value taken. */
+typedef struct st_record {
+  const char *ns, *key;
+  uint8_t *value;
+  size_t len;
+  double ttl_s;
+} st_record;
+
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
-                st_done_fn fn, void *ctx);
+                st_record *rec, st_done_fn fn, void *ctx);
 /* Saves s (idle; held busy meanwhile) now: a creation, fork or import, answered after the
  * commit. 1: fn will be called; 0: no store. A failed save is not kept: s leaves RAM (its id
  * then holds what the store holds: the state an import replaced, or nothing). */
