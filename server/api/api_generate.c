@@ -16,6 +16,7 @@
 #include "api_idem.h"
 #include "app.h"
 #include "generation.h"
+#include "http_guard.h"
 #include "json_writer.h"
 #include "session_wait.h"
 #include "util.h"
@@ -39,6 +40,7 @@ typedef struct gen_req {
   char *store_err;      /* the commit failed: why */
   int store_conflict;   /* ... because another replica committed a turn of the session first */
   int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
+  int quota_held;       /* counted in the app's run_quota until its generation is done */
   idem_req idem;        /* its Idempotency-Key (api_idem.h) */
   double busy_since;    /* the session was busy with a cancelled turn: waiting since (0: no) */
 } gen_req;
@@ -314,6 +316,7 @@ static size_t hook_stream_take(req *r, char *out, size_t max) {
     buf_consume(&j->out, n);
   }
   pthread_mutex_unlock(&j->mu);
+  if (n) sched_stream_drained(r->a->sched, j); /* resumes its jobs paused on a full buffer */
   return n;
 }
 
@@ -536,8 +539,32 @@ static int stage_inputs(req *r, turn *t) {
   return 0;
 }
 
-/* 429 unless every job of the request fits in the queue now. */
+/* The client a per-client limit counts (NULL: exempt: a trusted proxy itself, or loopback). */
+static const char *quota_client(const req *r) {
+  return guard_exempt(r->srv->guard, r->remote) ? NULL : r->remote;
+}
+
+static void quota_release(req *r) {
+  if (!GEN(r)->quota_held) return;
+  GEN(r)->quota_held = 0;
+  rq_release(r->a->quota, r->owner, quota_client(r));
+}
+
+/* 429 when the request's key or client has its limit of requests in flight, or unless every
+ * job of the request fits in the queue now. */
 static int stage_admit(req *r, const turn *t) {
+  const char *limit = rq_check(r->a->quota, r->owner, quota_client(r));
+  if (limit) {
+    r->retry_after = "1";
+    req_error(r, API_ERR_QUOTA_EXCEEDED, NULL,
+              "this %s has %lld generation requests running or queued, its limit "
+              "(%s); retry once one is done",
+              strcmp(limit, "max_running_per_key") ? "client" : "API key",
+              strcmp(limit, "max_running_per_key") ? r->a->opt.max_running_per_client
+                                                   : r->a->opt.max_running_per_key,
+              limit);
+    return 1;
+  }
   if (sched_has_room_for(r->a->sched, t->groups * t->per)) return 0;
   ctr_add(&g_metrics.rejected_queue_full, 1);
   r->retry_after = "1";
@@ -552,6 +579,13 @@ static int stage_hold_session(req *r, turn *t) {
   xl_error xe;
   memset(&xe, 0, sizeof xe);
   if (t->sid && !t->s) {
+    if (st_key_full(a->sessions, r->owner)) {
+      req_error(r, API_ERR_QUOTA_EXCEEDED, "session_id",
+                "this API key holds %lld sessions, its limit (max_sessions_per_key): delete "
+                "one (DELETE /v1/sessions/ID) before starting another",
+                a->opt.max_sessions_per_key);
+      return 1;
+    }
     t->s = st_create(a->sessions, t->sid, r->owner, &xe);
   } else if (!t->sid) {
     t->s = session_new(a->model, &xe);
@@ -588,6 +622,8 @@ static void stage_run(req *r, turn *t) {
   job *j = GEN(r)->gen.main;
   if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
   ACTX(r)->job_running = 1;
+  GEN(r)->quota_held = 1;
+  rq_take(a->quota, r->owner, quota_client(r));
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
@@ -682,6 +718,7 @@ static void gen_finish(req *r);
 /* The response goes out once every job is done and the turn committed. */
 static void maybe_finish(req *r) {
   if (!GEN(r)->main_done || GEN(r)->others_left || GEN(r)->commit_wait) return;
+  quota_release(r);
   ACTX(r)->job_running = 0;
   r->a->n_jobs--;
   gen_finish(r);

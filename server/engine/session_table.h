@@ -72,6 +72,15 @@ void st_free(session_table *t);
  * (least recently used first) before any session is evicted. NULL: none. */
 void st_set_prefix_cache(session_table *t, prefix_cache *pc);
 int st_persistent(const session_table *t);
+/* Per-key limits (owners: API keys). max_sessions_per_key: st_key_full says when a key holds
+ * that many sessions in RAM (0: never); ram_per_key: bytes one key's sessions may hold in RAM
+ * before its least-recently-used idle ones leave (0: no cap). Whatever they are, when the
+ * budget must evict it evicts first from the keys over their fair share (the budget split
+ * evenly among the keys with sessions in RAM), so one key's sessions cannot push out those of
+ * a key within its share. */
+void st_set_key_limits(session_table *t, size_t max_sessions_per_key, size_t ram_per_key);
+size_t st_key_sessions(const session_table *t, const uint8_t owner[32]);
+int st_key_full(const session_table *t, const uint8_t owner[32]);
 
 /* RAM (and tombstones) only. */
 st_status st_lookup(session_table *t, const char *id, const uint8_t owner[32], session **out);

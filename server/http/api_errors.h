@@ -47,6 +47,8 @@
   X(IDEMPOTENCY_KEY_REUSED, 422, "invalid_request_error", "idempotency_key_reused",                \
     "this Idempotency-Key was used with another request body")                                     \
   X(QUEUE_FULL, 429, "rate_limit_error", "queue_full", "the queue is full")                        \
+  X(QUOTA_EXCEEDED, 429, "rate_limit_error", "quota_exceeded",                                     \
+    "a per-key or per-client limit is reached")                                                    \
   X(GENERATION_FAILED, 500, "server_error", "generation_failed", "the generation failed")          \
   X(STORE_FAILED, 500, "server_error", "store_failed", "the session store failed")                 \
   X(SESSION_CREATE_FAILED, 500, "server_error", "session_create_failed",                           \

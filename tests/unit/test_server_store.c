@@ -1111,6 +1111,60 @@ static void test_ids_are_per_owner(void) {
   end_store(st, sb, t);
 }
 
+/* Per-key fair share: when the budget must evict, keys over an even share of it lose their
+ * sessions first, so key b creating many sessions never evicts key a's one; a per-key cap
+ * (session_ram_mb_per_key) evicts a key's own sessions under a roomy budget; max_sessions_per_key
+ * is reported by st_key_full. */
+static void test_keys_share_the_budget(void) {
+  uint8_t ka[32], kb[32];
+  memset(ka, 0xa1, 32);
+  memset(kb, 0xb2, 32);
+  xl_error xe;
+  session *probe = session_new(M, &xe); /* what a new session holds */
+  size_t per = session_ram(probe);
+  session_free(probe);
+  session_table *t = st_new(M, per * 10, 0, 1000, NULL, DUR_OFF);
+  session *a = st_create(t, "mine", ka, &xe), *x = NULL;
+  st_acquire(t, a);
+  feed(a, 5, 1, NULL);
+  st_release(t, a);
+  char id[32];
+  for (int i = 0; i < 100; i++) {
+    snprintf(id, sizeof id, "b-%d", i);
+    CHECK(st_create(t, id, kb, &xe) != NULL);
+  }
+  CHECK(st_lookup(t, "mine", ka, &x) == ST_FOUND && x == a);
+  CHECK(st_ram(t) <= per * 10 + per);
+  CHECK(st_key_sessions(t, ka) == 1);
+  CHECK(st_key_sessions(t, kb) >= 5 && st_key_sessions(t, kb) <= 10);
+  CHECK(st_lookup(t, "b-0", kb, &x) == ST_EXPIRED);
+  CHECK(st_lookup(t, "b-99", kb, &x) == ST_FOUND);
+  st_free(t);
+
+  /* a cap per key: b holds at most 3 sessions' worth, a roomy budget notwithstanding */
+  t = st_new(M, per * 1000, 0, 1000, NULL, DUR_OFF);
+  st_set_key_limits(t, 0, per * 3);
+  CHECK(st_create(t, "mine", ka, &xe) != NULL);
+  for (int i = 0; i < 20; i++) {
+    snprintf(id, sizeof id, "b-%d", i);
+    CHECK(st_create(t, id, kb, &xe) != NULL);
+  }
+  CHECK(st_key_sessions(t, kb) == 3 && st_key_sessions(t, ka) == 1);
+  CHECK(st_lookup(t, "b-16", kb, &x) == ST_EXPIRED && st_lookup(t, "b-17", kb, &x) == ST_FOUND);
+  st_free(t);
+
+  /* max_sessions_per_key: full at the limit, for that key alone; a deletion makes room */
+  t = st_new(M, per * 1000, 0, 1000, NULL, DUR_OFF);
+  st_set_key_limits(t, 2, 0);
+  session *b0 = st_create(t, "b-0", kb, &xe);
+  CHECK(!st_key_full(t, kb));
+  st_create(t, "b-1", kb, &xe);
+  CHECK(st_key_full(t, kb) && !st_key_full(t, ka));
+  st_delete(t, b0, NULL, NULL);
+  CHECK(!st_key_full(t, kb) && st_key_sessions(t, kb) == 1);
+  st_free(t);
+}
+
 /* A fork is a use of its parent: forking a parent 1000 times under a budget of about two
  * sessions, without a store, never evicts the parent (its forks go instead). */
 static void test_fork_keeps_its_parent(void) {
@@ -2140,6 +2194,7 @@ int main(void) {
   RUN(test_second_backend_and_failed_commits);
   RUN(test_ids_are_per_owner);
   RUN(test_fork_keeps_its_parent);
+  RUN(test_keys_share_the_budget);
   RUN(test_sqlite_migrates_v1);
   RUN(test_sqlite_migrates_v3);
   RUN(test_sqlite_migrates_v4);
