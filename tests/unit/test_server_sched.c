@@ -539,7 +539,7 @@ static void test_unread_stream_pauses(void) {
   sched_stop(s1);
   sched_free(s1);
 
-  sched_opts o = {1, 8, 1 << 20, 1, 4, 512};
+  sched_opts o = {1, 8, 1 << 20, 1, 4, 512, 1};
   sched *s = sched_new(M, &o, notify, &N);
   CHECK(sched_start(s, &err) == 0);
   pause_ctx c;
