@@ -16,6 +16,7 @@
 #include "app.h"
 #include "generation.h"
 #include "json_writer.h"
+#include "session_wait.h"
 #include "tool_calls.h"
 #include "util.h"
 #include "xlog.h"
@@ -38,6 +39,7 @@ typedef struct gen_req {
   char *store_err;      /* the commit failed: why */
   int store_conflict;   /* ... because another replica committed a turn of the session first */
   int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
+  double busy_since;    /* the session was busy with a cancelled turn: waiting since (0: no) */
 } gen_req;
 
 #define GEN(r) ((gen_req *)ACTX(r)->gen)
@@ -383,6 +385,7 @@ static int stage_session(req *r, turn *t) {
   st_status st = req_find_session(r, t->sid, &t->s);
   if (st == ST_PENDING) return 1; /* the store looks for it; this handler runs again */
   if (st == ST_FOUND && t->s->busy) {
+    if (session_wait_cancelled(r, t->s, &GEN(r)->busy_since)) return 1; /* runs again */
     req_error(r, API_ERR_SESSION_BUSY, "session_id", "session %s is serving another request",
               t->sid);
     return 1;
@@ -485,16 +488,21 @@ static int stage_inputs(req *r, turn *t) {
       req_error(r, API_ERR_TOKENIZER_ERROR, param, "cannot tokenize %s: %s", param, pe.message);
       return 1;
     }
-    if (in->pn[p] > (size_t)a->opt.max_prompt_tokens) {
-      req_error(r, API_ERR_PROMPT_TOO_LONG, param,
-                "%s has %zu tokens; the limit is %lld (max_prompt_tokens)", param, in->pn[p],
-                a->opt.max_prompt_tokens);
-      return 1;
-    }
     if (in->pn[p] == 0) { /* a list's prompts each feed something */
       req_error(r, API_ERR_EMPTY_PROMPT, param, "%s is empty", param);
       return 1;
     }
+  }
+  /* the limit is on what the whole request feeds: each prompt once (a prompt's n/best_of
+   * choices fork its fed state; echo and logprobs read what was fed) */
+  size_t total = in->ntok;
+  for (int p = 1; p < t->groups; p++) total += in->pn[p];
+  if (t->groups > 1 && total > (size_t)a->opt.max_prompt_tokens) {
+    req_error(r, API_ERR_PROMPT_TOO_LONG, "prompt",
+              "the %d prompts of this request feed %zu tokens in all; the limit is %lld "
+              "(max_prompt_tokens, counted over all prompts of a request)",
+              t->groups, total, a->opt.max_prompt_tokens);
+    return 1;
   }
   return 0;
 }
@@ -530,7 +538,10 @@ static int stage_hold_session(req *r, turn *t) {
     ACTX(r)->sess_reset = 1;
     ctr_add(&g_metrics.session_resets, 1);
   }
-  if (!GEN(r)->sess_stateless) st_acquire(a->sessions, t->s);
+  if (!GEN(r)->sess_stateless) {
+    st_acquire(a->sessions, t->s);
+    session_turn_held(r, t->s);
+  }
   GEN(r)->sess = t->s;
   return 0;
 }
@@ -595,6 +606,7 @@ static void api_generate(req *r, job_kind kind) {
 void gen_cancel(req *r, int by_drain) {
   if (!ACTX(r)->job_running) return;
   if (by_drain) GEN(r)->cancelled_by_drain = 1;
+  if (GEN(r)->sess && !GEN(r)->sess_stateless) GEN(r)->sess->turn_cancelled = 1;
   if (!GEN(r)->main_done) sched_cancel(r->a->sched, GEN(r)->gen.main);
   for (int i = 0; i < GEN(r)->gen.n_others; i++)
     sched_cancel(r->a->sched, GEN(r)->gen.others[i]); /* a no-op once done */

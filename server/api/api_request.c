@@ -49,16 +49,7 @@ static void api_head(req *r) {
   if (!rt) {
     char msg[160];
     snprintf(msg, sizeof msg, "method %s is not allowed here (allowed: %s)", r->method, m.allow);
-    buf b;
-    buf_init(&b);
-    api_err_body(&b, API_ERR_METHOD_NOT_ALLOWED, NULL, msg);
-    r->err = API_ERR_METHOD_NOT_ALLOWED;
-    size_t n = b.len;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, m.allow);
-    req_queue_response(r, api_err_status(API_ERR_METHOD_NOT_ALLOWED), resp);
+    req_error_header(r, API_ERR_METHOD_NOT_ALLOWED, MHD_HTTP_HEADER_ALLOW, m.allow, msg);
     return;
   }
   r->rt = rt;

@@ -6,7 +6,7 @@
  *                         are ever added)} -> {"tokens", "count", "max_model_len"[, "token_strs"]}
  *   POST /detokenize     {"tokens": [ids]} -> {"prompt": text, "content": text}
  *   GET  /tokenizer_info the tokenizer's facts (kind, vocabulary, eos/bos/pad/unk tokens, the
- *                        kind's options)
+ *                        eos token's id, the kind's options)
  *   GET  /version        {"version"}
  * /v1/-prefixed aliases route here too. Thread: loop thread only.
  */
@@ -95,6 +95,10 @@ static void tokenize(req *r) {
         xl_tokenize(a->model, json_string_value(text), json_string_length(text), &ids, &n, &xe) != XL_OK) {
       req_error(r, API_ERR_TOKENIZER_ERROR, field, "cannot tokenize: %s",
                 xe.message);
+    } else if (n > (size_t)a->opt.max_prompt_tokens) { /* bounds the answer's size */
+      req_error(r, API_ERR_PROMPT_TOO_LONG, field,
+                "the text has %zu tokens; the limit is %lld (max_prompt_tokens)", n,
+                a->opt.max_prompt_tokens);
     } else {
       buf b;
       buf_init(&b);
@@ -136,6 +140,14 @@ static void detokenize(req *r) {
   size_t n = json_is_array(t) ? json_array_size(t) : 0;
   int32_t *ids = xmalloc(sizeof *ids * (n ? n : 1));
   int ok = json_is_array(t);
+  if (ok && n > (size_t)a->opt.max_prompt_tokens) {
+    req_error(r, API_ERR_PROMPT_TOO_LONG, "tokens",
+              "'tokens' has %zu ids; the limit is %lld (max_prompt_tokens)", n,
+              a->opt.max_prompt_tokens);
+    free(ids);
+    json_decref(root);
+    return;
+  }
   for (size_t i = 0; ok && i < n; i++) {
     json_t *v = json_array_get(t, i);
     /* llama.cpp's with_pieces shape: [{"id": ..., "piece": ...}] is accepted too */
@@ -170,6 +182,26 @@ static void opt_string(buf *b, const char *key, const char *v) {
   else buf_adds(b, "null");
 }
 
+/* The end/start token scorers put before a text (lm-evaluation-harness conditions a text's
+ * first token on it in loglikelihood_rolling): the vocabulary's own end token where it has
+ * one; otherwise the document separator of the kind's training text: a newline (byte 10) for
+ * byte models (enwik8-style text is lines, and the word models' <eos> stands for the newline
+ * too), a space for char_table models (text8 is one line of words). *id: its id when the
+ * tokenizer spells it as one token, else -1. */
+static const char *start_token(const xl_model *m, const xl_tokenizer_info *t, int *id) {
+  const char *text = t->eos_token;
+  if (!text) text = t->kind == XL_TOKENIZER_CHAR_TABLE ? " " : "\n";
+  *id = -1;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  if (xl_tokenize(m, text, strlen(text), &ids, &n, &xe) == XL_OK && n == 1) *id = ids[0];
+  free(ids);
+  if (!t->eos_token && *id < 0) return NULL; /* a table that cannot spell it: none */
+  return text;
+}
+
 static void tokenizer_info(req *r) {
   app *a = r->a;
   const xl_config *c = xl_model_config(a->model);
@@ -179,11 +211,15 @@ static void tokenizer_info(req *r) {
       "XLCharTableTokenizer"};
   buf b;
   buf_init(&b);
-  /* byte models have no special tokens; the others name theirs (null when the vocabulary has
-   * none); "options" are the model's xlserve_tokenizer_options as in effect */
+  /* eos_token: the vocabulary's end token, else the start token scorers use (start_token);
+   * no kind has a bos or pad token; "options" are the model's xlserve_tokenizer_options as in
+   * effect */
   buf_printf(&b, "{\"tokenizer_class\":\"%s\",\"tokenizer\":\"%s\",\"vocab_size\":%d",
              CLASS[t->kind], t->name, c->vocab_size);
-  opt_string(&b, "eos_token", t->eos_token);
+  int eos_id;
+  opt_string(&b, "eos_token", start_token(a->model, t, &eos_id));
+  if (eos_id >= 0) buf_printf(&b, ",\"eos_token_id\":%d", eos_id);
+  else buf_adds(&b, ",\"eos_token_id\":null");
   buf_adds(&b, ",\"bos_token\":null,\"pad_token\":null");
   opt_string(&b, "unk_token", t->unk_token);
   buf_printf(&b, ",\"add_bos_token\":false,\"add_eos_token\":false,\"model_max_length\":%lld,"

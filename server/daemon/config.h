@@ -70,9 +70,11 @@
     "accept. Exempt: the addresses in trusted_proxies (behind a proxy every client is the "       \
     "proxy) and this host's 127.0.0.1 and ::1.")                                                  \
   X(max_body_bytes, INT, "1048576", 1024, 1073741824,                                            \
-    "Largest request body in bytes; a larger one gets 413 before it is read.")                   \
+    "Largest request body in bytes (every route, the tokenizer's too); a larger one gets 413 "   \
+    "before it is read.")                                                                        \
   X(max_prompt_tokens, INT, "65536", 1, 16777216,                                                \
-    "Most tokens one request may feed (prompt plus chat template); more gets 422.")              \
+    "Most tokens one request may feed (all its prompts together, plus chat template); more "     \
+    "gets 422. Also the most ids /tokenize may return and /detokenize may take.")                \
   X(default_max_tokens, INT, "256", 0, 16777216, "max_tokens of a request that gives none.")     \
   X(max_tokens_limit, INT, "4096", 1, 16777216, "Largest max_tokens a request may ask for.")     \
   X(ping_interval, INT, "15", 0, 3600,                                                           \

@@ -1,6 +1,7 @@
 /*
  * http_guard.c: connection records, the request-head deadline, the per-client-address limit,
- * the %00-aware URL unescaper and the request-framing checks (see http_guard.h).
+ * the %00-aware URL unescaper, the raw-NUL check and the request-framing checks (see
+ * http_guard.h).
  * Thread: loop thread only.
  *
  * The head deadline: libmicrohttpd's own connection timeout is an idle timeout that every
@@ -48,6 +49,8 @@ struct conn_rec {
   int fd;
   int counted;     /* holds one count in per_addr */
   int nul_in_url;  /* the unescaper decoded a %00 in this request's URL */
+  const char *raw_uri; /* this request's URI in MHD's read buffer, before decoding */
+  size_t raw_uri_len;  /* its length as a C string then (a raw NUL byte cuts it short) */
   char addr[INET6_ADDRSTRLEN];
 };
 
@@ -246,6 +249,7 @@ void guard_request_done(http_guard *g, struct MHD_Connection *c) {
   conn_rec *cr = rec_of(c);
   if (!cr) return;
   cr->nul_in_url = 0;
+  cr->raw_uri = NULL;
   char ch;
   if (recv(cr->fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0) { /* the client half-closed */
     cr->deadline = now_mono();
@@ -277,6 +281,76 @@ size_t guard_unescape(void *cls, struct MHD_Connection *c, char *s) {
       break;
     }
   return MHD_http_unescape(s); /* MHD's own %HH decoding for everything else */
+}
+
+void *guard_uri_seen(void *cls, const char *uri, struct MHD_Connection *c) {
+  (void)cls;
+  conn_rec *cr = rec_of(c);
+  if (cr) {
+    cr->raw_uri = uri;
+    cr->raw_uri_len = strlen(uri);
+  }
+  return NULL; /* the request's context stays NULL until the access handler's first call */
+}
+
+/* Raw NUL bytes in the head. MHD 0.9.75 splits a line by its length but hands out C strings,
+ * so whatever follows a NUL byte vanishes (`GET /health\0x` reads as `/health`, a header value
+ * is cut). The pieces it hands out lie in order in its read buffer, and between two of them
+ * there is only what MHD itself replaced or skipped:
+ *   method "\0" spaces* uri "\0" version EOL { name "\0" (space|tab)* value EOL } EOL
+ * with EOL one NUL (LF) or two (CR LF). Any other byte between them was hidden behind a NUL;
+ * a NUL where a space or line end belongs is one more than MHD wrote. `end` is where the head
+ * ends (MHD's header size from the method). */
+typedef struct nul_scan {
+  const char *at, *end; /* the end of the last piece checked; the end of the head */
+  int bad;
+} nul_scan;
+
+/* [from, to): exactly `nuls_min`..`nuls_max` NULs, then only bytes of `skip` */
+static int gap_is(const char *from, const char *to, int nuls_min, int nuls_max, const char *skip) {
+  if (to < from) return 0;
+  int n = 0;
+  while (from < to && !*from && n < nuls_max) from++, n++;
+  if (n < nuls_min) return 0;
+  for (; from < to; from++)
+    if (!*from || !strchr(skip, *from)) return 0;
+  return 1;
+}
+
+static enum MHD_Result scan_nul(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value) {
+  (void)kind;
+  nul_scan *n = cls;
+  if (n->bad) return MHD_NO;
+  const char *v = value ? value : key + strlen(key); /* a header without a colon has none */
+  /* not in the read buffer: a folded line's value that MHD joined in new memory; the rest of
+   * the head cannot be placed (the check gives up: obs-fold of an unknown header is ignored) */
+  if (key < n->at || key > n->end || v < key || v > n->end) {
+    n->bad = -1;
+    return MHD_NO;
+  }
+  if (!gap_is(n->at, key, 1, 2, "") || (value && !gap_is(key + strlen(key), v, 1, 1, " \t"))) {
+    n->bad = 1;
+    return MHD_NO;
+  }
+  n->at = v + strlen(v);
+  return MHD_YES;
+}
+
+static int raw_nul_in_head(struct MHD_Connection *c, const conn_rec *cr, const char *method,
+                           const char *version) {
+  if (!cr->raw_uri || !method || !version || !*version) return 0;
+  const union MHD_ConnectionInfo *hi =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+  if (!hi || !hi->header_size) return 0;
+  nul_scan n = {.at = version + strlen(version), .end = method + hi->header_size};
+  /* the request line: the pieces in order, the head's end after them */
+  if (cr->raw_uri < method || version < cr->raw_uri || n.at > n.end) return 0;
+  if (!gap_is(method + strlen(method), cr->raw_uri, 1, 1, " ")) return 1;
+  if (cr->raw_uri + cr->raw_uri_len + 1 != version) return 1; /* one NUL: the space MHD split at */
+  MHD_get_connection_values(c, MHD_HEADER_KIND, scan_nul, &n);
+  if (n.bad) return n.bad > 0;
+  return !gap_is(n.at, n.end, 2, 4, ""); /* the last line's end and the empty line */
 }
 
 typedef struct head_scan {
@@ -317,7 +391,8 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
   return MHD_YES;
 }
 
-const char *guard_head_problem(struct MHD_Connection *c, const char *version) {
+const char *guard_head_problem(struct MHD_Connection *c, const char *method,
+                               const char *version) {
   conn_rec *cr = rec_of(c);
   if (cr && cr->nul_in_url) {
     cr->nul_in_url = 0;
@@ -330,8 +405,12 @@ const char *guard_head_problem(struct MHD_Connection *c, const char *version) {
            "a folded line?)";
   if (h.folded)
     return "a Content-Length, Transfer-Encoding or Host header is folded over several lines";
+  if (cr && raw_nul_in_head(c, cr, method, version))
+    return "the request line or a header contains a NUL byte";
   if (h.n_content_length > 1) return "the request has more than one Content-Length header";
   if (h.n_host > 1) return "the request has more than one Host header";
+  if (!h.n_host && version && !strcmp(version, MHD_HTTP_VERSION_1_1))
+    return "an HTTP/1.1 request must have a Host header";
   if (h.n_transfer_encoding > 1) return "the request has more than one Transfer-Encoding header";
   if (h.n_transfer_encoding) {
     if (h.n_content_length)

@@ -51,10 +51,15 @@ void guard_request_done(http_guard *g, struct MHD_Connection *c);
 /* MHD_OPTION_UNESCAPE_CALLBACK: %HH decoding that remembers a decoded NUL byte. */
 size_t guard_unescape(void *cls, struct MHD_Connection *c, char *s);
 
+/* MHD_OPTION_URI_LOG_CALLBACK: notes where the raw URI lies (for the raw-NUL check); NULL. */
+void *guard_uri_seen(void *cls, const char *uri, struct MHD_Connection *c);
+
 /* NULL when the request's head is acceptable, else why it is not (for a 400 reply): a NUL byte
- * in the URL, repeated or conflicting framing headers, a transfer coding other than chunked,
- * Transfer-Encoding with Content-Length or in HTTP/1.0, a header name that is not a token, a
- * framing header folded over several lines. */
-const char *guard_head_problem(struct MHD_Connection *c, const char *version);
+ * in the URL (%00) or a raw NUL byte in the request line or a header, repeated or conflicting
+ * framing headers, a transfer coding other than chunked, Transfer-Encoding with Content-Length
+ * or in HTTP/1.0, a header name that is not a token, a framing header folded over several
+ * lines, HTTP/1.1 without Host. method and version as the access handler got them. */
+const char *guard_head_problem(struct MHD_Connection *c, const char *method,
+                               const char *version);
 
 #endif

@@ -282,6 +282,19 @@ void req_error(req *r, api_err err, const char *param, const char *fmt, ...) {
 
 void req_error_from(req *r, const api_error *e) { req_error(r, e->err, e->param, "%s", e->message); }
 
+void req_error_header(req *r, api_err err, const char *name, const char *value, const char *msg) {
+  buf b;
+  buf_init(&b);
+  api_err_body(&b, err, NULL, msg);
+  r->err = err;
+  size_t n = b.len;
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  if (name) MHD_add_response_header(resp, name, value);
+  queue(r, api_err_status(err), resp);
+}
+
 /* SSE body: copies what the handler produced (stream_take); suspends when there is nothing
  * (never returns 0 without suspending); -1 after the last bytes; -2 when the client is gone. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
@@ -434,16 +447,8 @@ static req *req_new(http_server *a, struct MHD_Connection *c, const char *url, c
 /* 400 for a head whose framing or URL cannot be trusted; the connection is closed after it
  * (whatever follows on it could be read differently by a proxy in front: request smuggling). */
 static void reply_malformed(req *r, const char *problem) {
-  buf b;
-  buf_init(&b);
-  api_err_body(&b, API_ERR_MALFORMED_REQUEST, NULL, problem);
-  r->err = API_ERR_MALFORMED_REQUEST;
-  size_t n = b.len;
-  struct MHD_Response *resp =
-      MHD_create_response_from_buffer(n, buf_steal(&b), MHD_RESPMEM_MUST_FREE);
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-  if (!r->srv->closing) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-  queue(r, api_err_status(API_ERR_MALFORMED_REQUEST), resp);
+  const char *conn = r->srv->closing ? NULL : MHD_HTTP_HEADER_CONNECTION; /* else said already */
+  req_error_header(r, API_ERR_MALFORMED_REQUEST, conn, "close", problem);
 }
 
 static void dispatch(req *r) { r->srv->set.hooks.dispatch(r); }
@@ -457,7 +462,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
     guard_request_started(c);
     r = req_new(a, c, url, method);
     *con_cls = r;
-    const char *problem = guard_head_problem(c, version);
+    const char *problem = guard_head_problem(c, method, version);
     if (problem) reply_malformed(r, problem);
     else a->set.hooks.head(r);
     return MHD_YES;
@@ -599,7 +604,7 @@ int http_start(http_server *a, const http_settings *set, char *err, size_t errca
   a->guard = guard_new(&gs);
   a->mhd = MHD_start_daemon(
       flags, 0, guard_accept_policy, a->guard, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
-      MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a,
+      MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a, MHD_OPTION_URI_LOG_CALLBACK, guard_uri_seen, a,
       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
       MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)c->max_connections,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)c->idle_timeout,

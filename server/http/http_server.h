@@ -153,6 +153,9 @@ void req_reply_json(req *r, int status, buf *body);
 void req_error(req *r, api_err err, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void req_error_from(req *r, const api_error *e);
+/* An error answered at once (never deferred), with one more header (name NULL: none) and msg as
+ * the error object's message (param null). */
+void req_error_header(req *r, api_err err, const char *name, const char *value, const char *msg);
 void req_start_stream(req *r);
 void req_suspend_waiting(req *r);
 void req_defer_reply(req *r, int status, buf *body); /* non-stream: store and resume */

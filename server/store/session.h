@@ -51,6 +51,10 @@ typedef struct session {
   uint64_t store_seq; /* durable table: the version of the last write submitted for it */
   uint64_t snap_tokens; /* transcript tokens as of the last release (readable while busy) */
   int snap_mem;         /* positions in memory, same */
+  /* (in the padding after snap_mem: a session's size is part of its RAM accounting) */
+  unsigned turn_fd1 : 30;      /* the fd + 1 of the connection of the turn holding it (0: none;
+                                  so a session zeroed by calloc has none) */
+  unsigned turn_cancelled : 1; /* that turn was cancelled: it ends soon (the next one waits) */
   /* holder of the session (see above) */
   xl_state *state;
   int32_t pending;

@@ -183,3 +183,31 @@ def test_client_abort_through_nginx_cancels_upstream(start_daemon, nginx_in_fron
                               {"X-Session-Id": "abort-1"})
     assert st == 200 and body["xlserve"]["session_tokens"] == s["tokens"] + 3
     assert X.metric(d.port, "xlserve_generations_cancelled_total") >= 1
+
+
+@pytest.mark.parametrize("value", [b"-1", b"+29", b"29, 29"])
+def test_nginx_refuses_a_malformed_content_length(start_daemon, nginx_in_front, tiny_model,
+                                                  value):
+    """libmicrohttpd 0.9.75 answers these itself with its 400 header block written twice
+    (docs/deployment.md); nginx in front answers once and the daemon never sees them."""
+    import socket
+    d = start_daemon(tiny_model, "--trusted-proxies", "127.0.0.1")
+    n = nginx_in_front(d)
+    before = len(d.requests_logged())
+    body = b'{"prompt": "a", "max_tokens": 1}'
+    s = socket.create_connection(("127.0.0.1", n.port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + value + b"\r\n\r\n" + body)
+    got = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    assert got.startswith(b"HTTP/1.1 400"), got
+    assert got.count(b"HTTP/1.1 ") == 1, got
+    assert len(d.requests_logged()) == before  # never passed on

@@ -47,7 +47,8 @@ def test_tokenizer_info_and_models_facts(daemon):
         st, _, b = X.request(daemon.port, "GET", path)
         info = json.loads(b)
         assert st == 200 and info["tokenizer"] == "bytes" and info["vocab_size"] == 256
-        assert "eos_token" in info and info["eos_token"] is None  # byte models: no specials
+        # byte models: the newline stands as the end/start token scorers put before a text
+        assert info["eos_token"] == "\n" and info["eos_token_id"] == 10
         assert info["bos_token"] is None and info["add_bos_token"] is False
     st, _, b = X.request(daemon.port, "GET", "/v1/models")
     m = json.loads(b)["data"][0]

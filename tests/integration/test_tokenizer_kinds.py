@@ -42,6 +42,8 @@ def test_transfo_xl_tokenize_detokenize_info_and_generation(start_daemon, tmp_pa
     info = json.loads(raw)
     assert info["tokenizer"] == "transfo_xl" and info["tokenizer_class"] == "TransfoXLTokenizer"
     assert info["eos_token"] == "<eos>" and info["unk_token"] == "<unk>"
+    st, _, b = X.post_json(d.port, "/tokenize", {"prompt": "<eos>"})
+    assert st == 200 and b["tokens"] == [info["eos_token_id"]], (b, info)
     assert info["options"]["never_split"] == ["<unk>", "<eos>", "<formula>"]
     assert info["options"]["delimiter"] is None and info["spells_any_text"] is False
     # a generation: its prompt counts as /tokenize counts it; streamed text == whole text
@@ -83,9 +85,12 @@ def test_char_table_refuses_with_the_character_named(start_daemon, tmp_path):
         assert st == 400 and b["error"]["code"] == "tokenizer_error", b
         assert "'!'" in b["error"]["message"], b
     st, _, raw = X.request(d.port, "GET", "/tokenizer_info")
-    opts = json.loads(raw)["options"]
+    info = json.loads(raw)
+    opts = info["options"]
     assert opts == {"unknown": "refuse", "lower_case": True, "spell_digits": False,
                     "space_symbol": "_"}
+    # text8 is one line of words: the space is the start token scorers put before a text
+    assert info["eos_token"] == " " and info["eos_token_id"] == syms.index("_"), info
 
 
 def test_byte_table_refuses_with_the_byte_named(start_daemon, tmp_path):
@@ -98,6 +103,16 @@ def test_byte_table_refuses_with_the_byte_named(start_daemon, tmp_path):
     assert st == 200 and b["content"] == "caf\u00e9"
     st, _, b = X.post_json(d.port, "/tokenize", {"prompt": "a\tb"})
     assert st == 400 and "byte 9 (0x09" in b["error"]["message"], b
+    # a table without byte 10 has no start token to offer
+    st, _, raw = X.request(d.port, "GET", "/tokenizer_info")
+    info = json.loads(raw)
+    assert info["eos_token"] is None and info["eos_token_id"] is None, info
+    # one with it: the newline, as for byte models
+    path, syms = model(tmp_path / "nl", "e8", "byte_table", vocab + ["10"])
+    d = start_daemon(path)
+    st, _, raw = X.request(d.port, "GET", "/tokenizer_info")
+    info = json.loads(raw)
+    assert info["eos_token"] == "\n" and syms[info["eos_token_id"]] == "10", info
 
 
 def echo_logprobs(port, prompt, max_tokens, **extra):
