@@ -81,3 +81,44 @@ xl_kv_dtype xl_state_kv_dtype(const xl_state *s) { return s->dtype; }
 size_t xl_state_bytes(const xl_state *s) {
   return sizeof *s + (size_t)s->model->cfg.n_layer * s->layer_bytes;
 }
+
+/* Copies every position src holds into dst (same model and dtype, dst->mem_len >= src->len):
+ * absolute position p lives in slot p % mem_len of either ring, runs split where a ring wraps. */
+static void copy_positions(xl_state *dst, const xl_state *src) {
+  const xl_model *m = src->model;
+  uint64_t first = src->fed - (uint64_t)src->len; /* absolute position of the oldest */
+  for (int i = 0; i < src->len;) {
+    uint64_t p = first + (uint64_t)i;
+    int ss = (int)(p % (uint64_t)src->mem_len), ds = (int)(p % (uint64_t)dst->mem_len);
+    int n = src->len - i;
+    if (n > src->mem_len - ss) n = src->mem_len - ss;
+    if (n > dst->mem_len - ds) n = dst->mem_len - ds;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+      xl_kv_layer dl = xl_state_layer(dst, l), sl = xl_state_layer(src, l);
+      xl_kv_copy(m, &dl, ds, &sl, ss, n);
+    }
+    i += n;
+  }
+  dst->len = src->len;
+  dst->fed = src->fed;
+  dst->head = (int)((src->fed - (uint64_t)src->len) % (uint64_t)dst->mem_len);
+}
+
+xl_code xl_state_pack(const xl_state *src, xl_state **out, xl_error *err) {
+  *out = NULL;
+  if (src->len == 0) return xl_fail(err, XL_STATE, "an empty state has nothing to pack");
+  xl_code rc = xl_state_alloc(src->model, src->dtype, src->len, out, err);
+  if (rc) return rc;
+  copy_positions(*out, src);
+  return XL_OK;
+}
+
+xl_code xl_state_unpack(xl_state *dst, const xl_state *packed, xl_error *err) {
+  if (dst->model != packed->model || dst->dtype != packed->dtype)
+    return xl_fail(err, XL_ARG, "the packed state is of another model or memory dtype");
+  if (dst->mem_len != dst->model->cfg.mem_len || packed->len > dst->mem_len)
+    return xl_fail(err, XL_ARG, "the state has room for %d positions, the packed one holds %d",
+                   dst->mem_len, packed->len);
+  copy_positions(dst, packed);
+  return XL_OK;
+}

@@ -33,8 +33,11 @@ struct xl_tok {
  * tokens, separated by whitespace, into *tokens. -1 when out of memory. */
 int xl_moses_line(const xl_moses_opts *opt, const uint32_t *text, size_t n, xl_ustr *tokens);
 
-/* Looks a UTF-8 symbol up: its id, or -1. */
+/* Looks a UTF-8 symbol up: its id, or -1 (tok_vocab.c). */
 int32_t xl_vocab_find(const xl_model *m, const char *s, size_t n);
+/* Reads <model dir>/vocab.txt into m->vocab and its index (tok_vocab.c); kind_name: the
+ * tokenizer kind that needs it, for the error message. */
+xl_code xl_vocab_load(xl_model *m, const char *kind_name, xl_error *err);
 
 /* transfo_xl streaming decoder (tok_detok_moses.c). */
 size_t xl_moses_detok_push(const xl_model *m, xl_detok *d, int32_t id, char *out, size_t cap);

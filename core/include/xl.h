@@ -170,6 +170,13 @@ void xl_state_free(xl_state *state);
 void xl_state_reset(xl_state *state);                       /* empty memory */
 xl_code xl_state_clone(const xl_state *src, xl_state **out, xl_error *err); /* fork */
 int xl_state_mem_length(const xl_state *state);             /* positions held, <= mem_len */
+/* Prefix cache: a packed copy of a state (room for exactly the positions it holds; its RAM is
+ * xl_state_bytes) and the placement of one back into a state of the same model and dtype, slot
+ * for slot as the source held them, so the state then equals the packed one's source bit for
+ * bit. xl_state_pack fails (XL_STATE) on an empty state; xl_state_unpack (XL_ARG) when dst is
+ * of another model or dtype or has room for fewer positions than the source had. */
+xl_code xl_state_pack(const xl_state *src, xl_state **out, xl_error *err);
+xl_code xl_state_unpack(xl_state *dst, const xl_state *packed, xl_error *err);
 uint64_t xl_state_tokens_fed(const xl_state *state);        /* positions fed since reset */
 /* The token counter's ceiling (2^53: exact in a double and in JSON numbers). A state blob
  * claiming more is refused; from there, feeding 2^64 - 2^53 more tokens (centuries) would be

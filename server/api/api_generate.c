@@ -262,6 +262,7 @@ static gen_params *params_of(req *r) {
     p->score_rank = g->prompt_logprobs >= 0;
   }
   p->chunk = a->prefill_chunk;
+  p->prefix_cache = a->prefix_cache;
   make_id(p);
   p->created = (long long)time(NULL);
   p->fingerprint = a->fingerprint;
@@ -426,6 +427,34 @@ static int stage_choices(req *r, turn *t) {
   return 0;
 }
 
+/* A chat fed from its first message: how many of its tokens its leading system messages (with
+ * their template) make, the part other conversations share (the prefix cache's hint); 0 when
+ * there are none. The count is of the tokens the whole text and the system part alone agree on
+ * (a tokenizer may join across the boundary). */
+static int chat_prefix_hint(req *r, const gen_inputs *in) {
+  const gen_request *g = &GEN(r)->g;
+  const chat_plan *pl = &GEN(r)->plan;
+  if (!r->a->prefix_cache || (pl->kind != PLAN_NEW && pl->kind != PLAN_RESET)) return -1;
+  buf sys;
+  buf_init(&sys);
+  for (int i = 0; i < g->n_msgs && g->msgs[i].role == ROLE_SYSTEM; i++)
+    chat_render(&r->a->tpl, &g->msgs[i], &sys);
+  int hint = 0; /* no system message: nothing shared (a conversation's own text) */
+  int32_t *ids = NULL;
+  size_t n = 0;
+  xl_error xe;
+  memset(&xe, 0, sizeof xe);
+  if (sys.len && sys.len <= pl->text.len && !memcmp(sys.p, pl->text.p, sys.len) &&
+      xl_tokenize(r->a->model, sys.p, sys.len, &ids, &n, &xe) == XL_OK) {
+    size_t k = 0;
+    while (k < n && k < in->ntok && ids[k] == in->toks[k]) k++;
+    hint = (int)k;
+  }
+  free(ids);
+  buf_free(&sys);
+  return hint;
+}
+
 /* What this turn feeds: the chat plan's text or the prompt, tokenized, after the session's
  * pending token; then the other prompts of a list. */
 static int stage_inputs(req *r, turn *t) {
@@ -461,6 +490,7 @@ static int stage_inputs(req *r, turn *t) {
               a->opt.max_prompt_tokens);
     return 1;
   }
+  if (g->kind == JOB_CHAT && !g->prompt_ids) in->prefix_hint = chat_prefix_hint(r, in);
   t->reset = GEN(r)->have_plan && GEN(r)->plan.kind == PLAN_RESET;
   if (t->s && t->s->pending >= 0 && !t->reset) in->pending = t->s->pending;
   if (in->ntok == 0 && in->pending < 0 && g->max_tokens > 0) {
@@ -550,6 +580,7 @@ static int stage_hold_session(req *r, turn *t) {
 static void stage_run(req *r, turn *t) {
   app *a = r->a;
   gen_params *p = params_of(r);
+  p->prefix_hint = t->in.prefix_hint;
   int main_index = t->sid && GEN(r)->g.session_choice > 0 ? GEN(r)->g.session_choice : 0;
   int snapshot = !GEN(r)->sess_stateless && st_persistent(a->sessions);
   gen_group_build(&GEN(r)->gen, p, t->s, &t->in, t->per, main_index, &t->s->rng, snapshot, r);

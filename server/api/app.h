@@ -65,6 +65,7 @@ typedef struct app {
   sched_event *ev;
   int ev_cap;
   session_table *sessions;
+  prefix_cache *prefix_cache; /* NULL: off (prefix_cache_mb 0) */
   /* session store (app_store.c): its thread's completions wake the loop through store_wake */
   store_backend *store_backend;
   session_store *store;

@@ -152,6 +152,22 @@ void metrics_render(buf *o, const metrics_gauges *g, const char *const *route_na
           "Redis index updates (listing, expiry) that failed after their session was written; "
           "repaired at the next write.",
           ld(&m->store_index_errors));
+  counter(o, "xlserve_prefix_cache_hits_total",
+          "New prompts that started from a cached prefix's memory (prefix_cache_mb).",
+          ld(&m->prefix_cache_hits));
+  counter(o, "xlserve_prefix_cache_misses_total",
+          "New prompts of at least one prefill chunk that found no cached prefix.",
+          ld(&m->prefix_cache_misses));
+  counter(o, "xlserve_prefix_cache_tokens_saved_total",
+          "Prompt tokens not fed because their memory came from the prefix cache.",
+          ld(&m->prefix_cache_tokens_saved));
+  counter(o, "xlserve_prefix_cache_evictions_total",
+          "Prefix cache entries evicted (its size, or the session RAM budget).",
+          ld(&m->prefix_cache_evictions));
+  gauge(o, "xlserve_prefix_cache_bytes", "RAM held by the prefix cache.",
+        (long)ld(&m->prefix_cache_bytes));
+  gauge(o, "xlserve_prefix_cache_entries", "Prefixes held by the prefix cache.",
+        (long)ld(&m->prefix_cache_entries));
   gauge(o, "xlserve_store_up", "0 while the session store is unreachable, else 1.",
         !atomic_load_explicit(&m->store_down, memory_order_relaxed));
   gauge(o, "xlserve_ready", "1 when serving (model loaded, not draining).", g->ready);

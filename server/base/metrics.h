@@ -40,6 +40,10 @@ typedef struct metrics {
    * index updates (listing, expiry) that failed after their row was written */
   atomic_uint_fast64_t store_outcome_unknown, store_index_errors;
   atomic_int store_down;
+  /* prefix cache (prefix_cache.h): lookups that found a prefix or none, prompt tokens not fed
+   * thanks to it, entries evicted (LRU, budget), and its bytes and entries now */
+  atomic_uint_fast64_t prefix_cache_hits, prefix_cache_misses, prefix_cache_tokens_saved,
+      prefix_cache_evictions, prefix_cache_bytes, prefix_cache_entries;
   histogram ttft, inter_token, queue_wait, duration, batch_size, batch_tokens, forward_seconds,
       store_read, store_write, store_swap,
       restore; /* batch_size also gives the forward pass/row totals */

@@ -72,6 +72,8 @@ int app_store_start(app *a, char *err, size_t cap) {
   st_durability d = durability(a);
   a->sessions = st_new(a->model, (size_t)c->session_ram_mb << 20, (double)c->session_ttl,
                        (size_t)c->session_tombstones, a->store, d);
+  a->prefix_cache = prefix_cache_new(a->model, (size_t)c->prefix_cache_mb << 20);
+  st_set_prefix_cache(a->sessions, a->prefix_cache);
   if (d != DUR_OFF && store_shared(a->store)) {
     uv_timer_init(a->loop, &a->store_probe);
     a->store_probe.data = a;

@@ -85,6 +85,10 @@
     "RAM budget of the session table in MiB; least-recently-used idle sessions beyond it leave " \
     "RAM: with a store they are saved (if needed) and come back from it on their next request, " \
     "transparently; without one (durability off) they are gone: 404 session_expired.")          \
+  X(prefix_cache_mb, INT, "256", 0, 16777216,                                                    \
+    "RAM in MiB for the prefix cache: the memory of prompt prefixes (a chat's leading system "   \
+    "messages, else the prompt) in whole prefill chunks, so a new session starting with one "    \
+    "skips feeding it; counted in session_ram_mb (the cache yields first). 0 = off.")            \
   X(session_ttl, INT, "86400", 0, 315360000,                                                     \
     "Seconds an unused session lives before it expires, in RAM and in the store (0 = never).")   \
   X(session_tombstones, INT, "100000", 0, 100000000,                                             \

@@ -393,6 +393,7 @@ int serve_main(int argc, char **argv) {
   sched_free(a.sched);
   app_store_free(&a); /* before the table: its last callbacks use it */
   st_free(a.sessions);
+  prefix_cache_free(a.prefix_cache); /* after the workers and the requests: no job holds one */
   xl_model_free(a.model);
   free(a.model_name);
   free(a.ev);

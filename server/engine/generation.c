@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prefix_cache.h"
 #include "util.h"
 
 void gen_inputs_init(gen_inputs *in) {
   memset(in, 0, sizeof *in);
   in->pending = -1;
+  in->prefix_hint = -1;
 }
 
 void gen_inputs_free(gen_inputs *in) {
@@ -145,6 +147,11 @@ int gen_group_submit(gen_group *g, sched *s) {
   int n = 1 + g->n_others;
   job **all = xmalloc(sizeof *all * (size_t)n);
   for (int i = 0; i < n; i++) all[i] = gen_group_at(g, i);
+  /* every job feeding a prompt into an empty memory: from the longest cached prefix */
+  for (int i = 0; i < n; i++)
+    if (all[i]->params && !all[i]->parked)
+      prefix_cache_attach(all[i]->params->prefix_cache, all[i],
+                          i == 0 ? all[i]->params->prefix_hint : -1);
   int failed = sched_submit_all(s, all, n);
   free(all);
   return failed ? -1 : 0;

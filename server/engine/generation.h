@@ -26,6 +26,8 @@ typedef struct gen_inputs {
   int groups;      /* prompts */
   int32_t **ptoks; /* [groups]: prompt p's tokens (p >= 1; malloc'd) */
   size_t *pn;
+  int prefix_hint; /* prompt 0's leading tokens shared with other requests (a chat's system
+                      messages); -1: unknown (the prefix cache may use all of it) */
 } gen_inputs;
 
 void gen_inputs_init(gen_inputs *in);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "prefix_cache.h"
 #include "tool_calls.h"
 #include "util.h"
 
@@ -31,6 +32,7 @@ job *job_new(void) {
 gen_params *gen_params_new(void) {
   gen_params *p = xcalloc(1, sizeof *p);
   p->refs = 1;
+  p->prefix_hint = -1;
   return p;
 }
 
@@ -64,6 +66,7 @@ void gen_params_add_stop(gen_params *p, const char *s, size_t n) {
 
 void job_free(job *j) {
   if (!j) return;
+  prefix_cache_release(j);
   free(j->input);
   free(j->hist);
   free(j->adj);

@@ -86,6 +86,9 @@ typedef struct gen_params {
   char **stops;          /* the request's stop strings, then the chat template's */
   int n_stops;
   char *model_name;
+  struct prefix_cache *prefix_cache; /* NULL: none */
+  int prefix_hint; /* prompt 0's tokens shared with other requests (chat: its leading system
+                      messages); -1: all of it */
 } gen_params;
 
 gen_params *gen_params_new(void);
@@ -137,6 +140,11 @@ typedef struct job {
   int score_top;       /* alternatives per scored token (0..JOB_MAX_TOP) */
   int score_rank;      /* 1: also the rank of each scored token in its distribution */
   int32_t *score_targets; /* [n_input]: input[k + 1]; -1 for the last row */
+  /* prefix cache (prefix_cache.h), set by prefix_cache_attach before submit */
+  struct prefix_cache *pc;  /* NULL: no cache */
+  struct pc_entry *pc_hit;  /* the entry the worker copies in before the first forward */
+  int pc_store_at;          /* >0: the worker stores the state once pos reaches it */
+  int pc_applied;           /* worker: the hit was copied (pos moved past it) */
   /* ---- run: the worker holding the job ---- */
   xl_rng rng;
   int pos;      /* input tokens fed */

@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "dlist.h"
 #include "metrics.h"
+#include "prefix_cache.h"
 #include "util.h"
 #include "xlog.h"
 
@@ -310,6 +311,10 @@ static void run_batch(sched *s, worker *w, int n) {
       hist_observe(&g_metrics.queue_wait, t0 - j->t_arrival);
     }
     if (w->take[i] == 0) continue;
+    if (j->pc_hit && !j->pc_applied) { /* a cached prefix: its memory, then the rest's cuts */
+      prefix_cache_apply(j);
+      if (w->take[i] > j->n_input - j->pos) w->take[i] = j->n_input - j->pos;
+    }
     xl_feed *f = &w->feeds[k];
     memset(f, 0, sizeof *f);
     f->state = j->sess->state;
@@ -373,6 +378,7 @@ static void run_batch(sched *s, worker *w, int n) {
         int prompt_fed = w->take[i] - (j->pos == 0 && j->input_has_pending ? 1 : 0);
         ctr_add(&g_metrics.tokens_in, (uint64_t)prompt_fed);
         j->pos += w->take[i];
+        if (j->pc_store_at && j->pos == j->pc_store_at) prefix_cache_capture(j);
       }
     }
     if (atomic_load(&j->cancel)) {

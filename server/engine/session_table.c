@@ -60,6 +60,7 @@ struct session_table {
   int persist;          /* the store has a backend */
   st_durability durability;
   int sweeping;         /* a store sweep is queued */
+  prefix_cache *pc;     /* shares the budget, yields first (NULL: none) */
 };
 
 /* A store op's context: the table plus the caller's continuation. */
@@ -95,6 +96,11 @@ session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size
 }
 
 int st_persistent(const session_table *t) { return t->persist; }
+
+void st_set_prefix_cache(session_table *t, prefix_cache *pc) {
+  t->pc = pc;
+  prefix_cache_fit(pc, t->budget > t->ram ? t->budget - t->ram : 0);
+}
 
 void st_free(session_table *t) {
   if (!t) return;
@@ -206,6 +212,7 @@ static void hand_over(session_table *t, session *s) {
 }
 
 static void enforce_budget(session_table *t) {
+  prefix_cache_fit(t->pc, t->budget > t->ram ? t->budget - t->ram : 0); /* the cache goes first */
   session *s = t->lru_tail;
   /* the most recently used session always stays, whatever the budget */
   while (t->ram > t->budget && s && s != t->lru_head) {

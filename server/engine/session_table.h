@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prefix_cache.h"
 #include "session.h"
 #include "session_store.h"
 
@@ -67,6 +68,9 @@ typedef void (*st_import_fn)(void *ctx, st_import_result r, const char *message)
 session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size_t max_tombstones,
                       session_store *store, st_durability durability);
 void st_free(session_table *t);
+/* The prefix cache shares the RAM budget: it may hold what the sessions leave of it and shrinks
+ * (least recently used first) before any session is evicted. NULL: none. */
+void st_set_prefix_cache(session_table *t, prefix_cache *pc);
 int st_persistent(const session_table *t);
 
 /* RAM (and tombstones) only. */
