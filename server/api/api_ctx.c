@@ -37,6 +37,7 @@ void api_ctx_headers(req *r, struct MHD_Response *resp) {
   if (!c) return;
   if (c->session_id[0]) MHD_add_response_header(resp, "X-Session-Id", c->session_id);
   if (c->sess_reset) MHD_add_response_header(resp, "X-Session-Reset", "1");
+  if (c->idem_replayed) MHD_add_response_header(resp, "Idempotent-Replayed", "true");
 }
 
 void api_ctx_log(req *r, json_writer *w, double dur) {

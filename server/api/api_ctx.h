@@ -25,7 +25,8 @@ typedef struct api_ctx {
   int replacing;  /* PUT state over an existing (or refused) session: 200, not 201 */
   /* the session the answer names (X-Session-Id, X-Session-Reset, the access log) */
   char session_id[129];
-  int sess_reset; /* X-Session-Reset: 1 */
+  int sess_reset;    /* X-Session-Reset: 1 */
+  int idem_replayed; /* Idempotent-Replayed: true (api_idem.c) */
   /* the generation (api_generate.c): its context and hooks (NULL: none) */
   void *gen;
   int job_running;           /* submitted, its DONE not yet processed (drain cancels) */

@@ -13,8 +13,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "api_idem.h"
 #include "app.h"
 #include "generation.h"
+#include "http_guard.h"
 #include "json_writer.h"
 #include "session_wait.h"
 #include "tool_calls.h"
@@ -39,6 +41,8 @@ typedef struct gen_req {
   char *store_err;      /* the commit failed: why */
   int store_conflict;   /* ... because another replica committed a turn of the session first */
   int store_unknown;    /* ... with an unknown outcome (the turn may or may not be kept) */
+  int quota_held;       /* counted in the app's run_quota until its generation is done */
+  idem_req idem;        /* its Idempotency-Key (api_idem.h) */
   double busy_since;    /* the session was busy with a cancelled turn: waiting since (0: no) */
 } gen_req;
 
@@ -292,6 +296,7 @@ static void hook_free(req *r) {
   gen_group_free(&c->gen);
   if (c->have_g) gen_request_free(&c->g);
   if (c->have_plan) chat_plan_free(&c->plan);
+  idem_end(r, &c->idem);
   free(c->store_err);
   free(c);
   ACTX(r)->gen = NULL;
@@ -322,6 +327,7 @@ static size_t hook_stream_take(req *r, char *out, size_t max) {
     buf_consume(&j->out, n);
   }
   pthread_mutex_unlock(&j->mu);
+  if (n) sched_stream_drained(r->a->sched, j); /* resumes its jobs paused on a full buffer */
   return n;
 }
 
@@ -354,6 +360,7 @@ static int stage_parse(req *r, job_kind kind) {
       req_error_from(r, &e);
       return 1;
     }
+    if (idem_begin(r, &GEN(r)->idem)) return 1;
     buf_free(&r->body);
   }
   if (GEN(r)->g.model && strcmp(GEN(r)->g.model, a->model_name)) {
@@ -363,6 +370,12 @@ static int stage_parse(req *r, job_kind kind) {
     return 1;
   }
   return 0;
+}
+
+/* An Idempotency-Key already used on this session: answered from its record (api_idem.h). */
+static int stage_idem(req *r) {
+  const char *hid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Session-Id");
+  return idem_stage(r, &GEN(r)->idem, hid ? hid : GEN(r)->g.session_id);
 }
 
 /* The session named by X-Session-Id or session_id: found, missing (created once the request
@@ -537,8 +550,32 @@ static int stage_inputs(req *r, turn *t) {
   return 0;
 }
 
-/* 429 unless every job of the request fits in the queue now. */
+/* The client a per-client limit counts (NULL: exempt: a trusted proxy itself, or loopback). */
+static const char *quota_client(const req *r) {
+  return guard_exempt(r->srv->guard, r->remote) ? NULL : r->remote;
+}
+
+static void quota_release(req *r) {
+  if (!GEN(r)->quota_held) return;
+  GEN(r)->quota_held = 0;
+  rq_release(r->a->quota, r->owner, quota_client(r));
+}
+
+/* 429 when the request's key or client has its limit of requests in flight, or unless every
+ * job of the request fits in the queue now. */
 static int stage_admit(req *r, const turn *t) {
+  const char *limit = rq_check(r->a->quota, r->owner, quota_client(r));
+  if (limit) {
+    r->retry_after = "1";
+    req_error(r, API_ERR_QUOTA_EXCEEDED, NULL,
+              "this %s has %lld generation requests running or queued, its limit "
+              "(%s); retry once one is done",
+              strcmp(limit, "max_running_per_key") ? "client" : "API key",
+              strcmp(limit, "max_running_per_key") ? r->a->opt.max_running_per_client
+                                                   : r->a->opt.max_running_per_key,
+              limit);
+    return 1;
+  }
   if (sched_has_room_for(r->a->sched, t->groups * t->per)) return 0;
   ctr_add(&g_metrics.rejected_queue_full, 1);
   r->retry_after = "1";
@@ -553,6 +590,13 @@ static int stage_hold_session(req *r, turn *t) {
   xl_error xe;
   memset(&xe, 0, sizeof xe);
   if (t->sid && !t->s) {
+    if (st_key_full(a->sessions, r->owner)) {
+      req_error(r, API_ERR_QUOTA_EXCEEDED, "session_id",
+                "this API key holds %lld sessions, its limit (max_sessions_per_key): delete "
+                "one (DELETE /v1/sessions/ID) before starting another",
+                a->opt.max_sessions_per_key);
+      return 1;
+    }
     t->s = st_create(a->sessions, t->sid, r->owner, &xe);
   } else if (!t->sid) {
     t->s = session_new(a->model, &xe);
@@ -589,6 +633,8 @@ static void stage_run(req *r, turn *t) {
   job *j = GEN(r)->gen.main;
   if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
   ACTX(r)->job_running = 1;
+  GEN(r)->quota_held = 1;
+  rq_take(a->quota, r->owner, quota_client(r));
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
   if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
@@ -628,7 +674,7 @@ static void api_generate(req *r, job_kind kind) {
   turn t;
   memset(&t, 0, sizeof t);
   gen_inputs_init(&t.in);
-  if (!stage_parse(r, kind) && !stage_session(r, &t) && !stage_choices(r, &t) &&
+  if (!stage_parse(r, kind) && !stage_idem(r) && !stage_session(r, &t) && !stage_choices(r, &t) &&
       !stage_inputs(r, &t) && !stage_admit(r, &t) && !stage_hold_session(r, &t))
     stage_run(r, &t);
   gen_inputs_free(&t.in);
@@ -692,6 +738,7 @@ static void gen_finish(req *r);
 /* The response goes out once every job is done and the turn committed. */
 static void maybe_finish(req *r) {
   if (!GEN(r)->main_done || GEN(r)->others_left || GEN(r)->commit_wait) return;
+  quota_release(r);
   ACTX(r)->job_running = 0;
   r->a->n_jobs--;
   gen_finish(r);
@@ -741,8 +788,20 @@ void gen_on_done(req *r) {
     int fed = j->pos > 0 || j->decoding;
     uint8_t *core = j->snap;
     j->snap = NULL;
+    /* an Idempotency-Key's record, written in the turn's commit: the answer (a stream's as a
+     * full body) when the turn ended well and every choice is done */
+    st_record rec, *recp = NULL;
+    if (GEN(r)->idem.on) {
+      buf b;
+      buf_init(&b);
+      if ((j->finish == FINISH_STOP || j->finish == FINISH_LENGTH) && !GEN(r)->others_left)
+        full_body(&b, r, j, GEN(r)->held_tokens);
+      recp = idem_record(&GEN(r)->idem, &rec, GEN(r)->held_tokens, &b);
+      buf_free(&b);
+    }
     req_ref(r); /* the commit's, if it waits */
-    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, on_turn_committed, r);
+    int w =
+        st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, recp, on_turn_committed, r);
     if (w == 1) {
       GEN(r)->commit_wait = 1;
       if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */

@@ -26,7 +26,10 @@ void api_metrics(req *r) {
   app *a = r->a;
   metrics_gauges g;
   memset(&g, 0, sizeof g);
-  if (a->sched) sched_counts(a->sched, &g.queue_depth, &g.running);
+  if (a->sched) {
+    sched_counts(a->sched, &g.queue_depth, &g.running);
+    g.streams_paused = sched_paused(a->sched);
+  }
   g.streams_open = a->http.n_reqs;
   g.connections = a->http.n_conns;
   g.workers = a->opt.workers;

@@ -315,8 +315,19 @@ static void on_listed(void *ctx, const store_row *rows, int n, const char *err) 
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* 429 when r's key already holds max_sessions_per_key sessions (1: answered). */
+static int key_full(req *r) {
+  if (!st_key_full(r->a->sessions, r->owner)) return 0;
+  req_error(r, API_ERR_QUOTA_EXCEEDED, NULL,
+            "this API key holds %lld sessions, its limit (max_sessions_per_key): delete one "
+            "(DELETE /v1/sessions/ID) before starting another",
+            r->a->opt.max_sessions_per_key);
+  return 1;
+}
+
 static void create(req *r) {
   app *a = r->a;
+  if (key_full(r)) return;
   xl_error xe;
   memset(&xe, 0, sizeof xe);
   session *s = st_create(a->sessions, NULL, r->owner, &xe);
@@ -414,6 +425,7 @@ void api_session_import(req *r) {
               "the body must be a session state (GET /v1/sessions/{id}/state)");
     return;
   }
+  if (st != ST_FOUND && key_full(r)) return; /* an import that adds a session */
   /* FOUND, MISSING, EXPIRED, or a refused row of this key: replaced by the import */
   if (st == ST_EXPIRED) st_forget_tombstone(a->sessions, sid, r->owner);
   ACTX(r)->replacing = st != ST_MISSING && st != ST_EXPIRED; /* 200, not 201 */
@@ -455,6 +467,7 @@ void api_session_fork(req *r) {
   char sid[129];
   session *s = found_session(r, sid, "fork it when it is idle");
   if (!s) return;
+  if (key_full(r)) return;
   xl_error xe;
   memset(&xe, 0, sizeof xe);
   session *f = st_fork(a->sessions, s, &xe);

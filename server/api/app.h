@@ -24,6 +24,7 @@
 #include "job.h"
 #include "metrics.h"
 #include "routes.h"
+#include "run_quota.h"
 #include "scheduler.h"
 #include "session_table.h"
 #include "xl.h"
@@ -36,6 +37,7 @@ typedef struct api_options {
   long long max_body_bytes;
   long long workers;
   const char *path_prefix;
+  long long max_sessions_per_key, max_running_per_key, max_running_per_client; /* 0: none */
 } api_options;
 
 typedef struct app {
@@ -65,6 +67,7 @@ typedef struct app {
   sched_event *ev;
   int ev_cap;
   session_table *sessions;
+  run_quota *quota; /* generation requests in flight per key and per client */
   prefix_cache *prefix_cache; /* NULL: off (prefix_cache_mb 0) */
   /* session store (app_store.c): its thread's completions wake the loop through store_wake */
   store_backend *store_backend;

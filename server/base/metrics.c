@@ -174,6 +174,9 @@ void metrics_render(buf *o, const metrics_gauges *g, const char *const *route_na
   gauge(o, "xlserve_draining", "1 while draining after SIGTERM.", g->draining);
   gauge(o, "xlserve_queue_depth", "Generations waiting for a running slot.", g->queue_depth);
   gauge(o, "xlserve_running", "Generations admitted to the scheduler.", g->running);
+  gauge(o, "xlserve_streams_paused",
+        "Streamed generations paused until their client reads (they hold no running slot).",
+        g->streams_paused);
   gauge(o, "xlserve_streams_open", "Requests in progress (streaming or waiting).", g->streams_open);
   gauge(o, "xlserve_connections", "Open HTTP connections.", g->connections);
   gauge(o, "xlserve_workers", "Worker threads.", g->workers);

@@ -58,7 +58,7 @@ static inline void ctr_add(atomic_uint_fast64_t *c, uint64_t v) {
 }
 
 typedef struct metrics_gauges {
-  long queue_depth, running, streams_open, connections, sessions_in_ram, sessions_in_store,
+  long queue_depth, running, streams_paused, streams_open, connections, sessions_in_ram, sessions_in_store,
       session_ram_bytes, workers;
   int ready, draining;
 } metrics_gauges;

@@ -72,6 +72,8 @@ int app_store_start(app *a, char *err, size_t cap) {
   st_durability d = durability(a);
   a->sessions = st_new(a->model, (size_t)c->session_ram_mb << 20, (double)c->session_ttl,
                        (size_t)c->session_tombstones, a->store, d);
+  st_set_key_limits(a->sessions, (size_t)c->max_sessions_per_key,
+                    (size_t)c->session_ram_mb_per_key << 20);
   a->prefix_cache = prefix_cache_new(a->model, (size_t)c->prefix_cache_mb << 20);
   st_set_prefix_cache(a->sessions, a->prefix_cache);
   if (d != DUR_OFF && store_shared(a->store)) {

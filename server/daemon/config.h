@@ -85,6 +85,28 @@
     "RAM budget of the session table in MiB; least-recently-used idle sessions beyond it leave " \
     "RAM: with a store they are saved (if needed) and come back from it on their next request, " \
     "transparently; without one (durability off) they are gone: 404 session_expired.")          \
+  X(max_sessions_per_key, INT, "0", 0, 100000000,                                                \
+    "Sessions one API key may hold in RAM (0 = no limit); creating one more (a turn naming a "   \
+    "new id, POST /v1/sessions, a fork, an import) gets 429 quota_exceeded. Without api_keys "   \
+    "every client is one key.")                                                                  \
+  X(session_ram_mb_per_key, INT, "0", 0, 16777216,                                               \
+    "RAM in MiB one API key's sessions may hold; beyond it that key's least-recently-used idle " \
+    "sessions leave RAM (0 = no cap but the fair share: when session_ram_mb must evict, keys "    \
+    "over an even share of it lose sessions first, so one key cannot push out another's).")      \
+  X(max_running_per_key, INT, "0", 0, 1000000,                                                   \
+    "Generation requests of one API key running or queued at once (0 = no limit); one more gets " \
+    "429 quota_exceeded with Retry-After.")                                                      \
+  X(max_running_per_client, INT, "0", 0, 1000000,                                                \
+    "Generation requests of one client address running or queued at once (0 = no limit); one "   \
+    "more gets 429 quota_exceeded with Retry-After. Behind a proxy in trusted_proxies the "      \
+    "client is the X-Forwarded-For address; the proxies themselves and this host's 127.0.0.1 "   \
+    "and ::1 are exempt (a local proxy not listed would otherwise share one cap among all its "  \
+    "clients).")                                                                                 \
+  X(stream_stall_timeout, INT, "30", 0, 86400,                                                   \
+    "Seconds a stream may have bytes waiting that its client does not read before it is "        \
+    "cancelled and its connection closed (0 = never). Meanwhile an unread stream stops "         \
+    "generating once 64 KiB wait for its client, and gives up its place among max_running "      \
+    "until the client reads.")                                                                   \
   X(prefix_cache_mb, INT, "256", 0, 16777216,                                                    \
     "RAM in MiB for the prefix cache: the memory of prompt prefixes (a chat's leading system "   \
     "messages, else the prompt) in whole prefill chunks, so a new session starting with one "    \

@@ -206,8 +206,10 @@ static void model_loaded(uv_work_t *w, int status) {
   a->limits.vocab_size = mc->vocab_size;
   a->limits.words_tokenizer = !xl_model_tokenizer(a->model)->spells_any_text;
   sched_opts so = {(int)a->cfg->workers, (int)a->cfg->max_batch, (int)a->cfg->batch_tokens,
-                   (int)a->cfg->max_running, (int)a->cfg->max_queue};
+                   (int)a->cfg->max_running, (int)a->cfg->max_queue,
+                   (size_t)64 << 10 /* stream_buffer: see stream_stall_timeout */};
   a->sched = sched_new(a->model, &so, wake_loop, &a->wake);
+  a->quota = rq_new(a->cfg->max_running_per_key, a->cfg->max_running_per_client);
   xl_error err;
   memset(&err, 0, sizeof err);
   if (sched_start(a->sched, &err)) {
@@ -298,6 +300,7 @@ static int start_http(app *a, char *err, size_t errcap) {
                        .max_connections = c->max_connections,
                        .max_connections_per_client = c->max_connections_per_client,
                        .ping_interval = c->ping_interval,
+                       .stream_stall_timeout = c->stream_stall_timeout,
                        .access_log = c->access_log != 0,
                        .proxies = a->proxies,
                        .n_proxies = a->n_proxies,
@@ -327,7 +330,10 @@ int serve_main(int argc, char **argv) {
   a.opt = (api_options){.max_prompt_tokens = cfg.max_prompt_tokens,
                         .max_body_bytes = cfg.max_body_bytes,
                         .workers = cfg.workers,
-                        .path_prefix = cfg.path_prefix};
+                        .path_prefix = cfg.path_prefix,
+                        .max_sessions_per_key = cfg.max_sessions_per_key,
+                        .max_running_per_key = cfg.max_running_per_key,
+                        .max_running_per_client = cfg.max_running_per_client};
   a.check_drained = app_check_drained;
   a.load_rc = 1; /* loading */
   char err[512];
@@ -391,6 +397,7 @@ int serve_main(int argc, char **argv) {
   rc = a.exit_code;
   if (uv_loop_close(&loop)) xlog_msg("warn", "loop_close", "handles left open at exit");
   sched_free(a.sched);
+  rq_free(a.quota);
   app_store_free(&a); /* before the table: its last callbacks use it */
   st_free(a.sessions);
   prefix_cache_free(a.prefix_cache); /* after the workers and the requests: no job holds one */

@@ -54,7 +54,10 @@ typedef struct tok_rec {
 } tok_rec;
 
 /* where the job is, under the scheduler's lock */
-typedef enum { JQ_NONE, JQ_WAIT, JQ_RUN, JQ_WORKER, JQ_DONE } job_queue;
+/* JQ_PAUSED: a stream whose client does not read (its sink's `out` reached the scheduler's
+ * stream_buffer): out of the running set until the loop drains it; JQ_RESUMED: drained, waiting
+ * for a running slot ahead of the queue. */
+typedef enum { JQ_NONE, JQ_WAIT, JQ_RUN, JQ_WORKER, JQ_DONE, JQ_PAUSED, JQ_RESUMED } job_queue;
 
 enum { JOB_EV_OUTPUT = 1, JOB_EV_DONE = 2 };
 
@@ -185,6 +188,8 @@ typedef struct job {
   atomic_int cancel;
   pthread_mutex_t mu;
   buf out; /* stream: SSE bytes to send (mu) */
+  atomic_int n_paused; /* jobs paused on this sink's full `out` (written under mu and the
+                          scheduler's lock; the loop reads it to know when to resume them) */
   /* ---- scheduler lock ---- */
   struct job *q_prev, *q_next;
   job_queue where;

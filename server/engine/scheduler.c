@@ -41,6 +41,7 @@ struct sched {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   jq wait, run;
+  jq paused, resumed; /* streams whose client does not read; drained ones waiting for a slot */
   long n_active; /* running jobs: in run or on a worker */
   int stop;
   int idle_workers;
@@ -112,29 +113,94 @@ int sched_take_events(sched *s, sched_event **ev, int *cap) {
   return n;
 }
 
-/* mu held */
+/* mu held. Drained streams first: they were admitted before anything in the queue. */
 static void promote(sched *s) {
-  while (s->n_active < s->o.max_running && s->wait.head) {
-    job *j = s->wait.head;
-    jq_remove(&s->wait, j);
+  while (s->n_active < s->o.max_running && (s->resumed.head || s->wait.head)) {
+    jq *q = s->resumed.head ? &s->resumed : &s->wait;
+    job *j = q->head;
+    jq_remove(q, j);
     j->where = JQ_RUN;
     jq_push(&s->run, j);
     s->n_active++;
   }
 }
 
+/* mu held. A paused or resumed job goes back to the running set at once (cancelled, or the
+ * scheduler stops): a worker finishes it (its closing chunks, its snapshot). */
+static void unpause(sched *s, job *j) {
+  if (j->where == JQ_PAUSED) {
+    jq_remove(&s->paused, j);
+    atomic_fetch_sub(&job_sink(j)->n_paused, 1);
+  } else {
+    jq_remove(&s->resumed, j);
+  }
+  j->where = JQ_RUN;
+  jq_push(&s->run, j);
+  s->n_active++;
+  pthread_cond_signal(&s->cv);
+}
+
+/* mu held; j came back from a worker, not done. Pauses it when its stream's buffer is full:
+ * checked under the sink's lock, so a loop that drains it meanwhile either sees the pause
+ * (n_paused) and resumes it, or drained it before and the job is not paused. */
+static int maybe_pause(sched *s, job *j) {
+  if (!s->o.stream_buffer || !j->stream || s->stop || !j->decoding || j->parked ||
+      atomic_load(&j->cancel) || (j->n_sibs && !j->sibs_released))
+    return 0;
+  job *o = job_sink(j);
+  pthread_mutex_lock(&o->mu);
+  int full = o->out.len >= s->o.stream_buffer;
+  if (full) {
+    j->where = JQ_PAUSED;
+    jq_push(&s->paused, j);
+    s->n_active--;
+    atomic_fetch_add(&o->n_paused, 1);
+  }
+  pthread_mutex_unlock(&o->mu);
+  return full;
+}
+
+void sched_stream_drained(sched *s, job *sink) {
+  if (!s->o.stream_buffer || atomic_load(&sink->n_paused) == 0) return;
+  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&sink->mu);
+  int low = sink->out.len <= s->o.stream_buffer / 2;
+  pthread_mutex_unlock(&sink->mu);
+  if (low) {
+    for (job *j = s->paused.head, *next; j; j = next) {
+      next = j->q_next;
+      if (job_sink(j) != sink) continue;
+      jq_remove(&s->paused, j);
+      atomic_fetch_sub(&sink->n_paused, 1);
+      j->where = JQ_RESUMED;
+      jq_push(&s->resumed, j);
+    }
+    promote(s);
+    pthread_cond_signal(&s->cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+long sched_paused(sched *s) {
+  pthread_mutex_lock(&s->mu);
+  long n = s->paused.n;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
 int sched_submit(sched *s, job *j) { return sched_submit_all(s, &j, 1); }
 
 int sched_submit_all(sched *s, job **jobs, int n) {
   pthread_mutex_lock(&s->mu);
-  long free_run = s->o.max_running - s->n_active, free_wait = s->o.max_queue - s->wait.n;
+  long free_run = s->o.max_running - s->n_active - s->resumed.n;
+  long free_wait = s->o.max_queue - s->wait.n;
   if ((free_run > 0 ? free_run : 0) + (free_wait > 0 ? free_wait : 0) < n) {
     pthread_mutex_unlock(&s->mu);
     return -1;
   }
   for (int i = 0; i < n; i++) {
     job *j = jobs[i];
-    if (s->n_active < s->o.max_running) {
+    if (s->n_active < s->o.max_running && !s->resumed.head) {
       j->where = JQ_RUN;
       jq_push(&s->run, j);
       s->n_active++;
@@ -152,7 +218,8 @@ int sched_has_room(sched *s) { return sched_has_room_for(s, 1); }
 
 int sched_has_room_for(sched *s, int n) {
   pthread_mutex_lock(&s->mu);
-  long free_run = s->o.max_running - s->n_active, free_wait = s->o.max_queue - s->wait.n;
+  long free_run = s->o.max_running - s->n_active - s->resumed.n;
+  long free_wait = s->o.max_queue - s->wait.n;
   int ok = (free_run > 0 ? free_run : 0) + (free_wait > 0 ? free_wait : 0) >= n;
   pthread_mutex_unlock(&s->mu);
   return ok;
@@ -169,6 +236,8 @@ void sched_cancel(sched *s, job *j) {
     unpark_siblings(s, j);        /* cancelled with it */
   } else if (j->where == JQ_RUN) {
     pthread_cond_signal(&s->cv); /* a worker finishes it on its next iteration */
+  } else if (j->where == JQ_PAUSED || j->where == JQ_RESUMED) {
+    unpause(s, j); /* it ran: a worker finishes it */
   }
   pthread_mutex_unlock(&s->mu);
   if (waiting) post(s, j, JOB_EV_DONE);
@@ -418,6 +487,7 @@ static void run_batch(sched *s, worker *w, int n) {
     unpark_siblings(s, j);
     j->sess->on_worker = 0;
     if (!(flags[i] & JOB_EV_DONE)) {
+      if (maybe_pause(s, j)) continue;
       j->where = JQ_RUN;
       jq_push(&s->run, j);
     } else {
@@ -485,6 +555,8 @@ int sched_start(sched *s, xl_error *err) {
 void sched_stop(sched *s) {
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
+  while (s->paused.head) unpause(s, s->paused.head); /* every admitted job runs to its end */
+  while (s->resumed.head) unpause(s, s->resumed.head);
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < s->o.workers; i++)

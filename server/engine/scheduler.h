@@ -39,6 +39,10 @@ typedef struct sched sched;
 
 typedef struct sched_opts {
   int workers, max_batch, batch_tokens, max_running, max_queue;
+  /* Slow readers: a streaming job whose sink holds this many unsent bytes is paused (it leaves
+   * the running set, so it holds no slot of max_running) until the loop has sent all but half
+   * of them (sched_stream_drained); 0: never paused. */
+  size_t stream_buffer;
 } sched_opts;
 
 typedef struct sched_event {
@@ -64,5 +68,9 @@ void sched_cancel(sched *s, job *j);
 /* Moves the pending events into *ev (grown as needed); returns their count. */
 int sched_take_events(sched *s, sched_event **ev, int *cap);
 void sched_counts(sched *s, long *waiting, long *running);
+/* Loop thread, after taking bytes from sink->out: resumes the jobs paused on it once it holds
+ * at most half of stream_buffer (they wait for a running slot ahead of the queue). */
+void sched_stream_drained(sched *s, job *sink);
+long sched_paused(sched *s); /* jobs paused on a full stream buffer now */
 
 #endif

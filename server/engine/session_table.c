@@ -61,7 +61,16 @@ struct session_table {
   st_durability durability;
   int sweeping;         /* a store sweep is queued */
   prefix_cache *pc;     /* shares the budget, yields first (NULL: none) */
+  /* per-key use of RAM (owner hex -> owner_use), for the fair share and the per-key limits */
+  strmap owners;
+  size_t max_per_key;   /* sessions one key may create while it holds that many (0: no limit) */
+  size_t ram_per_key;   /* bytes one key's sessions may hold in RAM (0: only the fair share) */
 };
+
+/* What one key's sessions hold in RAM. */
+typedef struct owner_use {
+  size_t ram, n;
+} owner_use;
 
 /* A store op's context: the table plus the caller's continuation. */
 typedef struct call {
@@ -86,6 +95,7 @@ session_table *st_new(const xl_model *model, size_t ram_budget, double ttl, size
   strmap_init(&t->map);
   strmap_init(&t->tombs);
   strmap_init(&t->loads);
+  strmap_init(&t->owners);
   t->budget = ram_budget;
   t->ttl = ttl;
   t->max_tombs = max_tombstones;
@@ -125,9 +135,12 @@ void st_free(session_table *t) {
     }
     free(pl);
   }
+  i = 0;
+  for (strmap_entry *e = NULL; (e = strmap_next(&t->owners, &i, e));) free(e->value);
   strmap_free(&t->map);
   strmap_free(&t->tombs);
   strmap_free(&t->loads);
+  strmap_free(&t->owners);
   free(t);
 }
 
@@ -176,11 +189,37 @@ int st_forget_tombstone(session_table *t, const char *id, const uint8_t owner[32
 }
 
 /* Takes s out of the table (the caller frees it or hands it over). */
+static owner_use *owner_get(const session_table *t, const uint8_t owner[32]) {
+  char k[65];
+  hex_encode(owner, 32, k);
+  return strmap_get(&t->owners, k);
+}
+
+/* s joins its key's use (s->ram is 0: account() adds its bytes). */
+static void owner_link(session_table *t, const session *s) {
+  char k[65];
+  hex_encode(s->owner, 32, k);
+  owner_use *u = strmap_get(&t->owners, k);
+  if (!u) {
+    u = xcalloc(1, sizeof *u);
+    strmap_put(&t->owners, k, u);
+  }
+  u->n++;
+}
+
 static void unlink_session(session_table *t, session *s) {
   char k[TKEY_CAP];
   strmap_del(&t->map, tkey(k, s->owner, s->id));
   lru_unlink(t, s);
   t->ram -= s->ram;
+  owner_use *u = owner_get(t, s->owner);
+  if (u) {
+    u->ram -= s->ram;
+    if (--u->n == 0) {
+      hex_encode(s->owner, 32, k);
+      free(strmap_del(&t->owners, k));
+    }
+  }
   s->in_table = 0;
 }
 
@@ -211,34 +250,84 @@ static void hand_over(session_table *t, session *s) {
   store_submit(t->store, op);
 }
 
+/* s leaves RAM for the budget: saved first when the store lacks its latest state; without a
+ * store it is gone (a tombstone remembers its id). */
+static void evict(session_table *t, session *s, const char *why) {
+  ctr_add(&g_metrics.sessions_evicted, 1);
+  if (!t->persist) {
+    xlog_msg("info", "session_evicted", "session %s left RAM (%s)", s->id, why);
+    drop(t, s, 1);
+  } else if (s->unsaved) {
+    hand_over(t, s);
+  } else {
+    drop(t, s, 0); /* the store has its latest state */
+  }
+}
+
+/* A key's fair share of the budget: the budget split evenly among the keys with sessions in
+ * RAM, capped by session_ram_mb_per_key. */
+static size_t fair_share(const session_table *t) {
+  size_t keys = t->owners.n ? t->owners.n : 1, share = t->budget / keys;
+  if (t->ram_per_key && t->ram_per_key < share) share = t->ram_per_key;
+  return share;
+}
+
+/* Least-recently-used idle sessions leave RAM while it holds more than the budget, or while a
+ * key holds more than session_ram_mb_per_key: first those of keys over their fair share (so
+ * one key's sessions never push out another's that stays within its share), then any. The
+ * most recently used session always stays, whatever the budget. */
+static int any_key_over_cap(const session_table *t) {
+  if (!t->ram_per_key) return 0;
+  size_t i = 0;
+  for (strmap_entry *e = NULL; (e = strmap_next(&t->owners, &i, e));)
+    if (((const owner_use *)e->value)->ram > t->ram_per_key) return 1;
+  return 0;
+}
+
 static void enforce_budget(session_table *t) {
   prefix_cache_fit(t->pc, t->budget > t->ram ? t->budget - t->ram : 0); /* the cache goes first */
-  session *s = t->lru_tail;
-  /* the most recently used session always stays, whatever the budget */
-  while (t->ram > t->budget && s && s != t->lru_head) {
+  if (t->ram <= t->budget && !any_key_over_cap(t)) return;
+  for (session *s = t->lru_tail; s && s != t->lru_head;) {
     session *prev = s->lru_prev;
-    if (!s->busy) {
-      ctr_add(&g_metrics.sessions_evicted, 1);
-      if (!t->persist) {
-        xlog_msg("info", "session_evicted", "session %s left RAM (budget %zu bytes)", s->id,
-                 t->budget);
-        drop(t, s, 1);
-      } else if (s->unsaved) {
-        hand_over(t, s);
-      } else {
-        drop(t, s, 0); /* the store has its latest state */
-      }
+    owner_use *u = owner_get(t, s->owner);
+    if (!s->busy && u) {
+      int over_cap = t->ram_per_key && u->ram > t->ram_per_key;
+      if (over_cap || (t->ram > t->budget && u->ram > fair_share(t)))
+        evict(t, s, over_cap             ? "its key is over session_ram_mb_per_key"
+                    : t->owners.n > 1 ? "its key is over its share of session_ram_mb"
+                                      : "session_ram_mb");
     }
     s = prev;
   }
+  for (session *s = t->lru_tail; t->ram > t->budget && s && s != t->lru_head;) {
+    session *prev = s->lru_prev;
+    if (!s->busy) evict(t, s, "session_ram_mb");
+    s = prev;
+  }
+}
+
+void st_set_key_limits(session_table *t, size_t max_sessions_per_key, size_t ram_per_key) {
+  t->max_per_key = max_sessions_per_key;
+  t->ram_per_key = ram_per_key;
+}
+
+size_t st_key_sessions(const session_table *t, const uint8_t owner[32]) {
+  const owner_use *u = owner_get(t, owner);
+  return u ? u->n : 0;
+}
+
+int st_key_full(const session_table *t, const uint8_t owner[32]) {
+  return t->max_per_key && st_key_sessions(t, owner) >= t->max_per_key;
 }
 
 static void account(session_table *t, session *s) {
   s->snap_tokens = session_tokens(s);
   s->snap_mem = xl_state_mem_length(s->state);
-  t->ram -= s->ram;
-  s->ram = session_ram(s);
-  t->ram += s->ram;
+  size_t ram = session_ram(s);
+  owner_use *u = owner_get(t, s->owner);
+  if (u) u->ram = u->ram - s->ram + ram;
+  t->ram = t->ram - s->ram + ram;
+  s->ram = ram;
 }
 
 st_status st_lookup(session_table *t, const char *id, const uint8_t owner[32], session **out) {
@@ -257,6 +346,7 @@ static void insert_restored(session_table *t, session *s, const char *id, const 
   s->in_table = 1;
   char k[TKEY_CAP];
   strmap_put(&t->map, tkey(k, owner, id), s);
+  owner_link(t, s);
   lru_push_front(t, s);
   s->ram = 0;
   account(t, s);
@@ -375,6 +465,7 @@ static session *insert(session_table *t, session *s, const char *id, const uint8
   s->in_table = 1;
   s->unsaved = 1; /* the store has never seen it */
   strmap_put(&t->map, tkey(k, owner, s->id), s);
+  owner_link(t, s);
   lru_push_front(t, s);
   s->ram = 0;
   account(t, s);
@@ -494,11 +585,26 @@ static void on_turn_committed(store_op *op) {
   store_op_free(op);
 }
 
+/* A turn's record written on its own (the turn has no commit to carry it). */
+static void put_record(session_table *t, const session *s, st_record *rec) {
+  if (!rec || !t->store) {
+    if (rec) free(rec->value), rec->value = NULL;
+    return;
+  }
+  store_op *op = store_op_new(SOP_REC_PUT, NULL, NULL);
+  if (store_op_record(op, rec->ns, s->owner, rec->key, rec->value, rec->len, rec->ttl_s) == 0)
+    store_submit(t->store, op);
+  else
+    store_op_free(op);
+  rec->value = NULL;
+}
+
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
-                st_done_fn fn, void *ctx) {
+                st_record *rec, st_done_fn fn, void *ctx) {
   int delta = core && xl_state_blob_is_delta(core, core_len);
   int commit = t->persist && t->durability == DUR_TURN && fn;
   if (commit && fed && !core) { /* the worker's snapshot failed: the turn cannot be committed */
+    if (rec) free(rec->value), rec->value = NULL;
     roll_back_turn(t, s);
     return -1;
   }
@@ -509,6 +615,7 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, in
   if (!t->persist || !core) {
     free(core);
     if (fed) s->unsaved = 1;
+    put_record(t, s, rec);
     st_release(t, s);
     return 0;
   }
@@ -535,6 +642,10 @@ int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, in
   op->row.seq = ++s->store_seq;
   op->row.cas = commit; /* a shared store: a whole state only over the version it continues */
   op->async = t->durability == DUR_ASYNC;
+  if (rec) { /* kept with the turn's write, or not at all */
+    store_op_record(op, rec->ns, s->owner, rec->key, rec->value, rec->len, rec->ttl_s);
+    rec->value = NULL;
+  }
   op->ctx = call_new(t, commit ? s : NULL, commit ? (void *)fn : NULL, ctx);
   s->unsaved = 0;
   s->delta_ok = 1; /* the next turn's delta continues this write */

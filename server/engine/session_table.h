@@ -72,6 +72,15 @@ void st_free(session_table *t);
  * (least recently used first) before any session is evicted. NULL: none. */
 void st_set_prefix_cache(session_table *t, prefix_cache *pc);
 int st_persistent(const session_table *t);
+/* Per-key limits (owners: API keys). max_sessions_per_key: st_key_full says when a key holds
+ * that many sessions in RAM (0: never); ram_per_key: bytes one key's sessions may hold in RAM
+ * before its least-recently-used idle ones leave (0: no cap). Whatever they are, when the
+ * budget must evict it evicts first from the keys over their fair share (the budget split
+ * evenly among the keys with sessions in RAM), so one key's sessions cannot push out those of
+ * a key within its share. */
+void st_set_key_limits(session_table *t, size_t max_sessions_per_key, size_t ram_per_key);
+size_t st_key_sessions(const session_table *t, const uint8_t owner[32]);
+int st_key_full(const session_table *t, const uint8_t owner[32]);
 
 /* RAM (and tombstones) only. */
 st_status st_lookup(session_table *t, const char *id, const uint8_t owner[32], session **out);
@@ -101,8 +110,18 @@ void st_release(session_table *t, session *s);  /* busy = 0, touch, enforce the 
  *    0: s is released (async: its save follows; no store: nothing to save);
  *   -1: durability turn, the turn fed s but has no snapshot: it cannot be committed, and s
  *       left RAM as on a failed commit (fn is not called). */
+/* A keyed record written with a turn (an Idempotency-Key's answer): in the turn's commit
+ * when there is one (kept if and only if the turn is), else on its own (no store: the store's
+ * in-memory table). ns/key as store_record's; value taken. */
+typedef struct st_record {
+  const char *ns, *key;
+  uint8_t *value;
+  size_t len;
+  double ttl_s;
+} st_record;
+
 int st_turn_end(session_table *t, session *s, uint8_t *core, size_t core_len, int fed,
-                st_done_fn fn, void *ctx);
+                st_record *rec, st_done_fn fn, void *ctx);
 /* Saves s (idle; held busy meanwhile) now: a creation, fork or import, answered after the
  * commit. 1: fn will be called; 0: no store. A failed save is not kept: s leaves RAM (its id
  * then holds what the store holds: the state an import replaced, or nothing). */

@@ -37,10 +37,18 @@
     "the session was made by another model")                                                       \
   X(SESSION_CONFLICT, 409, "invalid_request_error", "session_conflict",                            \
     "another replica committed a turn of this session first")                                      \
+  X(IDEMPOTENCY_IN_PROGRESS, 409, "invalid_request_error", "idempotency_key_in_progress",          \
+    "a request with this Idempotency-Key is still running")                                        \
+  X(IDEMPOTENT_TURN_KEPT, 409, "invalid_request_error", "idempotent_turn_kept",                    \
+    "the turn of this Idempotency-Key was kept; its answer was not recorded")                      \
   X(BODY_TOO_LARGE, 413, "invalid_request_error", "body_too_large",                                \
     "the request body is too large")                                                               \
   X(PROMPT_TOO_LONG, 422, "invalid_request_error", "prompt_too_long", "the prompt is too long")    \
+  X(IDEMPOTENCY_KEY_REUSED, 422, "invalid_request_error", "idempotency_key_reused",                \
+    "this Idempotency-Key was used with another request body")                                     \
   X(QUEUE_FULL, 429, "rate_limit_error", "queue_full", "the queue is full")                        \
+  X(QUOTA_EXCEEDED, 429, "rate_limit_error", "quota_exceeded",                                     \
+    "a per-key or per-client limit is reached")                                                    \
   X(GENERATION_FAILED, 500, "server_error", "generation_failed", "the generation failed")          \
   X(STORE_FAILED, 500, "server_error", "store_failed", "the session store failed")                 \
   X(SESSION_CREATE_FAILED, 500, "server_error", "session_create_failed",                           \

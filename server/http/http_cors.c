@@ -70,7 +70,8 @@ void cors_add_headers(const cors_cfg *c, const char *origin, struct MHD_Response
   if (!allowed(c, origin)) return;
   MHD_add_response_header(resp, "Access-Control-Allow-Origin", c->any ? "*" : origin);
   MHD_add_response_header(resp, "Access-Control-Expose-Headers",
-                          "X-Request-Id, X-Session-Id, X-Session-Reset, Retry-After");
+                          "X-Request-Id, X-Session-Id, X-Session-Reset, Retry-After, "
+                          "Idempotent-Replayed");
 }
 
 void cors_add_preflight_headers(const cors_cfg *c, const char *origin, const char *allow,

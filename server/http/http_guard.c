@@ -167,6 +167,8 @@ int guard_trusts(const http_guard *g, const char *addr) {
   return 0;
 }
 
+int guard_exempt(const http_guard *g, const char *addr) { return is_exempt(g, addr); }
+
 static long addr_count(http_guard *g, const char *addr) {
   return (long)(intptr_t)strmap_get(&g->per_addr, addr);
 }

@@ -35,6 +35,8 @@ http_guard *guard_new(const guard_settings *set);
 /* Is addr one of the trusted proxies (`trusted_proxies`)? Their X-Forwarded-For and
  * X-Request-Id are believed, and the per-client limit does not count them. */
 int guard_trusts(const http_guard *g, const char *addr);
+/* Is addr exempt from per-client limits (a trusted proxy, or this host's 127.0.0.1 / ::1)? */
+int guard_exempt(const http_guard *g, const char *addr);
 /* After MHD_stop_daemon (every connection record is gone by then). */
 void guard_free(http_guard *g);
 

@@ -197,13 +197,40 @@ static void set_phase(req *r, req_phase p) {
   r->phase = p;
 }
 
+/* A stream whose client reads nothing (stream_stall_timeout): MHD holds bytes for it (the
+ * connection is not suspended) and has not asked for more since the deadline. Its generation is
+ * cancelled and the socket shut down, so MHD closes the connection. */
+static int stream_stalled(const req *r, double now) {
+  long long limit = r->srv->set.stream_stall_timeout;
+  return r->phase == REQ_STREAMING && limit > 0 && !r->suspended && !r->mhd_done &&
+         !r->client_gone && now - r->t_stream_read > (double)limit;
+}
+
+static void stream_stall_close(req *r) {
+  xlog_msg("warn", "stream_stalled", "request %s: its client read nothing for %llds "
+           "(stream_stall_timeout): the stream is cancelled", r->request_id,
+           r->srv->set.stream_stall_timeout);
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  r->client_gone = 1;
+  if (r->srv->set.hooks.close) r->srv->set.hooks.close(r);
+  if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
+}
+
 /* Requests whose body stalls past request_timeout: shutting the socket down makes MHD see the
  * end of the connection on its next event and close it (MHD has no deadline of its own, and a
- * FIN that arrives with the last data can go unnoticed until the idle timeout). */
+ * FIN that arrives with the last data can go unnoticed until the idle timeout). Streams whose
+ * client stopped reading (stream_stall_timeout). Runs while either kind is there. */
 static void on_sweep(uv_timer_t *t) {
   http_server *a = t->data;
   double now = now_mono();
+  int streams = 0;
   for (req *r = a->reqs; r; r = r->next) {
+    if (r->phase == REQ_STREAMING && !r->mhd_done) {
+      streams++;
+      if (stream_stalled(r, now)) stream_stall_close(r);
+      continue;
+    }
     if (r->phase != REQ_NEW || r->timed_out || r->mhd_done) continue;
     if (now - r->t_start <= (double)a->set.request_timeout) continue;
     const union MHD_ConnectionInfo *ci =
@@ -213,11 +240,17 @@ static void on_sweep(uv_timer_t *t) {
     r->status = api_err_status(API_ERR_REQUEST_TIMEOUT);
     if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
   }
-  if (a->n_new == 0) {
+  if (a->n_new == 0 && !streams) {
     uv_timer_stop(&a->sweep_timer);
     a->sweep_on = 0;
   }
   http_pump(a);
+}
+
+static void start_sweep(http_server *a) {
+  if (a->sweep_on) return;
+  a->sweep_on = 1;
+  uv_timer_start(&a->sweep_timer, on_sweep, 1000, 1000);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -301,6 +334,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   (void)pos;
   req *r = cls;
   if (r->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+  r->t_stream_read = now_mono(); /* MHD has room: the client reads */
   size_t n = r->stream_take(r, out, max);
   if (n) return (ssize_t)n;
   if (r->stream_complete) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -320,6 +354,8 @@ void req_start_stream(req *r) {
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   queue(r, 200, resp);
   set_phase(r, REQ_STREAMING);
+  r->t_stream_read = now_mono();
+  start_sweep(r->srv);
   req_watch_disconnect(r);
   long long iv = r->srv->set.ping_interval;
   if (iv > 0) {
@@ -406,10 +442,7 @@ static req *req_new(http_server *a, struct MHD_Connection *c, const char *url, c
   (void)no_tail;
   a->n_reqs++;
   a->n_new++;
-  if (!a->sweep_on) {
-    a->sweep_on = 1;
-    uv_timer_start(&a->sweep_timer, on_sweep, 1000, 1000);
-  }
+  start_sweep(a);
   peer_address(r);
   int trusted = guard_trusts(a->guard, r->remote);
   const char *rid = hdr(r, "X-Request-Id");

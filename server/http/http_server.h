@@ -53,7 +53,8 @@ typedef struct http_settings {
   long long port;
   long long header_timeout, idle_timeout, request_timeout;
   long long max_connections, max_connections_per_client;
-  long long ping_interval; /* seconds between SSE pings (<= 0: none) */
+  long long ping_interval;        /* seconds between SSE pings (<= 0: none) */
+  long long stream_stall_timeout; /* seconds a stream's bytes may wait unread (<= 0: no limit) */
   int access_log;
   char **proxies; /* trusted proxies (X-Forwarded-For, X-Request-Id) */
   int n_proxies;
@@ -75,7 +76,7 @@ struct http_server {
   req *reqs;
   long n_reqs, n_conns;
   long n_new;             /* requests still arriving (phase REQ_NEW): they do not hold up a drain */
-  uv_timer_t sweep_timer; /* request_timeout for bodies; runs only while n_new > 0 */
+  uv_timer_t sweep_timer; /* request_timeout for bodies, stalled streams; runs while any */
   int sweep_on;
 };
 
@@ -124,6 +125,7 @@ struct req {
   int dc_open;
   uv_timer_t ping;
   int ping_open;
+  double t_stream_read; /* monotonic: MHD last asked the stream for bytes (stream_stall_timeout) */
   /* stream (req_start_stream): move up to max bytes of the body produced so far into out;
    * append bytes to it (0: there is no stream to append to) */
   size_t (*stream_take)(req *r, char *out, size_t max);

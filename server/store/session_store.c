@@ -20,6 +20,7 @@
 
 #include "buf.h"
 #include "metrics.h"
+#include "record_mem.h"
 #include "session_codec.h"
 #include "util.h"
 #include "xlog.h"
@@ -82,6 +83,7 @@ struct session_store {
    * swapped in, so a row's size stays bounded when turns come faster than compactions */
   store_key held_back;
   int holding;
+  record_mem *mem; /* no backend: the keyed records (store thread) */
 };
 
 /* deltas above COMPACT_RATIO x the snapshot: compact. Each byte reaches the disk twice (WAL,
@@ -111,15 +113,46 @@ void store_op_free(store_op *op) {
   free(op->bytes);
   free(op->keys);
   free(op->rows);
+  free(op->rec_value);
   session_free(op->out);
   if (op->free_sess) session_free(op->sess);
   free(op);
+}
+
+int store_record_valid(const char *ns, const char *key) {
+  size_t n = strlen(ns), k = strlen(key);
+  if (!n || n >= STORE_NS_CAP || !k || k >= STORE_RKEY_CAP) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((ns[i] >= 'a' && ns[i] <= 'z') || (ns[i] >= '0' && ns[i] <= '9') || ns[i] == '_'))
+      return 0;
+  for (size_t i = 0; i < k; i++)
+    if (key[i] < 0x21 || key[i] > 0x7e) return 0;
+  return 1;
+}
+
+int store_op_record(store_op *op, const char *ns, const uint8_t owner[32], const char *key,
+                    uint8_t *value, size_t len, double ttl_s) {
+  if (!store_record_valid(ns, key)) {
+    free(value);
+    return -1;
+  }
+  memset(&op->rec, 0, sizeof op->rec);
+  snprintf(op->rec.ns, sizeof op->rec.ns, "%s", ns);
+  memcpy(op->rec.owner, owner, 32);
+  snprintf(op->rec.key, sizeof op->rec.key, "%s", key);
+  free(op->rec_value);
+  op->rec_value = value;
+  op->rec.value = value;
+  op->rec.len = value ? len : 0;
+  op->rec.expires = now_wall() + ttl_s;
+  return 0;
 }
 
 session_store *store_new(store_backend *backend, const store_opts *o, void (*notify)(void *),
                          void *arg) {
   session_store *st = xcalloc(1, sizeof *st);
   st->b = backend;
+  if (!backend) st->mem = record_mem_new(o->mem_records, o->mem_record_bytes);
   st->o = *o;
   if (st->o.max_batch < 1) st->o.max_batch = 64;
   if (st->o.compact_ratio <= 0) st->o.compact_ratio = COMPACT_RATIO;
@@ -173,7 +206,16 @@ void store_row_fill(store_row *row, const session *s, const char *id, const uint
 
 static int is_write(const store_op *op) {
   return op->kind == SOP_SAVE || op->kind == SOP_APPEND || op->kind == SOP_REMOVE ||
-         op->kind == SOP_EXPIRE;
+         op->kind == SOP_EXPIRE || op->kind == SOP_REC_PUT || op->kind == SOP_REC_DEL;
+}
+
+/* Without a backend: an op's record (REC_PUT, or a SAVE/APPEND carrying one) goes to the
+ * in-memory table. */
+static void mem_put(session_store *st, store_op *op) {
+  if (op->rec.ns[0] && record_mem_put(st->mem, &op->rec, now_wall())) {
+    snprintf(op->err, sizeof op->err, "the record is bigger than the in-memory table");
+    op->status = STORE_ERROR;
+  }
 }
 
 static store_status from_codec(codec_status c) {
@@ -291,8 +333,12 @@ static int exec_op(session_store *st, store_op *op) {
           op->sess = NULL;
         }
       }
-      if (!B) return 0;
+      if (!B) {
+        mem_put(st, op);
+        return 0;
+      }
       op->row.snap_id = new_snap_id();
+      op->row.rec = op->rec.ns[0] ? &op->rec : NULL;
       int rc = B->put(st->conn, &op->row, &op->created, err, cap);
       if (rc < 0) {
         op->status = rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
@@ -309,8 +355,12 @@ static int exec_op(session_store *st, store_op *op) {
       return 0;
     }
     case SOP_APPEND: {
-      if (!B) return 0;
+      if (!B) {
+        mem_put(st, op);
+        return 0;
+      }
       store_delta d = {op->row.seq, op->meta, op->row.meta_len, op->delta, op->delta_len};
+      op->row.rec = op->rec.ns[0] ? &op->rec : NULL;
       int rc = B->append(st->conn, &op->row, &d, &op->after, err, cap);
       if (rc < 0) {
         op->status = rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
@@ -384,6 +434,49 @@ static int exec_op(session_store *st, store_op *op) {
       }
       int rc = B->version(st->conn, op->id, op->owner, &op->row.seq, err, cap);
       op->status = rc < 0 ? STORE_ERROR : rc == 1 ? STORE_ABSENT : STORE_OK;
+      return 0;
+    }
+    case SOP_REC_PUT: {
+      if (!B) {
+        mem_put(st, op);
+        return 0;
+      }
+      int rc = B->rec_put(st->conn, &op->rec, err, cap);
+      if (rc < 0) {
+        op->status = rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
+        return -1;
+      }
+      return 0;
+    }
+    case SOP_REC_GET: {
+      int rc = B ? B->rec_get(st->conn, &op->rec, err, cap)
+                 : record_mem_get(st->mem, &op->rec, now_wall());
+      if (rc < 0) {
+        op->status = STORE_ERROR;
+        op->rec.value = NULL;
+        op->rec.len = 0;
+        return 0;
+      }
+      if (rc == 1) {
+        op->status = STORE_ABSENT;
+        op->rec.value = NULL;
+        op->rec.len = 0;
+        return 0;
+      }
+      free(op->rec_value);
+      op->rec_value = xmalloc(op->rec.len ? op->rec.len : 1);
+      if (op->rec.len) memcpy(op->rec_value, op->rec.value, op->rec.len);
+      op->rec.value = op->rec_value;
+      if (B) B->release(st->conn); /* the loan (and any read transaction) ends here */
+      return 0;
+    }
+    case SOP_REC_DEL: {
+      int rc = B ? B->rec_del(st->conn, &op->rec, err, cap) : record_mem_del(st->mem, &op->rec);
+      if (rc < 0) {
+        op->status = STORE_ERROR;
+        return -1;
+      }
+      op->status = rc == 1 ? STORE_ABSENT : STORE_OK;
       return 0;
     }
     case SOP_DECODE: {
@@ -698,6 +791,7 @@ static int same_session(const store_op *a, const store_op *b) {
  * one continues it. */
 static int superseded(store_op **ops, int n, int i) {
   if (ops[i]->kind != SOP_SAVE && ops[i]->kind != SOP_APPEND) return 0;
+  if (ops[i]->rec.ns[0]) return 0; /* its record is written with it */
   for (int j = i + 1; j < n; j++)
     if (same_session(ops[j], ops[i])) return ops[j]->kind == SOP_SAVE;
   return 0;
@@ -1011,6 +1105,7 @@ void store_free(session_store *st) {
   pthread_cond_destroy(&st->ccv);
   pthread_mutex_destroy(&st->done_mu);
   free(st->to_compact);
+  record_mem_free(st->mem);
   free(st);
 }
 

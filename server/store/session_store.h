@@ -82,6 +82,8 @@ typedef struct store_row {
   int n_deltas;
   /* put: a compare-and-set: only if the row is at version seq - 1 (absent counts as 0) */
   int cas;
+  /* put, append: a record written with the row, atomically (NULL: none) */
+  const struct store_record *rec;
 } store_row;
 
 /* One delta of a row's log. */
@@ -97,6 +99,33 @@ typedef struct store_key {
   char id[129];
   uint8_t owner[32];
 } store_key;
+
+/* A keyed record: (ns, owner, key) -> value bytes, until `expires`. A small generic table
+ * beside the sessions, for what must outlive a request and be found again by a key: the
+ * answers kept for Idempotency-Key retries (ns "idem", key "SESSION/KEY"), Responses API
+ * objects (response id -> session, version, output). The value is opaque to the store.
+ *   SQLite: table `records` (ns, owner, key, expires, value); an expired record reads as
+ *     absent and is deleted by later puts (a few at a time).
+ *   Redis: key P:r:NS:{OWNERHEX:K1}REST, where K1 is the key up to its first '/' (the whole
+ *     key without one) and REST the rest: the hash tag of a key "SESSION/..." is the one of
+ *     the session's own keys (same Cluster slot: the turn's script may write both); the
+ *     value is a string with PEXPIRE (Redis deletes it when it expires).
+ *   No store: a bounded in-memory LRU (record_mem.c; lost at exit).
+ * A record can also be written by a turn's commit (store_row.rec): then it is kept if and only
+ * if the turn is (the same SQLite transaction; the same Redis script). */
+#define STORE_NS_CAP 32   /* ns: 1..31 bytes of [a-z0-9_] */
+#define STORE_RKEY_CAP 400 /* key: 1..399 printable ASCII bytes (0x21..0x7e) */
+typedef struct store_record {
+  char ns[STORE_NS_CAP];
+  uint8_t owner[32];
+  char key[STORE_RKEY_CAP];
+  const uint8_t *value; /* put: the caller's; get: borrowed until the next call */
+  size_t len;
+  double expires; /* unix seconds */
+} store_record;
+
+/* Whether ns and key are valid as above (any thread). */
+int store_record_valid(const char *ns, const char *key);
 
 typedef struct store_conn store_conn;
 
@@ -173,6 +202,14 @@ typedef struct store_backend_ops {
               size_t cap);
   /* Rows in the store (for the gauge), -1 on error. */
   long (*count)(store_conn *c);
+  /* Keyed records (see store_record). rec_put inserts or replaces r: 0 ok, -1 error (not
+   * written), -2 outcome unknown (shared backends: the reply was lost). rec_get reads the
+   * record r->ns/owner/key into r (value borrowed until `release` or the next call):
+   * 0 found, 1 absent or expired, -1 error. rec_del: 0 deleted, 1 absent, -1 error.
+   * In a batch like the other writes. */
+  int (*rec_put)(store_conn *c, const store_record *r, char *err, size_t cap);
+  int (*rec_get)(store_conn *c, store_record *r, char *err, size_t cap);
+  int (*rec_del)(store_conn *c, const store_record *r, char *err, size_t cap);
   /* Frees the backend (after every connection was closed). */
   void (*destroy)(void *cfg);
 } store_backend_ops;
@@ -206,7 +243,11 @@ typedef enum {
   SOP_LIST,   /* owner, max -> rows[n] (metadata) */
   SOP_EXPORT, /* sess -> bytes (meta || core); no backend needed */
   SOP_DECODE, /* in (an exported envelope) -> out; no backend needed */
-  SOP_VERSION /* id + owner -> row.seq: the stored version (shared backends; ABSENT: no row) */
+  SOP_VERSION, /* id + owner -> row.seq: the stored version (shared backends; ABSENT: no row) */
+  /* keyed records (store_op_record sets rec): without a backend, the in-memory table */
+  SOP_REC_PUT, /* rec (value owned by the op) */
+  SOP_REC_GET, /* rec.ns/owner/key -> rec.value/len/expires (owned by the op); ABSENT */
+  SOP_REC_DEL  /* rec.ns/owner/key; ABSENT: there was none */
 } sop_kind;
 
 typedef enum {
@@ -238,6 +279,10 @@ struct store_op {
   size_t delta_len;
   uint8_t *in;    /* DECODE: owned input */
   size_t in_len;
+  /* REC_*: the record; SAVE/APPEND: a record written in the same commit as the row when
+   * rec.ns[0] (the backend's row.rec; without a backend, the in-memory table after the op) */
+  store_record rec;
+  uint8_t *rec_value; /* owned: rec.value points here */
   double before;  /* EXPIRE */
   int max;        /* EXPIRE, LIST */
   /* results */
@@ -262,6 +307,11 @@ store_op *store_op_new(sop_kind kind, store_done_fn done, void *ctx);
 void store_row_fill(store_row *row, const session *s, const char *id, const uint8_t owner[32],
                     uint64_t fingerprint);
 void store_op_free(store_op *op); /* frees owned buffers, out, and sess when free_sess */
+/* Sets op->rec to (ns, owner, key) with value (owned by the op from now on; NULL for a get or
+ * a delete), expiring ttl_s seconds from now. -1 (nothing set, value freed) when ns or key is
+ * not valid. */
+int store_op_record(store_op *op, const char *ns, const uint8_t owner[32], const char *key,
+                    uint8_t *value, size_t len, double ttl_s);
 
 /* A snapshot's state is stored in pieces of this many bytes (the last one shorter): a whole
  * save's by the backend, a compaction's by the compaction thread (store_opts.snap_piece_bytes
@@ -288,10 +338,15 @@ typedef struct store_opts {
   /* tests: called on the compaction thread after piece `part` of a compaction's new snapshot
    * was committed (backends with put_piece); may block (NULL: none) */
   void (*piece_hook)(void *arg, const char *id, int part);
+  /* no backend: the in-memory record table's bounds, in records and in bytes of keys and
+   * values (0: 65536 and 64 MiB); the least recently used record goes first */
+  long mem_records;
+  size_t mem_record_bytes;
 } store_opts;
 
 /* backend NULL: no persistence (only EXPORT and DECODE are meaningful; the others answer
- * STORE_ABSENT / STORE_OK without effect). */
+ * STORE_ABSENT / STORE_OK without effect), except keyed records, kept in a bounded in-memory
+ * LRU (store_opts.mem_records / mem_record_bytes). */
 session_store *store_new(store_backend *backend, const store_opts *o, void (*notify)(void *),
                          void *arg);
 /* Connects and starts the store thread (signals blocked); the model is needed to encode and

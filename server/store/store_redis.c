@@ -57,9 +57,10 @@ static const char *const SCRIPTS[N_SCRIPTS] = {
     "local h = redis.call('HGETALL', KEYS[1])\n"
     "if #h == 0 then return 0 end\n"
     "return {h, redis.call('LRANGE', KEYS[2], 0, -1)}\n",
-    /* put: ARGV cas, expected seq, seq, then field/value pairs; -1 conflict, else 1 if it
-     * existed. Without cas (an import) the version still moves past the stored one, so that
-     * another replica's RAM copy of the replaced session is never taken for current. */
+    /* put: ARGV cas, expected seq, seq, record ms, record value, then field/value pairs; -1
+     * conflict, else 1 if it existed. Without cas (an import) the version still moves past
+     * the stored one, so that another replica's RAM copy of the replaced session is never
+     * taken for current. KEYS[3], when given: a record written with the row (PX record ms). */
     "local cur = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')\n"
     "local seq = tonumber(ARGV[3])\n"
     "if ARGV[1] == '1' then\n"
@@ -67,14 +68,17 @@ static const char *const SCRIPTS[N_SCRIPTS] = {
     "elseif cur >= seq then seq = cur + 1 end\n"
     "local existed = redis.call('EXISTS', KEYS[1])\n"
     "redis.call('DEL', KEYS[1], KEYS[2])\n"
-    "redis.call('HSET', KEYS[1], 'seq', seq, 'snap_seq', seq, unpack(ARGV, 4))\n"
+    "redis.call('HSET', KEYS[1], 'seq', seq, 'snap_seq', seq, unpack(ARGV, 6))\n"
+    "if #KEYS > 2 then redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[4]) end\n"
     "return existed\n",
-    /* append: ARGV expected seq, new seq, entry, entry's counted bytes, field/value pairs;
-     * 0 conflict, else {snap_bytes, delta_bytes, n_deltas} */
+    /* append: ARGV expected seq, new seq, entry, entry's counted bytes, record ms, record
+     * value, field/value pairs; 0 conflict, else {snap_bytes, delta_bytes, n_deltas}.
+     * KEYS[3], when given: a record written with the delta */
     "local cur = redis.call('HGET', KEYS[1], 'seq')\n"
     "if not cur or tonumber(cur) ~= tonumber(ARGV[1]) then return 0 end\n"
     "redis.call('RPUSH', KEYS[2], ARGV[3])\n"
-    "redis.call('HSET', KEYS[1], 'seq', ARGV[2], unpack(ARGV, 5))\n"
+    "redis.call('HSET', KEYS[1], 'seq', ARGV[2], unpack(ARGV, 7))\n"
+    "if #KEYS > 2 then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[5]) end\n"
     "local db = redis.call('HINCRBY', KEYS[1], 'delta_bytes', ARGV[4])\n"
     "local nd = redis.call('HINCRBY', KEYS[1], 'n_deltas', 1)\n"
     "return {tonumber(redis.call('HGET', KEYS[1], 'snap_bytes')), db, nd}\n",
@@ -109,6 +113,7 @@ struct store_conn {
   double next_try; /* monotonic: no connection attempt before */
   double backoff;
   redisReply *held; /* get's reply, lent until release */
+  redisReply *rec_held; /* rec_get's reply, lent until the next call */
   size_t next_delta;
   int logged_down;
   int lost; /* the last command was sent and its reply lost (the connection failed meanwhile) */
@@ -339,6 +344,7 @@ static store_conn *rconnect(void *cfg, char *err, size_t cap) {
 static void rdisconnect(store_conn *c) {
   if (!c) return;
   if (c->held) freeReplyObject(c->held);
+  if (c->rec_held) freeReplyObject(c->rec_held);
   if (c->rc) redisFree(c->rc);
   free(c->pending);
   free(c);
@@ -385,7 +391,24 @@ static void arg_f64(args *a, double v) {
 
 typedef struct keys {
   char row[512], deltas[512], member[200], owner_set[256];
+  char rec[STORE_RKEY_CAP + 256]; /* a record written with the row ("": none) */
 } keys;
+
+/* A record's key: P:r:NS:{OWNERHEX:K1}REST (K1: the key up to its first '/'). */
+static void record_key(const redis_cfg *g, const store_record *r, char *out, size_t cap) {
+  char hex[65];
+  hex_encode(r->owner, 32, hex);
+  const char *slash = strchr(r->key, '/');
+  int k1 = slash ? (int)(slash - r->key) : (int)strlen(r->key);
+  snprintf(out, cap, "%s:r:%s:{%s:%.*s}%s", g->prefix, r->ns, hex, k1, r->key,
+           slash ? slash : "");
+}
+
+/* The record's PX: milliseconds until it expires (at least 1). */
+static uint64_t record_px(const store_record *r) {
+  double ms = (r->expires - now_wall()) * 1000.0;
+  return ms < 1 ? 1 : (uint64_t)ms;
+}
 
 static void make_keys(const redis_cfg *g, const char *id, const uint8_t owner[32], keys *k) {
   char hex[65];
@@ -394,6 +417,7 @@ static void make_keys(const redis_cfg *g, const char *id, const uint8_t owner[32
   snprintf(k->row, sizeof k->row, "%s:s:{%s}", g->prefix, k->member);
   snprintf(k->deltas, sizeof k->deltas, "%s:d:{%s}", g->prefix, k->member);
   snprintf(k->owner_set, sizeof k->owner_set, "%s:o:%s", g->prefix, hex);
+  k->rec[0] = 0;
 }
 
 /* EVALSHA script with the keys of (owner, id) and the arguments in a (after them). */
@@ -402,14 +426,15 @@ static redisReply *run_script(store_conn *c, int script, const keys *k, const ar
   c->lost = 0;
   drop_if_stale(c);
   if (ensure(c, err, cap)) return NULL;
-  const char *argv[MAX_ARGS + 5];
-  size_t lens[MAX_ARGS + 5];
+  const char *argv[MAX_ARGS + 6];
+  size_t lens[MAX_ARGS + 6];
   argv[0] = "EVALSHA", lens[0] = 7;
   argv[1] = c->sha[script], lens[1] = strlen(c->sha[script]);
-  argv[2] = "2", lens[2] = 1;
+  argv[2] = k->rec[0] ? "3" : "2", lens[2] = 1;
   argv[3] = k->row, lens[3] = strlen(k->row);
   argv[4] = k->deltas, lens[4] = strlen(k->deltas);
   int n = 5;
+  if (k->rec[0]) argv[n] = k->rec, lens[n++] = strlen(k->rec);
   for (int i = 0; a && i < a->n; i++) argv[n] = a->v[i], lens[n++] = a->len[i];
   redisReply *r = command(c, n, argv, lens, err, cap);
   if (!r && c->rc && !strncmp(err, "Redis: NOSCRIPT", 15)) { /* SCRIPT FLUSH, a failover */
@@ -664,6 +689,21 @@ static int rnext_delta(store_conn *c, store_delta *d, char *err, size_t cap) {
 static void rrelease(store_conn *c) {
   if (c->held) freeReplyObject(c->held);
   c->held = NULL;
+  if (c->rec_held) freeReplyObject(c->rec_held);
+  c->rec_held = NULL;
+}
+
+/* A put's or an append's record arguments (ms, value), and its key as KEYS[3] when the row
+ * carries one. */
+static void record_args(store_conn *c, keys *k, args *a, const store_row *row) {
+  if (!row->rec) {
+    arg_u64(a, 0);
+    arg_str(a, "");
+    return;
+  }
+  record_key(c->cfg, row->rec, k->rec, sizeof k->rec);
+  arg_u64(a, record_px(row->rec));
+  arg_bin(a, row->rec->value, row->rec->len);
 }
 
 static int rput(store_conn *c, const store_row *row, int *created, char *err, size_t cap) {
@@ -673,6 +713,7 @@ static int rput(store_conn *c, const store_row *row, int *created, char *err, si
   arg_str(&a, row->cas ? "1" : "0");
   arg_u64(&a, row->seq - 1);
   arg_u64(&a, row->seq);
+  record_args(c, &k, &a, row);
   row_fields(&a, row);
   arg_str(&a, "snap_id"), arg_u64(&a, row->snap_id);
   arg_str(&a, "snap_bytes"), arg_u64(&a, row->meta_len + row->state_len);
@@ -707,6 +748,7 @@ static int rappend(store_conn *c, const store_row *row, const store_delta *d, st
   arg_u64(&a, d->seq);
   arg_bin(&a, entry, n);
   arg_u64(&a, d->meta_len + d->delta_len);
+  record_args(c, &k, &a, row);
   row_fields(&a, row);
   redisReply *r = run_script(c, SCR_APPEND, &k, &a, err, cap);
   free(entry);
@@ -897,6 +939,67 @@ static int rlist(store_conn *c, const uint8_t owner[32], int max, store_row *out
   return n;
 }
 
+/* ---- keyed records: plain commands on the record's own key ---- */
+
+static int rrec_put(store_conn *c, const store_record *r, char *err, size_t cap) {
+  char key[STORE_RKEY_CAP + 256], px[32];
+  record_key(c->cfg, r, key, sizeof key);
+  snprintf(px, sizeof px, "%llu", (unsigned long long)record_px(r));
+  c->lost = 0;
+  drop_if_stale(c);
+  if (ensure(c, err, cap)) return -1;
+  const char *argv[] = {"SET", key, r->len ? (const char *)r->value : "", "PX", px};
+  size_t lens[] = {3, strlen(key), r->len, 2, strlen(px)};
+  int expired = r->expires <= now_wall(); /* already: as good as deleted */
+  if (expired) argv[0] = "DEL", lens[0] = 3;
+  redisReply *rep = command(c, expired ? 2 : 5, argv, lens, err, cap);
+  if (!rep) return c->lost ? -2 : -1;
+  freeReplyObject(rep);
+  return 0;
+}
+
+static int rrec_get(store_conn *c, store_record *r, char *err, size_t cap) {
+  char key[STORE_RKEY_CAP + 256];
+  record_key(c->cfg, r, key, sizeof key);
+  if (c->rec_held) freeReplyObject(c->rec_held), c->rec_held = NULL;
+  drop_if_stale(c);
+  if (ensure(c, err, cap)) return -1;
+  /* the value and its remaining time, read together */
+  redisReply *rep = command1(c, err, cap, 4, "EVAL",
+                             "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}",
+                             "1", key);
+  if (!rep) return -1;
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 ||
+      rep->element[0]->type != REDIS_REPLY_STRING) {
+    int absent = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+                 rep->element[0]->type == REDIS_REPLY_NIL;
+    freeReplyObject(rep);
+    if (absent) return 1;
+    snprintf(err, cap, "Redis: an unexpected reply to a record's read");
+    return -1;
+  }
+  r->value = (const uint8_t *)rep->element[0]->str;
+  r->len = rep->element[0]->len;
+  long long ttl = rep->elements > 1 && rep->element[1]->type == REDIS_REPLY_INTEGER
+                      ? rep->element[1]->integer
+                      : -1;
+  r->expires = now_wall() + (ttl > 0 ? (double)ttl / 1000.0 : 0);
+  c->rec_held = rep;
+  return 0;
+}
+
+static int rrec_del(store_conn *c, const store_record *r, char *err, size_t cap) {
+  char key[STORE_RKEY_CAP + 256];
+  record_key(c->cfg, r, key, sizeof key);
+  drop_if_stale(c);
+  if (ensure(c, err, cap)) return -1;
+  redisReply *rep = command1(c, err, cap, 2, "DEL", key);
+  if (!rep) return -1;
+  int n = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : 0;
+  freeReplyObject(rep);
+  return n > 0 ? 0 : 1;
+}
+
 static long rcount(store_conn *c) {
   char err[300];
   if (ensure(c, err, sizeof err)) return -1;
@@ -938,6 +1041,9 @@ static const store_backend_ops REDIS_OPS = {
     .expire = rexpire,
     .list = rlist,
     .count = rcount,
+    .rec_put = rrec_put,
+    .rec_get = rrec_get,
+    .rec_del = rrec_del,
     .destroy = rdestroy,
 };
 

@@ -110,6 +110,7 @@ struct store_conn {
   sqlite3_stmt *get, *update, *insert, *del, *expire, *list, *count, *begin, *commit, *rollback;
   sqlite3_stmt *piece_put, *meta_get, *pieces_get, *pieces_clear, *deltas_clear, *deltas_get, *append_row,
       *append_delta, *swap_row, *swap_sizes, *collect_pieces, *collect_deltas;
+  sqlite3_stmt *rec_put, *rec_get, *rec_del, *rec_sweep;
   int in_deltas; /* deltas_get is bound to the row of the last get */
   int freed;     /* the open transaction deletes rows (del, expire) */
   int tight;     /* this connection's journal_size_limit is the tight one (0) */
@@ -158,7 +159,8 @@ static void sq_disconnect(store_conn *c) {
                          c->commit,       c->rollback,       c->piece_put,    c->pieces_get,
                          c->pieces_clear, c->deltas_clear,   c->deltas_get,   c->append_row,
                          c->append_delta, c->swap_row,       c->swap_sizes,   c->collect_pieces,
-                         c->collect_deltas, c->meta_get};
+                         c->collect_deltas, c->meta_get,  c->rec_put,      c->rec_get,
+                         c->rec_del,      c->rec_sweep};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) sqlite3_finalize(all[i]);
   free(c->snap);
   sqlite3_close(c->db);
@@ -299,6 +301,13 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
        "DELETE FROM deltas WHERE owner = ?2 AND id = ?1 AND seq IN (SELECT d.seq FROM deltas d "
        "WHERE d.owner = ?2 AND d.id = ?1 AND d.seq <= coalesce((SELECT s.snap_seq FROM sessions "
        "s WHERE s.owner = ?2 AND s.id = ?1), d.seq) ORDER BY d.seq LIMIT ?3)"},
+      {&c->rec_put, "INSERT OR REPLACE INTO records (ns, owner, key, expires, value) VALUES "
+                    "(?1, ?2, ?3, ?4, ?5)"},
+      {&c->rec_get, "SELECT value, expires FROM records WHERE ns = ?1 AND owner = ?2 AND key = ?3 "
+                    "AND expires > ?4"},
+      {&c->rec_del, "DELETE FROM records WHERE ns = ?1 AND owner = ?2 AND key = ?3"},
+      {&c->rec_sweep, "DELETE FROM records WHERE rowid IN (SELECT rowid FROM records WHERE "
+                      "expires <= ?1 ORDER BY expires LIMIT 8)"},
       {&c->begin, "BEGIN IMMEDIATE"},
       {&c->commit, "COMMIT"},
       {&c->rollback, "ROLLBACK"},
@@ -339,6 +348,7 @@ static store_conn *sq_connect(void *cfgp, char *err, size_t cap) {
 
 /* Releases the blobs a previous get lent (and its read transaction). */
 static void settle(store_conn *c) {
+  sqlite3_reset(c->rec_get);
   sqlite3_reset(c->get);
   sqlite3_reset(c->meta_get);
   sqlite3_reset(c->pieces_get);
@@ -679,8 +689,11 @@ static void bind_versions(sqlite3_stmt *st, const store_row *r) {
   sqlite3_bind_int64(st, 13, (sqlite3_int64)(r->meta_len + r->state_len));
 }
 
+static int sq_rec_put(store_conn *c, const store_record *r, char *err, size_t cap);
+
 static int sq_put(store_conn *c, const store_row *r, int *created, char *err, size_t cap) {
   settle(c);
+  if (r->rec && sq_rec_put(c, r->rec, err, cap)) return -1;
   *created = 0;
   bind_row(c->update, r);
   bind_versions(c->update, r);
@@ -715,6 +728,7 @@ static int sq_append(store_conn *c, const store_row *r, const store_delta *d, st
   sqlite3_reset(c->append_row);
   if (rc != SQLITE_DONE) return fail(err, cap, c->db, "updating a session");
   if (!found) return 1; /* absent, or at another version: nothing written */
+  if (r->rec && sq_rec_put(c, r->rec, err, cap)) return -1;
   bind_key(c->append_delta, r->id, r->owner);
   sqlite3_bind_int64(c->append_delta, 3, (sqlite3_int64)d->seq);
   sqlite3_bind_blob64(c->append_delta, 4, d->meta, d->meta_len, SQLITE_STATIC);
@@ -804,6 +818,52 @@ static int sq_list(store_conn *c, const uint8_t owner[32], int max, store_row *o
   return n;
 }
 
+/* ---- keyed records ---- */
+
+static void bind_rec_key(sqlite3_stmt *st, const store_record *r) {
+  sqlite3_bind_text(st, 1, r->ns, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 2, r->owner, 32, SQLITE_STATIC);
+  sqlite3_bind_text(st, 3, r->key, -1, SQLITE_STATIC);
+}
+
+/* In the caller's transaction; a few expired records go with it. */
+static int sq_rec_put(store_conn *c, const store_record *r, char *err, size_t cap) {
+  settle(c);
+  sqlite3_bind_double(c->rec_sweep, 1, now_wall());
+  if (run_write(c, c->rec_sweep, NULL, err, cap, "deleting expired records")) return -1;
+  bind_rec_key(c->rec_put, r);
+  sqlite3_bind_double(c->rec_put, 4, r->expires);
+  sqlite3_bind_blob64(c->rec_put, 5, r->len ? (const void *)r->value : "", r->len,
+                      SQLITE_STATIC);
+  return run_write(c, c->rec_put, NULL, err, cap, "writing a record");
+}
+
+static int sq_rec_get(store_conn *c, store_record *r, char *err, size_t cap) {
+  settle(c);
+  bind_rec_key(c->rec_get, r);
+  sqlite3_bind_double(c->rec_get, 4, now_wall());
+  int rc = sqlite3_step(c->rec_get);
+  if (rc == SQLITE_DONE) {
+    sqlite3_reset(c->rec_get);
+    return 1;
+  }
+  if (rc != SQLITE_ROW) {
+    sqlite3_reset(c->rec_get);
+    return fail(err, cap, c->db, "reading a record");
+  }
+  r->value = sqlite3_column_blob(c->rec_get, 0);
+  r->len = (size_t)sqlite3_column_bytes(c->rec_get, 0);
+  r->expires = sqlite3_column_double(c->rec_get, 1);
+  return 0; /* the row stays stepped (value borrowed) until the next settle */
+}
+
+static int sq_rec_del(store_conn *c, const store_record *r, char *err, size_t cap) {
+  settle(c);
+  bind_rec_key(c->rec_del, r);
+  if (run_write(c, c->rec_del, NULL, err, cap, "deleting a record")) return -1;
+  return sqlite3_changes(c->db) > 0 ? 0 : 1;
+}
+
 static long sq_count(store_conn *c) {
   settle(c);
   long n = -1;
@@ -849,6 +909,9 @@ static const store_backend_ops SQLITE_OPS = {
     .expire = sq_expire,
     .list = sq_list,
     .count = sq_count,
+    .rec_put = sq_rec_put,
+    .rec_get = sq_rec_get,
+    .rec_del = sq_rec_del,
     .destroy = sq_destroy,
 };
 
@@ -929,6 +992,16 @@ static int create_deltas_v5(sqlite3 *db, const char *name, char *err, size_t cap
 }
 
 /* A new file: version 5 (sessions, deltas as a rowid table, snapshots in pieces). */
+/* The keyed records (any schema version: a table older builds leave alone). */
+static int create_records(sqlite3 *db, char *err, size_t cap) {
+  return exec(db,
+              "CREATE TABLE IF NOT EXISTS records (ns TEXT NOT NULL, owner BLOB NOT NULL, key "
+              "TEXT NOT NULL, expires REAL NOT NULL, value BLOB NOT NULL, UNIQUE (ns, owner, "
+              "key));"
+              "CREATE INDEX IF NOT EXISTS records_by_expiry ON records (expires);",
+              err, cap);
+}
+
 static int create_schema(sqlite3 *db, char *err, size_t cap) {
   return create_sessions_table(db, "sessions", err, cap) ||
          create_deltas_v5(db, "deltas", err, cap) || create_pieces_v4(db, err, cap) ||
@@ -1104,7 +1177,7 @@ store_backend *store_sqlite_open(const char *dir, int fsync, char *err, size_t c
          (version >= 1 && version <= 3 && migrate(db, 3, steps_v3, e2, sizeof e2)) ||
          (version >= 1 && version <= 4 && migrate(db, 4, steps_v4, e2, sizeof e2)) ||
          (version == 0 && create_schema(db, e2, sizeof e2)) ||
-         collect_garbage(db, e2, sizeof e2);
+         create_records(db, e2, sizeof e2) || collect_garbage(db, e2, sizeof e2);
     if (rc) snprintf(err, cap, "%s: %s", cfg->path, e2);
   }
   sqlite3_close(db);

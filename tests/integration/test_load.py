@@ -56,8 +56,12 @@ def test_disconnect_frees_the_worker(start_daemon, tiny_model):
 def test_queue_full_429_and_pings(start_daemon, tiny_model):
     d = start_daemon(tiny_model, "--max-running", "1", "--max-queue", "1", "--ping-interval", "1",
                      "--max-tokens-limit", "10000000")
-    ca, ra = open_stream(d, {"prompt": "a", "max_tokens": 10000000})
-    assert ra.status == 200 and ra.read1(65536)
+    # a non-stream request holds the running slot (a stream whose client reads more slowly than
+    # it is generated pauses and gives its slot up)
+    ca = d.conn()
+    ca.request("POST", "/v1/completions", body=json.dumps({"prompt": "a", "max_tokens": 10000000}),
+               headers={"Content-Type": "application/json"})
+    X.wait_until(lambda: X.metric(d.port, "xlserve_running") == 1, what="a to run")
     cb, rb = open_stream(d, {"prompt": "b", "max_tokens": 5})  # waits in the queue
     assert rb.status == 200
     st, h, b = X.post_json(d.port, "/v1/completions", {"prompt": "c", "max_tokens": 5})

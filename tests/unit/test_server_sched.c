@@ -93,7 +93,7 @@ static job *make_job(session *s, const char *prompt, int max_tokens, uint64_t se
 }
 
 static sched *new_sched(int workers, int max_batch, int batch_tokens) {
-  sched_opts o = {workers, max_batch, batch_tokens, 64, 64};
+  sched_opts o = {workers, max_batch, batch_tokens, 64, 64, 0};
   sched *s = sched_new(M, &o, notify, &N);
   xl_error err;
   CHECK(sched_start(s, &err) == 0);
@@ -280,7 +280,7 @@ static void test_round_robin_when_rows_are_scarce(void) {
   job *jj[NR];
   /* every job is queued before the worker starts: submitted one by one to a running worker, a
    * slow (loaded) test thread could let the first ones finish before the last were submitted */
-  sched_opts o = {1, 4, 1 << 20, 64, 64};
+  sched_opts o = {1, 4, 1 << 20, 64, 64, 0};
   sched *s = sched_new(M, &o, notify, &N);
   for (int i = 0; i < NR; i++) {
     ss[i] = session_new(M, &err);
@@ -326,7 +326,7 @@ static void test_two_workers_share_a_burst_of_prompts(void) {
   memset(p20, 'r', 20);
   p20[20] = 0;
   metrics_init();
-  sched_opts o = {2, 64, BIG, 64, 64};
+  sched_opts o = {2, 64, BIG, 64, 64, 0};
   sched *s = sched_new(M, &o, notify, &N);
   for (int i = 0; i < NB; i++) {
     ss[i] = session_new(M, &err);
@@ -504,6 +504,86 @@ static void test_stress_many_sessions_two_workers(void) {
   for (int i = 0; i < NS; i++) session_free(c.ses[i]);
 }
 
+/* ---- slow readers: a stream whose buffer is full leaves the running set ---- */
+
+typedef struct {
+  job *a;
+  int done_a, done_b, drain;
+} pause_ctx;
+
+static void pause_event(sched_event *ev, void *arg) {
+  pause_ctx *c = arg;
+  if (ev->flags & JOB_EV_DONE) {
+    if (ev->j == c->a) c->done_a++;
+    else c->done_b++;
+  }
+}
+
+/* Drains a's buffer as a reading client would (the loop thread's stream_take). */
+static void drain_out(sched *s, job *a) {
+  pthread_mutex_lock(&a->mu);
+  buf_consume(&a->out, a->out.len);
+  pthread_mutex_unlock(&a->mu);
+  sched_stream_drained(s, a);
+}
+
+/* max_running 1: an unread stream (a) pauses once its buffer holds stream_buffer bytes, so the
+ * queued job (b) runs to its end meanwhile; drained, a resumes and its tokens are those of an
+ * uninterrupted run. A paused job that is cancelled ends at once (FINISH_CANCELLED). */
+static void test_unread_stream_pauses(void) {
+  xl_error err;
+  session *sr = session_new(M, &err), *sa = session_new(M, &err), *sb = session_new(M, &err);
+  sched *s1 = new_sched(1, 8, 1 << 20);
+  job *ref = make_job(sr, "a", 120, 42, 16, 1);
+  run_all(s1, &ref, 1);
+  sched_stop(s1);
+  sched_free(s1);
+
+  sched_opts o = {1, 8, 1 << 20, 1, 4, 512};
+  sched *s = sched_new(M, &o, notify, &N);
+  CHECK(sched_start(s, &err) == 0);
+  pause_ctx c;
+  memset(&c, 0, sizeof c);
+  job *a = make_job(sa, "a", 120, 42, 16, 1), *b = make_job(sb, "b", 30, 43, 16, 0);
+  c.a = a;
+  CHECK(sched_submit(s, a) == 0);
+  CHECK(sched_submit(s, b) == 0); /* waits: a holds the only running slot */
+  PUMP_UNTIL(c.done_b == 1, 60, pump(s, pause_event, &c));
+  CHECK(c.done_a == 0 && sched_paused(s) == 1);
+  CHECK(a->n_gen < 120);
+  pthread_mutex_lock(&a->mu);
+  size_t held = a->out.len;
+  pthread_mutex_unlock(&a->mu);
+  CHECK(held >= 512 && held < 512 + 4096); /* at most one step's chunk past the bound */
+  long waiting, running;
+  sched_counts(s, &waiting, &running);
+  CHECK(running == 0 && waiting == 0);
+  /* the client reads: a resumes, pausing again whenever its buffer fills */
+  PUMP_UNTIL(c.done_a == 1, 60, drain_out(s, a); pump(s, pause_event, &c));
+  CHECK(a->finish == FINISH_LENGTH && b->finish == FINISH_LENGTH);
+  same_as(ref, a);
+  CHECK(sched_paused(s) == 0);
+
+  /* a paused job that is cancelled is finished by a worker */
+  job *d = make_job(sb, "d", 120, 44, 16, 1);
+  c.a = d;
+  c.done_a = 0;
+  CHECK(sched_submit(s, d) == 0);
+  PUMP_UNTIL(sched_paused(s) == 1, 60, pump(s, pause_event, &c));
+  sched_cancel(s, d);
+  PUMP_UNTIL(c.done_a == 1, 60, pump(s, pause_event, &c));
+  CHECK(d->finish == FINISH_CANCELLED && sched_paused(s) == 0);
+  sched_stop(s);
+  sched_free(s);
+  job_free(ref);
+  job_free(a);
+  job_free(b);
+  job_free(d);
+  session_free(sr);
+  session_free(sa);
+  session_free(sb);
+}
+
 int main(void) {
   const char *dir = tl_tmpdir("server_sched");
   tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
@@ -523,6 +603,7 @@ int main(void) {
   RUN(test_two_workers_share_the_sessions);
   RUN(test_two_workers_share_a_burst_of_prompts);
   RUN(test_stress_many_sessions_two_workers);
+  RUN(test_unread_stream_pauses);
   free(EVS);
   xl_model_free(M);
   return tl_summary();

@@ -28,6 +28,7 @@
 #include "session_store.h"
 #include "session_table.h"
 #include "testlib.h"
+#include "store_records_check.h"
 #include "util.h"
 
 static xl_model *M, *M2;
@@ -300,6 +301,20 @@ static void test_sqlite_backend(void) {
   store_backend_free(b);
 }
 
+static void test_sqlite_records(void) {
+  char err[512];
+  store_backend *b = store_sqlite_open(tl_tmpdir("store_records"), 0, err, sizeof err);
+  CHECK(b != NULL);
+  if (!b) return;
+  store_conn *c = b->ops->connect(b->cfg, err, sizeof err);
+  CHECK(c != NULL);
+  if (c) {
+    check_backend_records(b->ops, c, "rs1");
+    b->ops->disconnect(c);
+  }
+  store_backend_free(b);
+}
+
 /* The WAL's checkpoint sequence number (bytes 12..15 of its header, big-endian): SQLite adds
  * one each time a writer starts the WAL over after a complete checkpoint. -1: no header. */
 static long wal_restarts(const char *wal) {
@@ -425,6 +440,79 @@ static void end_store(session_store *st, store_backend *b, session_table *t) {
   store_backend_free(b);
 }
 
+typedef struct {
+  int calls;
+  store_status status;
+  char value[64];
+} rec_state;
+
+static void on_rec_op(store_op *op) {
+  rec_state *r = op->ctx;
+  r->calls++;
+  r->status = op->status;
+  snprintf(r->value, sizeof r->value, "%.*s", (int)op->rec.len,
+           op->rec.value ? (const char *)op->rec.value : "");
+  store_op_free(op);
+}
+
+/* One record op through the front, waited for. */
+static rec_state rec_op(session_store *st, sop_kind kind, uint8_t owner_byte, const char *key,
+                        const char *value) {
+  rec_state r = {0};
+  store_op *op = store_op_new(kind, on_rec_op, &r);
+  uint8_t owner[32];
+  memset(owner, owner_byte, 32);
+  uint8_t *v = value ? (uint8_t *)xstrdup(value) : NULL;
+  CHECK(store_op_record(op, "resp", owner, key, v, value ? strlen(value) : 0, 60) == 0);
+  store_submit(st, op);
+  while (!r.calls) pump(st);
+  return r;
+}
+
+/* Keyed records through the front: on SQLite, and without a backend in the bounded in-memory
+ * table (the least recently used record leaves first). */
+static void test_front_records(void) {
+  uint8_t o[32] = {0};
+  store_op *bad = store_op_new(SOP_REC_PUT, NULL, NULL);
+  CHECK(store_op_record(bad, "Bad NS", o, "k", NULL, 0, 1) == -1);
+  CHECK(store_op_record(bad, "ns", o, "with space", NULL, 0, 1) == -1);
+  CHECK(store_op_record(bad, "ns", o, "", NULL, 0, 1) == -1);
+  store_op_free(bad);
+  for (int with_backend = 1; with_backend >= 0; with_backend--) {
+    char err[512];
+    store_backend *b = NULL;
+    session_store *st;
+    if (with_backend) {
+      st = new_store("front_records", 0, &b);
+    } else {
+      store_opts o2 = {.max_batch = 64, .mem_records = 3};
+      st = store_new(NULL, &o2, notify, NULL);
+      CHECK(store_start(st, M, err, sizeof err) == 0);
+    }
+    CHECK(rec_op(st, SOP_REC_PUT, 1, "a", "A").status == STORE_OK);
+    CHECK(rec_op(st, SOP_REC_PUT, 2, "a", "A2").status == STORE_OK);
+    CHECK(rec_op(st, SOP_REC_PUT, 1, "b", "B").status == STORE_OK);
+    rec_state g = rec_op(st, SOP_REC_GET, 1, "a", NULL);
+    CHECK(g.status == STORE_OK && !strcmp(g.value, "A"));
+    g = rec_op(st, SOP_REC_GET, 2, "a", NULL);
+    CHECK(g.status == STORE_OK && !strcmp(g.value, "A2"));
+    CHECK(rec_op(st, SOP_REC_GET, 1, "c", NULL).status == STORE_ABSENT);
+    /* a fourth record: without a backend (3 at most) the least recently used (1/b) leaves */
+    CHECK(rec_op(st, SOP_REC_PUT, 1, "d", "D").status == STORE_OK);
+    CHECK(rec_op(st, SOP_REC_GET, 1, "b", NULL).status ==
+          (with_backend ? STORE_OK : STORE_ABSENT));
+    CHECK(rec_op(st, SOP_REC_GET, 1, "d", NULL).status == STORE_OK);
+    CHECK(rec_op(st, SOP_REC_DEL, 1, "a", NULL).status == STORE_OK);
+    CHECK(rec_op(st, SOP_REC_DEL, 1, "a", NULL).status == STORE_ABSENT);
+    CHECK(rec_op(st, SOP_REC_GET, 1, "a", NULL).status == STORE_ABSENT);
+    store_shutdown(st, now_mono() + 5);
+    while (store_poll(st) > 0) {
+    }
+    store_free(st);
+    store_backend_free(b);
+  }
+}
+
 static void test_table_evicts_saves_and_restores(void) {
   store_backend *b;
   session_store *st = new_store("store_table", 1000, &b);
@@ -451,7 +539,7 @@ static void test_table_evicts_saves_and_restores(void) {
       uint8_t *core;
       size_t cl;
       CHECK(xl_state_serialize(s->state, &core, &cl, &e2) == XL_OK);
-      CHECK(st_turn_end(t, s, core, cl, 1, on_done, &saved) == 1);
+      CHECK(st_turn_end(t, s, core, cl, 1, NULL, on_done, &saved) == 1);
       CHECK(s->busy); /* held until its commit */
     } else { /* t4, t5: never given to the store (unsaved): eviction must hand them over */
       st_release(t, s);
@@ -528,7 +616,7 @@ static void test_async_saves_wait_bounded(void) {
   CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
   double t0 = now_mono();
   st_acquire(t, s);
-  CHECK(st_turn_end(t, s, core, cl, 1, on_done, NULL) == 0); /* async: nothing to wait for */
+  CHECK(st_turn_end(t, s, core, cl, 1, NULL, on_done, NULL) == 0); /* async: nothing to wait for */
   CHECK(!s->busy);
   CHECK(store_count(st) == 0);
   while (store_count(st) == 0 && now_mono() - t0 < 60) {
@@ -548,7 +636,7 @@ static void test_async_saves_wait_bounded(void) {
   feed(s, 10, 6, NULL);
   CHECK(xl_state_serialize(s->state, &core, &cl, &xe) == XL_OK);
   st_acquire(t, s);
-  CHECK(st_turn_end(t, s, core, cl, 1, NULL, NULL) == 0);
+  CHECK(st_turn_end(t, s, core, cl, 1, NULL, NULL, NULL) == 0);
   cb_state d = {0};
   t0 = now_mono();
   st_remove_stored(t, "a2", owner, on_done, &d);
@@ -825,7 +913,15 @@ static st_status restore(session_store *st, session_table *t, const char *id,
 }
 
 /* One turn on s ending with its commit (durability turn): the commit's status. */
+static int committed_turn_rec(session_store *st, session_table *t, session *s, int n, int seed,
+                              const char *rec_key);
 static int committed_turn(session_store *st, session_table *t, session *s, int n, int seed) {
+  return committed_turn_rec(st, t, s, n, seed, NULL);
+}
+
+/* A turn whose commit carries the record (idem, rec_key) -> "answer" (NULL: none). */
+static int committed_turn_rec(session_store *st, session_table *t, session *s, int n, int seed,
+                              const char *rec_key) {
   xl_error xe;
   st_acquire(t, s);
   feed(s, n, seed, NULL);
@@ -834,9 +930,22 @@ static int committed_turn(session_store *st, session_table *t, session *s, int n
   size_t cl;
   CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK); /* as the worker does */
   cb_state c = {0};
-  CHECK(st_turn_end(t, s, core, cl, 1, on_done, &c) == 1);
+  st_record rec = {"idem", rec_key, (uint8_t *)xstrdup("answer"), 6, 60};
+  CHECK(st_turn_end(t, s, core, cl, 1, rec_key ? &rec : NULL, on_done, &c) == 1);
+  if (!rec_key) free(rec.value);
   PUMP_UNTIL(c.calls, 60, pump(st));
   return c.status;
+}
+
+/* Whether the store holds the record (idem, owner, key). */
+static int has_record(session_store *st, const uint8_t owner[32], const char *key) {
+  rec_state r = {0};
+  store_op *op = store_op_new(SOP_REC_GET, on_rec_op, &r);
+  CHECK(store_op_record(op, "idem", owner, key, NULL, 0, 0) == 0);
+  store_submit(st, op);
+  while (!r.calls) pump(st);
+  CHECK(r.status == STORE_OK || r.status == STORE_ABSENT);
+  return r.status == STORE_OK && !strcmp(r.value, "answer");
 }
 
 /* Durability turn: a turn whose commit fails is not kept. The session leaves RAM without a
@@ -886,12 +995,12 @@ static void test_second_backend_and_failed_commits(void) {
   st_acquire(t, s);
   feed(s, 4, 4, NULL);
   cb_state c = {0};
-  CHECK(st_turn_end(t, s, NULL, 0, 1, on_done, &c) == -1 && c.calls == 0);
+  CHECK(st_turn_end(t, s, NULL, 0, 1, NULL, on_done, &c) == -1 && c.calls == 0);
   CHECK(st_lookup(t, "f1", owner, &s) == ST_MISSING);
   CHECK(restore(st, t, "f1", owner, &s) == ST_FOUND && s && s->digest == dig);
   /* a turn that fed nothing has nothing to commit: released at once */
   st_acquire(t, s);
-  CHECK(st_turn_end(t, s, NULL, 0, 0, on_done, &c) == 0 && !s->busy && c.calls == 0);
+  CHECK(st_turn_end(t, s, NULL, 0, 0, NULL, on_done, &c) == 0 && !s->busy && c.calls == 0);
   /* a creation and an import whose save fails are not kept either: the import's id holds
    * what the store holds (the committed f1) */
   MEM_FAIL_PUT = 1;
@@ -925,7 +1034,7 @@ static void test_second_backend_and_failed_commits(void) {
   CHECK(xl_state_serialize(a->state, &core, &cl, &xe) == XL_OK);
   long before = store_count(st);
   MEM_FAIL_PUT = 1;
-  CHECK(st_turn_end(ta, a, core, cl, 1, on_done, &c) == 0 && !a->busy);
+  CHECK(st_turn_end(ta, a, core, cl, 1, NULL, on_done, &c) == 0 && !a->busy);
   PUMP_UNTIL(a->unsaved, 60, pump(st));
   MEM_FAIL_PUT = 0;
   CHECK(store_count(st) == before);
@@ -1000,6 +1109,60 @@ static void test_ids_are_per_owner(void) {
   CHECK(restore(st, t, "same", ka, &x) == ST_MISSING);
   (void)da;
   end_store(st, sb, t);
+}
+
+/* Per-key fair share: when the budget must evict, keys over an even share of it lose their
+ * sessions first, so key b creating many sessions never evicts key a's one; a per-key cap
+ * (session_ram_mb_per_key) evicts a key's own sessions under a roomy budget; max_sessions_per_key
+ * is reported by st_key_full. */
+static void test_keys_share_the_budget(void) {
+  uint8_t ka[32], kb[32];
+  memset(ka, 0xa1, 32);
+  memset(kb, 0xb2, 32);
+  xl_error xe;
+  session *probe = session_new(M, &xe); /* what a new session holds */
+  size_t per = session_ram(probe);
+  session_free(probe);
+  session_table *t = st_new(M, per * 10, 0, 1000, NULL, DUR_OFF);
+  session *a = st_create(t, "mine", ka, &xe), *x = NULL;
+  st_acquire(t, a);
+  feed(a, 5, 1, NULL);
+  st_release(t, a);
+  char id[32];
+  for (int i = 0; i < 100; i++) {
+    snprintf(id, sizeof id, "b-%d", i);
+    CHECK(st_create(t, id, kb, &xe) != NULL);
+  }
+  CHECK(st_lookup(t, "mine", ka, &x) == ST_FOUND && x == a);
+  CHECK(st_ram(t) <= per * 10 + per);
+  CHECK(st_key_sessions(t, ka) == 1);
+  CHECK(st_key_sessions(t, kb) >= 5 && st_key_sessions(t, kb) <= 10);
+  CHECK(st_lookup(t, "b-0", kb, &x) == ST_EXPIRED);
+  CHECK(st_lookup(t, "b-99", kb, &x) == ST_FOUND);
+  st_free(t);
+
+  /* a cap per key: b holds at most 3 sessions' worth, a roomy budget notwithstanding */
+  t = st_new(M, per * 1000, 0, 1000, NULL, DUR_OFF);
+  st_set_key_limits(t, 0, per * 3);
+  CHECK(st_create(t, "mine", ka, &xe) != NULL);
+  for (int i = 0; i < 20; i++) {
+    snprintf(id, sizeof id, "b-%d", i);
+    CHECK(st_create(t, id, kb, &xe) != NULL);
+  }
+  CHECK(st_key_sessions(t, kb) == 3 && st_key_sessions(t, ka) == 1);
+  CHECK(st_lookup(t, "b-16", kb, &x) == ST_EXPIRED && st_lookup(t, "b-17", kb, &x) == ST_FOUND);
+  st_free(t);
+
+  /* max_sessions_per_key: full at the limit, for that key alone; a deletion makes room */
+  t = st_new(M, per * 1000, 0, 1000, NULL, DUR_OFF);
+  st_set_key_limits(t, 2, 0);
+  session *b0 = st_create(t, "b-0", kb, &xe);
+  CHECK(!st_key_full(t, kb));
+  st_create(t, "b-1", kb, &xe);
+  CHECK(st_key_full(t, kb) && !st_key_full(t, ka));
+  st_delete(t, b0, NULL, NULL);
+  CHECK(!st_key_full(t, kb) && st_key_sessions(t, kb) == 1);
+  st_free(t);
 }
 
 /* A fork is a use of its parent: forking a parent 1000 times under a budget of about two
@@ -1090,7 +1253,7 @@ static void turn_of(session_store *st, session_table *t, session *s, int n, int 
   size_t cl;
   CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK);
   CHECK(xl_state_blob_is_delta(core, cl) == s->delta_ok);
-  int w = st_turn_end(t, s, core, cl, 1, wait ? on_done : NULL, c);
+  int w = st_turn_end(t, s, core, cl, 1, NULL, wait ? on_done : NULL, c);
   CHECK(w == (wait ? 1 : 0));
   if (wait) PUMP_UNTIL(c->calls, 60, pump(st));
 }
@@ -1331,7 +1494,7 @@ static void writes_held_back(int sqlite_backend) {
     uint8_t *core;
     size_t cl;
     CHECK(session_encode_for_store(s, &core, &cl, &xe) == XL_OK);
-    CHECK(st_turn_end(t, s, core, cl, 1, on_done, &c) == 1);
+    CHECK(st_turn_end(t, s, core, cl, 1, NULL, on_done, &c) == 1);
     if (holding) break;
     PUMP_UNTIL(c.calls, 60, pump(st));
     acked++;
@@ -1979,7 +2142,7 @@ static void test_sqlite_commit_outcome_unknown(void) {
   CHECK(committed_turn(st, t, s, 20, 1) == 0 && store_equals_ram(st, s));
   uint64_t unknown0 = atomic_load(&g_metrics.store_outcome_unknown);
   SHIM_FAIL_SYNC = 1;
-  CHECK(committed_turn(st, t, s, 9, 2) == -3);
+  CHECK(committed_turn_rec(st, t, s, 9, 2, "u1/k2") == -3);
   CHECK(SHIM_FAIL_SYNC == 0); /* the failure did come from the WAL's fsync */
   CHECK(atomic_load(&g_metrics.store_outcome_unknown) == unknown0 + 1);
   CHECK(st_lookup(t, "u1", owner, &s) == ST_MISSING); /* dropped: re-read at its next use */
@@ -1987,11 +2150,14 @@ static void test_sqlite_commit_outcome_unknown(void) {
   if (s) {
     uint64_t fed = xl_state_tokens_fed(s->state);
     CHECK(fed == 20 || fed == 29); /* either outcome, whole */
+    /* the turn's record is in its commit: there if and only if the turn is */
+    CHECK(has_record(st, owner, "u1/k2") == (fed == 29));
     CHECK(committed_turn(st, t, s, 5, 3) == 0 && store_equals_ram(st, s));
     fed = xl_state_tokens_fed(s->state);
     SHIM_FAIL_WRITE = 1;
-    CHECK(committed_turn(st, t, s, 7, 4) == -1); /* SQLITE_FULL: not kept */
+    CHECK(committed_turn_rec(st, t, s, 7, 4, "u1/k4") == -1); /* SQLITE_FULL: not kept */
     CHECK(SHIM_FAIL_WRITE == 0);
+    CHECK(!has_record(st, owner, "u1/k4")); /* nor its record */
     CHECK(atomic_load(&g_metrics.store_outcome_unknown) == unknown0 + 1);
     CHECK(restore(st, t, "u1", owner, &s) == ST_FOUND && s &&
           xl_state_tokens_fed(s->state) == fed);
@@ -2020,12 +2186,15 @@ int main(void) {
   RUN(test_codec_round_trip);
   RUN(test_codec_refuses_damage);
   RUN(test_sqlite_backend);
+  RUN(test_sqlite_records);
+  RUN(test_front_records);
   RUN(test_wal_bounded_without_the_checkpoint_thread);
   RUN(test_table_evicts_saves_and_restores);
   RUN(test_async_saves_wait_bounded);
   RUN(test_second_backend_and_failed_commits);
   RUN(test_ids_are_per_owner);
   RUN(test_fork_keeps_its_parent);
+  RUN(test_keys_share_the_budget);
   RUN(test_sqlite_migrates_v1);
   RUN(test_sqlite_migrates_v3);
   RUN(test_sqlite_migrates_v4);

@@ -16,6 +16,7 @@
 
 #include "metrics.h"
 #include "store_redis.h"
+#include "store_records_check.h"
 #include "testlib.h"
 
 static char SOCK[1024], DIR_[1024], PWFILE[1100];
@@ -237,6 +238,33 @@ static void test_rows_versions_and_hash_tags(void) {
   store_backend_free(b);
 }
 
+static void test_records(void) {
+  char err[512] = "";
+  store_backend *b = open_test_backend(err, sizeof err);
+  CHECK(b != NULL);
+  if (!b) return;
+  store_conn *c = b->ops->connect(b->cfg, err, sizeof err);
+  check_backend_records(b->ops, c, "rs1");
+  /* a record keyed "SESSION/..." shares the session's hash tag (one Cluster slot) */
+  redisContext *rc = redisConnectUnix(SOCK);
+  redisReply *r = redisCommand(rc, "AUTH s3cret");
+  freeReplyObject(r);
+  r = redisCommand(rc, "SELECT 3");
+  freeReplyObject(r);
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", 7);
+  r = redisCommand(rc, "EXISTS ut:s:{%s:rs1} ut:r:idem:{%s:rs1}/k1 ut:r:resp:{%s:resp_1}", hex,
+                   hex, hex);
+  CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 2); /* resp_1 was deleted */
+  freeReplyObject(r);
+  r = redisCommand(rc, "PTTL ut:r:idem:{%s:rs1}/k1", hex);
+  CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer > 50000 && r->integer <= 60000);
+  freeReplyObject(r);
+  redisFree(rc);
+  b->ops->disconnect(c);
+  store_backend_free(b);
+}
+
 static void test_wrong_password_and_redis_away(void) {
   char err[512] = "", url[1100];
   snprintf(url, sizeof url, "unix://%s?db=3", SOCK);
@@ -287,6 +315,7 @@ int main(void) {
     return 77;
   }
   RUN(test_rows_versions_and_hash_tags);
+  RUN(test_records);
   RUN(test_wrong_password_and_redis_away);
   stop_redis();
   return tl_summary();
