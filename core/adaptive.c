@@ -3,7 +3,8 @@
  * projection, sqrt(d_model) scale) and the adaptive log-softmax (head = shortlist + one logit
  * per tail cluster; tail cluster c's log-probs are log_softmax(tail logits) + the head's
  * cluster column, HF order: column shortlist + c - 1). A plain softmax is the case with no
- * cutoffs. Called by the forward pass on the workspace-owning thread.
+ * cutoffs. Called by the forward pass on the workspace-owning thread (the products with the
+ * output weights split over its pool's threads: wsplit.c).
  */
 #include <string.h>
 
@@ -37,16 +38,16 @@ void xl_embed(const xl_model *m, const int32_t *tokens, int n, float *x /* [n, d
 
 /* logits[end-begin] of tail cluster c for one hidden row, then log-softmax + cluster log-prob */
 static void tail_logprobs(const xl_model *m, int c, const float *h, const float *head_row,
-                          float *tmp_proj, float *out) {
+                          float *tmp_proj, float *out, struct xl_pool *pool) {
   const xl_out_cluster *o = &m->out[c];
   const float *ph = h;
   const int dm = m->cfg.d_model;
   if (o->proj) { /* ph[d_emb] = h[d_model] proj[d_model, d_emb] */
-    xl_matmul_w(h, 1, dm, dm, &o->proj_t, o->d_emb, tmp_proj, o->d_emb);
+    xl_par_linear_w(pool, h, 1, dm, dm, &o->proj_t, NULL, o->d_emb, tmp_proj, o->d_emb);
     ph = tmp_proj;
   }
   int n = o->end - o->begin; /* logits[n] = W[n, d_emb] ph + b */
-  xl_matmul_w(ph, 1, o->d_emb, o->d_emb, &o->weight, n, out, n);
+  xl_par_linear_w(pool, ph, 1, o->d_emb, o->d_emb, &o->weight, NULL, n, out, n);
   for (int i = 0; i < n; i++) out[i] += o->bias[i];
   xl_log_softmax_inplace(out, n);
   float cluster_lp = head_row[m->out[0].end + c - 1];
@@ -68,7 +69,8 @@ size_t xl_output_scratch_floats(const xl_model *m) {
 }
 
 void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const int32_t *targets,
-                        float *target_lp, float *const *full, float *scratch) {
+                        float *target_lp, float *const *full, float *scratch,
+                        struct xl_pool *pool) {
   const xl_config *c = &m->cfg;
   const int dm = c->d_model, nc = c->n_cutoffs;
   const xl_out_cluster *o0 = &m->out[0];
@@ -86,12 +88,12 @@ void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const 
     const float *src = hb;
     int lds = dm;
     if (o0->proj) { /* ph[b, d0] = hb[b, dm] proj0[dm, d0] */
-      xl_matmul_w(hb, b, dm, dm, &o0->proj_t, d0, ph, d0);
+      xl_par_linear_w(pool, hb, b, dm, dm, &o0->proj_t, NULL, d0, ph, d0);
       src = ph;
       lds = d0;
     }
     /* head[b, head_n] = src W0^T + b0 | src cluster_weight^T + cluster_bias */
-    xl_matmul_w(src, b, d0, lds, &o0->weight, short_n, head, head_n);
+    xl_par_linear_w(pool, src, b, d0, lds, &o0->weight, NULL, short_n, head, head_n);
     if (nc) xl_matmul_nt(src, b, d0, lds, m->cluster_weight, nc, d0, head + short_n, head_n);
     for (int r = 0; r < b; r++) {
       float *hr = head + (size_t)r * head_n;
@@ -104,7 +106,7 @@ void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const 
       float *f = full ? full[r0 + r] : NULL;
       if (f) {
         memcpy(f, hr, (size_t)short_n * sizeof(float));
-        for (int cl = 1; cl <= nc; cl++) tail_logprobs(m, cl, h, hr, tmp, f + m->out[cl].begin);
+        for (int cl = 1; cl <= nc; cl++) tail_logprobs(m, cl, h, hr, tmp, f + m->out[cl].begin, pool);
       }
       if (targets && targets[r0 + r] >= 0) {
         int t = targets[r0 + r];
@@ -112,7 +114,7 @@ void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const 
         else if (f) target_lp[r0 + r] = f[t];
         else {
           int cl = cluster_of(ends, m->n_out_clusters, t);
-          tail_logprobs(m, cl, h, hr, tmp, tail);
+          tail_logprobs(m, cl, h, hr, tmp, tail, pool);
           target_lp[r0 + r] = tail[t - m->out[cl].begin];
         }
       }

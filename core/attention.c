@@ -172,25 +172,29 @@ static void key_products(const xl_kv_kernels *kk, const xl_kv_layer *K, const fl
   }
 }
 
+/* Heads [h0, h1) of a decode step: scores, position term and softmax per head into
+ * sc->scores rows h (stride sc->width), then the value rows mixed into those heads' outputs.
+ * Heads never share a sum: any split of the heads computes the same numbers. */
 static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
-                       xl_attn_scratch *sc) {
+                       xl_attn_scratch *sc, int h0, int h1) {
   const xl_config *c = &m->cfg;
   const xl_layer *L = &m->layers[layer];
   const xl_state *st = it->state;
-  const int hd = m->hd, dh = c->d_head, H = c->n_head, a = st->len;
+  const int hd = m->hd, dh = c->d_head, H = c->n_head, a = st->len, nh = h1 - h0;
   const int lo = first_key(m, a), n_keys = a - lo + 1;
   const int n_pos_all = m->n_pos_cached;
   const float scale = (float)(1.0 / sqrt((double)dh));
   const xl_kv_layer mem = xl_state_layer(st, layer);
   const xl_kv_kernels *kk = xl_kv_kern();
   const float *q = it->qkv, *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
+  const size_t ps = (size_t)sc->width; /* row stride of probs: fixed, whatever n_keys is */
   xl_ring_run runs[2];
   int n_runs = xl_ring_runs(st, runs), k0, cnt;
-  float *probs = sc->scores; /* [H, n_keys] */
+  if (nh <= 0) return;
 
-  for (int h = 0; h < H; h++) {
+  for (int h = h0; h < h1; h++) {
     const float *qh = q + (size_t)h * dh, *u = L->r_w_bias + (size_t)h * dh;
-    float *s = probs + (size_t)h * n_keys; /* keys lo..a */
+    float *s = sc->scores + (size_t)h * ps; /* keys lo..a */
     for (int k = 0; k < dh; k++) sc->qu[k] = qh[k] + u[k];
     for (int ri = 0; ri < n_runs; ri++)
       if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
@@ -204,42 +208,50 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
     add_position_term(m, a, lo, prow, L->pos_bias + (size_t)h * n_pos_all, scale, s, sc->rev);
     softmax_row(s, n_keys);
   }
-  /* out[h] = sum_j p[h][j] v_j[h]: one pass over the value rows for all heads */
-  float *out = it->out;
-  memset(out, 0, (size_t)hd * sizeof *out);
+  /* out[h] = sum_j p[h][j] v_j[h]: one pass over the value rows for the heads h0..h1 */
+  const size_t e0 = (size_t)h0 * dh;
+  const float *probs = sc->scores + (size_t)h0 * ps;
+  float *out = it->out + e0;
+  memset(out, 0, (size_t)nh * dh * sizeof *out);
   for (int ri = 0; ri < n_runs; ri++)
     if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0) {
       size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
       if (st->dtype == XL_KV_BF16)
-        kk->mix_rows_bf16(out, probs + (k0 - lo), (size_t)n_keys,
-                          (const uint16_t *)(const void *)mem.vals + slot * hd, (size_t)hd, cnt,
-                          H, dh);
+        kk->mix_rows_bf16(out, probs + (k0 - lo), ps,
+                          (const uint16_t *)(const void *)mem.vals + slot * hd + e0, (size_t)hd,
+                          cnt, nh, dh);
       else if (st->dtype == XL_KV_INT8)
-        kk->mix_rows_i8(out, probs + (k0 - lo), (size_t)n_keys,
-                        (const int8_t *)mem.vals + slot * hd, (size_t)hd,
-                        (const float *)(const void *)mem.vscale + slot * H, (size_t)H, cnt, H, dh);
+        kk->mix_rows_i8(out, probs + (k0 - lo), ps, (const int8_t *)mem.vals + slot * hd + e0,
+                        (size_t)hd, (const float *)(const void *)mem.vscale + slot * H + h0,
+                        (size_t)H, cnt, nh, dh);
       else
-        xl_vec_mix_rows(out, probs + (k0 - lo), (size_t)n_keys,
-                        (const float *)(const void *)mem.vals + slot * hd, (size_t)hd, cnt, H, dh);
+        xl_vec_mix_rows(out, probs + (k0 - lo), ps,
+                        (const float *)(const void *)mem.vals + slot * hd + e0, (size_t)hd, cnt,
+                        nh, dh);
     }
-  xl_vec_mix_rows(out, probs + (a - lo), (size_t)n_keys, v_new, (size_t)hd, 1, H, dh);
+  xl_vec_mix_rows(out, probs + (a - lo), ps, v_new + e0, (size_t)hd, 1, nh, dh);
 }
 
 void xl_decode_positions(const xl_model *m, int layer, const float *const *q, const int *n_pos,
-                         int n, int stride, float *out) {
+                         int n, int stride, float *out, int h0, int h1) {
   const xl_config *c = &m->cfg;
   const int H = c->n_head, dh = c->d_head;
   const xl_kv_layer *T = &m->layers[layer].pos_keys; /* [H*Dh][n_pos_cached] */
   const xl_kv_kernels *kk = xl_kv_kern();
-  for (int h = 0; h < H; h++) /* head h's table rows stay in cache while every query uses them */
+  for (int h = h0; h < h1; h++) /* head h's table rows stay in cache while every query uses them */
     for (int i = 0; i < n; i++) /* out: [n, H, stride] */
       key_products(kk, T, q[i] + h * dh, dh, h, 0, n_pos[i], out + ((size_t)i * H + h) * stride);
+}
+
+void xl_attend_heads(const xl_model *m, int layer, const xl_attn_item *it, xl_attn_scratch *sc,
+                     int h0, int h1) {
+  attend_one(m, layer, it, sc, h0, h1);
 }
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
                xl_attn_scratch *sc) {
   if (it->n == 1 && it->pos_q) /* a decode step whose products with the cached table are given */
-    attend_one(m, layer, it, sc);
+    attend_one(m, layer, it, sc, 0, m->cfg.n_head);
   else
     attend_block(m, layer, it, pt, sc);
 }
@@ -255,6 +267,7 @@ void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_
                           xl_attn_scratch *sc) {
   size_t block = (size_t)QUERY_BLOCK * max_width, one = (size_t)m->cfg.n_head * max_width;
   sc->scores = buf;
+  sc->width = max_width;
   sc->pos = sc->scores + (block > one ? block : one);
   sc->q = sc->pos + (size_t)QUERY_BLOCK * max_pos;
   sc->qu = sc->q + (size_t)QUERY_BLOCK * m->cfg.d_head;

@@ -31,6 +31,7 @@ typedef struct {
   float *rev;              /* [max_pos]: one row's position terms, distance-reversed */
   float *kw, *vw;          /* narrow memory, block path: one head's keys [d_head, mem_len] and
                               values [mem_len, d_head] widened to F32 */
+  int width;               /* max_width: the decode path's row stride of scores [H, width] */
 } xl_attn_scratch;
 
 /* Position products of several decode steps at once, over the model's cached table:
@@ -38,7 +39,15 @@ typedef struct {
  * step i reads, <= stride), reading each head's table rows once for all n queries. Each
  * product is computed the same way whatever n and n_pos[] are (batch-invariant). */
 void xl_decode_positions(const xl_model *m, int layer, const float *const *q, const int *n_pos,
-                         int n, int stride, float *out);
+                         int n, int stride, float *out, int h0, int h1);
+/* (heads h0..h1 of every step: the products of those heads only) */
+
+/* A decode step (it->n == 1, it->pos_q given), heads [h0, h1) only: writes those heads' rows
+ * of sc->scores ([H, sc->width]) and their columns of it->out, reads sc->qu and sc->rev as its
+ * own scratch. Threads running disjoint head ranges of the same items, each with its own
+ * qu/rev, share scores safely; any split gives the numbers of one call over all heads. */
+void xl_attend_heads(const xl_model *m, int layer, const xl_attn_item *it, xl_attn_scratch *sc,
+                     int h0, int h1);
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
                xl_attn_scratch *sc);

@@ -17,9 +17,10 @@
 
 #include "adaptive.h"
 #include "attention.h"
+#include "pool.h"
 
 enum { WS_X, WS_XN, WS_QKV, WS_AV, WS_FF, WS_ATTN, WS_POSK, WS_POSB, WS_POSR, WS_OUT, WS_ROWS,
-       WS_DECPOS };
+       WS_DECPOS, WS_THREAD };
 
 #define XL_MAX_BATCH_ROWS (1 << 22)
 
@@ -113,7 +114,10 @@ typedef struct {
   const float **dec_q;    /* [n_dec] the decode steps' query rows */
   int32_t *tg;            /* [out_rows] target ids (-1: none) */
   int *dec_rows;          /* [n_dec] the distance rows each decode step reads (<= dec_pos) */
+  float *thread_sc;       /* [threads, thread_floats]: each thread's qu [d_head], rev [pos_rows] */
+  size_t thread_floats;
   xl_attn_scratch sc;
+  struct xl_pool *pool;   /* the workspace's threads (NULL: the caller alone) */
 } fwd_plan;
 
 static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, int n_items,
@@ -157,11 +161,49 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
     p->dec_rows = (int *)(p->tg + p->out_rows);
   }
   if (p->n_dec) p->dec_p = xl_ws_get(ws, WS_DECPOS, (size_t)p->n_dec * c->n_head * p->dec_pos);
+  p->pool = ws->pool;
+  const int nt = xl_pool_threads(ws->pool);
+  p->thread_floats = ((size_t)c->d_head + (size_t)p->pos_rows + 15) & ~(size_t)15;
+  if (p->n_dec && nt > 1) p->thread_sc = xl_ws_get(ws, WS_THREAD, (size_t)nt * p->thread_floats);
   if (!p->x || !p->xn || !p->qkv || !p->av || !p->ff || !attn || !p->out_scratch || !p->full ||
-      (p->n_dec && !p->dec_p) || (p->ext_pos && (!p->pos_k || !p->pos_b || !p->pos_r)))
+      (p->n_dec && !p->dec_p) || (p->ext_pos && (!p->pos_k || !p->pos_b || !p->pos_r)) ||
+      (p->n_dec && nt > 1 && !p->thread_sc))
     return xl_fail(err, XL_NOMEM, "forward: out of memory for %zu positions", N);
   xl_attn_scratch_bind(m, attn, max_klen, p->pos_rows, &p->sc);
   return XL_OK;
+}
+
+/* The decode steps' attention of one layer, one task per run of hp heads: task t computes
+ * heads [t hp, (t + 1) hp) of every decode step (their position products, scores and output
+ * columns), with the qu/rev scratch of the thread running it; heads share no sum, so the
+ * numbers are those of one thread over all heads. */
+typedef struct {
+  const xl_model *m;
+  int l;
+  xl_feed *items;
+  int n_items;
+  fwd_plan *p;
+  int hp; /* heads per task */
+} decode_job;
+
+static void decode_heads(void *ctx, int t, int thread) {
+  const decode_job *j = ctx;
+  const xl_model *m = j->m;
+  fwd_plan *p = j->p;
+  const int H = m->cfg.n_head, hd = m->hd, h = t * j->hp, h1 = h + j->hp < H ? h + j->hp : H;
+  xl_attn_scratch sc = p->sc;
+  if (p->thread_sc) {
+    sc.qu = p->thread_sc + (size_t)thread * p->thread_floats;
+    sc.rev = sc.qu + m->cfg.d_head;
+  }
+  xl_decode_positions(m, j->l, p->dec_q, p->dec_rows, p->n_dec, p->dec_pos, p->dec_p, h, h1);
+  size_t row = 0;
+  for (int i = 0, d = 0; i < j->n_items; row += (size_t)j->items[i++].n_tokens) {
+    if (j->items[i].n_tokens != 1) continue;
+    xl_attn_item it = {j->items[i].state, 1, p->qkv + row * 3 * hd, p->av + row * hd,
+                       p->dec_p + (size_t)d++ * H * p->dec_pos, p->dec_pos};
+    xl_attend_heads(m, j->l, &it, &sc, h, h1);
+  }
 }
 
 /* x += RelAttn(x) (pre-LN: on LN(x); post-LN: x = LN(x + ...)); then the layer's new keys
@@ -176,7 +218,7 @@ static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_i
     xl_layer_norm(p->x, rows, dm, L->attn_ln_g, L->attn_ln_b, c->layer_norm_epsilon, p->xn);
     src = p->xn;
   }
-  xl_linear_w(src, rows, dm, &L->qkv_w, NULL, 3 * hd, p->qkv, 3 * hd); /* [N, 3*H*Dh] */
+  xl_par_linear_w(p->pool, src, rows, dm, dm, &L->qkv_w, NULL, 3 * hd, p->qkv, 3 * hd); /* [N, 3*H*Dh] */
 
   xl_pos_table pt = {L->pos_k, L->pos_bias, m->n_pos_cached};
   if (p->ext_pos) {
@@ -196,17 +238,21 @@ static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_i
         p->dec_q[d] = p->qkv + row * 3 * hd;
         p->dec_rows[d++] = xl_pos_rows_needed(m, items[i].state->len + 1);
       }
-    xl_decode_positions(m, l, p->dec_q, p->dec_rows, p->n_dec, p->dec_pos, p->dec_p);
+    /* one thread: all heads in one task (one pass over the value rows); else about two
+     * tasks a thread */
+    const int nt = xl_pool_threads(p->pool), H = c->n_head;
+    const int hp = nt == 1 ? H : (H + 2 * nt - 1) / (2 * nt);
+    decode_job dj = {m, l, items, n_items, p, hp};
+    xl_pool_run(p->pool, decode_heads, &dj, (H + hp - 1) / hp); /* every decode step */
   }
-  size_t row = 0;
-  for (int i = 0, d = 0; i < n_items; row += (size_t)items[i++].n_tokens) {
+  size_t row = 0; /* the other items (blocks of queries) on this thread */
+  for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens) {
+    if (shared_pos && items[i].n_tokens == 1) continue;
     xl_attn_item it = {items[i].state, items[i].n_tokens, p->qkv + row * 3 * hd,
                        p->av + row * hd, NULL, p->dec_pos};
-    if (shared_pos && items[i].n_tokens == 1)
-      it.pos_q = p->dec_p + (size_t)d++ * c->n_head * p->dec_pos;
     xl_attend(m, l, &it, &pt, &p->sc);
   }
-  xl_linear_w(p->av, rows, hd, &L->o_w, NULL, dm, p->xn, dm); /* attn_out [N, d_model] */
+  xl_par_linear_w(p->pool, p->av, rows, hd, hd, &L->o_w, NULL, dm, p->xn, dm); /* attn_out [N, d_model] */
   for (size_t k = 0; k < p->rows * dm; k++) p->x[k] += p->xn[k];
   if (!c->pre_lnorm)
     xl_layer_norm(p->x, rows, dm, L->attn_ln_g, L->attn_ln_b, c->layer_norm_epsilon, p->x);
@@ -222,9 +268,11 @@ static void feed_forward_sublayer(const xl_model *m, int l, fwd_plan *p) {
     xl_layer_norm(p->x, rows, dm, L->ff_ln_g, L->ff_ln_b, c->layer_norm_epsilon, p->xn);
     src = p->xn;
   }
-  xl_linear_w(src, rows, dm, &L->ff1_w, L->ff1_b, c->d_inner, p->ff, c->d_inner); /* [N, d_inner] */
+  xl_par_linear_w(p->pool, src, rows, dm, dm, &L->ff1_w, L->ff1_b, c->d_inner, p->ff,
+                  c->d_inner); /* [N, d_inner] */
   relu_inplace(p->ff, p->rows * c->d_inner);
-  xl_linear_w(p->ff, rows, c->d_inner, &L->ff2_w, L->ff2_b, dm, p->xn, dm);        /* [N, d_model] */
+  xl_par_linear_w(p->pool, p->ff, rows, c->d_inner, c->d_inner, &L->ff2_w, L->ff2_b, dm, p->xn,
+                  dm); /* [N, d_model] */
   for (size_t k = 0; k < p->rows * dm; k++) p->x[k] += p->xn[k];
   if (!c->pre_lnorm)
     xl_layer_norm(p->x, rows, dm, L->ff_ln_g, L->ff_ln_b, c->layer_norm_epsilon, p->x);
@@ -258,7 +306,7 @@ static void outputs(const xl_model *m, xl_feed *items, int n_items, fwd_plan *p)
       p->full[o++] = f->last_logprobs;
     }
   }
-  xl_output_logprobs(m, gathered, p->out_rows, p->tg, tlp, p->full, p->out_scratch);
+  xl_output_logprobs(m, gathered, p->out_rows, p->tg, tlp, p->full, p->out_scratch, p->pool);
   o = 0;
   for (int i = 0; i < n_items; i++) {
     const xl_feed *f = &items[i];

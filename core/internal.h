@@ -238,8 +238,10 @@ static inline int xl_ring_runs(const xl_state *s, xl_ring_run runs[2]) {
 }
 
 /* ---- workspace ----------------------------------------------------------------------- */
+struct xl_pool;
 struct xl_workspace {
   const xl_model *model;
+  struct xl_pool *pool; /* threads_per_worker > 1: the helpers (pool.h); NULL: one thread */
   float *buf[16];
   size_t cap[16];     /* in floats */
 };

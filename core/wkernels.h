@@ -84,6 +84,11 @@ void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N,
 /* y[rows, out] = x[rows, in] W^T (+ b), W [out, in]. */
 void xl_linear_w(const float *x, int rows, int in, const xl_wmat *W, const float *b, int out,
                  float *y, int ldy);
+struct xl_pool;
+/* xl_linear_w with x's row stride ldx, the output rows split over the pool's threads
+ * (wsplit.c): bit for bit what one thread computes. Called by the pool's owner. */
+void xl_par_linear_w(struct xl_pool *pool, const float *x, int M, int K, int ldx,
+                     const xl_wmat *W, const float *b, int N, float *y, int ldy);
 /* out[0..cols) = row r of W as F32. */
 void xl_wmat_row(const xl_wmat *W, int r, float *out);
 /* The view of W from row r on. */

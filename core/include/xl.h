@@ -225,6 +225,15 @@ typedef struct xl_workspace xl_workspace;
 xl_code xl_workspace_new(const xl_model *model, xl_workspace **out, xl_error *err);
 void xl_workspace_free(xl_workspace *ws);
 
+#define XL_MAX_THREADS 64
+/* Threads a forward pass on this workspace uses (1, the default: the calling thread alone).
+ * n > 1 starts n - 1 helper threads kept by the workspace until it is freed or set again
+ * (none starts per step; between calls they sleep). One step's products with the weights are
+ * split over output rows and its decode attention over heads, never over a sum, so every
+ * result is bit-identical for any n. Called by the workspace's owner, between forward passes. */
+xl_code xl_workspace_set_threads(xl_workspace *ws, int n_threads, xl_error *err);
+int xl_workspace_threads(const xl_workspace *ws);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Forward pass. Each item feeds n_tokens new positions into its own state (appending them to
  * the memory, exactly the reference's cat(mem, h)[-mem_len:] per layer input). Several items

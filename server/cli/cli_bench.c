@@ -19,8 +19,13 @@
  * in that list. That comparison runs in --rounds rounds, every type measured once per round
  * one right after another, and gives medians of the rates and of the rounds' ratios, with the
  * ratios' range: ratios of rates taken seconds apart survive a shared machine's drift.
- * Main thread.
+ * --thread-counts 1,2 measures instead one model (--weights W, --kv-dtype D: one type each)
+ * decoding at batch 1 (and 16) on each count of forward-pass threads (xl_workspace_set_threads),
+ * in rounds the same way, each count's rate as a ratio to the first count's, beside the read
+ * bandwidth of as many threads streaming at once.
+ * Main thread (and, for the bandwidth probe and the forward passes, the threads they start).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +53,8 @@ typedef struct {
   char weights[64];   /* --weights: comma-separated types compared with f32; empty = off */
   int mem_len;        /* --mem-len: override for the weights comparison (-1 = config's) */
   int rounds;         /* --rounds: rounds of the weights comparison */
+  int thread_counts[8]; /* --thread-counts: forward-pass threads compared (0: off) */
+  int n_thread_counts;
 } bench_opts;
 
 /* Seconds on the clock the measurements use. The thread's CPU time (--clock thread, with
@@ -124,6 +131,63 @@ static double bench_read_bandwidth(const bench_opts *o, size_t bytes, int passes
   return best;
 }
 
+/* The read bandwidth of n threads at once, each summing its own part of one buffer of
+ * `bytes`: all the bytes over the wall time from the first thread's start to the last one's
+ * end (best of `passes`, after a pass that maps the buffer in). */
+typedef struct {
+  const uint64_t *mem;
+  size_t n;
+  double t0, t1;
+  uint64_t sum;
+} bw_share;
+
+static void *bw_thread(void *arg) {
+  bw_share *b = arg;
+  uint64_t s[8] = {0};
+  b->t0 = now_mono();
+  for (size_t i = 0; i < b->n; i += 8)
+    for (int k = 0; k < 8; k++) s[k] += b->mem[i + k];
+  b->t1 = now_mono();
+  b->sum = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+  return NULL;
+}
+
+static double bench_read_bandwidth_threads(size_t bytes, int passes, int n_threads) {
+  if (n_threads < 1 || n_threads > 8) return -1;
+  size_t n = bytes / sizeof(uint64_t) / (8 * (size_t)n_threads) * (8 * (size_t)n_threads);
+  uint64_t *mem = malloc(n * sizeof *mem);
+  if (!mem) return -1;
+  for (size_t i = 0; i < n; i++) mem[i] = i * 0x9E3779B97F4A7C15ULL;
+  double best = 0;
+  volatile uint64_t sink = 0;
+  const size_t per = n / (size_t)n_threads;
+  for (int p = 0; p < passes; p++) {
+    pthread_t th[8];
+    bw_share sh[8];
+    int started = 1;
+    for (int t = 0; t < n_threads; t++) sh[t] = (bw_share){mem + per * t, per, 0, 0, 0};
+    for (int t = 1; t < n_threads && !pthread_create(&th[t], NULL, bw_thread, &sh[t]); t++)
+      started++;
+    bw_thread(&sh[0]);
+    double t0 = sh[0].t0, t1 = sh[0].t1;
+    for (int t = 1; t < started; t++) {
+      pthread_join(th[t], NULL);
+      t0 = sh[t].t0 < t0 ? sh[t].t0 : t0;
+      t1 = sh[t].t1 > t1 ? sh[t].t1 : t1;
+    }
+    for (int t = 0; t < started; t++) sink += sh[t].sum;
+    if (started < n_threads) { /* a thread could not start: no figure */
+      free(mem);
+      return -1;
+    }
+    if (t1 > t0 && per * n_threads * sizeof *mem / (t1 - t0) > best)
+      best = per * n_threads * sizeof *mem / (t1 - t0);
+  }
+  (void)sink;
+  free(mem);
+  return best;
+}
+
 /* Measures the limits (the GEMMs on the path in use); 0, or 1 when memory ran out. */
 static int bench_limits_measure(const bench_opts *o, bench_limits *l) {
   long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -181,6 +245,12 @@ static double flops_per_token(const xl_config *c, double attended) {
     if (c->div_val > 1) de = (int)(de / c->div_val);
   }
   return c->n_layer * layer + io;
+}
+
+/* A workspace of m on o->threads forward-pass threads (0 or 1: this one); 1 on failure. */
+static int bench_ws_new(xl_model *m, const bench_opts *o, xl_workspace **ws, xl_error *err) {
+  if (xl_workspace_new(m, ws, err)) return 1;
+  return o->threads > 1 && xl_workspace_set_threads(*ws, o->threads, err);
 }
 
 /* Feeds n tokens in chunks (prefill), no outputs. */
@@ -260,7 +330,7 @@ static double bench_decode(xl_model *m, const xl_state *full, int batch, const b
   double rate = -1;
   xl_state **st = calloc((size_t)batch, sizeof *st);
   if (!full) full = made;
-  if (!full || !st || xl_workspace_new(m, &ws, &err)) goto out;
+  if (!full || !st || bench_ws_new(m, o, &ws, &err)) goto out;
   for (int b = 0; b < batch; b++)
     if (xl_state_clone(full, &st[b], &err)) goto out;
   rate = decode_steps(m, ws, st, batch, o, rng);
@@ -361,7 +431,7 @@ static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_r
   double rate = -1;
   int n_warm = c->mem_len, pool = c->mem_len + SEGMENT_POOL * tgt_len + 1;
   int32_t *t = malloc((size_t)pool * sizeof *t);
-  if (!t || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
+  if (!t || xl_state_new(m, &st, &err) || bench_ws_new(m, o, &ws, &err)) goto out;
   random_tokens(t, pool, c->vocab_size, rng);
   if (!prefill(m, ws, st, t, n_warm)) goto out;
   rate = segment_steps(m, ws, st, t + n_warm, tgt_len, o);
@@ -381,7 +451,7 @@ static double bench_recompute(xl_model *m, int L, const bench_opts *o, xl_rng *r
   double rate = -1;
   int32_t *t = malloc((size_t)(L + 64) * sizeof *t);
   float *lp = malloc((size_t)c->vocab_size * sizeof *lp);
-  if (!t || !lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) goto out;
+  if (!t || !lp || xl_state_new(m, &st, &err) || bench_ws_new(m, o, &ws, &err)) goto out;
   random_tokens(t, L + 64, c->vocab_size, rng);
   int preds = 0, min_preds = o->quick ? 1 : 2;
   double t0 = bench_now(o), el;
@@ -412,7 +482,7 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
   const char *path = xl_cpu_path();
   if (first)
     printf("xlserve bench: %s (n_layer %d, d_model %d, %d heads x %d, d_inner %d, vocab %d, "
-           "mem_len %d), BLAS threads %d, %s\n",
+           "mem_len %d), threads %d (forward pass and BLAS), %s\n",
            xl_model_dir(m), c->n_layer, c->d_model, c->n_head, c->d_head, c->d_inner,
            c->vocab_size, c->mem_len, o->threads,
            o->thread_clock ? "thread CPU time" : "wall-clock time");
@@ -674,9 +744,131 @@ out:
   return rc;
 }
 
+/* Forward-pass threads side by side (--thread-counts): one model, decode at batch 1 (and 16)
+ * with every memory full, on a workspace of each thread count, in rounds as bench_weights:
+ * each round measures every count one right after another (the first rotating), and each
+ * count's rate is set against the first count's of that round. Every count's sessions are
+ * copies of one full memory. The limit of a count: the step's bytes at the read bandwidth of
+ * as many threads streaming at once, measured in this run. */
+#define THREAD_COUNTS_MAX 8
+static int bench_threads(const bench_opts *o, int first) {
+  const int nt = o->n_thread_counts, b16 = o->max_batch >= 16, rounds = o->rounds;
+  const int nb = b16 ? WEIGHTS_BATCH : 1;
+  xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
+  lo.weights = *o->weights ? (xl_weights)xl_weights_parse(o->weights) : XL_WEIGHTS_F32;
+  lo.kv_dtype = o->kv[o->n_kv > 1 ? o->n_kv - 1 : 0];
+  lo.mem_len = o->mem_len;
+  xl_model *m = cli_load_model("bench", o->model_dir, &lo);
+  if (!m) return 1;
+  const xl_config *c = xl_model_config(m);
+  xl_rng rng;
+  xl_rng_seed(&rng, 1234);
+  xl_workspace *ws[THREAD_COUNTS_MAX] = {0};
+  xl_state *st[THREAD_COUNTS_MAX][WEIGHTS_BATCH];
+  memset(st, 0, sizeof st);
+  xl_error err;
+  int rc = 1;
+  xl_state *full = full_state(m, &rng);
+  if (!full) goto out;
+  for (int i = 0; i < nt; i++) {
+    if (xl_workspace_new(m, &ws[i], &err) ||
+        xl_workspace_set_threads(ws[i], o->thread_counts[i], &err)) {
+      fprintf(stderr, "xlserve bench: %s\n", err.message);
+      goto out;
+    }
+    for (int b = 0; b < nb; b++)
+      if (xl_state_clone(full, &st[i][b], &err)) {
+        fprintf(stderr, "xlserve bench: %s\n", err.message);
+        goto out;
+      }
+  }
+  bench_limits lim;
+  if (bench_limits_measure(o, &lim)) goto out;
+  double bw[THREAD_COUNTS_MAX];
+  for (int i = 0; i < nt; i++) /* one thread's: the limits' own probe */
+    if ((bw[i] = o->thread_counts[i] == 1 ? lim.read_bw
+                                          : bench_read_bandwidth_threads(lim.probe_bytes, 3,
+                                                                         o->thread_counts[i])) <= 0) {
+      fprintf(stderr, "xlserve bench: cannot measure the read bandwidth of %d threads\n",
+              o->thread_counts[i]);
+      goto out;
+    }
+  if (first) {
+    char blas[640];
+    cli_blas_describe(blas, sizeof blas);
+    printf("BLAS core %s\n", blas);
+    printf("xlserve bench --thread-counts: %s (n_layer %d, d_model %d, d_inner %d, vocab %d, "
+           "mem_len %d), weights %s (%s), memory %s, wall-clock time, %d rounds of at least "
+           "%.2g s per rate;\neach round measures every thread count one after another (the "
+           "first rotating); the table: rates as the median of the rounds, x %d as the median "
+           "of the rounds' ratios [lowest, highest]\n",
+           xl_model_dir(m), c->n_layer, c->d_model, c->d_inner, c->vocab_size, c->mem_len,
+           xl_weights_name(xl_model_weights(m)), xl_model_weights_kernel(m),
+           xl_kv_dtype_name(xl_model_kv_dtype(m)), rounds, o->min_seconds, o->thread_counts[0]);
+  }
+  printf("limits (measured in this run): read bandwidth");
+  for (int i = 0; i < nt; i++)
+    printf("%s %d thread%s %.2f GB/s", i ? "," : "", o->thread_counts[i],
+           o->thread_counts[i] > 1 ? "s" : "", bw[i] / 1e9);
+  printf(" (summing %zu MiB, best of 3)\n\n", lim.probe_bytes >> 20);
+  double rate[BENCH_MAX_ROUNDS][THREAD_COUNTS_MAX][2];
+  memset(rate, 0, sizeof rate);
+  for (int r = 0; r < rounds; r++)
+    for (int k = 0; k < (b16 ? 2 : 1); k++) {
+      for (int j = 0; j < nt; j++) {
+        int i = (j + r) % nt;
+        double x = decode_steps(m, ws[i], st[i], k ? WEIGHTS_BATCH : 1, o, &rng);
+        if (x < 0) goto out;
+        rate[r][i][k] = x;
+      }
+      printf("%-9s round %2d decode b%-2d t/s:", xl_cpu_path(), r + 1, k ? WEIGHTS_BATCH : 1);
+      for (int i = 0; i < nt; i++) {
+        printf("  %d thr %.2f", o->thread_counts[i], rate[r][i][k]);
+        if (i) printf(" (%.2fx)", rate[r][i][k] / rate[r][0][k]);
+      }
+      printf("\n");
+      fflush(stdout);
+    }
+  printf("\n%-9s %-7s %-5s %7s %14s %-18s %9s %9s %9s", "cpu path", "threads", "kv", "weights",
+         "decode b1 t/s", "x first [low, high]", "b1 MB", "read GB/s", "b1 limit");
+  if (b16) printf(" %14s %-18s %9s %9s", "decode b16 t/s", "x first [low, high]", "b16 MB", "b16 limit");
+  printf("\n");
+  const double wb = (double)xl_model_weight_bytes(m), sb = (double)xl_model_state_bytes(m);
+  for (int i = 0; i < nt; i++) {
+    printf("%-9s %-7d %-5s %7s", xl_cpu_path(), o->thread_counts[i],
+           xl_kv_dtype_name(xl_model_kv_dtype(m)), xl_weights_name(xl_model_weights(m)));
+    for (int k = 0; k < (b16 ? 2 : 1); k++) {
+      double v[BENCH_MAX_ROUNDS], x[BENCH_MAX_ROUNDS], lo_r = 1e300, hi_r = 0;
+      for (int r = 0; r < rounds; r++) {
+        v[r] = rate[r][i][k];
+        x[r] = rate[r][0][k] > 0 ? rate[r][i][k] / rate[r][0][k] : 0;
+        lo_r = x[r] < lo_r ? x[r] : lo_r;
+        hi_r = x[r] > hi_r ? x[r] : hi_r;
+      }
+      const int batch = k ? WEIGHTS_BATCH : 1;
+      const double step = wb + batch * sb, med = cli_median(v, rounds);
+      printf(" %14.2f %5.2fx [%4.2f, %4.2f] %9.3f", med, cli_median(x, rounds), lo_r, hi_r,
+             step / 1e6);
+      if (!k) printf(" %9.2f", bw[i] / 1e9);
+      printf(" %8.0f%%", 100 * med * step / batch / bw[i]);
+    }
+    printf("\n");
+  }
+  fflush(stdout);
+  rc = 0;
+out:
+  for (int i = 0; i < nt; i++) {
+    for (int b = 0; b < nb; b++) xl_state_free(st[i][b]);
+    xl_workspace_free(ws[i]);
+  }
+  xl_state_free(full);
+  xl_model_free(m);
+  return rc;
+}
+
 int cli_bench_main(int argc, char **argv) {
   const char *cmd = "bench";
-  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", {XL_KV_F32}, 0, 1, 0, "", -1, 5};
+  bench_opts o = {NULL, 0, 2.0, 0, 64, 1, "", {XL_KV_F32}, 0, 1, 0, "", -1, 5, {0}, 0};
   int tgt_len = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -686,6 +878,7 @@ int cli_bench_main(int argc, char **argv) {
              "                     [--max-batch B] [--no-recurrence] [--quick] [--cpu P1,P2,..]\n"
              "                     [--clock wall|thread] [--kv-dtype D1,D2,..] [--kv-only]\n"
              "                     [--weights W1,..] [--mem-len M] [--rounds R]\n"
+             "                     [--thread-counts N1,N2,..]\n"
              "  --seconds S       minimum time per measurement (default 2)\n"
              "  --max-batch B     largest decode batch (1, 4, 16, 32, 64 up to B; default 64)\n"
              "  --no-recurrence   skip the recurrence-vs-recompute table\n"
@@ -702,7 +895,12 @@ int cli_bench_main(int argc, char **argv) {
              "                    --kv-dtype, each paired with the memory dtype at its place\n"
              "  --mem-len M       memory length for --weights (default: the model's)\n"
              "  --rounds R        rounds of the --weights comparison (default 5; each round\n"
-             "                    measures every type, the table gives medians)\n");
+             "                    measures every type, the table gives medians)\n"
+             "  --thread-counts N1,N2,..  instead of the table: decode (batch 1, 16) with each\n"
+             "                    count of forward-pass threads, in rounds, as ratios to N1's,\n"
+             "                    beside the read bandwidth of as many threads; the model is\n"
+             "                    loaded once with --weights W and --kv-dtype D (one each)\n"
+             "  --threads N       forward-pass threads of the other tables (and OpenBLAS's)\n");
       return 0;
     } else if (!strcmp(a, "--model")) ok = cli_str_arg(cmd, argc, argv, &i, &o.model_dir);
     else if (!strcmp(a, "--threads")) ok = cli_int_arg(cmd, argc, argv, &i, 1, 256, &o.threads);
@@ -732,6 +930,27 @@ int cli_bench_main(int argc, char **argv) {
     }
     else if (!strcmp(a, "--rounds"))
       ok = cli_int_arg(cmd, argc, argv, &i, 1, BENCH_MAX_ROUNDS, &o.rounds);
+    else if (!strcmp(a, "--thread-counts")) {
+      const char *v;
+      char copy[64], *sv = NULL;
+      o.n_thread_counts = 0;
+      if ((ok = cli_str_arg(cmd, argc, argv, &i, &v)) && strlen(v) < sizeof copy) {
+        snprintf(copy, sizeof copy, "%s", v);
+        for (char *p = strtok_r(copy, ",", &sv); p && ok; p = strtok_r(NULL, ",", &sv)) {
+          char *end;
+          long n = strtol(p, &end, 10);
+          if (*end || n < 1 || n > THREAD_COUNTS_MAX || o.n_thread_counts == THREAD_COUNTS_MAX) ok = 0;
+          else o.thread_counts[o.n_thread_counts++] = (int)n;
+        }
+      } else {
+        ok = 0;
+      }
+      if (!ok || !o.n_thread_counts) {
+        fprintf(stderr, "xlserve bench: --thread-counts: give up to %d counts of 1..%d, e.g. 1,2\n",
+                THREAD_COUNTS_MAX, THREAD_COUNTS_MAX);
+        ok = 0;
+      }
+    }
     else if (!strcmp(a, "--mem-len")) ok = cli_int_arg(cmd, argc, argv, &i, 0, 1 << 20, &o.mem_len);
     else if (!strcmp(a, "--weights")) {
       const char *v;
@@ -779,6 +998,15 @@ int cli_bench_main(int argc, char **argv) {
     fprintf(stderr, "xlserve bench: --kv-only needs --kv-dtype\n");
     return 2;
   }
+  if (o.n_thread_counts && (strchr(o.weights, ',') || o.n_kv > 2)) {
+    fprintf(stderr, "xlserve bench: --thread-counts takes one --weights type and one --kv-dtype\n");
+    return 2;
+  }
+  if (o.thread_clock && o.n_thread_counts) {
+    fprintf(stderr, "xlserve bench: --thread-counts: --clock thread cannot time several "
+                    "threads; use --clock wall\n");
+    return 2;
+  }
   if (o.thread_clock && o.threads != 1) {
     fprintf(stderr, "xlserve bench: --clock thread needs --threads 1 (other threads' time is "
                     "not on this thread's clock)\n");
@@ -800,7 +1028,9 @@ int cli_bench_main(int argc, char **argv) {
   int rc = 0;
   for (int i = 0; i < n_paths && !rc; i++) {
     if (paths[i] && !cli_select_cpu(cmd, paths[i])) return 2;
-    rc = *o.weights ? bench_weights(&o, tgt_len, i == 0) : bench_path(&o, tgt_len, i == 0);
+    rc = o.n_thread_counts ? bench_threads(&o, i == 0)
+         : *o.weights      ? bench_weights(&o, tgt_len, i == 0)
+                           : bench_path(&o, tgt_len, i == 0);
   }
   return rc;
 }

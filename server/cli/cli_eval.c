@@ -26,7 +26,9 @@ static void usage(FILE *f) {
           "                    decoding through the cached path\n"
           "  --mem-len, --clamp-len, --same-length/--no-same-length  override config.json\n"
           "  --dump-nll OUT    natural-log NLL of every predicted token, one per line\n"
-          "  --threads N       OpenBLAS threads (default: the library's)\n"
+          "  --threads N       threads of one step: its products with the weights and decode\n"
+          "                    attention split over them (same results for any N); OpenBLAS\n"
+          "                    gets N too (default 1; OpenBLAS: the library's)\n"
           "  --cpu PATH        kernels: auto, avx512, avx2, neon, portable (default: XLSERVE_CPU,\n"
           "                    else auto)\n"
           "  --kv-dtype D      memory dtype: f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n"
@@ -107,6 +109,10 @@ int cli_eval_main(int argc, char **argv) {
   lp = malloc((n - 1) * sizeof *lp);
   if (!lp || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) {
     fprintf(stderr, "xlserve eval: out of memory\n");
+    goto out;
+  }
+  if (threads > 1 && xl_workspace_set_threads(ws, threads, &err)) {
+    fprintf(stderr, "xlserve eval: --threads %d: %s\n", threads, err.message);
     goto out;
   }
   double t0 = now_mono();

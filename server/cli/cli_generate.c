@@ -21,7 +21,9 @@ static void usage(FILE *f) {
           "  defaults: -n 200, temperature 1, top-k 0 (off), top-p 1 (off), seed from time\n"
           "  --cpu PATH: kernels auto, avx512, avx2, neon, portable (default: XLSERVE_CPU, else auto)\n"
           "  --kv-dtype D: memory dtype f32, bf16, int8 (default: XLSERVE_KV_DTYPE, else f32)\n"
-          "  --weights W: f32, bf16, int8 or int4 weight matrices (default: XLSERVE_WEIGHTS, else f32)\n");
+          "  --weights W: f32, bf16, int8 or int4 weight matrices (default: XLSERVE_WEIGHTS, else f32)\n"
+          "  --threads N: threads of one step (its products with the weights and its attention\n"
+          "               split over them, same results for any N; OpenBLAS gets N too; default 1)\n");
 }
 
 int cli_generate_main(int argc, char **argv) {
@@ -94,6 +96,10 @@ int cli_generate_main(int argc, char **argv) {
   scratch = malloc(xl_sampler_scratch_bytes(vocab));
   if (!lp || !history || !scratch || xl_state_new(m, &st, &err) || xl_workspace_new(m, &ws, &err)) {
     fprintf(stderr, "xlserve generate: out of memory\n");
+    goto out;
+  }
+  if (threads > 1 && xl_workspace_set_threads(ws, threads, &err)) {
+    fprintf(stderr, "xlserve generate: --threads %d: %s\n", threads, err.message);
     goto out;
   }
   memcpy(history, ids, n_ids * sizeof *ids);

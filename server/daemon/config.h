@@ -42,6 +42,12 @@
   X(blas_threads, INT, "1", 0, 256,                                                              \
     "OpenBLAS threads (0 = leave OpenBLAS's own default); OpenBLAS only runs the prompt "         \
     "attention. Keep workers x blas_threads <= cores.")                                          \
+  X(threads_per_worker, INT, "1", 1, 64,                                                         \
+    "Threads of each worker's forward pass: a step's products with the weights (split over "     \
+    "output rows) and its decode attention (split over heads) run on this many threads, kept "   \
+    "for the worker's life (they sleep between requests). Results are bit-identical for any "    \
+    "count. Speeds up one stream on an idle machine; keep workers x threads_per_worker <= "      \
+    "cores (docs/performance.md).")                                                              \
   X(max_batch, INT, "64", 1, 4096,                                                               \
     "Most sessions in one batched forward pass. When more are ready they take turns (round "      \
     "robin).")                                                                                   \

@@ -207,7 +207,8 @@ static void model_loaded(uv_work_t *w, int status) {
   a->limits.words_tokenizer = !xl_model_tokenizer(a->model)->spells_any_text;
   sched_opts so = {(int)a->cfg->workers, (int)a->cfg->max_batch, (int)a->cfg->batch_tokens,
                    (int)a->cfg->max_running, (int)a->cfg->max_queue,
-                   (size_t)64 << 10 /* stream_buffer: see stream_stall_timeout */};
+                   (size_t)64 << 10 /* stream_buffer: see stream_stall_timeout */,
+                   (int)a->cfg->threads_per_worker};
   a->sched = sched_new(a->model, &so, wake_loop, &a->wake);
   a->quota = rq_new(a->cfg->max_running_per_key, a->cfg->max_running_per_client);
   xl_error err;
@@ -230,10 +231,12 @@ static void model_loaded(uv_work_t *w, int status) {
   a->load_rc = 0;
   xlog_msg("info", "ready",
            "model %s (%s): %d layers, d_model %d, mem_len %d, vocab %d, same_length %d; %lld "
-           "workers, max_batch %lld, prefill_chunk %d; weight kernel %s; weights %s; cpu %s; "
+           "workers x %lld threads, max_batch %lld, prefill_chunk %d; weight kernel %s; weights "
+           "%s; cpu %s; "
            "blas core %s%s%s%s",
            a->model_name, a->cfg->model, mc->n_layer, mc->d_model, mc->mem_len, mc->vocab_size,
-           mc->same_length, a->cfg->workers, a->cfg->max_batch, a->prefill_chunk,
+           mc->same_length, a->cfg->workers, a->cfg->threads_per_worker, a->cfg->max_batch,
+           a->prefill_chunk,
            xl_model_weights_kernel(a->model), xl_weights_name(xl_model_weights(a->model)),
            xl_cpu_path(), xl_blas_core(), *xl_blas_note() ? " (" : "", xl_blas_note(),
            *xl_blas_note() ? ")" : "");

@@ -4,6 +4,7 @@
 #include "scheduler.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -534,6 +535,14 @@ int sched_start(sched *s, xl_error *err) {
     worker *w = &s->w[i];
     w->s = s;
     if (xl_workspace_new(s->model, &w->ws, err) != XL_OK) return -1;
+    if (s->o.threads_per_worker > 1) { /* the helpers inherit a mask with every signal blocked */
+      sigset_t all, old;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, &old);
+      xl_code rc = xl_workspace_set_threads(w->ws, s->o.threads_per_worker, err);
+      pthread_sigmask(SIG_SETMASK, &old, NULL);
+      if (rc != XL_OK) return -1;
+    }
     w->lp = xmalloc(sizeof(float) * mb * (size_t)s->vocab);
     w->feeds = xcalloc(mb, sizeof *w->feeds);
     w->batch = xcalloc(mb, sizeof *w->batch);

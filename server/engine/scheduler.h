@@ -43,6 +43,7 @@ typedef struct sched_opts {
    * the running set, so it holds no slot of max_running) until the loop has sent all but half
    * of them (sched_stream_drained); 0: never paused. */
   size_t stream_buffer;
+  int threads_per_worker; /* threads of each worker's forward pass (0 or 1: the worker alone) */
 } sched_opts;
 
 typedef struct sched_event {

@@ -472,3 +472,53 @@ def test_bench_weights_table_is_the_median_of_its_rounds(model):
                             "int8", "--rounds", bad], capture_output=True, text=True, timeout=120,
                            env=env)
         assert p.returncode == 2 and "--rounds" in p.stderr and p.stdout == "", (bad, p)
+
+
+def test_bench_thread_counts_table_is_the_median_of_its_rounds(model):
+    """`xlserve bench --thread-counts 1,2 --weights int8 --kv-dtype int8 --rounds 3`: every round
+    is printed (each count's decode rate, and its ratio to the first count's rate of the same
+    round); the table gives per count the median of the rounds' rates and of their ratios, with
+    the lowest and highest ratio, the read bandwidth of as many threads and the share of the
+    step's limit at it. Bad counts and options that cannot go with it are refused before
+    anything is measured."""
+    env = {k: v for k, v in os.environ.items() if k != "XLSERVE_CPU"}
+    proc = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", "--thread-counts",
+                           "1,2", "--weights", "int8", "--kv-dtype", "int8", "--max-batch", "1",
+                           "--rounds", "3"], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "weights int8" in proc.stdout and "memory int8" in proc.stdout, proc.stdout
+    seen = {1: [], 2: []}  # count -> [(rate, ratio)] in round order
+    for ln in proc.stdout.splitlines():
+        f = ln.split()
+        if len(f) > 2 and f[1] == "round" and "t/s:" in ln:
+            body = ln.split("t/s:")[1].split()
+            assert body[0:2] == ["1", "thr"] and body[3:5] == ["2", "thr"], ln
+            r1, r2, ratio = float(body[2]), float(body[5]), float(body[6].strip("()x"))
+            assert abs(ratio - r2 / r1) <= 0.0051, ln
+            seen[1].append((r1, 1.0))
+            seen[2].append((r2, ratio))
+    assert all(len(v) == 3 for v in seen.values()), proc.stdout
+    rows = [ln.split() for ln in proc.stdout.splitlines()
+            if len(ln.split()) == 11 and ln.split()[2:4] == ["int8", "int8"]]
+    assert [r[1] for r in rows] == ["1", "2"], proc.stdout
+    for r in rows:
+        n = int(r[1])
+        rate, ratio, low, high, mb, gbs, share = r[4:11]
+        assert float(rate) == sorted(x for x, _ in seen[n])[1], proc.stdout
+        assert float(ratio.rstrip("x")) == sorted(x for _, x in seen[n])[1], proc.stdout
+        assert float(low.strip("[,")) == min(x for _, x in seen[n]), proc.stdout
+        assert float(high.strip("]")) == max(x for _, x in seen[n]), proc.stdout
+        if n == 1:
+            assert (ratio, low, high) == ("1.00x", "[1.00,", "1.00]"), proc.stdout
+        mb, gbs, share = float(mb), float(gbs), float(share.rstrip("%"))
+        assert mb > 0 and gbs > 0, r
+        # share = rate x step bytes / bandwidth, up to the printed digits of each
+        slack = 0.51 + share * (0.0006 / mb + 0.006 / gbs + 0.006 / float(rate))
+        assert abs(share - 100 * float(rate) * mb * 1e6 / (gbs * 1e9)) <= slack, r
+    for bad in (["--thread-counts", "0"], ["--thread-counts", "9"], ["--thread-counts", "1,x"],
+                ["--thread-counts", "1,2", "--clock", "thread"],
+                ["--thread-counts", "1,2", "--weights", "bf16,int8"]):
+        p = subprocess.run([xlserve_bin(), "bench", "--model", model, "--quick", *bad],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 2 and "--thread-counts" in p.stderr and p.stdout == "", (bad, p)
+

@@ -159,7 +159,7 @@ static int run(gen_group *g, sched *sc) {
 }
 
 static void test_group_runs_and_seeds_like_alone(void) {
-  sched_opts so = {2, 16, 256, 16, 16, 0};
+  sched_opts so = {2, 16, 256, 16, 16, 0, 1};
   sched *sc = sched_new(M, &so, notify, NULL);
   xl_error e;
   memset(&e, 0, sizeof e);

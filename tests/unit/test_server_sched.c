@@ -93,7 +93,7 @@ static job *make_job(session *s, const char *prompt, int max_tokens, uint64_t se
 }
 
 static sched *new_sched(int workers, int max_batch, int batch_tokens) {
-  sched_opts o = {workers, max_batch, batch_tokens, 64, 64, 0};
+  sched_opts o = {workers, max_batch, batch_tokens, 64, 64, 0, 1};
   sched *s = sched_new(M, &o, notify, &N);
   xl_error err;
   CHECK(sched_start(s, &err) == 0);
@@ -280,7 +280,7 @@ static void test_round_robin_when_rows_are_scarce(void) {
   job *jj[NR];
   /* every job is queued before the worker starts: submitted one by one to a running worker, a
    * slow (loaded) test thread could let the first ones finish before the last were submitted */
-  sched_opts o = {1, 4, 1 << 20, 64, 64, 0};
+  sched_opts o = {1, 4, 1 << 20, 64, 64, 0, 1};
   sched *s = sched_new(M, &o, notify, &N);
   for (int i = 0; i < NR; i++) {
     ss[i] = session_new(M, &err);
@@ -326,7 +326,7 @@ static void test_two_workers_share_a_burst_of_prompts(void) {
   memset(p20, 'r', 20);
   p20[20] = 0;
   metrics_init();
-  sched_opts o = {2, 64, BIG, 64, 64, 0};
+  sched_opts o = {2, 64, BIG, 64, 64, 0, 1};
   sched *s = sched_new(M, &o, notify, &N);
   for (int i = 0; i < NB; i++) {
     ss[i] = session_new(M, &err);
@@ -539,7 +539,7 @@ static void test_unread_stream_pauses(void) {
   sched_stop(s1);
   sched_free(s1);
 
-  sched_opts o = {1, 8, 1 << 20, 1, 4, 512};
+  sched_opts o = {1, 8, 1 << 20, 1, 4, 512, 1};
   sched *s = sched_new(M, &o, notify, &N);
   CHECK(sched_start(s, &err) == 0);
   pause_ctx c;
