@@ -784,7 +784,8 @@ static void update_session(req *r) {
         buf calls;
         buf_init(&calls);
         tool_calls_canonical(j->reply.p ? j->reply.p : "", j->reply.len, &calls);
-        session_push_msg(s, ROLE_ASSISTANT, chat_hash(ROLE_ASSISTANT, calls.p ? calls.p : "", calls.len));
+        session_push_msg(s, ROLE_ASSISTANT,
+                         chat_hash(ROLE_ASSISTANT, calls.p ? calls.p : "", calls.len));
         buf_free(&calls);
       } else {
         session_push_msg(s, ROLE_ASSISTANT,

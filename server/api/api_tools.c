@@ -9,10 +9,10 @@
 
 #include "tool_calls.h"
 
-#define BAD(param, ...)                                               \
-  do {                                                                \
-    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);     \
-    return -1;                                                        \
+#define BAD(param, ...)                                                                            \
+  do {                                                                                             \
+    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);                                   \
+    return -1;                                                                                     \
   } while (0)
 
 static int is_null(json_t *v) { return !v || json_is_null(v); }
@@ -63,8 +63,8 @@ static int read_tool(json_t *tool, int i, const char **name, json_t **params, ap
 
 /* tool_choice: "none" | "auto" | "required" | {"type":"function","function":{"name"}} (or the
  * Responses shape {"type":"function","name"}); *forced: the named tool's index, else -1. */
-static int read_choice(json_t *root, const char *const *names, int n, tool_request *t,
-                       int *forced, api_error *e) {
+static int read_choice(json_t *root, const char *const *names, int n, tool_request *t, int *forced,
+                       api_error *e) {
   json_t *c = json_object_get(root, "tool_choice");
   *forced = -1;
   t->mode = TOOLS_AUTO;
@@ -74,14 +74,16 @@ static int read_choice(json_t *root, const char *const *names, int n, tool_reque
     if (!strcmp(s, "none")) t->mode = TOOLS_OFF;
     else if (!strcmp(s, "required")) t->mode = TOOLS_FORCED;
     else if (strcmp(s, "auto"))
-      BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                         "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+      BAD("tool_choice",
+          "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     return 0;
   }
   json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
   if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
-    BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    BAD("tool_choice",
+        "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+        "{\"type\": \"function\", \"function\": {\"name\": ...}}");
   json_t *fn = json_object_get(c, "function");
   json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : json_object_get(c, "name");
   const char *param = json_is_object(fn) ? "tool_choice.function.name" : "tool_choice.name";
@@ -122,16 +124,18 @@ int api_parse_tools(json_t *root, int byte_model, tool_request *t, api_error *e)
   if (read_choice(root, names, (int)n, t, &forced, e)) return -1;
   if (t->mode == TOOLS_OFF) return 0;
   if (!byte_model)
-    BAD("tools", "tool calls are generated under a JSON grammar and need a byte-level model "
-                 "(tokenizer \"bytes\"): this model's vocabulary cannot spell arbitrary JSON");
-  json_t *schema = forced >= 0 ? tool_call_schema(&names[forced], &params[forced], 1,
-                                                  t->parallel ? TOOL_MAX_CALLS : 1)
-                               : tool_call_schema(names, params, (int)n,
-                                                  t->parallel ? TOOL_MAX_CALLS : 1);
+    BAD("tools",
+        "tool calls are generated under a JSON grammar and need a byte-level model "
+        "(tokenizer \"bytes\"): this model's vocabulary cannot spell arbitrary JSON");
+  json_t *schema =
+      forced >= 0
+          ? tool_call_schema(&names[forced], &params[forced], 1, t->parallel ? TOOL_MAX_CALLS : 1)
+          : tool_call_schema(names, params, (int)n, t->parallel ? TOOL_MAX_CALLS : 1);
   char err[400], where[200];
   t->grammar = jc_compile_at(schema, 0, err, sizeof err, where, sizeof where);
   json_decref(schema);
-  if (!t->grammar) BAD("tools", "the tools cannot be combined into one call grammar: %s (at %s)", err, where);
+  if (!t->grammar)
+    BAD("tools", "the tools cannot be combined into one call grammar: %s (at %s)", err, where);
   t->n_tools = (int)n;
   return 0;
 }
@@ -155,17 +159,21 @@ int api_render_tool_calls(json_t *calls, const char *text, size_t text_len, cons
     json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
     json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
     snprintf(p, sizeof p, "%s[%zu]", param, i);
-    if (!json_is_object(fn) || (!is_null(type) && !(json_is_string(type) &&
-                                                    !strcmp(json_string_value(type), "function"))))
-      BAD(p, "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", p);
+    if (!json_is_object(fn) ||
+        (!is_null(type) && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))))
+      BAD(p,
+          "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+          p);
     json_t *name = json_object_get(fn, "name"), *a = json_object_get(fn, "arguments");
     snprintf(p, sizeof p, "%s[%zu].function.name", param, i);
-    if (!json_is_string(name) || !tool_name_valid(json_string_value(name), json_string_length(name)))
+    if (!json_is_string(name) ||
+        !tool_name_valid(json_string_value(name), json_string_length(name)))
       BAD(p, "'%s' must be 1-%d characters of [A-Za-z0-9_.-]", p, TOOL_NAME_MAX);
     snprintf(p, sizeof p, "%s[%zu].function.arguments", param, i);
     /* rendered as sent, JSON or not: a call cut by max_tokens comes back as it was answered */
     if (!json_is_string(a)) BAD(p, "'%s' must be a string holding the arguments' JSON", p);
-    if (memchr(json_string_value(a), 0, json_string_length(a))) BAD(p, "'%s' must not contain NUL", p);
+    if (memchr(json_string_value(a), 0, json_string_length(a)))
+      BAD(p, "'%s' must not contain NUL", p);
     names[i] = json_string_value(name), nl[i] = json_string_length(name);
     args[i] = json_string_value(a), al[i] = json_string_length(a);
   }
@@ -201,8 +209,7 @@ void api_tool_calls_json(json_writer *w, const job *c, tool_calls_shape shape) {
     jw_string_n(w, t + sp[k].args_off, sp[k].have_args ? sp[k].args_len : 0);
     if (shape == TOOL_CALLS_RESPONSES)
       jw_kstring(w, "status", sp[k].args_done ? "completed" : "incomplete");
-    else
-      jw_end(w);
+    else jw_end(w);
     jw_end(w);
   }
   jw_end(w);

@@ -18,10 +18,10 @@
 #include "json_writer.h"
 
 typedef struct tool_request {
-  tool_mode mode;        /* TOOLS_OFF: no tools, or tool_choice none */
-  jc_schema *grammar;    /* the call grammar (mode != TOOLS_OFF), owned */
+  tool_mode mode;     /* TOOLS_OFF: no tools, or tool_choice none */
+  jc_schema *grammar; /* the call grammar (mode != TOOLS_OFF), owned */
   int n_tools;
-  int parallel;          /* several calls may be made (parallel_tool_calls, default true) */
+  int parallel; /* several calls may be made (parallel_tool_calls, default true) */
 } tool_request;
 
 /* Reads tools / tool_choice / parallel_tool_calls of a request body (the Chat Completions

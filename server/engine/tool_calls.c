@@ -59,7 +59,8 @@ json_t *tool_call_schema(const char *const *names, json_t *const *params, int n,
       args = json_deep_copy(params[i]);
       rebase_refs(args, prefix);
     } else {
-      args = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
+      args =
+          json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
     }
     json_object_set_new(defs, key, args);
     json_t *obj = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}, s:[s,s], s:b}", "type", "object",
@@ -96,7 +97,7 @@ int tool_calls_parse(const char *t, size_t n, tool_call_span *calls, int max) {
         if (str_key) {
           cur = len == 4 && !memcmp(t + str_start, "name", 4)        ? KEY_NAME
                 : len == 9 && !memcmp(t + str_start, "arguments", 9) ? KEY_ARGS
-                                                                      : KEY_OTHER;
+                                                                     : KEY_OTHER;
           expect_key = 0;
         } else if (str_name && c) {
           c->name_off = str_start, c->name_len = len;

@@ -193,6 +193,31 @@ def test_streamed_deltas_reassemble_to_the_full_answer(daemon):
         assert calls == [{k: v for k, v in c.items() if k != "id"} for c in want]
 
 
+def test_streamed_choices_each_reassemble(daemon):
+    """n = 2 streamed: each choice's deltas (by choice index, then call index) give that
+    choice's calls of the full answer."""
+    body = dict(messages=USER, tools=TOOLS, tool_choice="required", max_tokens=1500, seed=9, n=2,
+                logit_bias=BIAS)
+    st, h, full = X.post_json(daemon.port, "/v1/chat/completions", body, timeout=120)
+    st, h, ev = X.stream(daemon.port, "/v1/chat/completions", dict(body, stream=True),
+                         timeout=120)
+    got, finish = {}, {}
+    for ch in X.sse_json(ev):
+        for c in ch["choices"]:
+            for t in c["delta"].get("tool_calls", []):
+                call = got.setdefault(c["index"], {}).setdefault(t["index"], ["", ""])
+                if "id" in t:
+                    call[0] = t["function"]["name"]
+                call[1] += t["function"]["arguments"]
+            if c.get("finish_reason"):
+                finish[c["index"]] = c["finish_reason"]
+    for i, c in enumerate(full["choices"]):
+        want = [[t["function"]["name"], t["function"]["arguments"]]
+                for t in c["message"]["tool_calls"]]
+        assert [got[i][k] for k in sorted(got[i])] == want
+        assert finish[i] == c["finish_reason"] == "tool_calls"
+
+
 def test_stream_cut_by_max_tokens_says_length(daemon):
     st, h, ev = X.stream(daemon.port, "/v1/chat/completions",
                          dict(messages=USER, tools=TOOLS, tool_choice="required", max_tokens=12,

@@ -13,12 +13,15 @@
 #include "tool_calls.h"
 
 static jc_schema *grammar(int max_calls) {
-  json_t *w = json_loads("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\","
-                         "\"maxLength\":4},\"n\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"city\"],"
-                         "\"$defs\":{\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}}}",
-                         0, NULL);
-  json_t *s = json_loads("{\"type\":\"object\",\"properties\":{\"q\":{\"enum\":[\"a\",\"b\"]}},"
-                         "\"required\":[\"q\"]}", 0, NULL);
+  json_t *w = json_loads(
+      "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\","
+      "\"maxLength\":4},\"n\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"city\"],"
+      "\"$defs\":{\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}}}",
+      0, NULL);
+  json_t *s = json_loads(
+      "{\"type\":\"object\",\"properties\":{\"q\":{\"enum\":[\"a\",\"b\"]}},"
+      "\"required\":[\"q\"]}",
+      0, NULL);
   const char *names[3] = {"weather", "search", "now"};
   json_t *params[3] = {w, s, NULL};
   json_t *schema = tool_call_schema(names, params, 3, max_calls);
@@ -45,26 +48,30 @@ static void test_grammar(void) {
   CHECK(g != NULL);
   if (!g) return;
   CHECK(accepts(g, "[{\"name\":\"weather\",\"arguments\":{\"city\":\"Bath\",\"n\":3}}]"));
-  CHECK(accepts(g, "[{\"name\":\"search\",\"arguments\":{\"q\":\"b\"}},"
-                   "{\"name\":\"now\",\"arguments\":{}}]"));
-  CHECK(!accepts(g, "[{\"name\":\"other\",\"arguments\":{}}]"));            /* no such tool */
+  CHECK(accepts(g,
+                "[{\"name\":\"search\",\"arguments\":{\"q\":\"b\"}},"
+                "{\"name\":\"now\",\"arguments\":{}}]"));
+  CHECK(!accepts(g, "[{\"name\":\"other\",\"arguments\":{}}]")); /* no such tool */
   CHECK(!accepts(g, "[{\"name\":\"weather\",\"arguments\":{\"city\":\"Bath!\"}}]")); /* too long */
   CHECK(!accepts(g, "[{\"name\":\"weather\",\"arguments\":{\"city\":\"a\",\"n\":10}}]")); /* $ref */
   CHECK(!accepts(g, "[{\"name\":\"search\",\"arguments\":{\"city\":\"a\"}}]")); /* another's args */
-  CHECK(!accepts(g, "[{\"name\":\"now\",\"arguments\":{\"x\":1}}]"));      /* no parameters */
-  CHECK(!accepts(g, "[]"));                                                 /* at least one */
-  CHECK(!accepts(g, "[{\"name\":\"now\",\"arguments\":{}},{\"name\":\"now\",\"arguments\":{}},"
-                    "{\"name\":\"now\",\"arguments\":{}}]")); /* max_calls 2 */
-  CHECK(!accepts(g, "{\"name\":\"now\",\"arguments\":{}}"));  /* an array of calls */
+  CHECK(!accepts(g, "[{\"name\":\"now\",\"arguments\":{\"x\":1}}]"));           /* no parameters */
+  CHECK(!accepts(g, "[]"));                                                     /* at least one */
+  CHECK(!accepts(g,
+                 "[{\"name\":\"now\",\"arguments\":{}},{\"name\":\"now\",\"arguments\":{}},"
+                 "{\"name\":\"now\",\"arguments\":{}}]"));   /* max_calls 2 */
+  CHECK(!accepts(g, "{\"name\":\"now\",\"arguments\":{}}")); /* an array of calls */
   jc_schema_free(g);
   g = grammar(1);
-  CHECK(g && !accepts(g, "[{\"name\":\"now\",\"arguments\":{}},{\"name\":\"now\",\"arguments\":{}}]"));
+  CHECK(g &&
+        !accepts(g, "[{\"name\":\"now\",\"arguments\":{}},{\"name\":\"now\",\"arguments\":{}}]"));
   jc_schema_free(g);
 }
 
 static void test_reader_on_every_prefix(void) {
-  const char *t = "[{\"arguments\":{\"a\":\"x,}\\\"\",\"b\":[1,{\"c\":2}]},\"name\":\"f\"},"
-                  "{\"name\":\"g.h-1\",\"arguments\":{}}]";
+  const char *t =
+      "[{\"arguments\":{\"a\":\"x,}\\\"\",\"b\":[1,{\"c\":2}]},\"name\":\"f\"},"
+      "{\"name\":\"g.h-1\",\"arguments\":{}}]";
   size_t n = strlen(t);
   tool_call_span sp[4];
   size_t prev_args = 0;
@@ -93,8 +100,9 @@ static void test_reader_on_every_prefix(void) {
   buf b;
   buf_init(&b);
   tool_calls_canonical(t, n, &b);
-  const char *want = "[{\"name\":\"f\",\"arguments\":{\"a\":\"x,}\\\"\",\"b\":[1,{\"c\":2}]}},"
-                     "{\"name\":\"g.h-1\",\"arguments\":{}}]";
+  const char *want =
+      "[{\"name\":\"f\",\"arguments\":{\"a\":\"x,}\\\"\",\"b\":[1,{\"c\":2}]}},"
+      "{\"name\":\"g.h-1\",\"arguments\":{}}]";
   CHECK(b.len == strlen(want) && !memcmp(b.p, want, b.len));
   buf_free(&b);
   /* at most max calls are read */
