@@ -3,7 +3,9 @@ the page's own UI code (#selftest: fill the input, click Send, wait for the stre
 streams each reply in many chunks into one server-side session that holds both turns; a reload
 continues the same session; the API key prompt; Stop (the server cancels) and New conversation
 (the old session is deleted); a phone-width layout. No CSP violation or script error anywhere."""
+import http.client
 import json
+import threading
 import time
 
 import xlharness as X
@@ -212,7 +214,9 @@ def test_in_band_error_is_shown(start_daemon, tiny_model, page):
 
 def long_stream(d, sid=None):
     """A long generation from Python (optionally in session sid): returns its open connection
-    once the first token arrived; closing it cancels the generation."""
+    once the first token arrived; closing it cancels the generation. A thread keeps reading the
+    stream, so the generation keeps its running slot (an unread stream pauses and gives its
+    slot up once its buffer fills)."""
     c = d.conn()
     h = {"Content-Type": "application/json"}
     if sid:
@@ -222,6 +226,27 @@ def long_stream(d, sid=None):
     r = c.getresponse()
     assert r.status == 200
     X.read_sse(r, on_event=lambda data: False)
+
+    def drain():
+        try:
+            while r.read(4096):
+                pass
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            pass  # the connection was closed by the test
+
+    threading.Thread(target=drain, daemon=True).start()
+    return c
+
+
+def slot_holder(d):
+    """A long non-streaming generation from Python that holds the running slot: returns its open
+    connection once it runs; closing it cancels the generation. (A stream read more slowly than
+    it is generated pauses and gives its slot up, so a stream cannot hold the slot.)"""
+    c = d.conn()
+    c.request("POST", "/v1/completions", body=json.dumps(
+        {"prompt": "x", "max_tokens": 900000}).encode(),
+        headers={"Content-Type": "application/json"})
+    X.wait_until(lambda: X.metric(d.port, "xlserve_running") == 1, what="the slot holder to run")
     return c
 
 
@@ -230,7 +255,7 @@ def test_retries_when_the_server_is_full(start_daemon, tiny_model, page):
     d = start_daemon(tiny_model, "--max-tokens-limit", "1000000", "--max-running", "1",
                      "--max-queue", "0")
     page.navigate("http://127.0.0.1:%d/" % d.port)
-    c = long_stream(d)
+    c = slot_holder(d)
     page.eval("document.getElementById('max-tokens').value = '16'; "
               "document.getElementById('input').value = 'May I?'; "
               "document.getElementById('send').click()")
@@ -269,7 +294,7 @@ def test_waits_in_the_queue_with_pings(start_daemon, tiny_model, page):
     d = start_daemon(tiny_model, "--max-tokens-limit", "1000000", "--max-running", "1",
                      "--max-queue", "4", "--ping-interval", "1")
     page.navigate("http://127.0.0.1:%d/" % d.port)
-    c = long_stream(d)
+    c = slot_holder(d)
     page.eval("document.getElementById('max-tokens').value = '16'; "
               "document.getElementById('input').value = 'After you.'; "
               "document.getElementById('send').click()")
