@@ -813,6 +813,7 @@ static void maybe_finish(req *r) {
   quota_release(r);
   ACTX(r)->job_running = 0;
   r->a->n_jobs--;
+  idem_answered(r, &GEN(r)->idem); /* the commit has its outcome: a retry may read it */
   gen_finish(r);
 }
 

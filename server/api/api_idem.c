@@ -191,6 +191,8 @@ st_record *idem_record(idem_req *q, st_record *out, uint64_t session_tokens, con
   return out;
 }
 
+void idem_answered(struct req *r, idem_req *q) { unregister(r, q); }
+
 void idem_end(struct req *r, idem_req *q) {
   unregister(r, q);
   free(q->key);

@@ -43,6 +43,10 @@ int idem_begin(struct req *r, idem_req *q);
 int idem_stage(struct req *r, idem_req *q, const char *sid);
 /* The turn's record for st_turn_end (NULL: none): body is its answer (NULL: none recorded). */
 st_record *idem_record(idem_req *q, st_record *out, uint64_t session_tokens, const buf *body);
+/* The turn is over and its commit has an outcome (its record, if any, is where a retry reads
+ * it): out of the running set, so a retry sent as soon as the answer arrives is replayed, not
+ * refused as still running. */
+void idem_answered(struct req *r, idem_req *q);
 /* The request ends: out of the running set; frees q's buffers. */
 void idem_end(struct req *r, idem_req *q);
 
