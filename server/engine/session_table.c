@@ -489,24 +489,8 @@ static void touch(session_table *t, session *s) {
 }
 
 session *st_fork(session_table *t, session *src, xl_error *err) {
-  session *s = xcalloc(1, sizeof *s);
-  if (xl_state_clone(src->state, &s->state, err) != XL_OK) {
-    free(s);
-    return NULL;
-  }
-  s->pending = src->pending;
-  s->digest = src->digest;
-  s->rng = src->rng;
-  s->chat = src->chat;
-  if (src->n_msgs) {
-    s->msgs = xmalloc(sizeof *s->msgs * (size_t)src->n_msgs);
-    memcpy(s->msgs, src->msgs, sizeof *s->msgs * (size_t)src->n_msgs);
-    s->n_msgs = s->cap_msgs = src->n_msgs;
-  }
-  session_set_tail(s, src->tail, src->tail_len);
-  s->turns = src->turns;
-  s->created = s->last_used = now_wall();
-  s->last_used_mono = now_mono();
+  session *s = session_clone(src, err); /* a copy of its state, chat and tail, used now */
+  if (!s) return NULL;
   /* A fork is a use of its parent: the parent becomes the most recently used but one (the fork
    * joins in front of it), and while the fork joins the parent is held like a busy session, so
    * the budget never evicts it for its own fork, however small the budget. */
