@@ -600,12 +600,13 @@ static void refuse_content_length(http_server *a) {
   int too_large = 0;
   int fd = guard_take_bad_content_length(a->guard, &too_large);
   if (fd < 0) return; /* none found: MHD answers it */
-  if (too_large)
-    raw_reply_error(fd, API_ERR_BODY_TOO_LARGE,
-                    "the Content-Length header's value is larger than any body this server reads");
-  else
-    raw_reply_error(fd, API_ERR_INVALID_CONTENT_LENGTH,
-                    "the Content-Length header's value is not a plain decimal number");
+  api_err err = too_large ? API_ERR_BODY_TOO_LARGE : API_ERR_INVALID_CONTENT_LENGTH;
+  raw_reply_error(fd, err,
+                  too_large ? "the Content-Length header's value is larger than any body this "
+                              "server reads"
+                            : "the Content-Length header's value is not a plain decimal number");
+  /* counted like a malformed head: no route was chosen (route 0, "other") */
+  ctr_add(&g_metrics.requests[0][api_err_status(err)], 1);
 }
 
 static int starts_with(const char *s, const char *prefix) {

@@ -168,8 +168,11 @@ def assert_one_error_reply(got, status, code):
 def test_malformed_content_length_gets_one_reply(daemon, value, status, code):
     """libmicrohttpd 0.9.75 answers these itself (with its header block written twice); the
     daemon answers them first, once, and nothing sent behind it is served."""
+    counted = 'xlserve_requests_total{route="other",status="%d"}' % status
+    before = X.metrics(daemon.port).get(counted, 0)
     got = send_raw(daemon.port, bad_cl_request(value) + SMUGGLED)
     assert_one_error_reply(got, status, code)
+    assert X.metrics(daemon.port)[counted] == before + 1
     assert exchange(daemon.port, SMUGGLED.replace(
         b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))[0][0] == 200  # still serving
 
