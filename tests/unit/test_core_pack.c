@@ -13,17 +13,6 @@
 
 #include "testlib.h"
 
-static int same_state(const xl_state *a, const xl_state *b) {
-  uint8_t *x = NULL, *y = NULL;
-  size_t nx = 0, ny = 0;
-  xl_error err;
-  if (xl_state_serialize(a, &x, &nx, &err) || xl_state_serialize(b, &y, &ny, &err)) return 0;
-  int same = nx == ny && !memcmp(x, y, nx);
-  free(x);
-  free(y);
-  return same;
-}
-
 static const char *model_dir(unsigned seed) {
   tl_model_spec spec = TL_MODEL_SPEC_DEFAULT; /* 2 layers, 2 heads x 16, mem_len 24 */
   spec.seed = seed;
@@ -60,12 +49,12 @@ static void test_pack_unpack_continues_bit_for_bit(void) {
       /* its bytes are those of the positions it holds, not of a whole memory */
       CHECK(xl_state_bytes(packed) < xl_state_bytes(a) || k >= 24);
       CHECK_CODE(xl_state_unpack(c, packed, &err), XL_OK);
-      CHECK(same_state(a, c));
+      CHECK(tl_same_state(a, c));
       /* the same cuts from k on: the same bits */
       CHECK(tl_feed_chunks(m, ws, a, t, k, N, CHUNK, ref) == 0);
       CHECK(tl_feed_chunks(m, ws, c, t, k, N, CHUNK, got) == 0);
       CHECK(!memcmp(ref + k, got + k, sizeof(float) * (size_t)(N - k)));
-      CHECK(same_state(a, c));
+      CHECK(tl_same_state(a, c));
       /* the packed copy did not move: a second state seeded from it matches again */
       xl_state *d;
       CHECK_CODE(xl_state_new(m, &d, &err), XL_OK);
@@ -74,7 +63,7 @@ static void test_pack_unpack_continues_bit_for_bit(void) {
       CHECK_CODE(xl_state_unpack(d, packed, &err), XL_OK);
       CHECK(tl_feed_chunks(m, ws, d, t, k, N, CHUNK, got) == 0);
       CHECK(!memcmp(ref + k, got + k, sizeof(float) * (size_t)(N - k)));
-      CHECK(same_state(a, d));
+      CHECK(tl_same_state(a, d));
       xl_state_free(d);
       xl_state_free(packed);
       xl_state_free(a);

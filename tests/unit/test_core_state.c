@@ -380,19 +380,6 @@ static void test_chunking_invariance(void) {
   }
 }
 
-/* Two states equal bit for bit in everything a later step reads: the counters and every held
- * position's keys and values (their serialisations are equal byte for byte). */
-static int same_state(const xl_state *a, const xl_state *b) {
-  uint8_t *x = NULL, *y = NULL;
-  size_t nx = 0, ny = 0;
-  xl_error err;
-  if (xl_state_serialize(a, &x, &nx, &err) || xl_state_serialize(b, &y, &ny, &err)) return 0;
-  int same = nx == ny && !memcmp(x, y, nx);
-  free(x);
-  free(y);
-  return same;
-}
-
 /* A snapshot plus the deltas of the turns since rebuild the state: turns of 1 to 60 tokens
  * (longer than the ring of 24: a delta then carries only the last 24), the ring wrapping many
  * times, a new snapshot (compaction) now and then; after every turn the rebuilt state equals
@@ -431,7 +418,7 @@ static void test_deltas_rebuild_the_state(void) {
     CHECK_CODE(xl_state_delta_apply(durable, d, dn, &err), XL_STATE);
     free(d);
     wraps += before / 24 != xl_state_tokens_fed(live) / 24;
-    all_same &= same_state(live, durable);
+    all_same &= tl_same_state(live, durable);
     if (turn % 37 == 36) { /* compaction: the rebuilt state becomes the snapshot */
       CHECK_CODE(xl_state_serialize(durable, &snap, &snap_len, &err), XL_OK);
       xl_state_free(durable);
@@ -499,7 +486,7 @@ static void test_delta_refusals(void) {
   CHECK(xl_state_tokens_fed(b) == 0);
   CHECK_CODE(xl_state_delta_apply(b, d0, n0, &err), XL_OK);
   CHECK_CODE(xl_state_delta_apply(b, d, n, &err), XL_OK);
-  CHECK(same_state(a, b));
+  CHECK(tl_same_state(a, b));
   free(e);
   free(d0);
   free(d);

@@ -241,3 +241,14 @@ int tl_feed_chunks(xl_model *m, xl_workspace *ws, xl_state *s, const int32_t *t,
   }
   return 0;
 }
+
+int tl_same_state(const xl_state *a, const xl_state *b) {
+  uint8_t *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  xl_error err;
+  if (xl_state_serialize(a, &x, &nx, &err) || xl_state_serialize(b, &y, &ny, &err)) return 0;
+  int same = nx == ny && !memcmp(x, y, nx);
+  free(x);
+  free(y);
+  return same;
+}

@@ -107,5 +107,8 @@ void tl_tokens(int32_t *t, int n, unsigned seed);
  * forward fails. */
 int tl_feed_chunks(xl_model *m, xl_workspace *ws, xl_state *s, const int32_t *t, int from, int to,
                    int chunk, float *lp);
+/* Whether two states are equal bit for bit in everything a later step reads: the counters and
+ * every held position's keys and values (their serialisations are equal byte for byte). */
+int tl_same_state(const xl_state *a, const xl_state *b);
 
 #endif
