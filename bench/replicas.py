@@ -35,7 +35,8 @@ sys.path[:0] = [os.path.join(ROOT, "bench"), os.path.join(ROOT, "tests", "integr
 import load  # noqa: E402
 import xlharness as X  # noqa: E402
 import deployharness as N  # noqa: E402
-from test_replicas import Redis, replicas_config  # noqa: E402
+from redisserver import RedisServer  # noqa: E402
+from test_replicas import replicas_config  # noqa: E402
 
 
 def store_write(port):
@@ -184,7 +185,7 @@ def main(argv=None):
     only = set(a.only.split(","))
     errors = 0
     with tempfile.TemporaryDirectory(prefix="xlserve-replicas-") as tmp:
-        redis = Redis(os.path.join(tmp, "redis"))
+        redis = RedisServer(os.path.join(tmp, "redis"))
         try:
             if "store" in only:
                 bench_store(a, tmp, redis, extra)

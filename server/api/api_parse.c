@@ -8,23 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_check.h"
 #include "api_fields.h"
 #include "buf.h"
 #include "util.h"
-
-#define BAD(param, ...)                                                                   \
-  do {                                                                                    \
-    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);                         \
-    return -1;                                                                            \
-  } while (0)
-
-static int is_null(json_t *v) { return !v || json_is_null(v); }
 
 /* number fields: JSON numbers (integers accepted) in [lo, hi] */
 static int get_num(json_t *o, const char *name, double lo, double hi, int lo_open, double *out,
                    api_error *e) {
   json_t *v = json_object_get(o, name);
-  if (is_null(v)) return 0;
+  if (api_is_null(v)) return 0;
   if (!json_is_number(v)) BAD(name, "'%s' must be a number", name);
   double d = json_number_value(v);
   if (!isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
@@ -36,7 +29,7 @@ static int get_num(json_t *o, const char *name, double lo, double hi, int lo_ope
 static int get_int(json_t *o, const char *name, long long lo, long long hi, long long *out,
                    api_error *e) {
   json_t *v = json_object_get(o, name);
-  if (is_null(v)) return 0;
+  if (api_is_null(v)) return 0;
   if (!json_is_integer(v)) BAD(name, "'%s' must be an integer", name);
   long long x = json_integer_value(v);
   if (x < lo || x > hi) BAD(name, "'%s' must be an integer in [%lld, %lld]", name, lo, hi);
@@ -46,7 +39,7 @@ static int get_int(json_t *o, const char *name, long long lo, long long hi, long
 
 static int get_bool(json_t *o, const char *name, int *out, api_error *e) {
   json_t *v = json_object_get(o, name);
-  if (is_null(v)) return 0;
+  if (api_is_null(v)) return 0;
   if (!json_is_boolean(v)) BAD(name, "'%s' must be a boolean", name);
   *out = json_is_true(v);
   return 1;
@@ -54,7 +47,7 @@ static int get_bool(json_t *o, const char *name, int *out, api_error *e) {
 
 static int parse_stop(json_t *root, gen_request *g, api_error *e) {
   json_t *v = json_object_get(root, "stop");
-  if (is_null(v)) return 0;
+  if (api_is_null(v)) return 0;
   json_t *one[1] = {v};
   json_t **items = one;
   size_t n = 1;
@@ -111,7 +104,7 @@ static int parse_prompt(json_t *root, gen_request *g, const parse_limits *lim, a
   if (list) {
     np = json_array_size(p);
     if (np > MAX_PROMPTS) BAD("prompt", "'prompt' may list at most %d prompts", MAX_PROMPTS);
-  } else if (!is_null(p) && !json_is_string(p) && !json_is_array(p)) {
+  } else if (!api_is_null(p) && !json_is_string(p) && !json_is_array(p)) {
     BAD("prompt", "'prompt' must be a string, an array of token ids, or an array of those");
   }
   g->prompts = xcalloc(np, sizeof *g->prompts);
@@ -120,7 +113,7 @@ static int parse_prompt(json_t *root, gen_request *g, const parse_limits *lim, a
     char param[32] = "prompt";
     if (list) snprintf(param, sizeof param, "prompt[%zu]", i);
     json_t *one = list ? json_array_get(p, i) : p;
-    if (is_null(one)) {
+    if (api_is_null(one)) {
       g->prompts[i].text = "";
     } else if (parse_one_prompt(one, &g->prompts[i], lim, param, e)) {
       return -1;
@@ -167,7 +160,7 @@ static int parse_choices(json_t *r, gen_request *g, job_kind kind, api_error *e)
 /* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's shape; ids as decimal strings) */
 static int parse_logit_bias(json_t *root, gen_request *g, const parse_limits *lim, api_error *e) {
   json_t *v = json_object_get(root, "logit_bias");
-  if (is_null(v)) return 0;
+  if (api_is_null(v)) return 0;
   if (!json_is_object(v))
     BAD("logit_bias", "'logit_bias' must be an object mapping token ids to numbers in [-100, 100]");
   size_t n = json_object_size(v);
@@ -204,14 +197,14 @@ static int parse_structured_output(json_t *root, gen_request *g, const parse_lim
   int object_only = 0, given = 0;
   const char *param = NULL;
   json_t *v = json_object_get(root, "response_format");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
     const char *ty = json_is_string(t) ? json_string_value(t) : "";
     if (!strcmp(ty, "json_object")) {
       given = 1;
       param = "response_format";
       schema = json_object_get(v, "schema"); /* llama.cpp's form */
-      if (is_null(schema)) schema = NULL, object_only = 1;
+      if (api_is_null(schema)) schema = NULL, object_only = 1;
     } else if (!strcmp(ty, "json_schema")) {
       given = 1;
       param = "response_format.json_schema";
@@ -219,9 +212,9 @@ static int parse_structured_output(json_t *root, gen_request *g, const parse_lim
       if (!json_is_object(js))
         BAD(param, "'response_format.json_schema' must be an object {\"name\", \"schema\", \"strict\"}");
       json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
-      if (!is_null(name) && !json_is_string(name))
+      if (!api_is_null(name) && !json_is_string(name))
         BAD("response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
-      if (!is_null(strict) && !json_is_boolean(strict))
+      if (!api_is_null(strict) && !json_is_boolean(strict))
         BAD("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
       schema = json_object_get(js, "schema");
       if (!json_is_object(schema))
@@ -235,7 +228,7 @@ static int parse_structured_output(json_t *root, gen_request *g, const parse_lim
   static const char *const aliases[] = {"json_schema", "guided_json"};
   for (int i = 0; i < 2; i++) {
     v = json_object_get(root, aliases[i]);
-    if (is_null(v)) continue;
+    if (api_is_null(v)) continue;
     if (given) BAD(aliases[i], "'%s' and '%s' both ask for structured output: give one", param, aliases[i]);
     given = 1;
     param = aliases[i];
@@ -299,12 +292,12 @@ static int parse_messages(json_t *root, gen_request *g, api_error *e) {
       snprintf(pname, sizeof pname, "messages[%zu].tool_call_id", i);
       if (!json_is_string(id)) BAD(pname, "'%s' must be a string: the id of the call answered", pname);
     }
-    if (!is_null(calls) && g->msgs[i].role != ROLE_ASSISTANT) {
+    if (!api_is_null(calls) && g->msgs[i].role != ROLE_ASSISTANT) {
       snprintf(pname, sizeof pname, "messages[%zu].tool_calls", i);
       BAD(pname, "'%s' belongs to assistant messages", pname);
     }
     snprintf(pname, sizeof pname, "messages[%zu].content", i);
-    if (!is_null(calls) && is_null(c)) {
+    if (!api_is_null(calls) && api_is_null(c)) {
       g->msgs[i].content = "";
       g->msgs[i].len = 0;
     } else if (json_is_string(c)) {
@@ -331,7 +324,7 @@ static int parse_messages(json_t *root, gen_request *g, api_error *e) {
       BAD(pname, "'%s' must be a string or an array of text parts", pname);
     }
     if (memchr(g->msgs[i].content, 0, g->msgs[i].len)) BAD(pname, "'%s' must not contain NUL", pname);
-    if (!is_null(calls)) { /* the calls in the form they are generated in, after the text */
+    if (!api_is_null(calls)) { /* the calls in the form they are generated in, after the text */
       char cp[64];
       snprintf(cp, sizeof cp, "messages[%zu].tool_calls", i);
       buf b;
@@ -374,7 +367,7 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
     return -1;
   }
   json_t *v = json_object_get(r, "model");
-  if (!is_null(v) && !json_is_string(v)) BAD("model", "'model' must be a string");
+  if (!api_is_null(v) && !json_is_string(v)) BAD("model", "'model' must be a string");
   g->model = json_is_string(v) ? json_string_value(v) : NULL;
 
   if (kind == JOB_CHAT) {
@@ -385,7 +378,7 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
   }
   if (get_bool(r, "stream", &g->stream, e) < 0) return -1;
   v = json_object_get(r, "stream_options");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (!json_is_object(v)) BAD("stream_options", "'stream_options' must be an object");
     if (!g->stream) BAD("stream_options", "'stream_options' is only allowed with 'stream': true");
     if (get_bool(v, "include_usage", &g->include_usage, e) < 0) return -1;
@@ -414,7 +407,7 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
   if ((rc = get_num(r, "repetition_penalty", 0, 10, 1, &d, e)) < 0) return -1;
   if (rc) g->sampling.repetition_penalty = (float)d;
   v = json_object_get(r, "seed");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (!json_is_integer(v)) BAD("seed", "'seed' must be an integer");
     g->seeded = 1;
     g->seed = (uint64_t)json_integer_value(v);
@@ -445,15 +438,15 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
     if (g->echo && g->stream)
       BAD("echo", "'echo' is not supported with 'stream': true (send the request without stream)");
     v = json_object_get(r, "suffix");
-    if (!is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
+    if (!api_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
       BAD("suffix", "'suffix' is not supported");
   }
   if (parse_logit_bias(r, g, lim, e)) return -1;
   v = json_object_get(r, "tools");
-  if (kind != JOB_CHAT && !is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+  if (kind != JOB_CHAT && !api_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
     BAD("tools", "'tools' belong to /v1/chat/completions (and /v1/responses)");
   v = json_object_get(r, "functions");
-  if (!is_null(v)) BAD("functions", "'functions' are not supported: send 'tools'");
+  if (!api_is_null(v)) BAD("functions", "'functions' are not supported: send 'tools'");
   if (parse_structured_output(r, g, lim, e)) return -1;
   if (kind == JOB_CHAT) {
     if (api_parse_tools(r, !lim->words_tokenizer, &g->tools, e)) return -1;
@@ -468,14 +461,14 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
   }
   /* extensions */
   v = json_object_get(r, "session_id");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (!json_is_string(v) || !session_id_valid(json_string_value(v), json_string_length(v)))
       BAD("session_id", "'session_id' must be 1-128 characters of [A-Za-z0-9._-]");
     g->session_id = json_string_value(v);
   }
   g->history = HISTORY_AUTO;
   v = json_object_get(r, "history");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (kind != JOB_CHAT) BAD("history", "'history' applies to chat completions only");
     const char *h = json_is_string(v) ? json_string_value(v) : "";
     if (!strcmp(h, "auto")) g->history = HISTORY_AUTO;

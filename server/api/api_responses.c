@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api_check.h"
 #include "api_generate.h"
 #include "api_tools.h"
 #include "app.h"
@@ -96,18 +97,11 @@ static json_t *jtext(const char *p, size_t n) {
   return s ? s : json_string("");
 }
 
-#define BAD(param, ...)                                                                            \
-  do {                                                                                             \
-    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);                                   \
-    return -1;                                                                                     \
-  } while (0)
 #define UNSUPPORTED(param, ...)                                                                    \
   do {                                                                                             \
     api_error_set(e, API_ERR_UNSUPPORTED_FIELD, param, __VA_ARGS__);                               \
     return -1;                                                                                     \
   } while (0)
-
-static int is_null(const json_t *v) { return !v || json_is_null(v); }
 
 /* One input message's content (a string or input_text/output_text parts) as one string. */
 static int content_text(json_t *c, const char *pname, buf *out, api_error *e) {
@@ -196,7 +190,8 @@ static int translate_input(json_t *input, json_t *msgs, json_t *items, api_error
     snprintf(pname, sizeof pname, "input[%zu]", i);
     if (!json_is_object(it)) BAD(pname, "'%s' must be an object", pname);
     json_t *type = json_object_get(it, "type");
-    if (!is_null(type) && !json_is_string(type)) BAD(pname, "'%s.type' must be a string", pname);
+    if (!api_is_null(type) && !json_is_string(type))
+      BAD(pname, "'%s.type' must be a string", pname);
     const char *ty = json_is_string(type) ? json_string_value(type) : "message";
     if (!strcmp(ty, "function_call") || !strcmp(ty, "function_call_output")) {
       if (tool_item(it, ty, pname, msgs, e)) return -1;
@@ -279,28 +274,28 @@ static int translate(req *r, void *p, const char *body, size_t len, buf *out, ap
     return -1;
   }
   v = json_object_get(q, "background");
-  if (!is_null(v) && !json_is_false(v))
+  if (!api_is_null(v) && !json_is_false(v))
     UNSUPPORTED("background",
                 "'background' responses are not supported: send the request "
                 "without it (or with stream: true to see the text as it is made)");
   static const char *const REFUSED[] = {"conversation", "prompt"};
   for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
-    if (!is_null(json_object_get(q, REFUSED[i])))
+    if (!api_is_null(json_object_get(q, REFUSED[i])))
       UNSUPPORTED(REFUSED[i], "'%s' is not supported: send the input (and previous_response_id)",
                   REFUSED[i]);
   v = json_object_get(q, "store");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (!json_is_boolean(v)) BAD("store", "'store' must be a boolean");
     c->store = json_is_true(v);
   }
   v = json_object_get(q, "previous_response_id");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= sizeof c->id)
       BAD("previous_response_id", "'previous_response_id' must be a response id (a string)");
     c->prev = json_string_value(v);
   }
   v = json_object_get(q, "metadata");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (!json_is_object(v)) BAD("metadata", "'metadata' must be an object of strings");
     const char *k;
     json_t *x;
@@ -312,7 +307,7 @@ static int translate(req *r, void *p, const char *body, size_t len, buf *out, ap
   c->input = json_array();
   int rc = -1;
   v = json_object_get(q, "instructions");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (!json_is_string(v)) {
       api_error_set(e, API_ERR_INVALID_VALUE, "instructions", "'instructions' must be a string");
       goto out;
@@ -320,7 +315,7 @@ static int translate(req *r, void *p, const char *body, size_t len, buf *out, ap
     json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", v));
   }
   v = json_object_get(q, "input");
-  if (is_null(v)) {
+  if (api_is_null(v)) {
     api_error_set(e, API_ERR_INVALID_VALUE, "input", "'input' is required");
     goto out;
   }
@@ -332,7 +327,7 @@ static int translate(req *r, void *p, const char *body, size_t len, buf *out, ap
   /* logprobs: asked by include (OpenAI's way) or by top_logprobs */
   int lp = 0;
   v = json_object_get(q, "include");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     if (!json_is_array(v)) {
       api_error_set(e, API_ERR_INVALID_VALUE, "include", "'include' must be an array of strings");
       goto out;
@@ -352,9 +347,9 @@ static int translate(req *r, void *p, const char *body, size_t len, buf *out, ap
   }
   if (lp) json_object_set_new(chat, "logprobs", json_true());
   v = json_object_get(q, "text");
-  if (!is_null(v)) {
+  if (!api_is_null(v)) {
     json_t *f = json_is_object(v) ? json_object_get(v, "format") : NULL;
-    if (!json_is_object(v) || (!is_null(f) && !json_is_object(f))) {
+    if (!json_is_object(v) || (!api_is_null(f) && !json_is_object(f))) {
       api_error_set(e, API_ERR_INVALID_VALUE, "text.format", "'text.format' must be an object");
       goto out;
     }

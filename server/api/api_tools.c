@@ -7,15 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api_check.h"
 #include "tool_calls.h"
-
-#define BAD(param, ...)                                                                            \
-  do {                                                                                             \
-    api_error_set(e, API_ERR_INVALID_VALUE, param, __VA_ARGS__);                                   \
-    return -1;                                                                                     \
-  } while (0)
-
-static int is_null(json_t *v) { return !v || json_is_null(v); }
 
 /* One tool: its name and parameters schema (NULL: none), checked; fn: where they are (the
  * "function" object, or the tool itself in the Responses shape). */
@@ -29,7 +22,7 @@ static int read_tool(json_t *tool, int i, const char **name, json_t **params, ap
     BAD(p, "'%s' must be \"function\" (the only kind of tool this server runs)", p);
   json_t *fn = json_object_get(tool, "function");
   const char *base = "function.";
-  if (is_null(fn) && json_object_get(tool, "name")) fn = tool, base = ""; /* Responses' shape */
+  if (api_is_null(fn) && json_object_get(tool, "name")) fn = tool, base = ""; /* Responses' shape */
   else if (!json_is_object(fn)) {
     snprintf(p, sizeof p, "tools[%d].function", i);
     BAD(p, "'%s' must be an object {\"name\", \"description\", \"parameters\", \"strict\"}", p);
@@ -41,14 +34,14 @@ static int read_tool(json_t *tool, int i, const char **name, json_t **params, ap
   *name = json_string_value(n);
   json_t *d = json_object_get(fn, "description");
   snprintf(p, sizeof p, "tools[%d].%sdescription", i, base);
-  if (!is_null(d) && !json_is_string(d)) BAD(p, "'%s' must be a string", p);
+  if (!api_is_null(d) && !json_is_string(d)) BAD(p, "'%s' must be a string", p);
   json_t *s = json_object_get(fn, "strict");
   snprintf(p, sizeof p, "tools[%d].%sstrict", i, base);
-  if (!is_null(s) && !json_is_boolean(s)) BAD(p, "'%s' must be a boolean", p);
+  if (!api_is_null(s) && !json_is_boolean(s)) BAD(p, "'%s' must be a boolean", p);
   json_t *ps = json_object_get(fn, "parameters");
   snprintf(p, sizeof p, "tools[%d].%sparameters", i, base);
-  if (!is_null(ps) && !json_is_object(ps)) BAD(p, "'%s' must be a JSON schema object", p);
-  *params = is_null(ps) ? NULL : ps;
+  if (!api_is_null(ps) && !json_is_object(ps)) BAD(p, "'%s' must be a JSON schema object", p);
+  *params = api_is_null(ps) ? NULL : ps;
   if (*params) { /* compiled alone first: an error names the keyword's path in this tool */
     char err[400], where[200], full[300];
     jc_schema *c = jc_compile_at(*params, 0, err, sizeof err, where, sizeof where);
@@ -68,7 +61,7 @@ static int read_choice(json_t *root, const char *const *names, int n, tool_reque
   json_t *c = json_object_get(root, "tool_choice");
   *forced = -1;
   t->mode = TOOLS_AUTO;
-  if (is_null(c)) return 0;
+  if (api_is_null(c)) return 0;
   if (json_is_string(c)) {
     const char *s = json_string_value(c);
     if (!strcmp(s, "none")) t->mode = TOOLS_OFF;
@@ -101,10 +94,10 @@ int api_parse_tools(json_t *root, int byte_model, tool_request *t, api_error *e)
   t->parallel = 1;
   json_t *tools = json_object_get(root, "tools");
   json_t *par = json_object_get(root, "parallel_tool_calls");
-  if (!is_null(par) && !json_is_boolean(par))
+  if (!api_is_null(par) && !json_is_boolean(par))
     BAD("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
   if (json_is_false(par)) t->parallel = 0;
-  if (is_null(tools)) return 0; /* tool_choice without tools: api_fields.c answers */
+  if (api_is_null(tools)) return 0; /* tool_choice without tools: api_fields.c answers */
   if (!json_is_array(tools)) BAD("tools", "'tools' must be an array of function tools");
   size_t n = json_array_size(tools);
   if (n == 0) return 0; /* OpenAI accepts an empty list: no tools */
@@ -160,7 +153,8 @@ int api_render_tool_calls(json_t *calls, const char *text, size_t text_len, cons
     json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
     snprintf(p, sizeof p, "%s[%zu]", param, i);
     if (!json_is_object(fn) ||
-        (!is_null(type) && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))))
+        (!api_is_null(type) &&
+         !(json_is_string(type) && !strcmp(json_string_value(type), "function"))))
       BAD(p,
           "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
           p);

@@ -25,9 +25,16 @@ typedef struct optdef {
 } optdef;
 
 static const optdef OPTS[XLS_N_OPTIONS] = {
-#define XLS_DEF(name, type, def, mn, mx, help) \
-  {#name, OPT_##type, def, mn, mx, help, offsetof(config, name)},
-    XLS_OPTIONS(XLS_DEF)
+#define XLS_DEF(name, type, def, mn, mx, help) {#name, type, def, mn, mx, help, offsetof(config, name)},
+#define XLS_DEF_INT(name, def, mn, mx, help) XLS_DEF(name, OPT_INT, def, mn, mx, help)
+#define XLS_DEF_BOOL(name, def, help) XLS_DEF(name, OPT_BOOL, def, 0, 0, help)
+#define XLS_DEF_STR(name, def, help) XLS_DEF(name, OPT_STR, def, 0, 0, help)
+#define XLS_DEF_ESC(name, def, help) XLS_DEF(name, OPT_ESC, def, 0, 0, help)
+    XLS_OPTIONS(XLS_DEF_INT, XLS_DEF_BOOL, XLS_DEF_STR, XLS_DEF_ESC)
+#undef XLS_DEF_INT
+#undef XLS_DEF_BOOL
+#undef XLS_DEF_STR
+#undef XLS_DEF_ESC
 #undef XLS_DEF
 };
 

@@ -15,9 +15,7 @@ daemons and nginx, all started and stopped here.
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -26,8 +24,8 @@ import pytest
 
 import deployharness as N
 import xlharness as X
+from redisserver import REDIS, RedisServer
 
-REDIS = shutil.which("redis-server")
 SHIPPED_REPLICAS = os.path.join(N.ROOT, "config", "nginx", "xlserve-replicas.conf")
 
 pytestmark = [
@@ -36,51 +34,6 @@ pytestmark = [
     pytest.mark.skipif(N.nginx_bin() is None, reason="nginx is not installed "
                        "(tools/install-deps.sh test installs it)"),
 ]
-
-
-class Redis:
-    """redis-server on 127.0.0.1 with its AOF (appendfsync always) in DIR; restartable on the
-    same port and files."""
-
-    def __init__(self, d, persistence=("--appendonly", "yes", "--appendfsync", "always")):
-        self.persistence = list(persistence)
-        self.dir = str(d)
-        os.makedirs(self.dir, exist_ok=True)
-        self.port = X.free_port()
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [REDIS, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", self.dir,
-             *self.persistence, "--save", "",
-             "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        X.wait_until(self.ping, 20, "redis-server answers PING")
-
-    def ping(self):
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def command(self, *args):
-        """One command (RESP); the reply's first line, decoded."""
-        req = b"*%d\r\n" % len(args) + b"".join(
-            b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-            s.sendall(req)
-            lines = s.recv(4096).split(b"\r\n")
-        if lines[0].startswith(b"$") and lines[0] != b"$-1":
-            return lines[1].decode()  # a bulk string
-        return lines[0].decode()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
 
 
 def replicas_config(tmp, ports):
@@ -102,7 +55,7 @@ class Cluster:
         self.tmp = tmp
         self.model = model
         self.extra = list(extra)
-        self.redis = Redis(tmp / "redis")
+        self.redis = RedisServer(tmp / "redis")
         self.ports = [X.free_port() for _ in range(3)]
         self.replicas = [self.start_replica(i) for i in range(3)]
         self.nginx = N.Nginx(tmp / "nginx", None, shipped=replicas_config(tmp, self.ports))
@@ -483,8 +436,7 @@ def test_redis_killed_and_restarted_under_load_loses_no_acknowledged_turn(cluste
         t.start()
     X.wait_until(lambda: all(sum(1 for x in logs.get("load-%d" % i, []) if x[1] == "acked") >= 3
                              for i in range(3)), 60, "every client has acknowledged turns")
-    c.redis.proc.kill()
-    c.redis.proc.wait()
+    c.redis.kill9()
     at_kill = {sid: len(log) for sid, log in logs.items()}
     c.redis.start()
     X.wait_until(lambda: all(sum(1 for x in log[at_kill[sid]:] if x[1] == "acked") >= 3
@@ -523,7 +475,7 @@ def test_the_log_says_what_an_acknowledged_turn_survives(tmp_path, tiny_model, s
                               (("--appendonly", "yes", "--appendfsync", "everysec"),
                                "a power loss may lose about the last second"),
                               (("--appendonly", "no"), "lives in Redis's RAM only")):
-        r = Redis(tmp_path / ("redis-" + persistence[-1]), persistence)
+        r = RedisServer(tmp_path / ("redis-" + persistence[-1]), persistence)
         try:
             d = start_daemon(tiny_model, "--store", "redis", "--redis-url",
                              "redis://127.0.0.1:%d/0" % r.port)
@@ -548,7 +500,7 @@ def test_wait_for_redis_replicas(tmp_path, tiny_model, start_daemon):
     """redis_wait_replicas 1: each commit WAITs for one Redis replica. Without one, a turn is
     still acknowledged (it is on the primary) but the shortfall is logged and counted; with a
     replica attached (redis-server --replicaof), none."""
-    primary = Redis(tmp_path / "primary")
+    primary = RedisServer(tmp_path / "primary")
     secondary = None
     try:
         d = start_daemon(tiny_model, "--store", "redis", "--redis-url",
@@ -558,7 +510,7 @@ def test_wait_for_redis_replicas(tmp_path, tiny_model, start_daemon):
         ok_turn(d.port, "w-1", "Alone", n=4)
         assert X.metric(d.port, "xlserve_store_wait_shortfalls_total") >= 1
         d.wait_log(lambda o: o.get("event") == "store_wait_shortfall")
-        secondary = Redis(tmp_path / "secondary",
+        secondary = RedisServer(tmp_path / "secondary",
                           ("--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)))
         X.wait_until(lambda: primary.command("WAIT", "1", "100") == ":1", 30,
                      "the Redis replica is in sync")

@@ -6,17 +6,15 @@ the turn's transaction: it survives kill -9), and on Redis (the record is in the
 script: a reply cut after Redis applied the turn, then a retry with the key, replays it)."""
 import http.client
 import json
-import os
 import signal
-import socket
-import subprocess
 import threading
 import time
 
 import pytest
 
 import xlharness as X
-from test_store import APPEND_SCRIPT, REDIS, CuttingProxy, redis_port, stored_tokens  # noqa: F401
+from redisserver import REDIS, RedisServer
+from test_store import APPEND_SCRIPT, CuttingProxy, redis_port, stored_tokens  # noqa: F401
 
 
 def turn(port, sid, prompt, key, n=4, stream=False, timeout=60, **kw):
@@ -168,43 +166,6 @@ def test_redis_lost_reply_then_retry_replays(start_daemon, tiny_model, redis_por
     proxy.close()
 
 
-class AofRedis:
-    """redis-server on 127.0.0.1 with its AOF (appendfsync always) in DIR, as the replicas'
-    tests run it; kill -9 and restart on the same port and files."""
-
-    def __init__(self, d):
-        self.dir = str(d)
-        os.makedirs(self.dir, exist_ok=True)
-        self.port = X.free_port()
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [REDIS, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", self.dir,
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-             "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        X.wait_until(self.ping, 20, "redis-server answers PING")
-
-    def ping(self):
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def kill9(self):
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-
-
 @pytest.mark.skipif(REDIS is None, reason="redis-server is not installed "
                     "(tools/install-deps.sh test installs it)")
 def test_redis_kill9_under_load_with_keys_feeds_each_turn_once(start_daemon, tiny_model,
@@ -214,7 +175,7 @@ def test_redis_kill9_under_load_with_keys_feeds_each_turn_once(start_daemon, tin
     and restarted on its AOF, three times. At the end every session's token count is exactly
     the sum of its acknowledged turns (each answered once, a replay counted once): no double
     feed, and no turn reported as not kept that was kept. Prints the counts."""
-    redis = AofRedis(tmp_path / "redis")
+    redis = RedisServer(tmp_path / "redis")
     d = start_daemon(tiny_model, "--store", "redis", "--redis-url",
                      "redis://127.0.0.1:%d/0" % redis.port, "--redis-prefix", "t")
     stop = threading.Event()

@@ -337,17 +337,7 @@ def test_bench_score_runs(tiny_model):
 @pytest.fixture(scope="module")
 def word_model(tmp_path_factory):
     """The tiny model as a word-level one: vocab.txt with <eos>, <unk>, w0..w253."""
-    d = X.write_tiny_model(tmp_path_factory.mktemp("models") / "words")
-    import json
-    import os
-    with open(os.path.join(d, "vocab.txt"), "w") as f:
-        f.write("\n".join(["<eos>", "<unk>"] + ["w%d" % i for i in range(254)]) + "\n")
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["xlserve_tokenizer"] = "words"
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    return d
+    return X.write_tiny_word_model(tmp_path_factory.mktemp("models") / "words")
 
 
 def test_word_model_scoring_and_tokenizer(start_daemon, word_model, tmp_path):

@@ -22,6 +22,7 @@ import time
 import pytest
 
 import xlharness as X
+from redisserver import NOT_INSTALLED, REDIS, RedisServer, redis_command
 
 MASK = (1 << 64) - 1
 
@@ -772,9 +773,6 @@ def test_one_daemon_per_state_dir(start_daemon, tiny_model, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Redis: a write whose reply is lost
 
-REDIS = __import__("shutil").which("redis-server")
-
-
 class CuttingProxy:
     """A TCP proxy between the daemon and redis-server that can cut one connection at a chosen
     moment. It learns each script's SHA1 from the daemon's SCRIPT LOAD (the script's text names
@@ -861,39 +859,14 @@ PUT_SCRIPT = b"local existed"  # only the put script's
 MARKERS = (APPEND_SCRIPT, PUT_SCRIPT)
 
 
-def redis_command(port, *args):
-    """One RESP command to redis-server; the reply's first line (bulk: its value), decoded."""
-    req = b"*%d\r\n" % len(args) + b"".join(
-        b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(req)
-        lines = s.recv(65536).split(b"\r\n")
-    if lines[0].startswith(b"$") and lines[0] != b"$-1":
-        return lines[1].decode()
-    return lines[0].decode()
-
-
 @pytest.fixture
 def redis_port(tmp_path):
+    """The port of a fresh redis-server without persistence, stopped after the test."""
     if REDIS is None:
-        pytest.skip("redis-server is not installed (tools/install-deps.sh test installs it)")
-    port = X.free_port()
-    d = tmp_path / "redis"
-    d.mkdir()
-    p = subprocess.Popen([REDIS, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(d),
-                          "--save", "", "--appendonly", "no", "--daemonize", "no"],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-
-    def pong():
-        try:
-            return redis_command(port, "PING") == "+PONG"
-        except OSError:
-            return False
-    X.wait_until(pong, 20, "redis-server answers PING")
-    yield port
-    p.terminate()
-    p.wait(timeout=20)
+        pytest.skip(NOT_INSTALLED)
+    r = RedisServer(tmp_path / "redis", ("--appendonly", "no"))
+    yield r.port
+    r.stop()
 
 
 def stored_tokens(port, sid):

@@ -226,14 +226,7 @@ def test_bad_or_unsupported_schemas_are_refused(daemon, fields, param):
 
 
 def test_word_level_model_is_refused(start_daemon, tiny_model, tmp_path):
-    d = tmp_path / "words"
-    X.write_tiny_model(d)
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["xlserve_tokenizer"] = "words"
-    (d / "config.json").write_text(json.dumps(cfg))
-    words = ["<eos>", "<unk>"] + [f"w{i}" for i in range(cfg["vocab_size"] - 2)]
-    (d / "vocab.txt").write_text("\n".join(words) + "\n")
-    dm = start_daemon(str(d))
+    dm = start_daemon(X.write_tiny_word_model(tmp_path / "words"))
     st, h, b = X.post_json(dm.port, "/v1/completions",
                            {"prompt": "w1 w2", "response_format": {"type": "json_object"}})
     assert st == 400 and b["error"]["param"] == "response_format", b

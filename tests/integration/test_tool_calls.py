@@ -355,14 +355,7 @@ def test_tools_on_completions_are_refused(daemon):
 
 
 def test_word_level_model_refuses_tools_unless_none(start_daemon, tmp_path):
-    d = tmp_path / "words"
-    X.write_tiny_model(d)
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["xlserve_tokenizer"] = "words"
-    (d / "config.json").write_text(json.dumps(cfg))
-    words = ["<eos>", "<unk>"] + [f"w{i}" for i in range(cfg["vocab_size"] - 2)]
-    (d / "vocab.txt").write_text("\n".join(words) + "\n")
-    dm = start_daemon(str(d))
+    dm = start_daemon(X.write_tiny_word_model(tmp_path / "words"))
     msgs = [{"role": "user", "content": "w1 w2"}]
     st, h, b = X.post_json(dm.port, "/v1/chat/completions",
                            {"messages": msgs, "tools": TOOLS, "max_tokens": 2})

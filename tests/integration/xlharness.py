@@ -55,6 +55,22 @@ def write_tiny_model(out_dir, seed=7, **overrides):
     return str(out_dir)
 
 
+def write_tiny_word_model(out_dir, seed=7):
+    """The tiny model with the word-level tokenizer: vocab.txt holds <eos>, <unk>, then w0,
+    w1, ... (one word an id, up to vocab_size)."""
+    d = write_tiny_model(out_dir, seed)
+    config_path = os.path.join(d, "config.json")
+    with open(config_path) as f:
+        cfg = json.load(f)
+    cfg["xlserve_tokenizer"] = "words"
+    with open(config_path, "w") as f:
+        json.dump(cfg, f)
+    words = ["<eos>", "<unk>"] + ["w%d" % i for i in range(cfg["vocab_size"] - 2)]
+    with open(os.path.join(d, "vocab.txt"), "w") as f:
+        f.write("\n".join(words) + "\n")
+    return d
+
+
 @functools.lru_cache(maxsize=None)
 def binary_sanitizer(binary=None):
     """"tsan", "asan" (ASan + UBSan) or "" for the daemon under test (or BINARY)."""

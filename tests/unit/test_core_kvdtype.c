@@ -136,18 +136,6 @@ static void test_narrowing(void) {
   CHECK(xl_bf16_to_f32(xl_f32_to_bf16(-3.5f)) == -3.5f);
 }
 
-static xl_model *load(const char *dir, xl_kv_dtype dt) {
-  xl_load_options o = XL_LOAD_OPTIONS_DEFAULT;
-  o.kv_dtype = dt;
-  xl_model *m = NULL;
-  xl_error err;
-  if (xl_model_load(dir, &o, &m, &err)) {
-    fprintf(stderr, "load: %s\n", err.message);
-    return NULL;
-  }
-  return m;
-}
-
 static const char *model_dir(void) {
   static const char *dir;
   if (!dir) {
@@ -158,13 +146,9 @@ static const char *model_dir(void) {
   return dir;
 }
 
-static void tokens(int32_t *t, int n, unsigned seed) {
-  for (int i = 0; i < n; i++) t[i] = (int32_t)((seed * 2654435761u + (unsigned)i * 40503u) % 251u);
-}
-
 /* int8 store/load: each value within half a step (scale / 2) of the original, per head */
 static void test_int8_store_load(void) {
-  xl_model *m = load(model_dir(), XL_KV_INT8);
+  xl_model *m = tl_load_model(model_dir(), XL_KV_INT8);
   CHECK(m != NULL);
   if (!m) return;
   xl_state *s = NULL;
@@ -211,7 +195,7 @@ static void run_sessions(xl_model *m, int batched, float lp[NS][NTOK]) {
   int32_t t[NS][NTOK];
   for (int s = 0; s < NS; s++) {
     xl_state_new(m, &st[s], &err);
-    tokens(t[s], NTOK, 7u + (unsigned)s);
+    tl_tokens(t[s], NTOK, 7u + (unsigned)s);
   }
   int first = 9; /* prefill length; then decode (the ring wraps: mem_len 24 < 40) */
   for (int s = 0; s < NS; s++) {
@@ -231,12 +215,12 @@ static void run_sessions(xl_model *m, int batched, float lp[NS][NTOK]) {
 
 static void test_forward_batch_invariant_and_close(void) {
   static float ref[NS][NTOK], a[NS][NTOK], b[NS][NTOK];
-  xl_model *m32 = load(model_dir(), XL_KV_F32);
+  xl_model *m32 = tl_load_model(model_dir(), XL_KV_F32);
   CHECK(m32 != NULL);
   if (!m32) return;
   run_sessions(m32, 0, ref);
   for (int d = 1; d < XL_KV_DTYPE_COUNT; d++) {
-    xl_model *m = load(model_dir(), DTYPES[d]);
+    xl_model *m = tl_load_model(model_dir(), DTYPES[d]);
     CHECK(m != NULL && xl_model_fingerprint(m) == xl_model_fingerprint(m32));
     if (!m) continue;
     run_sessions(m, 0, a);
@@ -282,12 +266,12 @@ static int same_blob(const xl_state *a, const xl_state *b) {
 
 static void test_blobs_across_dtypes(void) {
   xl_model *m[XL_KV_DTYPE_COUNT];
-  for (int d = 0; d < XL_KV_DTYPE_COUNT; d++) m[d] = load(model_dir(), DTYPES[d]);
+  for (int d = 0; d < XL_KV_DTYPE_COUNT; d++) m[d] = tl_load_model(model_dir(), DTYPES[d]);
   for (int d = 0; d < XL_KV_DTYPE_COUNT; d++) CHECK(m[d] != NULL);
   if (!m[0] || !m[1] || !m[2]) return;
   xl_error err;
   int32_t t[30];
-  tokens(t, 30, 3);
+  tl_tokens(t, 30, 3);
   xl_state *fed[XL_KV_DTYPE_COUNT]; /* each dtype fed the same 30 tokens (the ring wraps) */
   uint8_t *blob[XL_KV_DTYPE_COUNT];
   size_t len[XL_KV_DTYPE_COUNT];
@@ -365,11 +349,11 @@ static void test_blobs_across_dtypes(void) {
  * A state imported whole under B; same-dtype deltas rebuild bit for bit. */
 static void test_deltas_across_dtypes(void) {
   xl_model *m[XL_KV_DTYPE_COUNT];
-  for (int d = 0; d < XL_KV_DTYPE_COUNT; d++) m[d] = load(model_dir(), DTYPES[d]);
+  for (int d = 0; d < XL_KV_DTYPE_COUNT; d++) m[d] = tl_load_model(model_dir(), DTYPES[d]);
   if (!m[0] || !m[1] || !m[2]) return;
   xl_error err;
   int32_t t[60];
-  tokens(t, 60, 11);
+  tl_tokens(t, 60, 11);
   const int cuts[] = {0, 10, 17, 18, 45, 60}; /* turns; the ring (24) wraps */
   for (int a = 0; a < XL_KV_DTYPE_COUNT; a++) {
     xl_state *src = NULL;

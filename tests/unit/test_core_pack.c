@@ -13,45 +13,6 @@
 
 #include "testlib.h"
 
-static xl_model *load(const char *dir, xl_kv_dtype dt) {
-  xl_load_options o = XL_LOAD_OPTIONS_DEFAULT;
-  o.kv_dtype = dt;
-  xl_model *m = NULL;
-  xl_error err;
-  if (xl_model_load(dir, &o, &m, &err)) {
-    fprintf(stderr, "load: %s\n", err.message);
-    return NULL;
-  }
-  return m;
-}
-
-static void tokens(int32_t *t, int n, unsigned seed) {
-  for (int i = 0; i < n; i++) t[i] = (int32_t)((seed * 2654435761u + (unsigned)i * 40503u) % 251u);
-}
-
-/* Feeds t[from..to) in cuts of `chunk` counted from from; log p(t[i+1]) into lp[i]. */
-static int feed(xl_model *m, xl_workspace *ws, xl_state *s, const int32_t *t, int from, int to,
-                int chunk, float *lp) {
-  xl_error err;
-  for (int i = from; i < to; i += chunk) {
-    int len = to - i < chunk ? to - i : chunk;
-    xl_feed f = {s, t + i, len, t + i + 1, lp + i, NULL, NULL};
-    if (xl_forward(m, ws, &f, 1, &err)) return -1;
-  }
-  return 0;
-}
-
-static int same_state(const xl_state *a, const xl_state *b) {
-  uint8_t *x = NULL, *y = NULL;
-  size_t nx = 0, ny = 0;
-  xl_error err;
-  if (xl_state_serialize(a, &x, &nx, &err) || xl_state_serialize(b, &y, &ny, &err)) return 0;
-  int same = nx == ny && !memcmp(x, y, nx);
-  free(x);
-  free(y);
-  return same;
-}
-
 static const char *model_dir(unsigned seed) {
   tl_model_spec spec = TL_MODEL_SPEC_DEFAULT; /* 2 layers, 2 heads x 16, mem_len 24 */
   spec.seed = seed;
@@ -65,9 +26,9 @@ static void test_pack_unpack_continues_bit_for_bit(void) {
   if (!dir) return;
   enum { N = 90, CHUNK = 8 };
   int32_t t[N + 1];
-  tokens(t, N + 1, 3);
+  tl_tokens(t, N + 1, 3);
   for (int dt = 0; dt < XL_KV_DTYPE_COUNT; dt++) {
-    xl_model *m = load(dir, (xl_kv_dtype)dt);
+    xl_model *m = tl_load_model(dir, (xl_kv_dtype)dt);
     CHECK(m != NULL);
     if (!m) continue;
     xl_workspace *ws;
@@ -80,7 +41,7 @@ static void test_pack_unpack_continues_bit_for_bit(void) {
       xl_state *a, *c, *packed = NULL;
       CHECK_CODE(xl_state_new(m, &a, &err), XL_OK);
       CHECK_CODE(xl_state_new(m, &c, &err), XL_OK);
-      CHECK(feed(m, ws, a, t, 0, k, CHUNK, ref) == 0);
+      CHECK(tl_feed_chunks(m, ws, a, t, 0, k, CHUNK, ref) == 0);
       CHECK_CODE(xl_state_pack(a, &packed, &err), XL_OK);
       if (!packed) continue;
       CHECK(xl_state_mem_length(packed) == (k < 24 ? k : 24));
@@ -88,20 +49,21 @@ static void test_pack_unpack_continues_bit_for_bit(void) {
       /* its bytes are those of the positions it holds, not of a whole memory */
       CHECK(xl_state_bytes(packed) < xl_state_bytes(a) || k >= 24);
       CHECK_CODE(xl_state_unpack(c, packed, &err), XL_OK);
-      CHECK(same_state(a, c));
+      CHECK(tl_same_state(a, c));
       /* the same cuts from k on: the same bits */
-      CHECK(feed(m, ws, a, t, k, N, CHUNK, ref) == 0);
-      CHECK(feed(m, ws, c, t, k, N, CHUNK, got) == 0);
+      CHECK(tl_feed_chunks(m, ws, a, t, k, N, CHUNK, ref) == 0);
+      CHECK(tl_feed_chunks(m, ws, c, t, k, N, CHUNK, got) == 0);
       CHECK(!memcmp(ref + k, got + k, sizeof(float) * (size_t)(N - k)));
-      CHECK(same_state(a, c));
+      CHECK(tl_same_state(a, c));
       /* the packed copy did not move: a second state seeded from it matches again */
       xl_state *d;
       CHECK_CODE(xl_state_new(m, &d, &err), XL_OK);
-      CHECK(feed(m, ws, d, t, 0, 3, CHUNK, got) == 0); /* a used state: unpack replaces it */
+      CHECK(tl_feed_chunks(m, ws, d, t, 0, 3, CHUNK, got) ==
+            0); /* a used state: unpack replaces it */
       CHECK_CODE(xl_state_unpack(d, packed, &err), XL_OK);
-      CHECK(feed(m, ws, d, t, k, N, CHUNK, got) == 0);
+      CHECK(tl_feed_chunks(m, ws, d, t, k, N, CHUNK, got) == 0);
       CHECK(!memcmp(ref + k, got + k, sizeof(float) * (size_t)(N - k)));
-      CHECK(same_state(a, d));
+      CHECK(tl_same_state(a, d));
       xl_state_free(d);
       xl_state_free(packed);
       xl_state_free(a);
@@ -116,7 +78,8 @@ static void test_refusals(void) {
   const char *dir = model_dir(1), *dir2 = model_dir(2);
   CHECK(dir && dir2);
   if (!dir || !dir2) return;
-  xl_model *m = load(dir, XL_KV_F32), *mb = load(dir, XL_KV_BF16), *m2 = load(dir2, XL_KV_F32);
+  xl_model *m = tl_load_model(dir, XL_KV_F32), *mb = tl_load_model(dir, XL_KV_BF16),
+           *m2 = tl_load_model(dir2, XL_KV_F32);
   CHECK(m && mb && m2);
   if (!m || !mb || !m2) return;
   xl_workspace *ws;
@@ -128,8 +91,8 @@ static void test_refusals(void) {
   CHECK(packed == NULL);
   int32_t t[10];
   float lp[10];
-  tokens(t, 10, 1);
-  CHECK(feed(m, ws, a, t, 0, 8, 8, lp) == 0);
+  tl_tokens(t, 10, 1);
+  CHECK(tl_feed_chunks(m, ws, a, t, 0, 8, 8, lp) == 0);
   CHECK_CODE(xl_state_pack(a, &packed, &err), XL_OK);
   CHECK_CODE(xl_state_new(mb, &other_dt, &err), XL_OK);
   CHECK_CODE(xl_state_new(m2, &other_model, &err), XL_OK);

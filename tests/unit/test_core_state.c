@@ -17,30 +17,13 @@
 
 static xl_model *load(const tl_model_spec *spec, const char *tag) {
   const char *dir = tl_tmpdir(tag);
-  if (tl_write_model(dir, spec)) return NULL;
-  xl_model *m = NULL;
-  xl_error err;
-  if (xl_model_load(dir, NULL, &m, &err)) {
-    fprintf(stderr, "load: %s\n", err.message);
-    return NULL;
-  }
-  return m;
-}
-
-static void tokens(int32_t *t, int n, unsigned seed) {
-  for (int i = 0; i < n; i++) t[i] = (int32_t)((seed * 2654435761u + (unsigned)i * 40503u) % 251u);
+  return tl_write_model(dir, spec) ? NULL : tl_load_model(dir, XL_KV_F32);
 }
 
 /* Feeds t[0..n) in chunks of `chunk`, collecting log p(t[i+1]) for i < n-1 into lp. */
 static int run(xl_model *m, xl_workspace *ws, xl_state *s, const int32_t *t, int n, int chunk,
                float *lp) {
-  xl_error err;
-  for (int i = 0; i < n - 1; i += chunk) {
-    int len = n - 1 - i < chunk ? n - 1 - i : chunk;
-    xl_feed f = {s, t + i, len, t + i + 1, lp + i, NULL, NULL};
-    if (xl_forward(m, ws, &f, 1, &err)) return -1;
-  }
-  return 0;
+  return tl_feed_chunks(m, ws, s, t, 0, n - 1, chunk, lp);
 }
 
 static void test_blob_round_trip(void) {
@@ -55,7 +38,7 @@ static void test_blob_round_trip(void) {
   CHECK_CODE(xl_state_new(m, &a, &err), XL_OK);
   int32_t t[100];
   float lp1[100], lp2[100];
-  tokens(t, 100, 7);
+  tl_tokens(t, 100, 7);
   CHECK(run(m, ws, a, t, 40, 7, lp1) == 0); /* 39 positions: ring wrapped (mem_len 24) */
   CHECK(xl_state_mem_length(a) == 24);
   CHECK(xl_state_tokens_fed(a) == 39);
@@ -154,7 +137,7 @@ static void test_blob_refuses_bad_counters_and_non_finite(void) {
   CHECK_CODE(xl_workspace_new(m, &ws, &err), XL_OK);
   int32_t t[64];
   float lp[256]; /* the targets' log-probs, or a decode step's whole vocabulary (256) */
-  tokens(t, 64, 3);
+  tl_tokens(t, 64, 3);
   for (int n_fed = 10; n_fed <= 50; n_fed += 40) { /* a partial ring, then a wrapped one */
     xl_state *a;
     CHECK_CODE(xl_state_new(m, &a, &err), XL_OK);
@@ -230,8 +213,8 @@ static void test_clone_and_reset(void) {
   xl_state_new(m, &fresh, &err);
   int32_t t[80], u[40];
   float lp1[80], lp2[80];
-  tokens(t, 80, 3);
-  tokens(u, 40, 11);
+  tl_tokens(t, 80, 3);
+  tl_tokens(u, 40, 11);
   run(m, ws, a, t, 50, 9, lp1);
   CHECK_CODE(xl_state_clone(a, &b, &err), XL_OK);
   run(m, ws, a, u, 40, 40, lp1); /* diverge a; b must not see it */
@@ -270,7 +253,7 @@ static void test_batched_equals_unbatched(void) {
   for (int b = 0; b < B; b++) {
     xl_state_new(m, &solo[b], &err);
     xl_state_new(m, &multi[b], &err);
-    tokens(t[b], 60, (unsigned)b + 20);
+    tl_tokens(t[b], 60, (unsigned)b + 20);
   }
   /* different memory lengths per session: prefill 5, 13, 21, 29, 37 tokens */
   for (int b = 0; b < B; b++) {
@@ -333,7 +316,7 @@ static void test_decode_batched_with_long_chunk(void) {
   for (int b = 0; b < B; b++) {
     xl_state_new(m, &solo[b], &err);
     xl_state_new(m, &multi[b], &err);
-    tokens(t[b], LONG, (unsigned)b + 40);
+    tl_tokens(t[b], LONG, (unsigned)b + 40);
   }
   /* sessions 0-2 hold 3, 17 and 40 positions (the last ring wrapped, mem_len 24); session 3
    * holds 5 and then feeds a chunk of LONG - 5 tokens (klen 1100 > 1048 cached distances) */
@@ -378,7 +361,7 @@ static void test_chunking_invariance(void) {
     xl_workspace_new(m, &ws, &err);
     int32_t t[120];
     float ref[120], lp[120];
-    tokens(t, 120, 5);
+    tl_tokens(t, 120, 5);
     xl_state *s;
     xl_state_new(m, &s, &err);
     run(m, ws, s, t, 120, 1, ref);
@@ -395,19 +378,6 @@ static void test_chunking_invariance(void) {
     xl_workspace_free(ws);
     xl_model_free(m);
   }
-}
-
-/* Two states equal bit for bit in everything a later step reads: the counters and every held
- * position's keys and values (their serialisations are equal byte for byte). */
-static int same_state(const xl_state *a, const xl_state *b) {
-  uint8_t *x = NULL, *y = NULL;
-  size_t nx = 0, ny = 0;
-  xl_error err;
-  if (xl_state_serialize(a, &x, &nx, &err) || xl_state_serialize(b, &y, &ny, &err)) return 0;
-  int same = nx == ny && !memcmp(x, y, nx);
-  free(x);
-  free(y);
-  return same;
 }
 
 /* A snapshot plus the deltas of the turns since rebuild the state: turns of 1 to 60 tokens
@@ -435,7 +405,7 @@ static void test_deltas_rebuild_the_state(void) {
   for (int turn = 0; turn < 200; turn++) {
     rnd = rnd * 1103515245u + 12345u;
     int n = 1 + (int)((rnd >> 16) % (turn % 17 == 5 ? 60 : 14));
-    tokens(t, n + 1, (unsigned)turn + 1);
+    tl_tokens(t, n + 1, (unsigned)turn + 1);
     uint64_t before = xl_state_tokens_fed(live);
     xl_feed f = {live, t, n, NULL, NULL, NULL, NULL};
     CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
@@ -448,7 +418,7 @@ static void test_deltas_rebuild_the_state(void) {
     CHECK_CODE(xl_state_delta_apply(durable, d, dn, &err), XL_STATE);
     free(d);
     wraps += before / 24 != xl_state_tokens_fed(live) / 24;
-    all_same &= same_state(live, durable);
+    all_same &= tl_same_state(live, durable);
     if (turn % 37 == 36) { /* compaction: the rebuilt state becomes the snapshot */
       CHECK_CODE(xl_state_serialize(durable, &snap, &snap_len, &err), XL_OK);
       xl_state_free(durable);
@@ -459,7 +429,7 @@ static void test_deltas_rebuild_the_state(void) {
   CHECK(all_same);
   CHECK(wraps > 20);
   /* and both continue alike */
-  tokens(t, 30, 99);
+  tl_tokens(t, 30, 99);
   CHECK(run(m, ws, live, t, 30, 5, lp) == 0);
   CHECK(run(m, ws, durable, t, 30, 5, lp2) == 0);
   CHECK(memcmp(lp, lp2, 29 * sizeof(float)) == 0);
@@ -485,7 +455,7 @@ static void test_delta_refusals(void) {
   xl_state_new(m2, &c, &err);
   int32_t t[40];
   float lp[40];
-  tokens(t, 40, 5);
+  tl_tokens(t, 40, 5);
   run(m, ws, a, t, 11, 10, lp); /* a: 10 fed */
   uint8_t *d0, *d;
   size_t n0, n;
@@ -516,7 +486,7 @@ static void test_delta_refusals(void) {
   CHECK(xl_state_tokens_fed(b) == 0);
   CHECK_CODE(xl_state_delta_apply(b, d0, n0, &err), XL_OK);
   CHECK_CODE(xl_state_delta_apply(b, d, n, &err), XL_OK);
-  CHECK(same_state(a, b));
+  CHECK(tl_same_state(a, b));
   free(e);
   free(d0);
   free(d);
@@ -593,7 +563,7 @@ static void test_range_of_imported_states(void) {
     for (unsigned seed = 1; seed <= 6; seed++) {
       xl_state *a;
       CHECK_CODE(xl_state_new(m, &a, &err), XL_OK);
-      tokens(t, 200, seed * 17);
+      tl_tokens(t, 200, seed * 17);
       int n = seed < 3 ? 12 : 120;
       CHECK(run(m, ws, a, t, n, 1 + (int)seed, lp) == 0);
       CHECK_CODE(xl_state_check_range(a, &err), XL_OK);

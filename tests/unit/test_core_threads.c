@@ -32,10 +32,6 @@ static const char *model_dir(void) {
   return dir;
 }
 
-static void tokens(int32_t *t, int n, unsigned seed) {
-  for (int i = 0; i < n; i++) t[i] = (int32_t)((seed * 2654435761u + (unsigned)i * 40503u) % 251u);
-}
-
 typedef struct {
   float lp[NS][NTOK][V]; /* each fed position's whole distribution */
   uint8_t *blob[NS];     /* the memories at the end */
@@ -59,7 +55,7 @@ static int run(xl_model *m, int threads, run_out *o) {
   memset(o->lp, 0, sizeof o->lp);
   for (int s = 0; ok && s < NS; s++) {
     ok = xl_state_new(m, &st[s], &err) == XL_OK;
-    tokens(t[s], NTOK, 3u + (unsigned)s);
+    tl_tokens(t[s], NTOK, 3u + (unsigned)s);
   }
   /* sessions 1..: a prefill of FIRST - 1 tokens each, batched */
   xl_feed f[NS];

@@ -230,16 +230,82 @@ static void panel_counts(const char *type, int bad_row, int bad_ref, int bad_inv
   CHECK(bad_dot_inv == 0);
 }
 
+/* The counts of bad outputs of a panel test (see panel_counts). */
+typedef struct {
+  int row, ref, inv, dot, dot_inv;
+} panel_bad;
+
+typedef void (*panel_matmul)(const float *x, int M, int K, int ldx, const uint8_t *P,
+                             const float *S, int row0, int N, float *y, int ldy);
+
+/* The int8 and int4 panel tests' sweep over one width K of the panels P, S, whose rows hold the
+ * values wq[MAXN, LD]: for every batch size M, output count N and first row row0, the portable
+ * kernel within the activations' quantisation bound of a double reference and each row alone
+ * equal to it in the batch; the dot-product kernel (NULL: none on this CPU) equal to the
+ * portable one bit for bit, batched and alone. x: [MAXM, LD]; y, yp: [MAXM, 40]; y1: [40]. */
+static void sweep_panels(const float *x, int K, const uint8_t *P, const float *S, const float *wq,
+                         panel_matmul portable, panel_matmul dot, float *y, float *yp, float *y1,
+                         panel_bad *bad) {
+  static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
+  static const int Ns[] = {1, 5, 16, 17, 33};
+  static const int Row0s[] = {0, 3, 16};
+  for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+    for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+      for (size_t z = 0; z < sizeof Row0s / sizeof *Row0s; z++) {
+        const int M = Ms[a], N = Ns[b], row0 = Row0s[z], ldy = N + 3;
+        if (row0 + N > MAXN) continue;
+        portable(x, M, K, LD, P, S, row0, N, yp, ldy);
+        if (dot) {
+          dot(x, M, K, LD, P, S, row0, N, y, ldy);
+          for (int r = 0; r < M; r++)
+            bad->dot += memcmp(y + r * ldy, yp + r * ldy, (size_t)N * sizeof *y) != 0;
+        }
+        for (int r = 0; r < M; r++) {
+          for (int o = 0; o < N; o++) { /* |error| <= sum over blocks of sum|w| * amax / 254 */
+            double ref = 0, bound = 1e-30;
+            for (int b0 = 0; b0 < K; b0 += 32) {
+              double amax = 0, wsum = 0;
+              for (int k = b0; k < K && k < b0 + 32; k++) {
+                ref += (double)x[r * LD + k] * wq[(row0 + o) * LD + k];
+                amax = fmax(amax, fabs(x[r * LD + k]));
+                wsum += fabs(wq[(row0 + o) * LD + k]);
+              }
+              bound += wsum * amax / 254.0 * 1.001 + 1e-6 * wsum * amax;
+            }
+            bad->ref += fabs(ref - yp[r * ldy + o]) > bound;
+          }
+          portable(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
+          bad->inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+          if (dot) {
+            dot(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
+            bad->dot_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+          }
+        }
+      }
+}
+
+/* NaN and Inf among two rows of activations x[2, LD] (else random from *seed) through the panels
+ * P, S of all MAXN rows: how many outputs of the dot-product kernel differ from the portable
+ * one's (NaN equal to NaN). y, yp: [2, MAXN]. */
+static int odd_activations(unsigned *seed, const uint8_t *P, const float *S, panel_matmul portable,
+                           panel_matmul dot, float *y, float *yp) {
+  float odd[2 * LD];
+  for (int k = 0; k < 2 * LD; k++) odd[k] = frand(seed);
+  odd[5] = NAN, odd[40] = INFINITY, odd[LD + 70] = -INFINITY;
+  portable(odd, 2, LD, LD, P, S, 0, MAXN, yp, MAXN);
+  dot(odd, 2, LD, LD, P, S, 0, MAXN, y, MAXN);
+  int bad = 0;
+  for (int i = 0; i < 2 * MAXN; i++) bad += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
+  return bad;
+}
+
 /* int8 weights in panels (wpanel.h), for every matrix width: each row read back from the panels
  * is the row-major row; the portable kernel is within the activations' quantisation bound of a
  * double reference on the dequantised weights, a row alone gives what it gives in a batch, a
  * view from row row0 gives those rows; where the CPU has AVX-512 VNNI, the dot-product kernel
  * gives the portable kernel's outputs bit for bit (also for NaN, Inf, zero and tiny blocks). */
 static void test_int8_panels(void) {
-  static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
-  static const int Ns[] = {1, 5, 16, 17, 33};
   static const int Ks[] = {1, 7, 31, 32, 33, 64, 100};
-  static const int Row0s[] = {0, 3, 16};
   weights *w = malloc(sizeof *w);
   float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
         *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1);
@@ -253,7 +319,7 @@ static void test_int8_panels(void) {
   for (int k = 0; k < LD; k++) x[4 * LD + k] = frand(&seed) * 1e-41f; /* subnormal blocks */
   make_weights(w, 5);
   const int vnni = xl_cpu_has_avx512_vnni();
-  int bad_row = 0, bad_ref = 0, bad_inv = 0, bad_vnni = 0, bad_vnni_inv = 0;
+  panel_bad bad = {0, 0, 0, 0, 0};
   for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
     const int K = Ks[c], nb = xl_q8_blocks(K);
     for (int o = 0; o < MAXN; o++) { /* the matrix [MAXN, K]: the first K columns, their blocks */
@@ -263,54 +329,16 @@ static void test_int8_panels(void) {
     xl_q8p_pack(q, sc, MAXN, K, P, S);
     for (int o = 0; o < MAXN; o++) {
       xl_q8p_row(P, S, K, o, row);
-      for (int k = 0; k < K; k++) bad_row += row[k] != w->wq[o * LD + k];
+      for (int k = 0; k < K; k++) bad.row += row[k] != w->wq[o * LD + k];
     }
-    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
-      for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
-        for (size_t z = 0; z < sizeof Row0s / sizeof *Row0s; z++) {
-          const int M = Ms[a], N = Ns[b], row0 = Row0s[z], ldy = N + 3;
-          if (row0 + N > MAXN) continue;
-          xl_q8p_matmul_portable(x, M, K, LD, P, S, row0, N, yp, ldy);
-          if (vnni) {
-            Q8P_DOT(x, M, K, LD, P, S, row0, N, y, ldy);
-            for (int r = 0; r < M; r++)
-              bad_vnni += memcmp(y + r * ldy, yp + r * ldy, (size_t)N * sizeof *y) != 0;
-          }
-          for (int r = 0; r < M; r++) {
-            for (int o = 0; o < N; o++) { /* |error| <= sum over blocks of sum|w| * amax / 254 */
-              double ref = 0, bound = 1e-30;
-              for (int b0 = 0; b0 < K; b0 += 32) {
-                double amax = 0, wsum = 0;
-                for (int k = b0; k < K && k < b0 + 32; k++) {
-                  ref += (double)x[r * LD + k] * w->wq[(row0 + o) * LD + k];
-                  amax = fmax(amax, fabs(x[r * LD + k]));
-                  wsum += fabs(w->wq[(row0 + o) * LD + k]);
-                }
-                bound += wsum * amax / 254.0 * 1.001 + 1e-6 * wsum * amax;
-              }
-              bad_ref += fabs(ref - yp[r * ldy + o]) > bound;
-            }
-            xl_q8p_matmul_portable(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
-            bad_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
-            if (vnni) {
-              Q8P_DOT(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
-              bad_vnni_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
-            }
-          }
-        }
+    sweep_panels(x, K, P, S, w->wq, xl_q8p_matmul_portable, vnni ? Q8P_DOT : NULL, y, yp, y1, &bad);
   }
   /* NaN and Inf activations: quantised alike by both (-127), so the outputs agree */
   if (vnni) {
-    float odd[2 * LD];
-    for (int k = 0; k < 2 * LD; k++) odd[k] = frand(&seed);
-    odd[5] = NAN, odd[40] = INFINITY, odd[LD + 70] = -INFINITY;
     xl_q8p_pack(w->q, w->s, MAXN, LD, P, S);
-    xl_q8p_matmul_portable(odd, 2, LD, LD, P, S, 0, MAXN, yp, MAXN);
-    Q8P_DOT(odd, 2, LD, LD, P, S, 0, MAXN, y, MAXN);
-    for (int i = 0; i < 2 * MAXN; i++)
-      bad_vnni += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
+    bad.dot += odd_activations(&seed, P, S, xl_q8p_matmul_portable, Q8P_DOT, y, yp);
   }
-  panel_counts("int8", bad_row, bad_ref, bad_inv, bad_vnni, bad_vnni_inv);
+  panel_counts("int8", bad.row, bad.ref, bad.inv, bad.dot, bad.dot_inv);
   free(w), free(x), free(y), free(yp), free(y1), free(q), free(sc), free(P), free(S);
 }
 
@@ -319,10 +347,7 @@ static void test_int8_panels(void) {
  * reference, batch-invariant, views from any row; the VNNI kernel (where the CPU has it) the
  * portable kernel's outputs bit for bit, also for NaN and Inf activations. */
 static void test_int4_panels(void) {
-  static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
-  static const int Ns[] = {1, 5, 16, 17, 33};
   static const int Ks[] = {1, 7, 8, 9, 31, 32, 33, 64, 100};
-  static const int Row0s[] = {0, 3, 16};
   weights *w = malloc(sizeof *w);
   float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
         *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1);
@@ -336,7 +361,7 @@ static void test_int4_panels(void) {
   for (int k = 0; k < LD; k++) x[4 * LD + k] = frand(&seed) * 1e-41f; /* subnormal blocks */
   make_weights(w, 19);
   const int vnni = xl_cpu_has_avx512_vnni();
-  int bad_row = 0, bad_ref = 0, bad_inv = 0, bad_vnni = 0, bad_vnni_inv = 0;
+  panel_bad bad = {0, 0, 0, 0, 0};
   for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
     const int K = Ks[c], nb = xl_q8_blocks(K), rb = (int)xl_q4_row_bytes(K);
     for (int o = 0; o < MAXN; o++) { /* the matrix [MAXN, K]: the first K columns' blocks */
@@ -346,57 +371,20 @@ static void test_int4_panels(void) {
     xl_q4p_pack(q, sc, MAXN, K, P, S);
     for (int o = 0; o < MAXN; o++) {
       xl_q4p_row(P, S, K, o, row);
-      for (int k = 0; k < K; k++) bad_row += row[k] != w->wq4[o * LD + k];
+      for (int k = 0; k < K; k++) bad.row += row[k] != w->wq4[o * LD + k];
     }
-    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
-      for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
-        for (size_t z = 0; z < sizeof Row0s / sizeof *Row0s; z++) {
-          const int M = Ms[a], N = Ns[b], row0 = Row0s[z], ldy = N + 3;
-          if (row0 + N > MAXN) continue;
-          xl_q4p_matmul_portable(x, M, K, LD, P, S, row0, N, yp, ldy);
-          if (vnni) {
-            Q4P_DOT(x, M, K, LD, P, S, row0, N, y, ldy);
-            for (int r = 0; r < M; r++)
-              bad_vnni += memcmp(y + r * ldy, yp + r * ldy, (size_t)N * sizeof *y) != 0;
-          }
-          for (int r = 0; r < M; r++) {
-            for (int o = 0; o < N; o++) { /* |error| <= sum over blocks of sum|w| * amax / 254 */
-              double ref = 0, bound = 1e-30;
-              for (int b0 = 0; b0 < K; b0 += 32) {
-                double amax = 0, wsum = 0;
-                for (int k = b0; k < K && k < b0 + 32; k++) {
-                  ref += (double)x[r * LD + k] * w->wq4[(row0 + o) * LD + k];
-                  amax = fmax(amax, fabs(x[r * LD + k]));
-                  wsum += fabs(w->wq4[(row0 + o) * LD + k]);
-                }
-                bound += wsum * amax / 254.0 * 1.001 + 1e-6 * wsum * amax;
-              }
-              bad_ref += fabs(ref - yp[r * ldy + o]) > bound;
-            }
-            xl_q4p_matmul_portable(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
-            bad_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
-            if (vnni) {
-              Q4P_DOT(x + r * LD, 1, K, LD, P, S, row0, N, y1, N);
-              bad_vnni_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
-            }
-          }
-        }
+    sweep_panels(x, K, P, S, w->wq4, xl_q4p_matmul_portable, vnni ? Q4P_DOT : NULL, y, yp, y1,
+                 &bad);
   }
   if (vnni) { /* NaN and Inf activations: quantised alike by both (-127) */
-    float odd[2 * LD];
-    for (int k = 0; k < 2 * LD; k++) odd[k] = frand(&seed);
-    odd[5] = NAN, odd[40] = INFINITY, odd[LD + 70] = -INFINITY;
     xl_q4p_pack(w->q4, w->s4, MAXN, LD, P, S);
-    xl_q4p_matmul_portable(odd, 2, LD, LD, P, S, 0, MAXN, yp, MAXN);
-    Q4P_DOT(odd, 2, LD, LD, P, S, 0, MAXN, y, MAXN);
-    for (int i = 0; i < 2 * MAXN; i++)
-      bad_vnni += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
+    bad.dot += odd_activations(&seed, P, S, xl_q4p_matmul_portable, Q4P_DOT, y, yp);
   }
   /* through xl_wmat: a view from row 5 and its rows read back */
   xl_wmat W = {XL_WEIGHTS_INT4, P, S, LD, 1, 0}, V = xl_wmat_from_row(&W, 5);
   xl_wmat_row(&V, 2, row);
-  for (int k = 0; k < LD; k++) bad_row += row[k] != w->wq4[7 * LD + k];
-  panel_counts("int4", bad_row, bad_ref, bad_inv, bad_vnni, bad_vnni_inv);
+  for (int k = 0; k < LD; k++) bad.row += row[k] != w->wq4[7 * LD + k];
+  panel_counts("int4", bad.row, bad.ref, bad.inv, bad.dot, bad.dot_inv);
   free(w), free(x), free(y), free(yp), free(y1), free(q), free(sc), free(P), free(S);
 }
 

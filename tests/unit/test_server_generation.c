@@ -219,13 +219,7 @@ static void test_group_runs_and_seeds_like_alone(void) {
 int main(void) {
   const char *dir = tl_tmpdir("server_generation");
   tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
-  if (tl_write_model(dir, &spec)) return 1;
-  xl_error err;
-  xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
-  if (xl_model_load(dir, &lo, &M, &err) != XL_OK) {
-    fprintf(stderr, "%s\n", err.message);
-    return 1;
-  }
+  if (tl_write_model(dir, &spec) || !(M = tl_load_model(dir, XL_KV_F32))) return 1;
   RUN(test_group_shape);
   RUN(test_unseeded_main_takes_the_session_rng);
   RUN(test_group_runs_and_seeds_like_alone);

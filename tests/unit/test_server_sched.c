@@ -581,13 +581,7 @@ int main(void) {
   const char *dir = tl_tmpdir("server_sched");
   tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
   spec.mem_len = 20; /* short memory: prompts wrap it */
-  if (tl_write_model(dir, &spec)) return 1;
-  xl_error err;
-  xl_load_options lo = XL_LOAD_OPTIONS_DEFAULT;
-  if (xl_model_load(dir, &lo, &M, &err) != XL_OK) {
-    fprintf(stderr, "%s\n", err.message);
-    return 1;
-  }
+  if (tl_write_model(dir, &spec) || !(M = tl_load_model(dir, XL_KV_F32))) return 1;
   RUN(test_batched_equals_alone);
   RUN(test_cancel_mid_batch);
   RUN(test_bit_identical_under_load);

@@ -214,3 +214,41 @@ int tl_write_model(const char *dir, const tl_model_spec *s) {
   }
   return 0;
 }
+
+xl_model *tl_load_model(const char *dir, xl_kv_dtype kv_dtype) {
+  xl_load_options o = XL_LOAD_OPTIONS_DEFAULT;
+  o.kv_dtype = kv_dtype;
+  xl_model *m = NULL;
+  xl_error err;
+  if (xl_model_load(dir, &o, &m, &err)) {
+    fprintf(stderr, "load: %s\n", err.message);
+    return NULL;
+  }
+  return m;
+}
+
+void tl_tokens(int32_t *t, int n, unsigned seed) {
+  for (int i = 0; i < n; i++) t[i] = (int32_t)((seed * 2654435761u + (unsigned)i * 40503u) % 251u);
+}
+
+int tl_feed_chunks(xl_model *m, xl_workspace *ws, xl_state *s, const int32_t *t, int from, int to,
+                   int chunk, float *lp) {
+  xl_error err;
+  for (int i = from; i < to; i += chunk) {
+    int len = to - i < chunk ? to - i : chunk;
+    xl_feed f = {s, t + i, len, t + i + 1, lp + i, NULL, NULL};
+    if (xl_forward(m, ws, &f, 1, &err)) return -1;
+  }
+  return 0;
+}
+
+int tl_same_state(const xl_state *a, const xl_state *b) {
+  uint8_t *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  xl_error err;
+  if (xl_state_serialize(a, &x, &nx, &err) || xl_state_serialize(b, &y, &ny, &err)) return 0;
+  int same = nx == ny && !memcmp(x, y, nx);
+  free(x);
+  free(y);
+  return same;
+}

@@ -1,12 +1,14 @@
 /*
  * testlib.h: the C unit tests' tiny harness (CHECK macros, a "N passed, N failed" summary)
- * and fixtures: a random tiny Transformer-XL model directory written by C (no Python needed).
+ * and fixtures: a random tiny Transformer-XL model directory written by C (no Python needed),
+ * loading it, token ids and chunked feeding.
  * Single-threaded test code.
  */
 #ifndef XL_TESTLIB_H
 #define XL_TESTLIB_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "xl.h"
@@ -95,5 +97,18 @@ const char *tl_tmpdir(const char *tag);
 int tl_write_model(const char *dir, const tl_model_spec *spec);
 /* Writes a file with the given bytes. */
 int tl_write_file(const char *path, const void *data, size_t len);
+/* Loads the model in dir with the memory dtype kv_dtype (every other option at its default);
+ * NULL on failure, the error printed to stderr. */
+xl_model *tl_load_model(const char *dir, xl_kv_dtype kv_dtype);
+/* t[0..n): token ids in [0, 251) from seed, the same for the same seed. */
+void tl_tokens(int32_t *t, int n, unsigned seed);
+/* Feeds t[from..to) to state s in chunks of `chunk` tokens counted from `from` (the last one may
+ * be shorter), one forward each; log p(t[i+1]) into lp[i] (lp: to entries). 0, or -1 when a
+ * forward fails. */
+int tl_feed_chunks(xl_model *m, xl_workspace *ws, xl_state *s, const int32_t *t, int from, int to,
+                   int chunk, float *lp);
+/* Whether two states are equal bit for bit in everything a later step reads: the counters and
+ * every held position's keys and values (their serialisations are equal byte for byte). */
+int tl_same_state(const xl_state *a, const xl_state *b);
 
 #endif
