@@ -25,7 +25,7 @@ RUNTIME=(
 )
 TEST=(
   # tests, reference implementation, trainer and converter
-  python3 python3-numpy python3-torch python3-pytest
+  python3 python3-numpy python3-torch python3-pytest python3-pytest-xdist
   # fuzzing (libFuzzer) and the clang build; llvm-symbolizer: sanitizer reports name
   # functions and lines instead of bare addresses
   clang libclang-rt-14-dev llvm

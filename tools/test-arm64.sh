@@ -128,9 +128,9 @@ if [ "${XL_ARM64_SKIP_DEPS:-0}" = 1 ]; then TIMES+=("deps skipped"); else
 fi
 step build "${XL_ARM64_TIMEOUT_BUILD:-900}" bash -c build
 step unit "${XL_ARM64_TIMEOUT_UNIT:-600}" \
-  ctest --test-dir "$BUILD" -R '^unit\.' --output-on-failure --no-tests=error
+  ctest --test-dir "$BUILD" -R '^unit\.' --output-on-failure --no-tests=error -j "$JOBS"
 step parity "${XL_ARM64_TIMEOUT_PARITY:-1500}" \
-  ctest --test-dir "$BUILD" -R '^pytest\.parity($|\.)' --output-on-failure --no-tests=error
+  ctest --test-dir "$BUILD" -R '^pytest\.parity($|\.)' --output-on-failure --no-tests=error -j "$JOBS"
 [ -f "$BUILD/parity_results.txt" ] && grep -E '^(overall|bundled)' "$BUILD/parity_results.txt"
 if [ -n "${XL_NATIVE_BIN:-}" ]; then
   export XL_NATIVE_BIN

@@ -60,9 +60,9 @@ static const char *prompt_param(const req *r) {
 /* usage: prompts counted once each (the choices of a prompt share its prefill), every
  * generated token counted (best_of's discarded choices too) */
 static void usage_json(json_writer *w, const req *r) {
-  int pt = GEN(r)->gen.main->n_prompt, ct = GEN(r)->gen.main->n_gen;
+  int pt = GEN(r)->gen.main->feed.n_prompt, ct = GEN(r)->gen.main->run.n_gen;
   for (int i = 0; i < GEN(r)->gen.n_others; i++)
-    pt += GEN(r)->gen.others[i]->n_prompt, ct += GEN(r)->gen.others[i]->n_gen;
+    pt += GEN(r)->gen.others[i]->feed.n_prompt, ct += GEN(r)->gen.others[i]->run.n_gen;
   jw_object(w);
   jw_kint(w, "prompt_tokens", pt);
   jw_kint(w, "completion_tokens", ct);
@@ -77,7 +77,7 @@ static int by_index(const void *a, const void *b) {
 
 static int by_score(const void *a, const void *b) { /* best_of: the highest sum first */
   const job *x = *(job *const *)a, *y = *(job *const *)b;
-  if (x->sum_lp != y->sum_lp) return x->sum_lp < y->sum_lp ? 1 : -1;
+  if (x->run.sum_lp != y->run.sum_lp) return x->run.sum_lp < y->run.sum_lp ? 1 : -1;
   return (x->index > y->index) - (x->index < y->index);
 }
 
@@ -131,7 +131,7 @@ static void echo_text(buf *b, const req *r, const job *pj) {
   const gen_request *g = &GEN(r)->g;
   int per = g->best_of > 0 ? g->best_of : 1, group = pj == GEN(r)->gen.main ? 0 : pj->index / per;
   const gen_prompt *gp = &g->prompts[group];
-  xl_tokenizer_kind kind = xl_model_config(pj->model)->tokenizer;
+  xl_tokenizer_kind kind = xl_model_config(pj->params->model)->tokenizer;
   if (!gp->ids && (kind == XL_TOKENIZER_BYTES || kind == XL_TOKENIZER_WORDS)) {
     buf_add(b, gp->text, gp->len);
     return;
@@ -153,7 +153,7 @@ static void choice_json(json_writer *w, const req *r, const job *c, const job *p
   buf_init(&t);
   jw_object(w);
   jw_kint(w, "index", k);
-  if (c->kind == JOB_CHAT && c->is_call) {
+  if (c->params->kind == JOB_CHAT && c->tools.is_call) {
     jw_key(w, "message");
     jw_object(w);
     jw_kstring(w, "role", "assistant");
@@ -162,26 +162,26 @@ static void choice_json(json_writer *w, const req *r, const job *c, const job *p
     jw_key(w, "tool_calls");
     api_tool_calls_json(w, c, TOOL_CALLS_CHAT);
     jw_end(w);
-  } else if (c->kind == JOB_CHAT) {
+  } else if (c->params->kind == JOB_CHAT) {
     jw_key(w, "message");
     jw_object(w);
     jw_kstring(w, "role", "assistant");
     jw_key(w, "content");
-    jw_string_n(w, c->reply.p ? c->reply.p : "", c->reply.len);
+    jw_string_n(w, c->text.reply.p ? c->text.reply.p : "", c->text.reply.len);
     jw_knull(w, "refusal");
     jw_end(w);
   } else {
     if (g->echo) echo_text(&t, r, pj);
-    buf_add(&t, c->reply.p ? c->reply.p : "", c->reply.len);
+    buf_add(&t, c->text.reply.p ? c->text.reply.p : "", c->text.reply.len);
     jw_key(w, "text");
     jw_string_n(w, t.p ? t.p : "", t.len);
     t.len = 0;
   }
   jw_key(w, "logprobs");
-  if (g->echo && c->n_top >= 0) job_fmt_echo_logprobs(&t, pj, c);
-  else job_fmt_logprobs(&t, c, 0, c->n_recs, 0);
+  if (g->echo && c->params->n_top >= 0) job_fmt_echo_logprobs(&t, pj, c);
+  else job_fmt_logprobs(&t, c, 0, c->text.n_recs, 0);
   raw_logprobs(w, &t);
-  if (c->kind == JOB_COMPLETION && g->prompt_logprobs >= 0) {
+  if (c->params->kind == JOB_COMPLETION && g->prompt_logprobs >= 0) {
     jw_key(w, "prompt_logprobs");
     job_fmt_prompt_logprobs(&t, pj, g->prompt_logprobs);
     raw_logprobs(w, &t);
@@ -195,11 +195,11 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
   json_writer w;
   jw_init(&w, b);
   jw_object(&w);
-  jw_kstring(&w, "id", j->id);
-  jw_kstring(&w, "object", j->kind == JOB_CHAT ? "chat.completion" : "text_completion");
-  jw_kint(&w, "created", j->created);
-  jw_kstring(&w, "model", j->model_name);
-  if (j->kind == JOB_CHAT) jw_kstring(&w, "system_fingerprint", j->fingerprint);
+  jw_kstring(&w, "id", j->params->id);
+  jw_kstring(&w, "object", j->params->kind == JOB_CHAT ? "chat.completion" : "text_completion");
+  jw_kint(&w, "created", j->params->created);
+  jw_kstring(&w, "model", j->params->model_name);
+  if (j->params->kind == JOB_CHAT) jw_kstring(&w, "system_fingerprint", j->params->fingerprint);
   jw_key(&w, "choices");
   jw_array(&w);
   job **ans = xmalloc(sizeof *ans * (size_t)(1 + GEN(r)->gen.n_others));
@@ -207,7 +207,7 @@ static void full_body(buf *b, const req *r, const job *j, uint64_t session_token
   for (int k = 0; k < na; k++) choice_json(&w, r, ans[k], prompt_job(r, ans[k]), k);
   free(ans);
   jw_end(&w);
-  if (j->kind == JOB_CHAT && GEN(r)->g.prompt_logprobs >= 0) {
+  if (j->params->kind == JOB_CHAT && GEN(r)->g.prompt_logprobs >= 0) {
     buf t;
     buf_init(&t);
     jw_key(&w, "prompt_logprobs");
@@ -229,7 +229,7 @@ static void stream_tail(buf *b, const req *r, job *j, uint64_t session_tokens, a
     buf_adds(b, "data: ");
     api_err_stream_body(b, err, err_msg);
     buf_adds(b, "\n\n");
-  } else if (j->include_usage) {
+  } else if (j->params->include_usage) {
     job_chunk_prefix(b, j); /* the chunk's head, as every chunk of the stream has it */
     buf_adds(b, ",\"choices\":[],\"usage\":");
     json_writer w;
@@ -311,29 +311,32 @@ static void hook_free(req *r) {
 
 static void hook_log(req *r, json_writer *w, double dur) {
   job *j = GEN(r)->gen.main; /* its DONE was handled (the job holds a reference) */
-  int tin = j ? j->n_prompt : 0, tout = j ? j->n_gen : 0;
+  int tin = j ? j->feed.n_prompt : 0, tout = j ? j->run.n_gen : 0;
   for (int i = 0; i < GEN(r)->gen.n_others; i++)
-    tin += GEN(r)->gen.others[i]->n_prompt, tout += GEN(r)->gen.others[i]->n_gen;
+    tin += GEN(r)->gen.others[i]->feed.n_prompt, tout += GEN(r)->gen.others[i]->run.n_gen;
   jw_kint(w, "tokens_in", tin); /* all choices */
   jw_kint(w, "tokens_out", tout);
-  if (j && j->t_sched) jw_kfixed(w, "queue_ms", (j->t_sched - j->t_arrival) * 1e3, 3);
+  if (j && j->run.t_sched)
+    jw_kfixed(w, "queue_ms", (j->run.t_sched - j->params->t_arrival) * 1e3, 3);
   else jw_knull(w, "queue_ms");
-  if (j && j->t_first_token) jw_kfixed(w, "ttft_ms", (j->t_first_token - j->t_arrival) * 1e3, 3);
+  if (j && j->run.t_first_token)
+    jw_kfixed(w, "ttft_ms", (j->run.t_first_token - j->params->t_arrival) * 1e3, 3);
   else jw_knull(w, "ttft_ms");
   jw_kfixed(w, "duration_ms", dur * 1e3, 3);
-  if (j) jw_kstring(w, "finish", finish_name(j->finish));
+  if (j) jw_kstring(w, "finish", finish_name(j->run.finish));
 }
 
-/* The SSE bytes the request's jobs produced (job.out of the first job: every choice's sink). */
+/* The SSE bytes the request's jobs produced (job.stream.out of the first job: every choice's
+ * sink). */
 size_t gen_stream_raw(req *r, char *out, size_t max) {
   job *j = GEN(r)->gen.main;
-  pthread_mutex_lock(&j->mu);
-  size_t n = j->out.len < max ? j->out.len : max;
+  pthread_mutex_lock(&j->stream.mu);
+  size_t n = j->stream.out.len < max ? j->stream.out.len : max;
   if (n) {
-    memcpy(out, j->out.p, n);
-    buf_consume(&j->out, n);
+    memcpy(out, j->stream.out.p, n);
+    buf_consume(&j->stream.out, n);
   }
-  pthread_mutex_unlock(&j->mu);
+  pthread_mutex_unlock(&j->stream.mu);
   if (n) sched_stream_drained(r->a->sched, j); /* resumes its jobs paused on a full buffer */
   return n;
 }
@@ -353,9 +356,9 @@ job *gen_main_job(req *r) {
 static int hook_stream_put(req *r, const char *bytes, size_t n) {
   job *j = GEN(r)->gen.main;
   if (!j) return 0;
-  pthread_mutex_lock(&j->mu);
-  buf_add(&j->out, bytes, n);
-  pthread_mutex_unlock(&j->mu);
+  pthread_mutex_lock(&j->stream.mu);
+  buf_add(&j->stream.out, bytes, n);
+  pthread_mutex_unlock(&j->stream.mu);
   return 1;
 }
 
@@ -701,19 +704,19 @@ static void stage_run(req *r, turn *t) {
   gen_params_unref(p); /* the jobs hold it */
   GEN(r)->others_left = GEN(r)->gen.n_others;
   job *j = GEN(r)->gen.main;
-  if (j->stream && j->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
-  if (j->stream && GEN(r)->fl) GEN(r)->fl->stream_head(r, GEN(r)->fctx);
+  if (j->params->stream && j->params->kind == JOB_CHAT) gen_group_stream_preamble(&GEN(r)->gen);
+  if (j->params->stream && GEN(r)->fl) GEN(r)->fl->stream_head(r, GEN(r)->fctx);
   ACTX(r)->job_running = 1;
   GEN(r)->quota_held = 1;
   rq_take(a->quota, r->owner, quota_client(r));
   req_ref(r); /* the job's reference, dropped in gen_on_done */
   a->n_jobs++;
-  if (j->n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
-    if (j->stream) req_start_stream(r);
+  if (j->feed.n_input == 0) { /* max_tokens 0 and nothing to feed: done already */
+    if (j->params->stream) req_start_stream(r);
     for (int i = GEN(r)->gen.n_others; i >= 0; i--) {
       job *c = gen_group_at(&GEN(r)->gen, i);
-      c->finish = FINISH_LENGTH;
-      if (c->stream) job_emit_stream(c, 1);
+      c->run.finish = FINISH_LENGTH;
+      if (c->params->stream) job_emit_stream(c, 1);
       gen_on_job_done(r, c);
     }
     return;
@@ -721,14 +724,14 @@ static void stage_run(req *r, turn *t) {
   if (gen_group_submit(&GEN(r)->gen, a->sched)) { /* cannot happen after sched_has_room_for */
     for (int k = GEN(r)->gen.n_others; k >= 0; k--) {
       job *c = gen_group_at(&GEN(r)->gen, k);
-      c->finish = FINISH_ERROR;
-      snprintf(c->error.message, sizeof c->error.message, "queue full");
+      c->run.finish = FINISH_ERROR;
+      snprintf(c->run.error.message, sizeof c->run.error.message, "queue full");
       gen_on_job_done(r, c);
     }
     return;
   }
   /* events of the job reach the loop only after this handler returns */
-  if (j->stream) req_start_stream(r);
+  if (j->params->stream) req_start_stream(r);
   else req_suspend_waiting(r);
 }
 
@@ -770,29 +773,30 @@ void gen_on_output(req *r) {
 static void update_session(req *r) {
   job *j = GEN(r)->gen.main;
   session *s = GEN(r)->sess;
-  if (!j->seeded) s->rng = j->rng;
-  int fed = j->pos > 0 || j->decoding;
-  int completed_turn = j->finish == FINISH_STOP || j->finish == FINISH_LENGTH ||
-                       (j->finish == FINISH_CANCELLED && j->decoding);
+  if (!j->params->seeded) s->rng = j->run.rng;
+  int fed = j->run.pos > 0 || j->run.decoding;
+  int completed_turn = j->run.finish == FINISH_STOP || j->run.finish == FINISH_LENGTH ||
+                       (j->run.finish == FINISH_CANCELLED && j->run.decoding);
   if (GEN(r)->g.kind == JOB_CHAT) {
     if (completed_turn) {
       for (int i = GEN(r)->plan.first; i < GEN(r)->g.n_msgs; i++) {
         const chat_message *m = &GEN(r)->g.msgs[i];
         session_push_msg(s, m->role, chat_hash(m->role, m->content, m->len));
       }
-      if (j->is_call) { /* recorded as the client sends it back: the calls, name first */
+      if (j->tools.is_call) { /* recorded as the client sends it back: the calls, name first */
         buf calls;
         buf_init(&calls);
-        tool_calls_canonical(j->reply.p ? j->reply.p : "", j->reply.len, &calls);
+        tool_calls_canonical(j->text.reply.p ? j->text.reply.p : "", j->text.reply.len, &calls);
         session_push_msg(s, ROLE_ASSISTANT,
                          chat_hash(ROLE_ASSISTANT, calls.p ? calls.p : "", calls.len));
         buf_free(&calls);
       } else {
-        session_push_msg(s, ROLE_ASSISTANT,
-                         chat_hash(ROLE_ASSISTANT, j->reply.p ? j->reply.p : "", j->reply.len));
+        session_push_msg(
+            s, ROLE_ASSISTANT,
+            chat_hash(ROLE_ASSISTANT, j->text.reply.p ? j->text.reply.p : "", j->text.reply.len));
       }
       s->chat = CHAT_MESSAGES;
-      session_set_tail(s, j->tail.p, j->tail.len);
+      session_set_tail(s, j->text.tail.p, j->text.tail.len);
     } else if (fed) {
       s->chat = CHAT_DESYNC; /* part of the turn is in the memory: never mix silently */
       session_set_tail(s, "", 0);
@@ -833,16 +837,16 @@ void gen_on_job_done(req *r, job *j) {
     gen_on_done(r);
     return;
   }
-  if (j->own_session) { /* a choice's fork: gone with its job */
+  if (j->feed.own_session) { /* a choice's fork: gone with its job */
     session_free(j->sess);
     j->sess = NULL;
   }
-  if (j->finish == FINISH_ERROR)
+  if (j->run.finish == FINISH_ERROR)
     xlog_msg("error", "generation_failed", "request %s (choice %d): %s", r->request_id, j->index,
-             j->error.message);
+             j->run.error.message);
   GEN(r)->others_left--;
   if (GEN(r)->main_done && !GEN(r)->others_left) {
-    if (GEN(r)->gen.main->stream) req_kick(r);
+    if (GEN(r)->gen.main->params->stream) req_kick(r);
     maybe_finish(r);
   }
 }
@@ -862,7 +866,8 @@ static gen_outcome outcome_of(req *r, api_err err, const char *msg) {
 void gen_on_done(req *r) {
   job *j = GEN(r)->gen.main;
   app *a = r->a;
-  if (j->finish != FINISH_STOP && j->finish != FINISH_LENGTH) gen_cancel(r, 0); /* the others too */
+  if (j->run.finish != FINISH_STOP && j->run.finish != FINISH_LENGTH)
+    gen_cancel(r, 0); /* the others too */
   GEN(r)->main_done = 1;
   update_session(r);
   GEN(r)->held_tokens = GEN(r)->sess_stateless ? 0 : session_tokens(GEN(r)->sess);
@@ -871,38 +876,38 @@ void gen_on_done(req *r) {
     session_free(GEN(r)->sess);
   } else {
     /* the session stays busy until st_turn_end releases it (after the commit, durability turn) */
-    int fed = j->pos > 0 || j->decoding;
-    uint8_t *core = j->snap;
-    j->snap = NULL;
+    int fed = j->run.pos > 0 || j->run.decoding;
+    uint8_t *core = j->run.snap;
+    j->run.snap = NULL;
     /* an Idempotency-Key's record, written in the turn's commit: the answer (a stream's as a
      * full body) when the turn ended well and every choice is done */
     st_record rec, *recp = NULL;
     if (GEN(r)->idem.on && !GEN(r)->fl) {
       buf b;
       buf_init(&b);
-      if ((j->finish == FINISH_STOP || j->finish == FINISH_LENGTH) && !GEN(r)->others_left)
+      if ((j->run.finish == FINISH_STOP || j->run.finish == FINISH_LENGTH) && !GEN(r)->others_left)
         full_body(&b, r, j, GEN(r)->held_tokens);
       recp = idem_record(&GEN(r)->idem, &rec, GEN(r)->held_tokens, &b);
       buf_free(&b);
     }
     req_ref(r); /* the commit's, if it waits */
-    if (GEN(r)->fl && j->finish != FINISH_ERROR && !GEN(r)->cancelled_by_drain) {
+    if (GEN(r)->fl && j->run.finish != FINISH_ERROR && !GEN(r)->cancelled_by_drain) {
       gen_outcome o = outcome_of(r, API_ERR_NONE, NULL);
       recp = GEN(r)->fl->turn_record(r, GEN(r)->fctx, &o, &rec);
     }
-    int w =
-        st_turn_end(a->sessions, GEN(r)->sess, core, j->snap_len, fed, recp, on_turn_committed, r);
+    int w = st_turn_end(a->sessions, GEN(r)->sess, core, j->run.snap_len, fed, recp,
+                        on_turn_committed, r);
     if (w == 1) {
       GEN(r)->commit_wait = 1;
-      if (j->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
+      if (j->params->stream) req_kick(r); /* the finish chunk goes out; [DONE] after the commit */
     } else {
       req_unref(r); /* not the last: the job's is still held */
       if (w < 0) GEN(r)->store_err = xstrdup("the turn's state could not be serialised");
     }
   }
   GEN(r)->sess = NULL;
-  if (j->finish == FINISH_ERROR)
-    xlog_msg("error", "generation_failed", "request %s: %s", r->request_id, j->error.message);
+  if (j->run.finish == FINISH_ERROR)
+    xlog_msg("error", "generation_failed", "request %s: %s", r->request_id, j->run.error.message);
   maybe_finish(r);
 }
 
@@ -912,13 +917,14 @@ static void gen_finish(req *r) {
   uint64_t held = GEN(r)->held_tokens;
   api_err err = API_ERR_NONE;
   const char *err_msg = NULL;
-  if (j->finish == FINISH_ERROR) err = API_ERR_GENERATION_FAILED, err_msg = j->error.message;
+  if (j->run.finish == FINISH_ERROR)
+    err = API_ERR_GENERATION_FAILED, err_msg = j->run.error.message;
   else if (GEN(r)->cancelled_by_drain) err = API_ERR_SHUTTING_DOWN;
-  else if (GEN(r)->store_err && j->finish != FINISH_CANCELLED && GEN(r)->store_conflict)
+  else if (GEN(r)->store_err && j->run.finish != FINISH_CANCELLED && GEN(r)->store_conflict)
     err = API_ERR_SESSION_CONFLICT, err_msg = GEN(r)->store_err;
-  else if (GEN(r)->store_err && j->finish != FINISH_CANCELLED && GEN(r)->store_unknown)
+  else if (GEN(r)->store_err && j->run.finish != FINISH_CANCELLED && GEN(r)->store_unknown)
     err = API_ERR_STORE_OUTCOME_UNKNOWN, err_msg = GEN(r)->store_err;
-  else if (GEN(r)->store_err && j->finish != FINISH_CANCELLED)
+  else if (GEN(r)->store_err && j->run.finish != FINISH_CANCELLED)
     err = API_ERR_STORE_FAILED, err_msg = GEN(r)->store_err;
   char kept[600];
   if (err == API_ERR_SESSION_CONFLICT) {
@@ -944,17 +950,17 @@ static void gen_finish(req *r) {
   }
 
   gen_outcome o = outcome_of(r, err, err_msg);
-  if (j->stream) {
+  if (j->params->stream) {
     /* a flavor's response may be cancelled by another request: its stream still ends */
     if (!r->client_gone &&
-        (j->finish != FINISH_CANCELLED || GEN(r)->cancelled_by_drain || GEN(r)->fl)) {
+        (j->run.finish != FINISH_CANCELLED || GEN(r)->cancelled_by_drain || GEN(r)->fl)) {
       buf b;
       buf_init(&b);
       if (GEN(r)->fl) GEN(r)->fl->stream_tail(r, GEN(r)->fctx, &o, &b);
       else stream_tail(&b, r, j, held, err, err_msg);
-      pthread_mutex_lock(&j->mu);
-      buf_add(&j->out, b.p, b.len);
-      pthread_mutex_unlock(&j->mu);
+      pthread_mutex_lock(&j->stream.mu);
+      buf_add(&j->stream.out, b.p, b.len);
+      pthread_mutex_unlock(&j->stream.mu);
       buf_free(&b);
     }
     r->stream_complete = 1;
@@ -966,7 +972,7 @@ static void gen_finish(req *r) {
       if (err == API_ERR_STORE_FAILED || err == API_ERR_STORE_OUTCOME_UNKNOWN) r->retry_after = "1";
       req_error(r, err, err == API_ERR_SESSION_CONFLICT ? "session_id" : NULL, "%s",
                 err_msg ? err_msg : api_err_get(err)->message);
-    } else if (j->finish == FINISH_CANCELLED && !GEN(r)->fl) {
+    } else if (j->run.finish == FINISH_CANCELLED && !GEN(r)->fl) {
       req_kick(r); /* client gone: the access handler closes */
     } else if (GEN(r)->fl) {
       GEN(r)->fl->reply(r, GEN(r)->fctx, &o);

@@ -493,10 +493,10 @@ static json_t *num_or(json_t *v, double d) {
 
 /* The output_text part's logprobs (the chat shape's content array). */
 static json_t *logprobs_of(const job *j) {
-  if (j->n_top < 0) return json_array();
+  if (j->params->n_top < 0) return json_array();
   buf t;
   buf_init(&t);
-  job_fmt_logprobs(&t, j, 0, j->n_recs, 0);
+  job_fmt_logprobs(&t, j, 0, j->text.n_recs, 0);
   json_t *o = json_loadb(t.p, t.len, 0, NULL);
   buf_free(&t);
   json_t *a = o ? json_incref(json_object_get(o, "content")) : NULL;
@@ -506,8 +506,8 @@ static json_t *logprobs_of(const job *j) {
 
 static json_t *text_part(const job *j) {
   return json_pack("{s:s,s:o,s:[],s:o}", "type", "output_text", "text",
-                   j ? jtext(j->reply.p, j->reply.len) : json_string(""), "annotations", "logprobs",
-                   j ? logprobs_of(j) : json_array());
+                   j ? jtext(j->text.reply.p, j->text.reply.len) : json_string(""), "annotations",
+                   "logprobs", j ? logprobs_of(j) : json_array());
 }
 
 static json_t *message_item(const resp_ctx *c, const job *j, const char *status) {
@@ -534,8 +534,8 @@ static json_t *calls_of(const resp_ctx *c, const job *j) {
 static const char *status_of(const gen_outcome *o) {
   if (!o) return "in_progress";
   if (o->err) return "failed";
-  if (o->main->finish == FINISH_CANCELLED) return "cancelled";
-  return o->main->finish == FINISH_LENGTH ? "incomplete" : "completed";
+  if (o->main->run.finish == FINISH_CANCELLED) return "cancelled";
+  return o->main->run.finish == FINISH_LENGTH ? "incomplete" : "completed";
 }
 
 /* The response object: in progress (o NULL) or as the turn ended. */
@@ -553,14 +553,14 @@ static json_t *response_object(const resp_ctx *c, const char *model, const gen_o
                         json_pack("{s:s,s:s}", "code", api_err_code(o->err), "message",
                                   o->err_msg ? o->err_msg : api_err_get(o->err)->message));
   else json_object_set_new(r, "error", json_null());
-  if (o && !o->err && o->main->finish == FINISH_LENGTH)
+  if (o && !o->err && o->main->run.finish == FINISH_LENGTH)
     json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
   else json_object_set_new(r, "incomplete_details", json_null());
   json_object_set_new(r, "instructions", or_null(json_object_get(q, "instructions")));
   json_object_set_new(r, "max_output_tokens", or_null(json_object_get(q, "max_output_tokens")));
   json_object_set_new(r, "model", json_string(model));
   json_t *out = json_array();
-  if (o && !o->err && o->main->is_call) {
+  if (o && !o->err && o->main->tools.is_call) {
     json_t *calls = calls_of(c, o->main);
     json_array_extend(out, calls);
     json_decref(calls);
@@ -581,7 +581,7 @@ static json_t *response_object(const resp_ctx *c, const char *model, const gen_o
   json_object_set_new(r, "top_p", num_or(json_object_get(q, "top_p"), 1.0));
   json_object_set_new(r, "truncation", json_string("disabled"));
   if (o) {
-    int in = o->main->n_prompt, gen = o->main->n_gen;
+    int in = o->main->feed.n_prompt, gen = o->main->run.n_gen;
     json_object_set_new(
         r, "usage",
         json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", in, "input_tokens_details",
@@ -608,7 +608,7 @@ static st_record *turn_record(req *r, void *p, const gen_outcome *o, st_record *
   c->final = response_object(c, r->a->model_name, o);
   if (!c->store || !o->session_id) return NULL;
   /* cancelled in its prefill: the session holds part of the input, nothing to continue */
-  if (o->main->finish == FINISH_CANCELLED && !o->main->decoding) return NULL;
+  if (o->main->run.finish == FINISH_CANCELLED && !o->main->run.decoding) return NULL;
   json_t *items = json_array();
   size_t i;
   json_t *it;
@@ -742,7 +742,7 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
   }
   const job *j = o->main;
   const char *st = status_of(o);
-  if (j->is_call) { /* each function_call item, whole: added, its arguments, done */
+  if (j->tools.is_call) { /* each function_call item, whole: added, its arguments, done */
     size_t k;
     json_t *item;
     json_array_foreach(json_object_get(obj, "output"), k, item) {
@@ -767,7 +767,7 @@ static void stream_tail(req *r, void *p, const gen_outcome *o, buf *b) {
   }
   open_message(c); /* an empty reply has its item too */
   json_t *ev = item_ev(c, "response.output_text.done");
-  json_object_set_new(ev, "text", jtext(j->reply.p, j->reply.len));
+  json_object_set_new(ev, "text", jtext(j->text.reply.p, j->text.reply.len));
   json_object_set_new(ev, "logprobs", logprobs_of(j));
   emit(c, ev);
   ev = item_ev(c, "response.content_part.done");

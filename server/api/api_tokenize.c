@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_tokenizer_body.h"
 #include "app.h"
 #include "util.h"
 
@@ -30,63 +31,37 @@ void detok_ids(const xl_model *m, const int32_t *ids, size_t n, buf *out) {
   if (w <= sizeof tmp) buf_add(out, tmp, w);
 }
 
-/* The body as a JSON object, the `model` field checked; NULL after answering an error. */
+/* The body as a JSON object (api_tokenizer_body.h), its `model` naming the served model; NULL
+ * after answering an error. */
 static json_t *body_object(req *r) {
-  json_error_t je;
-  json_t *root = r->body.len ? json_loadb(r->body.p, r->body.len, JSON_REJECT_DUPLICATES, &je) : NULL;
-  if (!root || !json_is_object(root)) {
-    if (root) json_decref(root);
-    req_error(r, API_ERR_INVALID_JSON, NULL,
-              "the request body must be a JSON object");
+  api_error e;
+  json_t *root = parse_tokenizer_body(r->body.p, r->body.len, &e);
+  if (!root) {
+    req_error_from(r, &e);
     return NULL;
   }
   json_t *m = json_object_get(root, "model");
-  if (m && !json_is_null(m)) {
-    if (!json_is_string(m)) {
-      json_decref(root);
-      req_error(r, API_ERR_INVALID_VALUE, "model", "'model' must be a string");
-      return NULL;
-    }
-    if (strcmp(json_string_value(m), r->a->model_name)) {
-      req_error(r, API_ERR_MODEL_NOT_FOUND, "model",
-                "model '%s' does not exist (this server serves '%s')", json_string_value(m),
-                r->a->model_name);
-      json_decref(root);
-      return NULL;
-    }
+  if (json_is_string(m) && strcmp(json_string_value(m), r->a->model_name)) {
+    req_error(r, API_ERR_MODEL_NOT_FOUND, "model",
+              "model '%s' does not exist (this server serves '%s')", json_string_value(m),
+              r->a->model_name);
+    json_decref(root);
+    return NULL;
   }
   return root;
-}
-
-static int flag(req *r, json_t *root, const char *name, int *out) {
-  json_t *v = json_object_get(root, name);
-  *out = 0;
-  if (!v || json_is_null(v)) return 0;
-  if (!json_is_boolean(v)) {
-    req_error(r, API_ERR_INVALID_VALUE, name, "'%s' must be a boolean", name);
-    return -1;
-  }
-  *out = json_is_true(v);
-  return 0;
 }
 
 static void tokenize(req *r) {
   app *a = r->a;
   json_t *root = body_object(r);
   if (!root) return;
-  const char *field = json_object_get(root, "prompt") ? "prompt" : "content";
-  json_t *text = json_object_get(root, field);
-  int pieces, strs, ignored;
-  if (json_object_get(root, "messages")) {
-    req_error(r, API_ERR_UNSUPPORTED_FIELD, "messages",
-              "tokenizing chat 'messages' is not supported: send the rendered text as 'prompt'");
-  } else if (!json_is_string(text)) {
-    req_error(r, API_ERR_INVALID_VALUE, field,
-              "'prompt' (or llama.cpp's 'content') must be a string");
-  } else if (flag(r, root, "with_pieces", &pieces) || flag(r, root, "return_token_strs", &strs) ||
-             flag(r, root, "add_special_tokens", &ignored) || flag(r, root, "add_special", &ignored)) {
-    /* answered */
+  tokenize_body tb;
+  api_error e;
+  if (parse_tokenize(root, &tb, &e)) {
+    req_error_from(r, &e);
   } else {
+    const char *field = tb.field;
+    json_t *text = tb.text;
     int32_t *ids = NULL;
     size_t n = 0;
     xl_error xe;
@@ -105,7 +80,7 @@ static void tokenize(req *r) {
       buf_adds(&b, "{\"tokens\":[");
       for (size_t i = 0; i < n; i++) {
         if (i) buf_addc(&b, ',');
-        if (pieces) {
+        if (tb.pieces) {
           buf_printf(&b, "{\"id\":%d,\"piece\":", (int)ids[i]);
           job_fmt_token(&b, a->model, ids[i]);
           buf_addc(&b, '}');
@@ -114,7 +89,7 @@ static void tokenize(req *r) {
         }
       }
       buf_printf(&b, "],\"count\":%zu,\"max_model_len\":%lld", n, a->opt.max_prompt_tokens);
-      if (strs) {
+      if (tb.strs) {
         buf_adds(&b, ",\"token_strs\":[");
         for (size_t i = 0; i < n; i++) {
           if (i) buf_addc(&b, ',');
@@ -135,29 +110,12 @@ static void detokenize(req *r) {
   app *a = r->a;
   json_t *root = body_object(r);
   if (!root) return;
-  json_t *t = json_object_get(root, "tokens");
-  int vocab = xl_model_config(a->model)->vocab_size;
-  size_t n = json_is_array(t) ? json_array_size(t) : 0;
-  int32_t *ids = xmalloc(sizeof *ids * (n ? n : 1));
-  int ok = json_is_array(t);
-  if (ok && n > (size_t)a->opt.max_prompt_tokens) {
-    req_error(r, API_ERR_PROMPT_TOO_LONG, "tokens",
-              "'tokens' has %zu ids; the limit is %lld (max_prompt_tokens)", n,
-              a->opt.max_prompt_tokens);
-    free(ids);
-    json_decref(root);
-    return;
-  }
-  for (size_t i = 0; ok && i < n; i++) {
-    json_t *v = json_array_get(t, i);
-    /* llama.cpp's with_pieces shape: [{"id": ..., "piece": ...}] is accepted too */
-    if (json_is_object(v)) v = json_object_get(v, "id");
-    ok = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < vocab;
-    if (ok) ids[i] = (int32_t)json_integer_value(v);
-  }
-  if (!ok) {
-    req_error(r, API_ERR_INVALID_VALUE, "tokens",
-              "'tokens' must be an array of token ids in [0, %d)", vocab);
+  int32_t *ids;
+  size_t n;
+  api_error e;
+  if (parse_detokenize(root, xl_model_config(a->model)->vocab_size, a->opt.max_prompt_tokens,
+                       &ids, &n, &e)) {
+    req_error_from(r, &e);
   } else {
     buf text, b;
     buf_init(&text);

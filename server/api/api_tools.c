@@ -184,12 +184,12 @@ int api_render_tool_calls(json_t *calls, const char *text, size_t text_len, cons
 
 void api_tool_calls_json(json_writer *w, const job *c, tool_calls_shape shape) {
   tool_call_span sp[TOOL_MAX_CALLS];
-  const char *t = c->reply.p ? c->reply.p : "";
-  int n = tool_calls_parse(t, c->reply.len, sp, TOOL_MAX_CALLS);
+  const char *t = c->text.reply.p ? c->text.reply.p : "";
+  int n = tool_calls_parse(t, c->text.reply.len, sp, TOOL_MAX_CALLS);
   jw_array(w);
   for (int k = 0; k < n && sp[k].name_len; k++) {
     char id[96];
-    tool_call_id(id, sizeof id, c->id, c->index, k);
+    tool_call_id(id, sizeof id, c->params->id, c->index, k);
     jw_object(w);
     if (shape == TOOL_CALLS_RESPONSES) {
       char fc[100];

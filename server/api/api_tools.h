@@ -35,7 +35,7 @@ void tool_request_free(tool_request *t);
 int api_render_tool_calls(json_t *tool_calls, const char *text, size_t text_len, const char *param,
                           buf *out, api_error *e);
 
-/* A call's reply (job.is_call) as a JSON array: TOOL_CALLS_CHAT, message.tool_calls
+/* A call's reply (job.tools.is_call) as a JSON array: TOOL_CALLS_CHAT, message.tool_calls
  * [{id, type: "function", function: {name, arguments}}]; TOOL_CALLS_RESPONSES, the Responses
  * API's output items [{type: "function_call", id: "fc_...", call_id, name, arguments, status}]
  * (status "incomplete" for a call cut by max_tokens). arguments: the JSON text as generated, a

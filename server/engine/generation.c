@@ -1,5 +1,5 @@
 /*
- * generation.c: a request's job group (see generation.h): one job constructor for every choice,
+ * generation.c: a request's job group (see generation.h): every choice built by job_new,
  * the chat stream's opening chunks, submission. Thread: loop thread only.
  */
 #include "generation.h"
@@ -24,70 +24,27 @@ void gen_inputs_free(gen_inputs *in) {
   gen_inputs_init(in);
 }
 
-/* The one job constructor: a job of p's request with index `index`, fed `pending` (if >= 0)
- * then toks, in session s. */
-static job *job_make(gen_params *p, session *s, int index, int32_t pending, const int32_t *toks,
-                     size_t ntok, void *owner) {
-  job *j = job_new();
-  j->params = gen_params_ref(p);
-  j->owner = owner;
-  j->kind = p->kind;
-  j->model = p->model;
-  j->sess = s;
-  j->index = index;
-  j->input_has_pending = pending >= 0;
-  j->n_input = (int)ntok + j->input_has_pending;
-  j->input = xmalloc(sizeof(int32_t) * (size_t)(j->n_input ? j->n_input : 1));
-  if (pending >= 0) j->input[0] = pending;
-  if (ntok) memcpy(j->input + j->input_has_pending, toks, sizeof(int32_t) * ntok);
-  j->n_prompt = (int)ntok;
-  j->max_tokens = p->max_tokens;
-  j->sampling = p->sampling;
-  j->seeded = p->seeded;
-  j->stream = p->stream;
-  j->include_usage = p->include_usage;
-  j->n_top = p->n_top;
-  j->bias_ids = p->bias_ids;
-  j->bias_vals = p->bias_vals;
-  j->n_bias = p->n_bias;
-  j->constraint = p->constraint;
-  j->tools = p->tools;
-  j->is_call = p->tools == TOOLS_FORCED;
-  j->stops = p->stops;
-  j->n_stops = p->n_stops;
-  j->chunk = p->chunk;
-  memcpy(j->id, p->id, sizeof j->id);
-  j->created = p->created;
-  j->model_name = p->model_name;
-  j->fingerprint = p->fingerprint;
-  j->t_arrival = p->t_arrival;
-  j->hist = xmalloc(sizeof(int32_t) * (size_t)(j->max_tokens ? j->max_tokens : 1));
-  xl_detok_init(&j->detok);
-  if (p->seeded) xl_rng_seed(&j->rng, p->seed + (uint64_t)index); /* choice k: seed + k */
-  return j;
-}
-
 /* A choice other than main: its own session (a lead's prompt; a sibling's is replaced by the
  * fork of its lead's state), its own random state unless seeded, its stream bytes into main's. */
 static job *job_other(gen_group *g, gen_params *p, int index, const int32_t *toks, size_t ntok,
                       void *owner) {
-  job *c = job_make(p, NULL, index, -1, toks, ntok, owner);
-  c->own_session = 1;
-  c->sink = p->stream ? g->main : NULL;
+  job *c = job_new(p, NULL, index, -1, toks, ntok, owner);
+  c->feed.own_session = 1;
+  c->choices.sink = p->stream ? g->main : NULL;
   g->others[g->n_others++] = c;
   return c;
 }
 
 static void score_setup(job *j, const gen_params *p) {
-  if (p->score_top >= 0) job_score_setup(j, p->score_top, p->score_rank);
+  if (p->score_top >= 0) job_score_setup(j);
 }
 
 void gen_group_build(gen_group *g, gen_params *p, session *s, const gen_inputs *in, int per,
                      int main_index, const xl_rng *rng, int want_snapshot, void *owner) {
   memset(g, 0, sizeof *g);
-  job *m = job_make(p, s, main_index, in->pending, in->toks, in->ntok, owner);
-  if (!p->seeded) m->rng = *rng;
-  m->want_snapshot = want_snapshot;
+  job *m = job_new(p, s, main_index, in->pending, in->toks, in->ntok, owner);
+  if (!p->seeded) m->run.rng = *rng;
+  m->feed.want_snapshot = want_snapshot;
   score_setup(m, p);
   g->main = m;
   int groups = in->groups > 0 ? in->groups : 1;
@@ -99,25 +56,25 @@ void gen_group_build(gen_group *g, gen_params *p, session *s, const gen_inputs *
       lead = job_other(g, p, gi * per, in->ptoks[gi], in->pn[gi], owner);
       score_setup(lead, p);
     }
-    lead->sibs = xcalloc((size_t)per, sizeof *lead->sibs);
+    lead->choices.sibs = xcalloc((size_t)per, sizeof *lead->choices.sibs);
     for (int k = 0; k < per; k++) {
       int idx = gi * per + k;
       if (idx == lead->index) continue;
       job *c = job_other(g, p, idx, NULL, 0, owner);
-      c->parked = 1;
-      lead->sibs[lead->n_sibs++] = c;
+      c->links.parked = 1;
+      lead->choices.sibs[lead->choices.n_sibs++] = c;
     }
   }
   for (int i = 0; i < g->n_others; i++) {
     job *c = g->others[i];
     xl_error e;
     memset(&e, 0, sizeof e);
-    c->sess = session_new(c->model, &e);
+    c->sess = session_new(c->params->model, &e);
     if (!c->sess) abort(); /* out of memory: xmalloc's policy */
     if (!p->seeded) {
       uint64_t sd;
       random_bytes((uint8_t *)&sd, sizeof sd);
-      xl_rng_seed(&c->rng, sd);
+      xl_rng_seed(&c->run.rng, sd);
     }
   }
 }
@@ -134,11 +91,11 @@ void gen_group_stream_preamble(gen_group *g) {
   for (int i = 0; i < n; i++) all[i] = gen_group_at(g, i);
   qsort(all, (size_t)n, sizeof *all, by_index);
   for (int i = 0; i < n; i++) {
-    job_chunk_head(&m->out, all[i]);
-    buf_adds(&m->out,
+    job_chunk_head(&m->stream.out, all[i]);
+    buf_adds(&m->stream.out,
              "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
              "\"finish_reason\":null");
-    job_chunk_tail(&m->out, all[i]);
+    job_chunk_tail(&m->stream.out, all[i]);
   }
   free(all);
 }
@@ -149,7 +106,7 @@ int gen_group_submit(gen_group *g, sched *s) {
   for (int i = 0; i < n; i++) all[i] = gen_group_at(g, i);
   /* every job feeding a prompt into an empty memory: from the longest cached prefix */
   for (int i = 0; i < n; i++)
-    if (all[i]->params && !all[i]->parked)
+    if (!all[i]->links.parked)
       prefix_cache_attach(all[i]->params->prefix_cache, all[i],
                           i == 0 ? all[i]->params->prefix_hint : -1);
   int failed = sched_submit_all(s, all, n);

@@ -1,7 +1,7 @@
 /*
  * generation.h: one request's generation on the engine side. The API layer validates a request
  * into a gen_params (immutable from here, shared by reference) and plans what the turn feeds
- * (gen_inputs); this module builds the request's job group with one job constructor (the
+ * (gen_inputs); this module builds the request's job group with the one job constructor, job_new (the
  * session's choice, each other prompt's lead, the parked siblings that fork a lead's state),
  * writes a chat stream's opening chunks, and submits the group to the scheduler. The outcome
  * reaches the request through the jobs' events (job.owner).

@@ -3,12 +3,13 @@
  * chunks), then sample token after token until a stop string, max_tokens or cancellation.
  *
  * Threads and ownership:
- *   - The loop thread fills the "request" fields, then hands the job to the scheduler
- *     (sched_submit); from then on those fields are read-only.
- *   - The worker that holds the job (the scheduler guarantees one at a time) owns the "run"
- *     fields and the session's state/transcript fields.
- *   - `out` (stream bytes, pre-formatted SSE events) is shared: guarded by `mu`.
- *   - `cancel` is set by the loop thread, read by workers.
+ *   - The loop thread builds the job (job_new; its request parameters are the shared,
+ *     immutable gen_params it points to), then hands it to the scheduler (sched_submit); from
+ *     then on `params` and `feed` are read-only.
+ *   - The worker that holds the job (the scheduler guarantees one at a time) owns `run`, `text`,
+ *     `tools`, the scoring rows and the session's state/transcript fields.
+ *   - `stream.out` (stream bytes, pre-formatted SSE events) is shared: guarded by `stream.mu`.
+ *   - `cancel` is set by the loop thread, read by workers; `links`: the scheduler's lock.
  *   - Once the scheduler has posted the job's DONE event, no worker touches it again: the loop
  *     thread owns all of it (and frees it).
  */
@@ -99,109 +100,129 @@ gen_params *gen_params_ref(gen_params *p);
 void gen_params_unref(gen_params *p);
 void gen_params_add_stop(gen_params *p, const char *s, size_t n); /* "" and repeats: ignored */
 
-typedef struct job {
-  /* ---- request: written by the loop thread before submit, then read-only ---- */
-  /* The request's shared parameters (a reference): bias_ids/bias_vals, constraint, stops and
-   * model_name below point into it. NULL: the job owns those itself (a job built field by
-   * field, as the unit tests do). */
-  gen_params *params;
-  job_kind kind;
-  const xl_model *model;
-  session *sess;
+/* What the job feeds: set by job_new on the loop thread, then read-only (want_snapshot: the
+ * scheduler may clear it). */
+typedef struct job_feed {
   int32_t *input; /* pending token (if any) + prompt tokens */
   int n_input;
   int input_has_pending;
-  int n_prompt; /* prompt tokens of this request (usage.prompt_tokens) */
-  int max_tokens;
-  xl_sampling sampling;
-  int seeded;
-  int stream, include_usage;
-  int n_top; /* -1: no logprobs; else alternatives per token (0..JOB_MAX_TOP) */
-  int32_t *bias_ids; /* logit_bias (malloc'd): added to log-probabilities before sampling */
-  float *bias_vals;
-  int n_bias;
-  jc_schema *constraint; /* structured output (owned), else NULL */
-  tool_mode tools;        /* the constraint is the tool-call grammar */
-  char **stops;
-  int n_stops;
-  int chunk; /* prefill chunk */
-  char id[64];
-  long long created;
-  char *model_name;
-  const char *fingerprint; /* chat: the system_fingerprint ("fp_" + hex; the app's string) */
-  double t_arrival; /* monotonic */
+  int n_prompt;      /* prompt tokens of this request (usage.prompt_tokens) */
   int want_snapshot; /* durable session: serialise its state when the job ends */
-  /* several choices (n > 1, best_of, a list of prompts); see "Several choices" in scheduler.h */
-  int index;          /* the choice's index in the response */
-  struct job **sibs;  /* the choices that fork this job's state after its prompt (malloc'd) */
+  int own_session;   /* the loop frees sess when the job is done (a choice's own fork) */
+} job_feed;
+
+/* Several choices (n > 1, best_of, a list of prompts); see "Several choices" in scheduler.h. */
+typedef struct job_choices {
+  struct job **sibs; /* the choices that fork this job's state after its prompt (malloc'd) */
   int n_sibs;
-  struct job *sink;   /* stream bytes go to sink->out (the request's first job); NULL: self */
-  int own_session;    /* the loop frees sess when the job is done (a choice's own fork) */
-  /* prompt scoring (echo with logprobs, prompt_logprobs; job_score.c): row k of the input
-   * scores input[k + 1] as it is fed */
-  int score_prompt;    /* 1: score the prompt rows */
-  int score_top;       /* alternatives per scored token (0..JOB_MAX_TOP) */
-  int score_rank;      /* 1: also the rank of each scored token in its distribution */
-  int32_t *score_targets; /* [n_input]: input[k + 1]; -1 for the last row */
-  /* prefix cache (prefix_cache.h), set by prefix_cache_attach before submit */
-  struct prefix_cache *pc;  /* NULL: no cache */
-  struct pc_entry *pc_hit;  /* the entry the worker copies in before the first forward */
-  int pc_store_at;          /* >0: the worker stores the state once pos reaches it */
-  int pc_applied;           /* worker: the hit was copied (pos moved past it) */
-  /* ---- run: the worker holding the job ---- */
-  xl_rng rng;
+  struct job *sink; /* stream bytes go to sink->stream.out (the request's first job); NULL: self */
+  int released;     /* worker: the siblings have their fork and first token */
+} job_choices;
+
+/* Generation state of the worker holding the job. */
+typedef struct job_run {
+  xl_rng rng;   /* choice k of a seeded request: seeded with seed + k (per choice, not shared) */
   int pos;      /* input tokens fed */
   int decoding; /* prefill done: next step feeds `next` */
   int32_t next;
   int n_gen;
-  int sibs_released; /* the siblings have their fork and first token */
-  double sum_lp;     /* the sampled tokens' log-probabilities summed (best_of ranks by it) */
+  double sum_lp; /* the sampled tokens' log-probabilities summed (best_of ranks by it) */
   int32_t *hist; /* [max_tokens] generated ids (penalties) */
   float *adj;    /* [vocab] log-probabilities after logit_bias and the output constraint */
   jc_state *jc;  /* the constraint's automaton over the bytes generated so far */
-  int is_call;   /* tools: the reply is a tool call (stop strings do not apply to it) */
-  int free_text; /* tools auto: the reply is text; the constraint is dropped */
-  int tc_named;  /* stream: calls whose opening delta (id, name) went out */
-  size_t tc_args_sent[TOOL_MAX_CALLS]; /* stream: argument bytes sent, per call */
-  xl_detok detok;
-  buf hold;  /* generated text not yet released (could start a stop string) */
-  buf reply; /* released (visible) text */
-  buf tail;  /* generated text after the visible reply (the stop string, cut text) */
-  tok_rec *recs;
-  int n_recs, cap_recs, recs_sent;
-  size_t text_sent; /* stream: bytes of reply already formatted into out */
-  size_t lp_off;    /* stream: token bytes of the records already sent (text_offset) */
-  size_t detok_out; /* bytes the detokeniser has produced for the reply */
-  buf head;         /* stream: the chunks' start, built at first use by job_chunk_head/prefix */
-  size_t head_prefix_len; /* head's bytes up to the end of "model":... */
   finish_reason finish;
   xl_error error;
   uint8_t *snap; /* the session's state blob at the end (want_snapshot and it changed) */
-  float *score_lp;      /* [n_input]: log p(input[k + 1] | memory, input[..k]) */
-  tok_rec *score_recs;  /* [n_input]: alternatives of row k (score_top > 0) */
-  int32_t *score_ranks; /* [n_input]: 1-based rank of input[k + 1] in row k (score_rank) */
-  float *score_rows;    /* [chunk, vocab]: the rows' distributions (top or rank wanted); freed
-                         * once the prompt is in */
   size_t snap_len;
   double t_sched, t_first_token, t_last_token;
-  /* ---- shared ---- */
-  atomic_int cancel;
+} job_run;
+
+/* The reply's text and token records (worker holding the job). */
+typedef struct job_text {
+  xl_detok detok;
+  size_t detok_out; /* bytes the detokeniser has produced for the reply */
+  buf hold;         /* generated text not yet released (could start a stop string) */
+  buf reply;        /* released (visible) text */
+  buf tail;         /* generated text after the visible reply (the stop string, cut text) */
+  tok_rec *recs;
+  int n_recs, cap_recs;
+} job_text;
+
+/* Tool calls (params->tools != TOOLS_OFF; worker holding the job). */
+typedef struct job_tools {
+  int is_call;                      /* the reply is a tool call (stop strings do not apply to it) */
+  int free_text;                    /* tools auto: the reply is text; the constraint is dropped */
+  int named;                        /* stream: calls whose opening delta (id, name) went out */
+  size_t args_sent[TOOL_MAX_CALLS]; /* stream: argument bytes sent, per call */
+} job_tools;
+
+/* Stream formatting (the job's formatter) and the sink's shared output. */
+typedef struct job_stream {
+  int recs_sent;
+  size_t text_sent;       /* bytes of reply already formatted into out */
+  size_t lp_off;          /* token bytes of the records already sent (text_offset) */
+  buf head;               /* the chunks' start, built at first use by job_chunk_head/prefix */
+  size_t head_prefix_len; /* head's bytes up to the end of "model":... */
   pthread_mutex_t mu;
-  buf out; /* stream: SSE bytes to send (mu) */
+  buf out;             /* SSE bytes to send (mu) */
   atomic_int n_paused; /* jobs paused on this sink's full `out` (written under mu and the
-                          scheduler's lock; the loop reads it to know when to resume them) */
-  /* ---- scheduler lock ---- */
+                             scheduler's lock; the loop reads it to know when to resume them) */
+} job_stream;
+
+/* Prompt scoring (echo with logprobs, prompt_logprobs; job_score.c): row k of the input scores
+ * input[k + 1] as it is fed. Set up by the loop thread, filled by the worker. */
+typedef struct job_score {
+  int prompt;       /* 1: score the prompt rows (a job feeding a prompt; siblings do not) */
+  int32_t *targets; /* [n_input]: input[k + 1]; -1 for the last row */
+  float *lp;        /* [n_input]: log p(input[k + 1] | memory, input[..k]) */
+  tok_rec *recs;    /* [n_input]: alternatives of row k (params->score_top > 0) */
+  int32_t *ranks;   /* [n_input]: 1-based rank of input[k + 1] in row k (params->score_rank) */
+  float *rows;      /* [chunk, vocab]: the rows' distributions (top or rank wanted); freed once
+                     * the prompt is in */
+} job_score;
+
+/* Prefix cache (prefix_cache.h): set by prefix_cache_attach before submit. */
+typedef struct job_prefix {
+  struct prefix_cache *pc; /* the cache it was attached to; NULL: none (parked siblings) */
+  struct pc_entry *hit;    /* the entry the worker copies in before the first forward */
+  int store_at;            /* >0: the worker stores the state once pos reaches it */
+  int applied;             /* worker: the hit was copied (pos moved past it) */
+} job_prefix;
+
+/* Queue and event links (the scheduler's lock). */
+typedef struct job_links {
   struct job *q_prev, *q_next;
   job_queue where;
-  int parked; /* a sibling waiting for its group's prompt: never selected */
+  int parked;        /* a sibling waiting for its group's prompt: never selected */
   int sibs_unparked; /* this job's siblings were let go (released, or cancelled with it) */
   int ev_flags;
   struct job *ev_next;
-  /* ---- loop thread ---- */
-  void *owner;
+} job_links;
+
+/* A job: a pointer to its request's parameters plus its own state, by section. Threads: see
+ * the header comment; each section says who writes it. */
+typedef struct job {
+  gen_params *params;  /* the request's parameters (a reference, never NULL): read through it */
+  session *sess;       /* the session it feeds (the worker holding the job owns its state) */
+  int index;           /* the choice's index in the response */
+  job_feed feed;       /* what it feeds: set by job_new, then read-only */
+  job_choices choices; /* several choices: the siblings that fork its state */
+  job_run run;         /* the worker holding the job: sampling, outcome, timings */
+  job_text text;       /* the worker holding the job: detokenised reply and records */
+  job_tools tools;     /* the worker holding the job: tool-call state */
+  job_stream stream;   /* stream formatting, and the sink's shared `out` (mu) */
+  job_score score;     /* prompt scoring (job_score.c) */
+  job_prefix prefix;   /* prefix cache (prefix_cache.h) */
+  job_links links;     /* queue and event links: under the scheduler's lock */
+  atomic_int cancel;   /* set by the loop thread, read by workers */
+  void *owner;         /* loop thread: the request the job's events go to */
 } job;
 
-job *job_new(void);
+/* The one job constructor (loop thread): a job of p's request (it takes a reference) with
+ * index `index`, in session s, fed `pending` (if >= 0) then toks[0..ntok); seeded requests seed
+ * its random state with p->seed + index. */
+job *job_new(gen_params *p, session *s, int index, int32_t pending, const int32_t *toks,
+             size_t ntok, void *owner);
 void job_free(job *j);
 
 /* Worker side (holder of the job). */
@@ -217,8 +238,8 @@ void job_finish(job *j, finish_reason reason);
  * FINISH_LENGTH, without lp). The caller holds the job; siblings are parked (no one holds
  * them). A sibling may be finished on return. */
 void job_release_siblings(job *j, const float *lp, void *scratch, double now);
-/* The job whose `out` (and `mu`) receive this job's stream bytes. */
-static inline job *job_sink(job *j) { return j->sink ? j->sink : j; }
+/* The job whose `stream.out` (and `stream.mu`) receive this job's stream bytes. */
+static inline job *job_sink(job *j) { return j->choices.sink ? j->choices.sink : j; }
 /* Appends a formatted stream chunk for newly released text/logprobs (if any) to out. */
 void job_emit_stream(job *j, int final);
 
@@ -247,8 +268,9 @@ void job_fmt_lp(buf *b, float v);
 size_t job_detok_placed(const xl_model *m, const int32_t *ids, int n, buf *text, size_t *offs);
 
 /* ---- prompt scoring (job_score.c) ---- */
-/* Loop thread, before submit: sets up scoring of the prompt rows (targets, buffers). */
-void job_score_setup(job *j, int top, int rank);
+/* Loop thread, before submit: sets up scoring of the prompt rows (targets, buffers) as
+ * params->score_top and score_rank ask. */
+void job_score_setup(job *j);
 /* Worker, before the forward of input rows [pos, pos + n): points the feed's outputs there. */
 void job_score_feed(job *j, xl_feed *f, int n);
 /* Worker, after that forward: alternatives and ranks of those rows. */

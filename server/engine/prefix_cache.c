@@ -129,24 +129,28 @@ static void key_of(uint64_t h, int chunk, int n, char out[17]) {
 }
 
 void prefix_cache_attach(prefix_cache *pc, job *j, int hint) {
-  j->pc = pc;
-  if (!pc || j->input_has_pending || j->score_prompt || j->chunk <= 0 || j->parked) return;
+  j->prefix.pc = pc;
+  if (!pc || j->feed.input_has_pending || j->score.prompt || j->params->chunk <= 0 ||
+      j->links.parked)
+    return;
   if (xl_state_tokens_fed(j->sess->state) != 0) return; /* only an empty memory */
-  int within = j->n_input - 1; /* the last token is always fed: its row gives the logprobs */
+  int within = j->feed.n_input - 1; /* the last token is always fed: its row gives the logprobs */
   if (hint >= 0 && hint < within) within = hint;
-  int top = within / j->chunk; /* boundaries 1..top (in chunks) */
-  if (top <= 0 || xl_model_config(j->model)->mem_len <= 0) return;
+  int top = within / j->params->chunk; /* boundaries 1..top (in chunks) */
+  if (top <= 0 || xl_model_config(j->params->model)->mem_len <= 0) return;
   char *keys = xmalloc((size_t)top * 17);
   uint64_t h = pc->seed;
   for (int k = 1; k <= top; k++) {
-    h = fnv(h, j->input + (size_t)(k - 1) * (size_t)j->chunk, sizeof(int32_t) * (size_t)j->chunk);
-    key_of(h, j->chunk, k * j->chunk, keys + (size_t)(k - 1) * 17);
+    h = fnv(h, j->feed.input + (size_t)(k - 1) * (size_t)j->params->chunk,
+            sizeof(int32_t) * (size_t)j->params->chunk);
+    key_of(h, j->params->chunk, k * j->params->chunk, keys + (size_t)(k - 1) * 17);
   }
   pc_entry *hit = NULL;
   pthread_mutex_lock(&pc->mu);
   for (int k = top; k >= 1 && !hit; k--) {
     pc_entry *e = strmap_get(&pc->map, keys + (size_t)(k - 1) * 17);
-    if (e && e->n == k * j->chunk && !memcmp(e->tokens, j->input, sizeof(int32_t) * (size_t)e->n))
+    if (e && e->n == k * j->params->chunk &&
+        !memcmp(e->tokens, j->feed.input, sizeof(int32_t) * (size_t)e->n))
       hit = e;
   }
   if (hit) {
@@ -157,34 +161,35 @@ void prefix_cache_attach(prefix_cache *pc, job *j, int hint) {
   pthread_mutex_unlock(&pc->mu);
   free(keys);
   if (hit) {
-    j->pc_hit = hit;
+    j->prefix.hit = hit;
     ctr_add(&g_metrics.prefix_cache_hits, 1);
   } else {
     ctr_add(&g_metrics.prefix_cache_misses, 1);
   }
-  if (!hit || hit->n < top * j->chunk) j->pc_store_at = top * j->chunk;
+  if (!hit || hit->n < top * j->params->chunk) j->prefix.store_at = top * j->params->chunk;
 }
 
 int prefix_cache_apply(job *j) {
-  pc_entry *e = j->pc_hit;
-  j->pc_applied = 1;
+  pc_entry *e = j->prefix.hit;
+  j->prefix.applied = 1;
   if (!e) return 0;
-  if (xl_state_unpack(j->sess->state, e->state, &j->error) != XL_OK) {
-    xlog_msg("error", "prefix_cache", "a cached prefix could not be used: %s", j->error.message);
-    memset(&j->error, 0, sizeof j->error);
+  if (xl_state_unpack(j->sess->state, e->state, &j->run.error) != XL_OK) {
+    xlog_msg("error", "prefix_cache", "a cached prefix could not be used: %s",
+             j->run.error.message);
+    memset(&j->run.error, 0, sizeof j->run.error);
     return 0; /* the state is unchanged: the prompt is fed from its start */
   }
-  session_digest_tokens(j->sess, j->input, e->n);
-  j->pos = e->n;
+  session_digest_tokens(j->sess, j->feed.input, e->n);
+  j->run.pos = e->n;
   ctr_add(&g_metrics.prefix_cache_tokens_saved, (uint64_t)e->n);
   ctr_add(&g_metrics.tokens_in, (uint64_t)e->n); /* in the memory as if fed */
   return 0;
 }
 
 void prefix_cache_capture(job *j) {
-  prefix_cache *pc = j->pc;
-  int n = j->pc_store_at;
-  j->pc_store_at = 0;
+  prefix_cache *pc = j->prefix.pc;
+  int n = j->prefix.store_at;
+  j->prefix.store_at = 0;
   if (!pc || n <= 0) return;
   xl_state *packed = NULL;
   xl_error err;
@@ -194,13 +199,13 @@ void prefix_cache_capture(job *j) {
   e->pc = pc;
   e->n = n;
   e->tokens = xmalloc(sizeof(int32_t) * (size_t)n);
-  memcpy(e->tokens, j->input, sizeof(int32_t) * (size_t)n);
+  memcpy(e->tokens, j->feed.input, sizeof(int32_t) * (size_t)n);
   e->state = packed;
   e->bytes = xl_state_bytes(packed) + sizeof(int32_t) * (size_t)n + sizeof *e;
   e->refs = 1;
   uint64_t h = pc->seed;
-  h = fnv(h, j->input, sizeof(int32_t) * (size_t)n);
-  key_of(h, j->chunk, n, e->key);
+  h = fnv(h, j->feed.input, sizeof(int32_t) * (size_t)n);
+  key_of(h, j->params->chunk, n, e->key);
   pthread_mutex_lock(&pc->mu);
   int keep = !strmap_get(&pc->map, e->key) && e->bytes <= limit(pc);
   if (keep) {
@@ -216,9 +221,9 @@ void prefix_cache_capture(job *j) {
 }
 
 void prefix_cache_release(job *j) {
-  pc_entry *e = j->pc_hit;
+  pc_entry *e = j->prefix.hit;
   if (!e) return;
-  j->pc_hit = NULL;
+  j->prefix.hit = NULL;
   prefix_cache *pc = e->pc;
   pthread_mutex_lock(&pc->mu);
   int last = --e->refs == 0;

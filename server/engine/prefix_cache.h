@@ -52,15 +52,16 @@ size_t prefix_cache_entries(prefix_cache *pc);
 
 /* Loop thread, before submit: for a job whose session is empty and has nothing pending and
  * which does not score its prompt, looks up the longest cached prefix of its input within
- * hint tokens (hint < 0: the whole input); on a hit sets j->pos past it (the worker copies the
- * memory in before its first forward) and holds the entry; decides the boundary at which the
- * job's state is stored (j->pc_store_at). */
+ * hint tokens (hint < 0: the whole input); on a hit sets j->run.pos past it (the worker copies
+ * the memory in before its first forward) and holds the entry; decides the boundary at which
+ * the job's state is stored (j->prefix.store_at). */
 void prefix_cache_attach(prefix_cache *pc, struct job *j, int hint);
 /* Worker, before the job's first forward: copies the held entry into the session's state and
- * folds the prefix into its digest. 0, or -1 with j->error set. */
+ * folds the prefix into its digest. 0, or -1 with j->run.error set. */
 int prefix_cache_apply(struct job *j);
-/* Worker, after a forward that brought j->pos to j->pc_store_at: packs the session's state and
- * inserts it (an entry already there for the same prefix wins; the new one is dropped). */
+/* Worker, after a forward that brought j->run.pos to j->prefix.store_at: packs the session's
+ * state and inserts it (an entry already there for the same prefix wins; the new one is
+ * dropped). */
 void prefix_cache_capture(struct job *j);
 /* Drops the job's reference to the entry it copied (if any). Any thread. */
 void prefix_cache_release(struct job *j);

@@ -55,12 +55,12 @@ struct sched {
 };
 
 static void jq_push(jq *q, job *j) {
-  DLIST_APPEND(q->head, q->tail, j, q_prev, q_next);
+  DLIST_APPEND(q->head, q->tail, j, links.q_prev, links.q_next);
   q->n++;
 }
 
 static void jq_remove(jq *q, job *j) {
-  DLIST_REMOVE(q->head, q->tail, j, q_prev, q_next);
+  DLIST_REMOVE(q->head, q->tail, j, links.q_prev, links.q_next);
   q->n--;
 }
 
@@ -83,7 +83,7 @@ static void unpark_siblings(sched *s, job *j);
 /* Posts an event; after JOB_EV_DONE the caller must not touch j again. */
 static void post(sched *s, job *j, int flags) {
   pthread_mutex_lock(&s->ev_mu);
-  if (!j->ev_flags) {
+  if (!j->links.ev_flags) {
     if (s->n_ev == s->cap_ev) {
       s->cap_ev = s->cap_ev ? 2 * s->cap_ev : 64;
       s->ev = xrealloc(s->ev, sizeof *s->ev * (size_t)s->cap_ev);
@@ -92,7 +92,7 @@ static void post(sched *s, job *j, int flags) {
     s->ev[s->n_ev].flags = 0;
     s->n_ev++;
   }
-  j->ev_flags |= flags;
+  j->links.ev_flags |= flags;
   pthread_mutex_unlock(&s->ev_mu);
   if (s->notify) s->notify(s->notify_arg);
 }
@@ -106,8 +106,8 @@ int sched_take_events(sched *s, sched_event **ev, int *cap) {
   }
   for (int i = 0; i < n; i++) {
     (*ev)[i].j = s->ev[i].j;
-    (*ev)[i].flags = s->ev[i].j->ev_flags;
-    s->ev[i].j->ev_flags = 0;
+    (*ev)[i].flags = s->ev[i].j->links.ev_flags;
+    s->ev[i].j->links.ev_flags = 0;
   }
   s->n_ev = 0;
   pthread_mutex_unlock(&s->ev_mu);
@@ -120,7 +120,7 @@ static void promote(sched *s) {
     jq *q = s->resumed.head ? &s->resumed : &s->wait;
     job *j = q->head;
     jq_remove(q, j);
-    j->where = JQ_RUN;
+    j->links.where = JQ_RUN;
     jq_push(&s->run, j);
     s->n_active++;
   }
@@ -129,13 +129,13 @@ static void promote(sched *s) {
 /* mu held. A paused or resumed job goes back to the running set at once (cancelled, or the
  * scheduler stops): a worker finishes it (its closing chunks, its snapshot). */
 static void unpause(sched *s, job *j) {
-  if (j->where == JQ_PAUSED) {
+  if (j->links.where == JQ_PAUSED) {
     jq_remove(&s->paused, j);
-    atomic_fetch_sub(&job_sink(j)->n_paused, 1);
+    atomic_fetch_sub(&job_sink(j)->stream.n_paused, 1);
   } else {
     jq_remove(&s->resumed, j);
   }
-  j->where = JQ_RUN;
+  j->links.where = JQ_RUN;
   jq_push(&s->run, j);
   s->n_active++;
   pthread_cond_signal(&s->cv);
@@ -145,35 +145,35 @@ static void unpause(sched *s, job *j) {
  * checked under the sink's lock, so a loop that drains it meanwhile either sees the pause
  * (n_paused) and resumes it, or drained it before and the job is not paused. */
 static int maybe_pause(sched *s, job *j) {
-  if (!s->o.stream_buffer || !j->stream || s->stop || !j->decoding || j->parked ||
-      atomic_load(&j->cancel) || (j->n_sibs && !j->sibs_released))
+  if (!s->o.stream_buffer || !j->params->stream || s->stop || !j->run.decoding || j->links.parked ||
+      atomic_load(&j->cancel) || (j->choices.n_sibs && !j->choices.released))
     return 0;
   job *o = job_sink(j);
-  pthread_mutex_lock(&o->mu);
-  int full = o->out.len >= s->o.stream_buffer;
+  pthread_mutex_lock(&o->stream.mu);
+  int full = o->stream.out.len >= s->o.stream_buffer;
   if (full) {
-    j->where = JQ_PAUSED;
+    j->links.where = JQ_PAUSED;
     jq_push(&s->paused, j);
     s->n_active--;
-    atomic_fetch_add(&o->n_paused, 1);
+    atomic_fetch_add(&o->stream.n_paused, 1);
   }
-  pthread_mutex_unlock(&o->mu);
+  pthread_mutex_unlock(&o->stream.mu);
   return full;
 }
 
 void sched_stream_drained(sched *s, job *sink) {
-  if (!s->o.stream_buffer || atomic_load(&sink->n_paused) == 0) return;
+  if (!s->o.stream_buffer || atomic_load(&sink->stream.n_paused) == 0) return;
   pthread_mutex_lock(&s->mu);
-  pthread_mutex_lock(&sink->mu);
-  int low = sink->out.len <= s->o.stream_buffer / 2;
-  pthread_mutex_unlock(&sink->mu);
+  pthread_mutex_lock(&sink->stream.mu);
+  int low = sink->stream.out.len <= s->o.stream_buffer / 2;
+  pthread_mutex_unlock(&sink->stream.mu);
   if (low) {
     for (job *j = s->paused.head, *next; j; j = next) {
-      next = j->q_next;
+      next = j->links.q_next;
       if (job_sink(j) != sink) continue;
       jq_remove(&s->paused, j);
-      atomic_fetch_sub(&sink->n_paused, 1);
-      j->where = JQ_RESUMED;
+      atomic_fetch_sub(&sink->stream.n_paused, 1);
+      j->links.where = JQ_RESUMED;
       jq_push(&s->resumed, j);
     }
     promote(s);
@@ -202,11 +202,11 @@ int sched_submit_all(sched *s, job **jobs, int n) {
   for (int i = 0; i < n; i++) {
     job *j = jobs[i];
     if (s->n_active < s->o.max_running && !s->resumed.head) {
-      j->where = JQ_RUN;
+      j->links.where = JQ_RUN;
       jq_push(&s->run, j);
       s->n_active++;
     } else {
-      j->where = JQ_WAIT;
+      j->links.where = JQ_WAIT;
       jq_push(&s->wait, j);
     }
   }
@@ -229,15 +229,16 @@ int sched_has_room_for(sched *s, int n) {
 void sched_cancel(sched *s, job *j) {
   atomic_store(&j->cancel, 1);
   pthread_mutex_lock(&s->mu);
-  int waiting = j->where == JQ_WAIT && !j->parked; /* a parked one is let go by its group */
+  int waiting =
+      j->links.where == JQ_WAIT && !j->links.parked; /* a parked one is let go by its group */
   if (waiting) {
     jq_remove(&s->wait, j);
-    j->where = JQ_DONE;
-    j->finish = FINISH_CANCELLED; /* never ran: the session is untouched */
+    j->links.where = JQ_DONE;
+    j->run.finish = FINISH_CANCELLED; /* never ran: the session is untouched */
     unpark_siblings(s, j);        /* cancelled with it */
-  } else if (j->where == JQ_RUN) {
+  } else if (j->links.where == JQ_RUN) {
     pthread_cond_signal(&s->cv); /* a worker finishes it on its next iteration */
-  } else if (j->where == JQ_PAUSED || j->where == JQ_RESUMED) {
+  } else if (j->links.where == JQ_PAUSED || j->links.where == JQ_RESUMED) {
     unpause(s, j); /* it ran: a worker finishes it */
   }
   pthread_mutex_unlock(&s->mu);
@@ -254,7 +255,7 @@ void sched_counts(sched *s, long *waiting, long *running) {
 /* mu held. A session is touched by one worker at a time: checked, not assumed. */
 static void take(sched *s, worker *w, int n, job *j, int tokens) {
   jq_remove(&s->run, j);
-  j->where = JQ_WORKER;
+  j->links.where = JQ_WORKER;
   if (j->sess->on_worker) {
     xlog_msg("fatal", "scheduler", "session %s taken by two workers", j->sess->id);
     abort();
@@ -286,10 +287,10 @@ static int select_batch(sched *s, worker *w) {
   }
   int ready = 0, decoders = 0;
   for (job *j = s->run.head, *next; j && n < s->o.max_batch; j = next) {
-    next = j->q_next;
-    if (j->parked) continue; /* its group's prompt is still being fed */
+    next = j->links.q_next;
+    if (j->links.parked) continue; /* its group's prompt is still being fed */
     if (atomic_load(&j->cancel)) take(s, w, n++, j, 0);
-    else ready++, decoders += j->decoding;
+    else ready++, decoders += j->run.decoding;
   }
   int scarce = ready > cap;
   /* several workers: at most a share of the waiting prompts, so a burst of new requests is
@@ -300,16 +301,16 @@ static int select_batch(sched *s, worker *w) {
   int dec_rows = decoders < cap ? decoders : cap;
   int prompt_budget = budget - dec_rows;
   for (job *j = s->run.head, *next; j && n < s->o.max_batch && rows < cap; j = next) {
-    next = j->q_next;
-    if (j->parked) continue;
-    if (j->decoding) {
+    next = j->links.q_next;
+    if (j->links.parked) continue;
+    if (j->run.decoding) {
       if (budget <= 0) continue;
       budget--;
       rows++;
       take(s, w, n++, j, 1);
     } else if (scarce && prefills < max_prompts) {
-      int want = j->n_input - j->pos;
-      if (want > j->chunk) want = j->chunk;
+      int want = j->feed.n_input - j->run.pos;
+      if (want > j->params->chunk) want = j->params->chunk;
       /* progress guarantee: one chunk per iteration even when decoding used the budget */
       if (want > prompt_budget && prefills) continue;
       prompt_budget -= want;
@@ -322,11 +323,12 @@ static int select_batch(sched *s, worker *w) {
   if (scarce) return n;
   for (job *j = s->run.head, *next;
        j && n < s->o.max_batch && (rows < cap || !prefills) && prefills < max_prompts; j = next) {
-    next = j->q_next;
+    next = j->links.q_next;
     /* parked first: a parked job's fields are the releasing worker's until it is let go */
-    if (j->parked || j->decoding || atomic_load(&j->cancel)) continue; /* left over: no budget or room */
-    int want = j->n_input - j->pos;
-    if (want > j->chunk) want = j->chunk;
+    if (j->links.parked || j->run.decoding || atomic_load(&j->cancel))
+      continue; /* left over: no budget or room */
+    int want = j->feed.n_input - j->run.pos;
+    if (want > j->params->chunk) want = j->params->chunk;
     if (want > budget && prefills) continue;
     budget -= want;
     prefills++;
@@ -341,25 +343,25 @@ static int select_batch(sched *s, worker *w) {
  * then they are cancelled), they become selectable; those already finished leave the queues
  * and are reported done (nothing touches them after that). */
 static void unpark_siblings(sched *s, job *j) {
-  if (!j->n_sibs || j->sibs_unparked) return;
-  if (!j->sibs_released && j->finish == FINISH_NONE) return; /* still feeding its prompt */
-  j->sibs_unparked = 1;
-  for (int i = 0; i < j->n_sibs; i++) {
-    job *c = j->sibs[i];
-    c->parked = 0;
-    if (!j->sibs_released) atomic_store(&c->cancel, 1);
-    if (c->finish == FINISH_NONE && c->where == JQ_WAIT && atomic_load(&c->cancel))
-      c->finish = FINISH_CANCELLED; /* waiting, never ran: done now */
-    if (c->finish == FINISH_NONE) continue;
-    if (c->where == JQ_RUN) {
+  if (!j->choices.n_sibs || j->links.sibs_unparked) return;
+  if (!j->choices.released && j->run.finish == FINISH_NONE) return; /* still feeding its prompt */
+  j->links.sibs_unparked = 1;
+  for (int i = 0; i < j->choices.n_sibs; i++) {
+    job *c = j->choices.sibs[i];
+    c->links.parked = 0;
+    if (!j->choices.released) atomic_store(&c->cancel, 1);
+    if (c->run.finish == FINISH_NONE && c->links.where == JQ_WAIT && atomic_load(&c->cancel))
+      c->run.finish = FINISH_CANCELLED; /* waiting, never ran: done now */
+    if (c->run.finish == FINISH_NONE) continue;
+    if (c->links.where == JQ_RUN) {
       jq_remove(&s->run, c);
       s->n_active--;
-    } else if (c->where == JQ_WAIT) {
+    } else if (c->links.where == JQ_WAIT) {
       jq_remove(&s->wait, c);
     }
-    c->where = JQ_DONE;
+    c->links.where = JQ_DONE;
     int flags = JOB_EV_DONE;
-    if (c->stream) flags |= JOB_EV_OUTPUT;
+    if (c->params->stream) flags |= JOB_EV_OUTPUT;
     post(s, c, flags);
   }
 }
@@ -376,28 +378,29 @@ static void run_batch(sched *s, worker *w, int n) {
   double t0 = now_mono();
   for (int i = 0; i < n; i++) {
     job *j = w->batch[i];
-    if (!j->t_sched) {
-      j->t_sched = t0;
-      hist_observe(&g_metrics.queue_wait, t0 - j->t_arrival);
+    if (!j->run.t_sched) {
+      j->run.t_sched = t0;
+      hist_observe(&g_metrics.queue_wait, t0 - j->params->t_arrival);
     }
     if (w->take[i] == 0) continue;
-    if (j->pc_hit && !j->pc_applied) { /* a cached prefix: its memory, then the rest's cuts */
+    if (j->prefix.hit &&
+        !j->prefix.applied) { /* a cached prefix: its memory, then the rest's cuts */
       prefix_cache_apply(j);
-      if (w->take[i] > j->n_input - j->pos) w->take[i] = j->n_input - j->pos;
+      if (w->take[i] > j->feed.n_input - j->run.pos) w->take[i] = j->feed.n_input - j->run.pos;
     }
     xl_feed *f = &w->feeds[k];
     memset(f, 0, sizeof *f);
     f->state = j->sess->state;
-    if (j->decoding) {
-      f->tokens = &j->next;
+    if (j->run.decoding) {
+      f->tokens = &j->run.next;
       f->n_tokens = 1;
       f->last_logprobs = w->lp + (size_t)k * (size_t)s->vocab;
     } else {
-      f->tokens = j->input + j->pos;
+      f->tokens = j->feed.input + j->run.pos;
       f->n_tokens = w->take[i];
-      if (j->pos + w->take[i] == j->n_input && j->max_tokens > 0)
+      if (j->run.pos + w->take[i] == j->feed.n_input && j->params->max_tokens > 0)
         f->last_logprobs = w->lp + (size_t)k * (size_t)s->vocab;
-      if (j->score_prompt) job_score_feed(j, f, w->take[i]);
+      if (j->score.prompt) job_score_feed(j, f, w->take[i]);
     }
     k++;
   }
@@ -424,31 +427,32 @@ static void run_batch(sched *s, worker *w, int n) {
       lp = f->last_logprobs;
       r++;
       if (rc != XL_OK) {
-        j->error = err;
+        j->run.error = err;
         job_finish(j, FINISH_ERROR);
         continue;
       }
       if (lp && !finite_row(lp, s->vocab)) { /* a memory no forward pass of the model makes */
-        j->error.code = XL_STATE;
-        snprintf(j->error.message, sizeof j->error.message,
+        j->run.error.code = XL_STATE;
+        snprintf(j->run.error.message, sizeof j->run.error.message,
                  "the forward pass produced a non-finite value: the session's memory holds "
                  "values this model cannot have made; the turn was not kept");
-        if (!j->decoding) j->pos += w->take[i]; /* it fed the session: the turn is rolled back */
-        j->want_snapshot = 0; /* nothing of it is committed */
+        if (!j->run.decoding)
+          j->run.pos += w->take[i]; /* it fed the session: the turn is rolled back */
+        j->feed.want_snapshot = 0;  /* nothing of it is committed */
         job_finish(j, FINISH_ERROR);
         continue;
       }
       /* the tokens are in the memory now */
       session_digest_tokens(j->sess, f->tokens, f->n_tokens);
-      if (j->decoding) {
+      if (j->run.decoding) {
         j->sess->pending = -1;
       } else {
-        if (j->pos == 0 && j->input_has_pending) j->sess->pending = -1;
-        if (j->score_prompt) job_score_rows(j, j->pos, w->take[i]);
-        int prompt_fed = w->take[i] - (j->pos == 0 && j->input_has_pending ? 1 : 0);
+        if (j->run.pos == 0 && j->feed.input_has_pending) j->sess->pending = -1;
+        if (j->score.prompt) job_score_rows(j, j->run.pos, w->take[i]);
+        int prompt_fed = w->take[i] - (j->run.pos == 0 && j->feed.input_has_pending ? 1 : 0);
         ctr_add(&g_metrics.tokens_in, (uint64_t)prompt_fed);
-        j->pos += w->take[i];
-        if (j->pc_store_at && j->pos == j->pc_store_at) prefix_cache_capture(j);
+        j->run.pos += w->take[i];
+        if (j->prefix.store_at && j->run.pos == j->prefix.store_at) prefix_cache_capture(j);
       }
     }
     if (atomic_load(&j->cancel)) {
@@ -457,10 +461,11 @@ static void run_batch(sched *s, worker *w, int n) {
       continue;
     }
     if (!w->take[i]) continue; /* cannot happen: take 0 only for cancelled jobs */
-    if (!j->decoding && j->pos < j->n_input) continue; /* more prompt to feed */
-    if (j->n_sibs && !j->sibs_released) /* the prompt is in: fork it for the other choices */
-      job_release_siblings(j, j->max_tokens > 0 ? lp : NULL, w->scratch, now);
-    if (j->max_tokens == 0) {
+    if (!j->run.decoding && j->run.pos < j->feed.n_input) continue; /* more prompt to feed */
+    if (j->choices.n_sibs &&
+        !j->choices.released) /* the prompt is in: fork it for the other choices */
+      job_release_siblings(j, j->params->max_tokens > 0 ? lp : NULL, w->scratch, now);
+    if (j->params->max_tokens == 0) {
       job_finish(j, FINISH_LENGTH);
       continue;
     }
@@ -473,12 +478,12 @@ static void run_batch(sched *s, worker *w, int n) {
   int *flags = w->flags;
   for (int i = 0; i < n; i++) {
     job *j = w->batch[i];
-    flags[i] = j->finish != FINISH_NONE ? JOB_EV_DONE : 0;
-    if (j->stream) {
+    flags[i] = j->run.finish != FINISH_NONE ? JOB_EV_DONE : 0;
+    if (j->params->stream) {
       job *o = job_sink(j);
-      pthread_mutex_lock(&o->mu);
-      if (o->out.len) flags[i] |= JOB_EV_OUTPUT;
-      pthread_mutex_unlock(&o->mu);
+      pthread_mutex_lock(&o->stream.mu);
+      if (o->stream.out.len) flags[i] |= JOB_EV_OUTPUT;
+      pthread_mutex_unlock(&o->stream.mu);
     }
     if (flags[i] == JOB_EV_OUTPUT) post(s, j, JOB_EV_OUTPUT);
   }
@@ -489,10 +494,10 @@ static void run_batch(sched *s, worker *w, int n) {
     j->sess->on_worker = 0;
     if (!(flags[i] & JOB_EV_DONE)) {
       if (maybe_pause(s, j)) continue;
-      j->where = JQ_RUN;
+      j->links.where = JQ_RUN;
       jq_push(&s->run, j);
     } else {
-      j->where = JQ_DONE;
+      j->links.where = JQ_DONE;
       s->n_active--;
     }
   }

@@ -21,6 +21,8 @@
   X(INVALID_STATE, 400, "invalid_request_error", "invalid_state", "not a session state")           \
   X(MALFORMED_REQUEST, 400, "invalid_request_error", "malformed_request",                          \
     "the request's framing cannot be trusted")                                                     \
+  X(INVALID_CONTENT_LENGTH, 400, "invalid_request_error", "invalid_content_length",                \
+    "the Content-Length header's value is not a plain decimal number")                             \
   X(INVALID_API_KEY, 401, "authentication_error", "invalid_api_key",                               \
     "missing or invalid API key (send 'Authorization: Bearer KEY')")                               \
   X(NOT_FOUND, 404, "invalid_request_error", "not_found", "no route")                              \

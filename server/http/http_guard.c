@@ -1,7 +1,7 @@
 /*
  * http_guard.c: connection records, the request-head deadline, the per-client-address limit,
- * the %00-aware URL unescaper, the raw-NUL check and the request-framing checks (see
- * http_guard.h).
+ * the %00-aware URL unescaper, the raw-NUL check, the request-framing checks and the search for
+ * the connection whose Content-Length libmicrohttpd is refusing (see http_guard.h).
  * Thread: loop thread only.
  *
  * The head deadline: libmicrohttpd's own connection timeout is an idle timeout that every
@@ -51,6 +51,9 @@ struct conn_rec {
   int nul_in_url;  /* the unescaper decoded a %00 in this request's URL */
   const char *raw_uri; /* this request's URI in MHD's read buffer, before decoding */
   size_t raw_uri_len;  /* its length as a C string then (a raw NUL byte cuts it short) */
+  struct MHD_Connection *conn;
+  conn_rec *head_prev, *head_next; /* in the guard's `heads` while in_head */
+  int in_head; /* its request line arrived, the access handler has not run yet */
   char addr[INET6_ADDRSTRLEN];
 };
 
@@ -58,6 +61,7 @@ struct http_guard {
   guard_settings set;
   uv_timer_t timer;
   wait_list lists[3]; /* first, later, ended */
+  wait_list heads;    /* connections between a request line and the access handler's first call */
   strmap per_addr; /* numeric address -> open connections (as intptr_t) */
   /* warnings are rate-limited: an attack must not flood the log */
   double warned_at;
@@ -78,6 +82,19 @@ static void list_append(wait_list *l, conn_rec *cr) {
   list_remove(cr);
   cr->list = l;
   DLIST_APPEND(l->head, l->tail, cr, prev, next);
+}
+
+/* the connection's request head is in progress (request line seen), or no longer */
+static void head_begin(http_guard *g, conn_rec *cr) {
+  if (cr->in_head) return;
+  cr->in_head = 1;
+  DLIST_APPEND(g->heads.head, g->heads.tail, cr, head_prev, head_next);
+}
+
+static void head_end(http_guard *g, conn_rec *cr) {
+  if (!cr->in_head) return;
+  cr->in_head = 0;
+  DLIST_REMOVE(g->heads.head, g->heads.tail, cr, head_prev, head_next);
 }
 
 enum { LIST_FIRST, LIST_LATER, LIST_ENDED };
@@ -210,6 +227,7 @@ void guard_conn_started(http_guard *g, struct MHD_Connection *c, void **socket_c
   conn_rec *cr = xcalloc(1, sizeof *cr);
   const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   cr->fd = fi ? fi->connect_fd : -1;
+  cr->conn = c;
   const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   addr_key(ai ? ai->client_addr : NULL, cr->addr, sizeof cr->addr);
   if (g->set.max_per_client > 0 && cr->addr[0] &&
@@ -228,6 +246,7 @@ void guard_conn_closed(http_guard *g, void **socket_context) {
   *socket_context = NULL;
   int was_head = cr->list && cr->list->head == cr;
   list_remove(cr);
+  head_end(g, cr);
   if (was_head) arm(g);
   if (cr->counted) {
     long n = addr_count(g, cr->addr) - 1;
@@ -242,9 +261,11 @@ static conn_rec *rec_of(struct MHD_Connection *c) {
   return ci ? ci->socket_context : NULL;
 }
 
-void guard_request_started(struct MHD_Connection *c) {
+void guard_request_started(http_guard *g, struct MHD_Connection *c) {
   conn_rec *cr = rec_of(c);
-  if (cr) list_remove(cr); /* the timer may fire once for nothing: arm() then re-arms it */
+  if (!cr) return;
+  list_remove(cr); /* the timer may fire once for nothing: arm() then re-arms it */
+  head_end(g, cr);
 }
 
 void guard_request_done(http_guard *g, struct MHD_Connection *c) {
@@ -252,6 +273,7 @@ void guard_request_done(http_guard *g, struct MHD_Connection *c) {
   if (!cr) return;
   cr->nul_in_url = 0;
   cr->raw_uri = NULL;
+  head_end(g, cr);
   char ch;
   if (recv(cr->fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0) { /* the client half-closed */
     cr->deadline = now_mono();
@@ -286,11 +308,12 @@ size_t guard_unescape(void *cls, struct MHD_Connection *c, char *s) {
 }
 
 void *guard_uri_seen(void *cls, const char *uri, struct MHD_Connection *c) {
-  (void)cls;
+  http_guard *g = cls;
   conn_rec *cr = rec_of(c);
   if (cr) {
     cr->raw_uri = uri;
     cr->raw_uri_len = strlen(uri);
+    head_begin(g, cr);
   }
   return NULL; /* the request's context stays NULL until the access handler's first call */
 }
@@ -423,4 +446,48 @@ const char *guard_head_problem(struct MHD_Connection *c, const char *method,
       return "the only transfer coding accepted is 'Transfer-Encoding: chunked'";
   }
   return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* a Content-Length libmicrohttpd refuses itself */
+
+/* What MHD 0.9.75 makes of a Content-Length value (the first such header, as stored: from the
+ * first non-blank byte after the colon to the line's end): 0 a number, 1 not one, 2 digits
+ * only but over 2^64 - 1. */
+static int content_length_kind(const char *v, size_t n) {
+  if (!n) return 1;
+  uint64_t x = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (v[i] < '0' || v[i] > '9') return 1;
+    unsigned d = (unsigned)(v[i] - '0');
+    if (x > (UINT64_MAX - d) / 10) return 2;
+    x = x * 10 + d;
+  }
+  return 0;
+}
+
+int guard_take_bad_content_length(http_guard *g, int *too_large) {
+  for (conn_rec *cr = g->heads.head; cr; cr = cr->head_next) {
+    struct MHD_Connection *c = cr->conn;
+    /* the head is complete (NULL before that, and once closed), and nothing was queued yet:
+     * while MHD parses one connection's head no other connection is in that state (the
+     * access handler, or MHD's own error reply, follows in the same step) */
+    if (!MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE)) continue;
+    if (MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS)) continue;
+    const char *v;
+    size_t n;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING,
+                                      strlen(MHD_HTTP_HEADER_TRANSFER_ENCODING), NULL,
+                                      NULL) == MHD_YES)
+      continue; /* MHD ignores Content-Length then */
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH,
+                                      strlen(MHD_HTTP_HEADER_CONTENT_LENGTH), &v, &n) != MHD_YES)
+      continue;
+    int kind = content_length_kind(v, n);
+    if (!kind) continue;
+    head_end(g, cr); /* answered: never picked again (its head deadline stays a safety net) */
+    *too_large = kind == 2;
+    return cr->fd;
+  }
+  return -1;
 }

@@ -3,8 +3,10 @@
  * what a request head may look like on the wire.
  * Owns: one record per open connection (MHD's socket context), the request-head deadline
  * (header_timeout), the per-client-address connection limit (max_connections_per_client), the
- * URL unescaper that notices %00, and the request-framing checks (Content-Length,
- * Transfer-Encoding, header names). Thread: loop thread only (MHD callbacks run on it).
+ * URL unescaper that notices %00, the request-framing checks (Content-Length,
+ * Transfer-Encoding, header names), and which connections are between their request line and
+ * the access handler (for a Content-Length libmicrohttpd refuses itself).
+ * Thread: loop thread only (MHD callbacks run on it).
  */
 #ifndef XLS_HTTP_GUARD_H
 #define XLS_HTTP_GUARD_H
@@ -46,14 +48,15 @@ enum MHD_Result guard_accept_policy(void *cls, const struct sockaddr *addr, sock
 void guard_conn_started(http_guard *g, struct MHD_Connection *c, void **socket_context);
 void guard_conn_closed(http_guard *g, void **socket_context);
 /* The access handler's first call for a request: its head is complete. */
-void guard_request_started(struct MHD_Connection *c);
+void guard_request_started(http_guard *g, struct MHD_Connection *c);
 /* NOTIFY_COMPLETED: the connection waits for its next request head (when kept alive). */
 void guard_request_done(http_guard *g, struct MHD_Connection *c);
 
 /* MHD_OPTION_UNESCAPE_CALLBACK: %HH decoding that remembers a decoded NUL byte. */
 size_t guard_unescape(void *cls, struct MHD_Connection *c, char *s);
 
-/* MHD_OPTION_URI_LOG_CALLBACK: notes where the raw URI lies (for the raw-NUL check); NULL. */
+/* MHD_OPTION_URI_LOG_CALLBACK (cls: the guard): notes where the raw URI lies (for the raw-NUL
+ * check) and that the connection's head is in progress; returns NULL. */
 void *guard_uri_seen(void *cls, const char *uri, struct MHD_Connection *c);
 
 /* NULL when the request's head is acceptable, else why it is not (for a 400 reply): a NUL byte
@@ -63,5 +66,14 @@ void *guard_uri_seen(void *cls, const char *uri, struct MHD_Connection *c);
  * lines, HTTP/1.1 without Host. method and version as the access handler got them. */
 const char *guard_head_problem(struct MHD_Connection *c, const char *method,
                                const char *version);
+
+/* libmicrohttpd 0.9.75 answers a Content-Length that is not a plain decimal number (-1, +29,
+ * "29, 29", empty) with 400, and one over 2^64 - 1 with 413, itself, while it parses the head
+ * and before the access handler runs; and it writes that reply's header block twice. Called
+ * from MHD's logger when MHD reports that refusal, before it queues its reply: finds the one
+ * connection being refused (head complete, no response queued, access handler not called, its
+ * first Content-Length malformed and no Transfer-Encoding), marks it answered and
+ * returns its socket, with *too_large set for the 413 case; -1 when there is none. */
+int guard_take_bad_content_length(http_guard *g, int *too_large);
 
 #endif

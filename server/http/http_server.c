@@ -23,6 +23,7 @@
 #include "dlist.h"
 #include "http_cors.h"
 #include "http_guard.h"
+#include "http_raw_reply.h"
 #include "json_writer.h"
 #include "metrics.h"
 #include "util.h"
@@ -492,7 +493,7 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
   http_server *a = cls;
   req *r = *con_cls;
   if (!r) {
-    guard_request_started(c);
+    guard_request_started(a->guard, c);
     r = req_new(a, c, url, method);
     *con_cls = r;
     const char *problem = guard_head_problem(c, method, version);
@@ -592,8 +593,31 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
   }
 }
 
+/* libmicrohttpd 0.9.75 reports, just before it queues its own reply to a Content-Length it
+ * cannot parse (a reply whose header block it then writes twice), with these two messages. The
+ * daemon answers that request itself at this point, once, in the API's error shape. */
+static void refuse_content_length(http_server *a) {
+  int too_large = 0;
+  int fd = guard_take_bad_content_length(a->guard, &too_large);
+  if (fd < 0) return; /* none found: MHD answers it */
+  api_err err = too_large ? API_ERR_BODY_TOO_LARGE : API_ERR_INVALID_CONTENT_LENGTH;
+  raw_reply_error(fd, err,
+                  too_large ? "the Content-Length header's value is larger than any body this "
+                              "server reads"
+                            : "the Content-Length header's value is not a plain decimal number");
+  /* counted like a malformed head: no route was chosen (route 0, "other") */
+  ctr_add(&g_metrics.requests[0][api_err_status(err)], 1);
+}
+
+static int starts_with(const char *s, const char *prefix) {
+  return !strncmp(s, prefix, strlen(prefix));
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-  (void)cls;
+  http_server *a = cls;
+  if (a->guard && (starts_with(fmt, "Failed to parse `Content-Length' header.") ||
+                   starts_with(fmt, "Too large value of 'Content-Length' header.")))
+    refuse_content_length(a);
   char msg[512];
   vsnprintf(msg, sizeof msg, fmt, ap);
   size_t n = strlen(msg);
@@ -637,7 +661,7 @@ int http_start(http_server *a, const http_settings *set, char *err, size_t errca
   a->guard = guard_new(&gs);
   a->mhd = MHD_start_daemon(
       flags, 0, guard_accept_policy, a->guard, ahc, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
-      MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a, MHD_OPTION_URI_LOG_CALLBACK, guard_uri_seen, a,
+      MHD_OPTION_UNESCAPE_CALLBACK, guard_unescape, a, MHD_OPTION_URI_LOG_CALLBACK, guard_uri_seen, a->guard,
       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
       MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)c->max_connections,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)c->idle_timeout,

@@ -145,33 +145,35 @@ static void writer_document(input *in) {
 
 /* A stream's chunks: each "data: " + one JSON object + a blank line. */
 static void stream_chunks(input *in, int chat) {
-  job *j = job_new();
-  j->kind = chat ? JOB_CHAT : JOB_COMPLETION;
+  gen_params *gp = gen_params_new();
+  gp->kind = chat ? JOB_CHAT : JOB_COMPLETION;
   size_t n;
   const char *s = field(in, &n);
-  snprintf(j->id, sizeof j->id, "%.*s", (int)(n < sizeof j->id ? n : sizeof j->id - 1), s);
-  j->model_name = cstr(in);
-  j->fingerprint = "fp_00";
-  j->include_usage = chat;
-  j->finish = FINISH_STOP;
+  snprintf(gp->id, sizeof gp->id, "%.*s", (int)(n < sizeof gp->id ? n : sizeof gp->id - 1), s);
+  gp->model_name = cstr(in);
+  gp->fingerprint = "fp_00";
+  gp->include_usage = chat;
+  job *j = job_new(gp, NULL, 0, -1, NULL, 0, NULL);
+  gen_params_unref(gp);
+  j->run.finish = FINISH_STOP;
   s = field(in, &n);
-  buf_add(&j->reply, s, n);
+  buf_add(&j->text.reply, s, n);
   job_emit_stream(j, 1);
   size_t i = 0;
   int events = 0;
-  while (i < j->out.len) {
-    const char *p = j->out.p + i;
-    const char *end = memmem(p, j->out.len - i, "\n\n", 2);
+  while (i < j->stream.out.len) {
+    const char *p = j->stream.out.p + i;
+    const char *end = memmem(p, j->stream.out.len - i, "\n\n", 2);
     if (!end || strncmp(p, "data: ", 6)) abort();
     json_t *v = parse_or_die(p + 6, (size_t)(end - p - 6));
     json_t *c = json_array_get(json_object_get(v, "choices"), 0);
     json_t *t = chat ? json_object_get(json_object_get(c, "delta"), "content")
                      : json_object_get(c, "text");
     if (events == 0 && n) string_is(t, s, n);
-    string_is(json_object_get(v, "model"), j->model_name, strlen(j->model_name));
+    string_is(json_object_get(v, "model"), j->params->model_name, strlen(j->params->model_name));
     json_decref(v);
     events++;
-    i = (size_t)(end - j->out.p) + 2;
+    i = (size_t)(end - j->stream.out.p) + 2;
   }
   if (events != (n ? 2 : 1)) abort();
   job_free(j);

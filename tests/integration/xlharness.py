@@ -389,6 +389,7 @@ def npm_clients(tmp_path_factory, purpose):
     scripts) with its pinned packages installed: `npm ci` once per lock file, shared by every
     suite that drives node (the directory is keyed on the lock file's hash). Skips, naming
     PURPOSE, when node or npm is missing, unless XL_REQUIRE_NODE=1 (then fails)."""
+    import fcntl
     import hashlib
     import shutil
 
@@ -410,13 +411,17 @@ def npm_clients(tmp_path_factory, purpose):
     with open(os.path.join(clients, "package-lock.json"), "rb") as f:
         stamp = hashlib.sha256(f.read()).hexdigest()
     stamp_file = os.path.join(dest, ".installed")
-    for name in os.listdir(clients):
-        if name in ("package.json", "package-lock.json") or name.endswith(".mjs"):
-            shutil.copyfile(os.path.join(clients, name), os.path.join(dest, name))
-    if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
-        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=dest, capture_output=True,
-                           text=True, timeout=600)
-        assert r.returncode == 0, "npm ci failed:\n" + r.stdout[-3000:] + r.stderr[-3000:]
-        with open(stamp_file, "w") as f:
-            f.write(stamp)
+    # pytest-xdist runs suites in several processes: one copy and `npm ci` at a time, the
+    # others wait for it and find the stamp written
+    with open(os.path.join(build, "npm-clients.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name in os.listdir(clients):
+            if name in ("package.json", "package-lock.json") or name.endswith(".mjs"):
+                shutil.copyfile(os.path.join(clients, name), os.path.join(dest, name))
+        if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
+            r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=dest,
+                               capture_output=True, text=True, timeout=600)
+            assert r.returncode == 0, "npm ci failed:\n" + r.stdout[-3000:] + r.stderr[-3000:]
+            with open(stamp_file, "w") as f:
+                f.write(stamp)
     return node, dest

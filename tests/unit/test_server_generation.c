@@ -88,26 +88,29 @@ static void test_group_shape(void) {
     job *j = gen_group_at(&g, i);
     CHECK(j->index >= 0 && j->index < 6);
     if (j->index >= 0 && j->index < 6) seen[j->index]++;
-    CHECK(j->params == p && j->stops == p->stops && j->bias_ids == p->bias_ids);
-    CHECK(j->owner == (void *)&g && j->max_tokens == 5 && j->stream);
+    CHECK(j->params == p); /* read through the shared parameters, never copied */
+    CHECK(j->owner == (void *)&g && j->params->max_tokens == 5 && j->params->stream);
     xl_rng want;
     xl_rng_seed(&want, 100 + (uint64_t)j->index); /* choice k: seed + k */
-    CHECK(!memcmp(&j->rng, &want, sizeof want));
+    CHECK(!memcmp(&j->run.rng, &want, sizeof want));
     if (i == 0) {
-      CHECK(j->sess == s && !j->own_session && j->sink == NULL && j->want_snapshot);
-      CHECK(j->n_input == 2 && j->input[1] == 'b' && j->n_sibs == 2);
+      CHECK(j->sess == s && !j->feed.own_session && j->choices.sink == NULL &&
+            j->feed.want_snapshot);
+      CHECK(j->feed.n_input == 2 && j->feed.input[1] == 'b' && j->choices.n_sibs == 2);
     } else {
-      CHECK(j->sess && j->sess != s && j->own_session && j->sink == g.main && !j->want_snapshot);
+      CHECK(j->sess && j->sess != s && j->feed.own_session && j->choices.sink == g.main &&
+            !j->feed.want_snapshot);
     }
   }
   for (int k = 0; k < 6; k++) CHECK(seen[k] == 1);
   job *lead = NULL;
   for (int i = 0; i < g.n_others; i++)
     if (g.others[i]->index == 3) lead = g.others[i];
-  CHECK(lead && !lead->parked && lead->n_input == 3 && lead->input[2] == 'z');
-  CHECK(lead && lead->n_sibs == 2 && lead->sibs[0]->parked && lead->sibs[0]->n_input == 0);
-  CHECK(lead && lead->sibs[0]->index == 4 && lead->sibs[1]->index == 5);
-  CHECK(g.main->sibs[0]->index == 1 && g.main->sibs[1]->index == 2);
+  CHECK(lead && !lead->links.parked && lead->feed.n_input == 3 && lead->feed.input[2] == 'z');
+  CHECK(lead && lead->choices.n_sibs == 2 && lead->choices.sibs[0]->links.parked &&
+        lead->choices.sibs[0]->feed.n_input == 0);
+  CHECK(lead && lead->choices.sibs[0]->index == 4 && lead->choices.sibs[1]->index == 5);
+  CHECK(g.main->choices.sibs[0]->index == 1 && g.main->choices.sibs[1]->index == 2);
   for (int i = 0; i < g.n_others; i++) session_free(g.others[i]->sess);
   gen_group_free(&g);
   gen_inputs_free(&in);
@@ -126,7 +129,7 @@ static void test_unseeded_main_takes_the_session_rng(void) {
   gen_group_build(&g, p, s, &in, 2, 1, &s->rng, 0, NULL);
   gen_params_unref(p);
   CHECK(g.main->index == 1 && g.n_others == 1 && g.others[0]->index == 0);
-  CHECK(!memcmp(&g.main->rng, &s->rng, sizeof s->rng) && g.others[0]->sink == NULL);
+  CHECK(!memcmp(&g.main->run.rng, &s->rng, sizeof s->rng) && g.others[0]->choices.sink == NULL);
   session_free(g.others[0]->sess);
   gen_group_free(&g);
   in.groups = 2; /* what inputs() allocated */
@@ -189,16 +192,18 @@ static void test_group_runs_and_seeds_like_alone(void) {
   job *c4 = NULL;
   for (int i = 0; i <= g.n_others; i++) {
     job *j = gen_group_at(&g, i);
-    CHECK(j->finish == FINISH_LENGTH || j->finish == FINISH_STOP);
-    CHECK(j->n_gen > 0 && j->n_gen <= 6);
+    CHECK(j->run.finish == FINISH_LENGTH || j->run.finish == FINISH_STOP);
+    CHECK(j->run.n_gen > 0 && j->run.n_gen <= 6);
     if (j->index == 4) c4 = j;
   }
-  CHECK(c4 && c4->n_gen == alone.main->n_gen && c4->reply.len == alone.main->reply.len);
-  CHECK(c4 && (!c4->reply.len || !memcmp(c4->reply.p, alone.main->reply.p, c4->reply.len)));
+  CHECK(c4 && c4->run.n_gen == alone.main->run.n_gen &&
+        c4->text.reply.len == alone.main->text.reply.len);
+  CHECK(c4 && (!c4->text.reply.len ||
+               !memcmp(c4->text.reply.p, alone.main->text.reply.p, c4->text.reply.len)));
   /* the bias keeps 'q' out of every reply */
   for (int i = 0; i <= g.n_others; i++) {
     job *j = gen_group_at(&g, i);
-    CHECK(!j->reply.len || !memchr(j->reply.p, 'q', j->reply.len));
+    CHECK(!j->text.reply.len || !memchr(j->text.reply.p, 'q', j->text.reply.len));
   }
   for (int i = 0; i < g.n_others; i++) session_free(g.others[i]->sess);
   gen_group_free(&g);

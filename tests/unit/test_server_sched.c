@@ -61,34 +61,21 @@ static int pump(sched *s, void (*on_event)(sched_event *ev, void *arg), void *ar
 
 static job *make_job(session *s, const char *prompt, int max_tokens, uint64_t seed, int chunk,
                      int stream) {
-  job *j = job_new();
-  j->kind = JOB_COMPLETION;
-  j->model = M;
-  j->sess = s;
+  gen_params *p = gen_params_new(); /* one seeded choice; logprobs of the sampled tokens */
+  p->seeded = 1, p->seed = seed, p->n_top = 0;
+  p->kind = JOB_COMPLETION, p->model = M, p->max_tokens = max_tokens;
+  p->sampling = (xl_sampling)XL_SAMPLING_DEFAULT;
+  p->chunk = chunk, p->stream = stream;
+  snprintf(p->id, sizeof p->id, "t");
+  p->model_name = xstrdup("m");
+  p->t_arrival = now_mono();
   int32_t *toks = NULL;
   size_t nt = 0;
   xl_error err;
   if (*prompt) xl_tokenize(M, prompt, strlen(prompt), &toks, &nt, &err);
-  j->input_has_pending = s->pending >= 0;
-  j->n_input = (int)nt + j->input_has_pending;
-  j->input = xmalloc(sizeof(int32_t) * (size_t)(j->n_input + 1));
-  if (j->input_has_pending) j->input[0] = s->pending;
-  if (nt) memcpy(j->input + j->input_has_pending, toks, sizeof(int32_t) * nt);
+  job *j = job_new(p, s, 0, s->pending, toks, nt, NULL);
+  gen_params_unref(p);
   free(toks);
-  j->n_prompt = (int)nt;
-  j->max_tokens = max_tokens;
-  xl_sampling def = XL_SAMPLING_DEFAULT;
-  j->sampling = def;
-  j->seeded = 1;
-  xl_rng_seed(&j->rng, seed);
-  j->n_top = 0;
-  j->chunk = chunk;
-  j->stream = stream;
-  snprintf(j->id, sizeof j->id, "t");
-  j->model_name = xstrdup("m");
-  j->hist = xmalloc(sizeof(int32_t) * (size_t)(max_tokens + 1));
-  xl_detok_init(&j->detok);
-  j->t_arrival = now_mono();
   return j;
 }
 
@@ -116,10 +103,12 @@ static const char *PROMPTS[] = {
 #define NP 6
 
 static void same_as(job *a, job *b) {
-  CHECK(a->n_gen == b->n_gen);
-  int same = a->n_gen == b->n_gen && !memcmp(a->hist, b->hist, sizeof(int32_t) * (size_t)a->n_gen);
+  CHECK(a->run.n_gen == b->run.n_gen);
+  int same = a->run.n_gen == b->run.n_gen &&
+             !memcmp(a->run.hist, b->run.hist, sizeof(int32_t) * (size_t)a->run.n_gen);
   CHECK(same);
-  for (int k = 0; same && k < a->n_recs; k++) CHECK_NEAR(a->recs[k].lp, b->recs[k].lp, 1e-4);
+  for (int k = 0; same && k < a->text.n_recs; k++)
+    CHECK_NEAR(a->text.recs[k].lp, b->text.recs[k].lp, 1e-4);
 }
 
 static void test_batched_equals_alone(void) {
@@ -149,10 +138,11 @@ static void test_batched_equals_alone(void) {
   sched_stop(s2);
   sched_free(s2);
   for (int i = 0; i < NP; i++) {
-    CHECK(alone[i]->finish == FINISH_LENGTH && batched[i]->finish == FINISH_LENGTH);
+    CHECK(alone[i]->run.finish == FINISH_LENGTH && batched[i]->run.finish == FINISH_LENGTH);
     same_as(alone[i], batched[i]);
     same_as(alone[i], two[i]);
-    CHECK(!strcmp(alone[i]->reply.p ? alone[i]->reply.p : "", batched[i]->reply.p ? batched[i]->reply.p : ""));
+    CHECK(!strcmp(alone[i]->text.reply.p ? alone[i]->text.reply.p : "",
+                  batched[i]->text.reply.p ? batched[i]->text.reply.p : ""));
     CHECK(session_tokens(sb[i]) == strlen(PROMPTS[i]) + 24);
     CHECK(sb[i]->digest == sa[i]->digest && sc[i]->digest == sa[i]->digest);
     job_free(alone[i]);
@@ -186,10 +176,12 @@ static void test_bit_identical_under_load(void) {
   sched_stop(s);
   sched_free(s);
   for (int i = 0; i < NP; i++) {
-    CHECK(alone[i]->n_gen == busy[i]->n_gen && alone[i]->n_recs == busy[i]->n_recs);
-    CHECK(!memcmp(alone[i]->hist, busy[i]->hist, sizeof(int32_t) * (size_t)alone[i]->n_gen));
-    for (int k = 0; k < alone[i]->n_recs && k < busy[i]->n_recs; k++)
-      CHECK(!memcmp(&alone[i]->recs[k].lp, &busy[i]->recs[k].lp, sizeof(float)));
+    CHECK(alone[i]->run.n_gen == busy[i]->run.n_gen &&
+          alone[i]->text.n_recs == busy[i]->text.n_recs);
+    CHECK(!memcmp(alone[i]->run.hist, busy[i]->run.hist,
+                  sizeof(int32_t) * (size_t)alone[i]->run.n_gen));
+    for (int k = 0; k < alone[i]->text.n_recs && k < busy[i]->text.n_recs; k++)
+      CHECK(!memcmp(&alone[i]->text.recs[k].lp, &busy[i]->text.recs[k].lp, sizeof(float)));
     job_free(alone[i]);
     job_free(busy[i]);
     session_free(sa[i]);
@@ -228,10 +220,10 @@ static void test_prompt_not_starved_by_full_batches(void) {
     pump(s, NULL, NULL);
     all = 1;
     for (int i = 0; i < NL; i++) {
-      pthread_mutex_lock(&lj[i]->mu);
-      if (lj[i]->out.len) seen[i] = 1;
-      buf_clear(&lj[i]->out);
-      pthread_mutex_unlock(&lj[i]->mu);
+      pthread_mutex_lock(&lj[i]->stream.mu);
+      if (lj[i]->stream.out.len) seen[i] = 1;
+      buf_clear(&lj[i]->stream.out);
+      pthread_mutex_unlock(&lj[i]->stream.mu);
       all &= seen[i];
     }
   });
@@ -241,13 +233,13 @@ static void test_prompt_not_starved_by_full_batches(void) {
   PUMP_UNTIL(c.newcomer_done, 60, {
     pump(s, fair_event, &c);
     for (int i = 0; i < NL; i++) {
-      pthread_mutex_lock(&lj[i]->mu);
-      buf_clear(&lj[i]->out);
-      pthread_mutex_unlock(&lj[i]->mu);
+      pthread_mutex_lock(&lj[i]->stream.mu);
+      buf_clear(&lj[i]->stream.out);
+      pthread_mutex_unlock(&lj[i]->stream.mu);
     }
   });
   CHECK(c.newcomer_done && c.long_done == 0);
-  CHECK(c.newcomer->finish == FINISH_LENGTH && c.newcomer->n_gen == 2);
+  CHECK(c.newcomer->run.finish == FINISH_LENGTH && c.newcomer->run.n_gen == 2);
   for (int i = 0; i < NL; i++) sched_cancel(s, lj[i]);
   PUMP_UNTIL(c.long_done >= NL, 60, pump(s, fair_event, &c));
   sched_stop(s);
@@ -299,12 +291,12 @@ static void test_round_robin_when_rows_are_scarce(void) {
    * together, so their order here is not the order of the steps) */
   double last_first = 0, first_last = 1e300;
   for (int i = 0; i < NR; i++) {
-    if (jj[i]->t_first_token > last_first) last_first = jj[i]->t_first_token;
-    if (jj[i]->t_last_token < first_last) first_last = jj[i]->t_last_token;
+    if (jj[i]->run.t_first_token > last_first) last_first = jj[i]->run.t_first_token;
+    if (jj[i]->run.t_last_token < first_last) first_last = jj[i]->run.t_last_token;
   }
   CHECK(c.done == NR && last_first < first_last);
   for (int i = 0; i < NR; i++) {
-    CHECK(jj[i]->n_gen == 40 || jj[i]->finish == FINISH_STOP);
+    CHECK(jj[i]->run.n_gen == 40 || jj[i]->run.finish == FINISH_STOP);
     job_free(jj[i]);
     session_free(ss[i]);
   }
@@ -348,7 +340,7 @@ static void test_two_workers_share_a_burst_of_prompts(void) {
   }
   CHECK(small >= 2 && mid == 0);
   for (int i = 0; i < NB; i++) {
-    CHECK(jj[i]->finish == FINISH_LENGTH && jj[i]->n_gen == 1);
+    CHECK(jj[i]->run.finish == FINISH_LENGTH && jj[i]->run.n_gen == 1);
     job_free(jj[i]);
     session_free(ss[i]);
   }
@@ -379,7 +371,7 @@ static void test_two_workers_share_the_sessions(void) {
   }
   CHECK(small > 0 && big == 0);
   for (int i = 0; i < NJ; i++) {
-    CHECK(jj[i]->finish == FINISH_LENGTH && jj[i]->n_gen == 60);
+    CHECK(jj[i]->run.finish == FINISH_LENGTH && jj[i]->run.n_gen == 60);
     job_free(jj[i]);
     session_free(ss[i]);
   }
@@ -400,8 +392,8 @@ static void cancel_on_output(sched_event *ev, void *arg) {
 }
 
 static uint64_t fed_prompt(const job *j) {
-  if (j->decoding) return (uint64_t)j->n_prompt;
-  int p = j->pos - j->input_has_pending;
+  if (j->run.decoding) return (uint64_t)j->feed.n_prompt;
+  int p = j->run.pos - j->feed.input_has_pending;
   return p > 0 ? (uint64_t)p : 0;
 }
 
@@ -422,9 +414,10 @@ static void test_cancel_mid_batch(void) {
   int done = 0;
   PUMP_UNTIL(done >= 4, 60, done += pump(s, cancel_on_output, &c));
   CHECK(done == 4 && c.cancelled);
-  CHECK(jobs[2]->finish == FINISH_CANCELLED && jobs[2]->n_gen > 0 && jobs[2]->n_gen < 100000);
+  CHECK(jobs[2]->run.finish == FINISH_CANCELLED && jobs[2]->run.n_gen > 0 &&
+        jobs[2]->run.n_gen < 100000);
   /* the memory holds exactly what was fed: prompt + generated (the last one may be pending) */
-  CHECK(session_tokens(ses[2]) == fed_prompt(jobs[2]) + (uint64_t)jobs[2]->n_gen);
+  CHECK(session_tokens(ses[2]) == fed_prompt(jobs[2]) + (uint64_t)jobs[2]->run.n_gen);
   for (int i = 0; i < 4; i++) {
     if (i != 2) same_as(alone[i], jobs[i]);
     job_free(alone[i]);
@@ -475,7 +468,7 @@ static void stress_event(sched_event *ev, void *arg) {
   if (ev->flags & JOB_EV_OUTPUT && next_rand(&c->rnd) % 5 == 0) sched_cancel(c->s, ev->j);
   if (!(ev->flags & JOB_EV_DONE)) return;
   job *j = ev->j;
-  c->expect[i] += fed_prompt(j) + (uint64_t)j->n_gen;
+  c->expect[i] += fed_prompt(j) + (uint64_t)j->run.n_gen;
   if (session_tokens(c->ses[i]) != c->expect[i]) {
     fprintf(stderr, "session %d: %llu tokens, expected %llu\n", i,
             (unsigned long long)session_tokens(c->ses[i]), (unsigned long long)c->expect[i]);
@@ -521,9 +514,9 @@ static void pause_event(sched_event *ev, void *arg) {
 
 /* Drains a's buffer as a reading client would (the loop thread's stream_take). */
 static void drain_out(sched *s, job *a) {
-  pthread_mutex_lock(&a->mu);
-  buf_consume(&a->out, a->out.len);
-  pthread_mutex_unlock(&a->mu);
+  pthread_mutex_lock(&a->stream.mu);
+  buf_consume(&a->stream.out, a->stream.out.len);
+  pthread_mutex_unlock(&a->stream.mu);
   sched_stream_drained(s, a);
 }
 
@@ -550,17 +543,17 @@ static void test_unread_stream_pauses(void) {
   CHECK(sched_submit(s, b) == 0); /* waits: a holds the only running slot */
   PUMP_UNTIL(c.done_b == 1, 60, pump(s, pause_event, &c));
   CHECK(c.done_a == 0 && sched_paused(s) == 1);
-  CHECK(a->n_gen < 120);
-  pthread_mutex_lock(&a->mu);
-  size_t held = a->out.len;
-  pthread_mutex_unlock(&a->mu);
+  CHECK(a->run.n_gen < 120);
+  pthread_mutex_lock(&a->stream.mu);
+  size_t held = a->stream.out.len;
+  pthread_mutex_unlock(&a->stream.mu);
   CHECK(held >= 512 && held < 512 + 4096); /* at most one step's chunk past the bound */
   long waiting, running;
   sched_counts(s, &waiting, &running);
   CHECK(running == 0 && waiting == 0);
   /* the client reads: a resumes, pausing again whenever its buffer fills */
   PUMP_UNTIL(c.done_a == 1, 60, drain_out(s, a); pump(s, pause_event, &c));
-  CHECK(a->finish == FINISH_LENGTH && b->finish == FINISH_LENGTH);
+  CHECK(a->run.finish == FINISH_LENGTH && b->run.finish == FINISH_LENGTH);
   same_as(ref, a);
   CHECK(sched_paused(s) == 0);
 
@@ -572,7 +565,7 @@ static void test_unread_stream_pauses(void) {
   PUMP_UNTIL(sched_paused(s) == 1, 60, pump(s, pause_event, &c));
   sched_cancel(s, d);
   PUMP_UNTIL(c.done_a == 1, 60, pump(s, pause_event, &c));
-  CHECK(d->finish == FINISH_CANCELLED && sched_paused(s) == 0);
+  CHECK(d->run.finish == FINISH_CANCELLED && sched_paused(s) == 0);
   sched_stop(s);
   sched_free(s);
   job_free(ref);

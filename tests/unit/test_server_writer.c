@@ -169,21 +169,24 @@ static int sse_events(const buf *out, json_t **evs, int cap) {
   return n;
 }
 
-static job *stream_job(job_kind kind, const char *text, size_t n) {
-  job *j = job_new();
-  j->kind = kind;
-  snprintf(j->id, sizeof j->id, "%s", kind == JOB_CHAT ? "chatcmpl-\"7\"" : "cmpl-7");
-  j->model_name = strdup("austen\n\x80");
-  j->fingerprint = "fp_0123";
-  j->created = 1700000000;
-  j->stream = 1;
-  buf_add(&j->reply, text, n);
+static job *stream_job(job_kind kind, const char *text, size_t n, int include_usage) {
+  gen_params *p = gen_params_new();
+  p->kind = kind;
+  snprintf(p->id, sizeof p->id, "%s", kind == JOB_CHAT ? "chatcmpl-\"7\"" : "cmpl-7");
+  p->model_name = strdup("austen\n\x80");
+  p->fingerprint = "fp_0123";
+  p->created = 1700000000;
+  p->stream = 1;
+  p->include_usage = include_usage;
+  job *j = job_new(p, NULL, 0, -1, NULL, 0, NULL);
+  gen_params_unref(p);
+  buf_add(&j->text.reply, text, n);
   return j;
 }
 
 static void test_sse_chunks_bytes(void) {
-  job *j = stream_job(JOB_COMPLETION, "Hi", 2);
-  j->finish = FINISH_LENGTH;
+  job *j = stream_job(JOB_COMPLETION, "Hi", 2, 0);
+  j->run.finish = FINISH_LENGTH;
   job_emit_stream(j, 1);
   const char *want =
       "data: {\"id\":\"cmpl-7\",\"object\":\"text_completion\",\"created\":1700000000,"
@@ -192,20 +195,19 @@ static void test_sse_chunks_bytes(void) {
       "data: {\"id\":\"cmpl-7\",\"object\":\"text_completion\",\"created\":1700000000,"
       "\"model\":\"austen\\n\xef\xbf\xbd\",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,"
       "\"finish_reason\":\"length\"}]}\n\n";
-  CHECK(j->out.len == strlen(want) && !memcmp(j->out.p, want, j->out.len));
+  CHECK(j->stream.out.len == strlen(want) && !memcmp(j->stream.out.p, want, j->stream.out.len));
   job_free(j);
 }
 
 static void test_sse_chunks_parse(void) {
   const char text[] = "say \"hi\"\\\n\0\x01\xff end";
   for (int kind = 0; kind < 2; kind++) {
-    job *j = stream_job(kind ? JOB_CHAT : JOB_COMPLETION, text, sizeof text - 1);
-    j->include_usage = 1;
-    j->finish = FINISH_STOP;
+    job *j = stream_job(kind ? JOB_CHAT : JOB_COMPLETION, text, sizeof text - 1, 1);
+    j->run.finish = FINISH_STOP;
     job_emit_stream(j, 0); /* the text so far */
     job_emit_stream(j, 1); /* nothing new: only the final chunk */
     json_t *evs[4] = {0};
-    int n = sse_events(&j->out, evs, 4);
+    int n = sse_events(&j->stream.out, evs, 4);
     CHECK(n == 2);
     if (n == 2) {
       json_t *c0 = json_array_get(json_object_get(evs[0], "choices"), 0);
@@ -213,7 +215,7 @@ static void test_sse_chunks_parse(void) {
                        : json_object_get(c0, "text");
       const char back[] = "say \"hi\"\\\n\0\x01\xef\xbf\xbd end";
       CHECK(str_is(t, back, sizeof back - 1));
-      CHECK(str_is(json_object_get(evs[0], "id"), j->id, strlen(j->id)));
+      CHECK(str_is(json_object_get(evs[0], "id"), j->params->id, strlen(j->params->id)));
       CHECK(json_is_null(json_object_get(evs[0], "usage")));
       CHECK(str_is(json_object_get(evs[0], "object"),
                    kind ? "chat.completion.chunk" : "text_completion",
