@@ -12,8 +12,8 @@
  * arithmetic, bit for bit).
  * bf16 with AVX-512 BF16: each activation row is rounded to bf16 once per call
  * (vcvtne2ps2bf16); one vdpbf16ps adds 2 weights x 2 activations into each of 16 outputs.
- * Tiles of 4 rows x 2 panels (32 outputs), leftover rows one at a time: each row's arithmetic
- * is the same in any tile and alone. Compiled with target attributes; used only when the CPU
+ * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
+ * at a time: each row's arithmetic is the same in any tile and alone. Compiled with target attributes; used only when the CPU
  * has the instructions (xl_q8p_wanted, xl_bf16p_wanted). Any thread.
  */
 #if defined(__x86_64__)
@@ -30,7 +30,8 @@
 #define TF __attribute__((target("avx512f"), always_inline)) static inline
 #define XQ_BYTES 131072 /* narrowed activations on the stack: rows per chunk x row bytes (16 rows of
                            4096 bf16: a batch of 16 reads the weights once) */
-#define RB 4           /* rows per tile */
+#define RB 4           /* rows per tile (int8, int4: 16 int32 and 16 F32 accumulators) */
+#define RB_BF16 8      /* rows per tile (bf16: 16 F32 accumulators) */
 #define PF 2048        /* prefetch distance along each panel's bytes */
 
 /* xl_q8p_quantize_row, 16 lanes at a time (kp: K rounded up to whole blocks) */
@@ -196,8 +197,8 @@ TB void round_row(const float *x, int K, int kp2, uint16_t *xb) {
 
 /* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP); rows xb, stride xs */
 TB void tile_bf16(int R, int NP, const uint16_t *xb, int xs, const uint16_t *P, int kp2, int p,
-                  __m512 out[RB][2]) {
-  __m512 acc[RB][2];
+                  __m512 out[RB_BF16][2]) {
+  __m512 acc[RB_BF16][2];
   for (int i = 0; i < R; i++)
     for (int j = 0; j < NP; j++) acc[i][j] = _mm512_setzero_ps();
   const uint16_t *w[2];
@@ -238,10 +239,13 @@ __attribute__((target(TGT_BF16))) void xl_bf16p_matmul_avx512(const float *x, in
     for (int p = p_begin; p < p_end; p += 2) {
       const int np = p + 1 < p_end ? 2 : 1;
       for (int r = r0; r < r1;) {
-        const int R = r1 - r >= RB ? RB : 1;
+        /* 8 rows, then 4, then one at a time: a row's sums are the same in any tile */
+        const int R = r1 - r >= RB_BF16 ? RB_BF16 : r1 - r >= RB ? RB : 1;
         const uint16_t *xr = xb + (size_t)(r - r0) * xs;
-        __m512 out[RB][2];
-        if (R == RB && np == 2) tile_bf16(RB, 2, xr, xs, P, kp2, p, out);
+        __m512 out[RB_BF16][2];
+        if (R == RB_BF16 && np == 2) tile_bf16(RB_BF16, 2, xr, xs, P, kp2, p, out);
+        else if (R == RB_BF16) tile_bf16(RB_BF16, 1, xr, xs, P, kp2, p, out);
+        else if (R == RB && np == 2) tile_bf16(RB, 2, xr, xs, P, kp2, p, out);
         else if (R == RB) tile_bf16(RB, 1, xr, xs, P, kp2, p, out);
         else if (np == 2) tile_bf16(1, 2, xr, xs, P, kp2, p, out);
         else tile_bf16(1, 1, xr, xs, P, kp2, p, out);

@@ -394,7 +394,7 @@ static void test_int4_panels(void) {
  * outputs within a few ulps of the sum of |products|, a row alone the same as in any batch bit
  * for bit, views from any row. */
 static void test_bf16_panels(void) {
-  static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
+  static const int Ms[] = {1, 2, 3, 4, 5, 9, 13, 17}; /* tiles of 8, 4 and 1 rows */
   static const int Ns[] = {1, 5, 16, 17, 33};
   static const int Ks[] = {1, 2, 7, 31, 32, 33, 64, 100};
   static const int Row0s[] = {0, 3, 16};
