@@ -1,7 +1,8 @@
 /*
  * http_server.c (http_server.h): libmicrohttpd 0.9.75 in external epoll mode, driven by the libuv loop
  * (docs/internals.md): MHD's epoll fd under a uv_poll_t, a uv_timer_t fed by
- * MHD_get_timeout after every MHD_run, suspend/resume only on the loop thread, a per-request
+ * MHD_get_timeout after every MHD_run, a uv_idle_t for a run asked for again (never a loop of
+ * runs inside one callback), suspend/resume only on the loop thread, a per-request
  * UV_DISCONNECT watch while the owner's work runs, SSE via a callback response that suspends when
  * it has nothing to send (never returns 0 without suspending: that would spin).
  * Owns: the MHD daemon, every req (refcounted), the access log line, reply helpers; what a
@@ -39,6 +40,15 @@ static void on_mhd_poll(uv_poll_t *p, int status, int events) {
   http_pump(p->data);
 }
 
+static void on_mhd_rerun(uv_idle_t *h) {
+  uv_idle_stop(h);
+  http_pump(h->data);
+}
+
+/* One MHD_run per call. A run asked for again (a pump from inside MHD_run, a closed connection:
+ * see on_connection) comes in the loop's next iteration, after its I/O and timers: looping here
+ * instead would starve them (job events, the sweep) for as long as every run closes a
+ * connection, which clients that open one per request keep true under load. */
 void http_pump(http_server *a) {
   if (!a->mhd) return;
   if (a->in_mhd) {
@@ -46,11 +56,10 @@ void http_pump(http_server *a) {
     return;
   }
   a->in_mhd = 1;
-  do {
-    a->rerun = 0;
-    MHD_run(a->mhd);
-  } while (a->rerun);
+  a->rerun = 0;
+  MHD_run(a->mhd);
   a->in_mhd = 0;
+  if (a->rerun) uv_idle_start(&a->mhd_rerun, on_mhd_rerun);
   MHD_UNSIGNED_LONG_LONG to;
   if (MHD_get_timeout(a->mhd, &to) == MHD_YES)
     uv_timer_start(&a->mhd_timer, on_mhd_timer, to > INT32_MAX ? INT32_MAX : (uint64_t)to, 0);
@@ -579,7 +588,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
  * limit, or after accept() ran out of descriptors, and counts the closed connections down at
  * the end of a run). When that run closed the last connections, nothing would ever wake the
  * loop again: no socket is left in MHD's epoll set and MHD_get_timeout says "no timeout", so
- * the queued clients were never accepted. One more run after any close re-arms the listener. */
+ * the queued clients were never accepted. One more run after any close (in the loop's next
+ * iteration: http_pump) re-arms the listener. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
   http_server *a = cls;
@@ -682,6 +692,8 @@ int http_start(http_server *a, const http_settings *set, char *err, size_t errca
   uv_poll_start(&a->mhd_poll, UV_READABLE, on_mhd_poll);
   uv_timer_init(c->loop, &a->mhd_timer);
   a->mhd_timer.data = a;
+  uv_idle_init(c->loop, &a->mhd_rerun);
+  a->mhd_rerun.data = a;
   uv_timer_init(c->loop, &a->sweep_timer);
   a->sweep_timer.data = a;
   http_pump(a);
@@ -711,6 +723,7 @@ void http_stop(http_server *a) {
   a->guard = NULL;
   uv_close((uv_handle_t *)&a->mhd_poll, NULL);
   uv_close((uv_handle_t *)&a->mhd_timer, NULL);
+  uv_close((uv_handle_t *)&a->mhd_rerun, NULL);
   uv_timer_stop(&a->sweep_timer);
   uv_close((uv_handle_t *)&a->sweep_timer, NULL);
 }

@@ -67,6 +67,7 @@ struct http_server {
   struct MHD_Daemon *mhd;
   uv_poll_t mhd_poll;
   uv_timer_t mhd_timer;
+  uv_idle_t mhd_rerun; /* another MHD_run in the loop's next iteration (http_pump) */
   int in_mhd, rerun;
   int listen_fd_closed;
   int closing;              /* a drain began: every reply says Connection: close */

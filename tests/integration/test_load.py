@@ -204,6 +204,38 @@ def test_many_streams_random_disconnects_two_workers(start_daemon, tiny_model):
     assert X.metric(d.port, "xlserve_generations_cancelled_total") >= 1
 
 
+def test_connection_churn_does_not_starve_streams(start_daemon, tiny_model):
+    """Clients that open a connection per request (pollers) make MHD close a connection in
+    nearly every run. The event loop still delivers the workers' tokens between runs: streamed
+    turns finish while the pollers go on (they stop only once every turn is done, so a loop
+    that ran MHD again and again for as long as each run closed a connection never got to
+    the streams' events: they waited for the clients' socket timeout)."""
+    d = start_daemon(tiny_model, "--workers", "2")
+    done = threading.Event()
+    polls = [0]
+
+    def poller():
+        while not done.is_set():
+            st, _, _ = X.request(d.port, "GET", "/health")
+            assert st == 200
+            polls[0] += 1
+
+    ps = [threading.Thread(target=poller) for _ in range(8)]
+    for t in ps:
+        t.start()
+    try:
+        X.wait_until(lambda: polls[0] >= 50, what="the pollers to run")
+        for turn in range(10):
+            st, _, ev = X.stream(d.port, "/v1/completions",
+                                 {"prompt": "churn %d" % turn, "max_tokens": 8, "seed": turn,
+                                  "stream": True}, timeout=30)
+            assert st == 200 and ev and ev[-1][1] == "[DONE]", (turn, ev[-3:])
+    finally:
+        done.set()
+        for t in ps:
+            t.join(60)
+
+
 def test_load_bench_runs(tiny_model):
     """bench/load.py (the issue-5 load benchmark) runs end to end on a tiny model: one table,
     no errors, exit 0 (a smoke test: the numbers are measured by hand)."""
