@@ -141,9 +141,9 @@ def test_accepts_again_after_the_limit_was_held(start_daemon, tiny_model):
     for s in queued:
         s.close()
     assert len(answered) == 5, after
-    # once the limit frees, waiting clients are answered within a second; the margin is for a
-    # loaded test machine
-    assert answered[-1] < 2.0 and st == 200 and t_new < 2.0
+    # once the limit frees, waiting clients are answered within a second (the stall this
+    # catches lasted until an unrelated timeout); the margin is for a loaded test machine
+    assert answered[-1] < AT_ONCE_S and st == 200 and t_new < AT_ONCE_S
 
 
 def test_accepts_again_after_server_side_timeouts_at_the_limit(start_daemon, tiny_model):
@@ -301,6 +301,12 @@ def run_attack(port, dripper, legit, seconds):
     legit.stop()
 
 
+# "At once" for a client after the limit frees: well under a second on an idle machine, up to
+# 2.4 s seen with other suites running beside this one; a stalled accept waits for the next
+# idle or request timeout (10 s or more here)
+AT_ONCE_S = 5.0
+
+
 def first_answer_after(port, timeout=10):
     t0 = time.monotonic()
     st, _, _ = X.request(port, "GET", "/health", timeout=timeout)
@@ -435,4 +441,4 @@ def test_flood_then_accepts_at_once(start_daemon, tiny_model):
               len(answered), answered[-1] if answered else -1, t_after))
     for s in waiting:
         s.close()
-    assert len(answered) == 100 and st == 200 and t_after < 2.0
+    assert len(answered) == 100 and st == 200 and t_after < AT_ONCE_S
