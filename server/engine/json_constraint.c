@@ -758,26 +758,87 @@ static int compile_object(cctx *c, json_t *sch, jc_node *n, const char *path, in
 
 static int node_accepts(const jc_node *n, const char *text);
 
-static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth) {
+/* the number of constraining keywords in schema sch (annotations aside); -1: an unknown keyword */
+static int count_constraining(cctx *c, json_t *sch, const char *path) {
   char sub[300];
-  if (depth > JC_MAX_DEPTH)
-    return fail(c, path, "nests deeper than %d levels (a recursive $ref?)", JC_MAX_DEPTH);
-  if (c->n_nodes >= MAX_NODES)
-    return fail(c, path, "more than %d schema nodes (after expanding $ref)", MAX_NODES);
-  if (json_is_true(sch)) return &any_node;
-  if (json_is_false(sch)) return fail(c, path, "the schema false matches nothing");
-  if (!json_is_object(sch)) return fail(c, path, "a schema must be an object");
   const char *k;
   json_t *v;
   int constraining = 0;
   json_object_foreach(sch, k, v) {
     if (!known(k)) {
       snprintf(sub, sizeof sub, "%s.%.100s", path, k);
-      return fail(c, sub, "the keyword '%s' is not supported", k);
+      fail(c, sub, "the keyword '%s' is not supported", k);
+      return -1;
     }
     if (!is_annotation(k)) constraining++;
   }
+  return constraining;
+}
+
+/* the value a local JSON pointer ("#/a/b~1c") names within root; NULL: it does not resolve */
+static json_t *resolve_ref(json_t *root, const char *r) {
+  json_t *t = root;
+  char tok[256];
+  const char *p = r + 1;
+  while (*p == '/' && t) {
+    p++;
+    size_t n = strcspn(p, "/");
+    size_t o = 0;
+    for (size_t j = 0; j < n && o + 1 < sizeof tok; j++) { /* ~1 -> /, ~0 -> ~ */
+      if (p[j] == '~' && j + 1 < n && (p[j + 1] == '0' || p[j + 1] == '1')) {
+        tok[o++] = p[j + 1] == '1' ? '/' : '~';
+        j++;
+      } else {
+        tok[o++] = p[j];
+      }
+    }
+    tok[o] = 0;
+    t = json_object_get(t, tok);
+    p += n;
+  }
+  return *p ? NULL : t;
+}
+
+/* "$ref": v: its target, compiled once behind an alias node (so a recursive schema refers back) */
+static const jc_node *compile_ref(cctx *c, json_t *v, const char *path, int depth) {
+  char sub[300];
+  const char *r = json_is_string(v) ? json_string_value(v) : "";
+  snprintf(sub, sizeof sub, "%s.$ref", path);
+  if (r[0] != '#') return fail(c, sub, "only local $ref (\"#/...\") are supported");
+  json_t *t = resolve_ref(c->root, r);
+  if (!t) return fail(c, sub, "$ref \"%.100s\" does not resolve", r);
+  for (int j = 0; j < c->n_refs; j++) /* compiled once: a recursive schema refers back */
+    if (c->ref_t[j] == t) return c->ref_n[j];
+  jc_node *a = node_new(c);
+  a->pending = 1;
+  c->ref_t = xrealloc(c->ref_t, sizeof *c->ref_t * (size_t)(c->n_refs + 1));
+  c->ref_n = xrealloc(c->ref_n, sizeof *c->ref_n * (size_t)(c->n_refs + 1));
+  c->ref_t[c->n_refs] = t;
+  c->ref_n[c->n_refs++] = a;
+  const jc_node *target = compile(c, t, sub, depth + 1);
+  if (!target) return NULL;
+  a->alias = target;
+  a->pending = 0;
+  return a;
+}
+
+/* "allOf": v: supported with exactly one schema, which it is */
+static const jc_node *compile_all_of(cctx *c, json_t *v, const char *path, int depth) {
+  char sub[300];
+  snprintf(sub, sizeof sub, "%s.allOf", path);
+  if (!json_is_array(v) || json_array_size(v) != 1)
+    return fail(c, sub, "'allOf' is supported with exactly one schema");
+  snprintf(sub, sizeof sub, "%s.allOf[0]", path);
+  return compile(c, json_array_get(v, 0), sub, depth + 1);
+}
+
+/* $ref, anyOf, oneOf or allOf, which stand alone (annotations aside); *found: sch has one */
+static const jc_node *compile_combinator(cctx *c, json_t *sch, const char *path, int depth,
+                                         int constraining, int *found) {
   static const char *const alone[] = {"$ref", "anyOf", "oneOf", "allOf"};
+  char sub[300];
+  json_t *v;
+  *found = 1;
   for (int i = 0; i < 4; i++) {
     if (!(v = json_object_get(sch, alone[i]))) continue;
     if (constraining > 1) {
@@ -785,142 +846,160 @@ static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth)
       return fail(c, sub, "'%s' beside other constraining keywords is not supported (only "
                           "annotations such as title, description, default may sit beside it)", alone[i]);
     }
-    if (i == 0) {
-      const char *r = json_is_string(v) ? json_string_value(v) : "";
-      snprintf(sub, sizeof sub, "%s.$ref", path);
-      if (r[0] != '#') return fail(c, sub, "only local $ref (\"#/...\") are supported");
-      json_t *t = c->root;
-      char tok[256];
-      const char *p = r + 1;
-      while (*p == '/' && t) {
-        p++;
-        size_t n = strcspn(p, "/");
-        size_t o = 0;
-        for (size_t j = 0; j < n && o + 1 < sizeof tok; j++) { /* ~1 -> /, ~0 -> ~ */
-          if (p[j] == '~' && j + 1 < n && (p[j + 1] == '0' || p[j + 1] == '1')) {
-            tok[o++] = p[j + 1] == '1' ? '/' : '~';
-            j++;
-          } else {
-            tok[o++] = p[j];
-          }
-        }
-        tok[o] = 0;
-        t = json_object_get(t, tok);
-        p += n;
-      }
-      if (!t || *p) return fail(c, sub, "$ref \"%.100s\" does not resolve", r);
-      for (int j = 0; j < c->n_refs; j++) /* compiled once: a recursive schema refers back */
-        if (c->ref_t[j] == t) return c->ref_n[j];
-      jc_node *a = node_new(c);
-      a->pending = 1;
-      c->ref_t = xrealloc(c->ref_t, sizeof *c->ref_t * (size_t)(c->n_refs + 1));
-      c->ref_n = xrealloc(c->ref_n, sizeof *c->ref_n * (size_t)(c->n_refs + 1));
-      c->ref_t[c->n_refs] = t;
-      c->ref_n[c->n_refs++] = a;
-      const jc_node *target = compile(c, t, sub, depth + 1);
-      if (!target) return NULL;
-      a->alias = target;
-      a->pending = 0;
-      return a;
-    }
-    if (i == 3) {
-      snprintf(sub, sizeof sub, "%s.allOf", path);
-      if (!json_is_array(v) || json_array_size(v) != 1)
-        return fail(c, sub, "'allOf' is supported with exactly one schema");
-      snprintf(sub, sizeof sub, "%s.allOf[0]", path);
-      return compile(c, json_array_get(v, 0), sub, depth + 1);
-    }
+    if (i == 0) return compile_ref(c, v, path, depth);
+    if (i == 3) return compile_all_of(c, v, path, depth);
     return compile_any_of(c, v, path, alone[i], depth);
   }
-  jc_node *n = node_new(c);
+  *found = 0;
+  return NULL;
+}
+
+/* "type" (a name or a list) into TY_ bits; without it, guessed from properties / items */
+static int compile_types(cctx *c, json_t *sch, const char *path, unsigned *types) {
+  char sub[300];
   json_t *ty = json_object_get(sch, "type");
-  unsigned types = 0;
+  *types = 0;
   if (ty) {
     snprintf(sub, sizeof sub, "%s.type", path);
-    if (!json_is_string(ty) && !json_is_array(ty))
-      return fail(c, sub, "'type' must be a type name or a list of them");
-    if (json_is_array(ty) && json_array_size(ty) == 0)
-      return fail(c, sub, "'type' is an empty list: no value has no type");
+    if (!json_is_string(ty) && !json_is_array(ty)) {
+      fail(c, sub, "'type' must be a type name or a list of them");
+      return -1;
+    }
+    if (json_is_array(ty) && json_array_size(ty) == 0) {
+      fail(c, sub, "'type' is an empty list: no value has no type");
+      return -1;
+    }
   }
   for (size_t i = 0; ty && i < (json_is_array(ty) ? json_array_size(ty) : 1); i++) {
     json_t *t = json_is_array(ty) ? json_array_get(ty, i) : ty;
     const char *s = json_is_string(t) ? json_string_value(t) : "";
-    if (!strcmp(s, "null")) types |= TY_NULL;
-    else if (!strcmp(s, "boolean")) types |= TY_BOOL;
-    else if (!strcmp(s, "integer")) types |= TY_INT;
-    else if (!strcmp(s, "number")) types |= TY_NUM;
-    else if (!strcmp(s, "string")) types |= TY_STR;
-    else if (!strcmp(s, "array")) types |= TY_ARR;
-    else if (!strcmp(s, "object")) types |= TY_OBJ;
-    else return fail(c, sub, "unknown type \"%.40s\"", s);
+    if (!strcmp(s, "null")) *types |= TY_NULL;
+    else if (!strcmp(s, "boolean")) *types |= TY_BOOL;
+    else if (!strcmp(s, "integer")) *types |= TY_INT;
+    else if (!strcmp(s, "number")) *types |= TY_NUM;
+    else if (!strcmp(s, "string")) *types |= TY_STR;
+    else if (!strcmp(s, "array")) *types |= TY_ARR;
+    else if (!strcmp(s, "object")) *types |= TY_OBJ;
+    else {
+      fail(c, sub, "unknown type \"%.40s\"", s);
+      return -1;
+    }
   }
-  json_t *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const");
   if (!ty) {
-    if (json_object_get(sch, "properties")) types = TY_OBJ;
-    else if (json_object_get(sch, "items") || json_object_get(sch, "prefixItems")) types = TY_ARR;
-    else types = TY_ANY;
+    if (json_object_get(sch, "properties")) *types = TY_OBJ;
+    else if (json_object_get(sch, "items") || json_object_get(sch, "prefixItems")) *types = TY_ARR;
+    else *types = TY_ANY;
   }
-  n->types = types;
-  if (get_count(c, sch, "minLength", path, &n->min_len) || get_count(c, sch, "maxLength", path, &n->max_len) ||
+  return 0;
+}
+
+/* minLength / maxLength and minItems / maxItems, each pair consistent */
+static int compile_lengths(cctx *c, json_t *sch, jc_node *n, const char *path) {
+  char sub[300];
+  if (get_count(c, sch, "minLength", path, &n->min_len) ||
+      get_count(c, sch, "maxLength", path, &n->max_len) ||
       get_count(c, sch, "minItems", path, &n->min_items) ||
       get_count(c, sch, "maxItems", path, &n->max_items))
-    return NULL;
+    return -1;
   if (n->max_len >= 0 && n->min_len > n->max_len) {
     snprintf(sub, sizeof sub, "%s.minLength", path);
-    return fail(c, sub, "minLength > maxLength");
+    fail(c, sub, "minLength > maxLength");
+    return -1;
   }
   if (n->max_items >= 0 && n->min_items > n->max_items) {
     snprintf(sub, sizeof sub, "%s.minItems", path);
-    return fail(c, sub, "minItems > maxItems");
+    fail(c, sub, "minItems > maxItems");
+    return -1;
   }
-  if (compile_number(c, sch, n, path) || compile_string(c, sch, n, path)) return NULL;
-  json_t *pre = json_object_get(sch, "prefixItems");
+  return 0;
+}
+
+/* prefixItems and items (false: no items beyond the prefix) */
+static int compile_array(cctx *c, json_t *sch, jc_node *n, const char *path, int depth) {
+  char sub[300];
+  json_t *v, *pre = json_object_get(sch, "prefixItems");
   if (pre) {
     snprintf(sub, sizeof sub, "%s.prefixItems", path);
-    if (!json_is_array(pre) || json_array_size(pre) > MAX_OPTIONS)
-      return fail(c, sub, "'prefixItems' must be an array of at most %d schemas", MAX_OPTIONS);
+    if (!json_is_array(pre) || json_array_size(pre) > MAX_OPTIONS) {
+      fail(c, sub, "'prefixItems' must be an array of at most %d schemas", MAX_OPTIONS);
+      return -1;
+    }
     n->n_prefix = (int)json_array_size(pre);
     n->prefix = xcalloc((size_t)(n->n_prefix ? n->n_prefix : 1), sizeof *n->prefix);
     for (int i = 0; i < n->n_prefix; i++) {
       snprintf(sub, sizeof sub, "%s.prefixItems[%d]", path, i);
-      if (!(n->prefix[i] = compile(c, json_array_get(pre, (size_t)i), sub, depth + 1))) return NULL;
+      if (!(n->prefix[i] = compile(c, json_array_get(pre, (size_t)i), sub, depth + 1))) return -1;
     }
   }
   if ((v = json_object_get(sch, "items"))) {
     snprintf(sub, sizeof sub, "%s.items", path);
-    if (json_is_array(v)) return fail(c, sub, "tuple 'items' (an array) is not supported: use prefixItems");
+    if (json_is_array(v)) {
+      fail(c, sub, "tuple 'items' (an array) is not supported: use prefixItems");
+      return -1;
+    }
     if (json_is_false(v)) n->items_false = 1;
-    else if (!(n->items = compile(c, v, sub, depth + 1))) return NULL;
+    else if (!(n->items = compile(c, v, sub, depth + 1))) return -1;
   }
   if (n->items_false && (n->types & TY_ARR)) {
     if (n->max_items < 0 || n->max_items > n->n_prefix) n->max_items = n->n_prefix;
     if (n->min_items > n->max_items) {
       snprintf(sub, sizeof sub, "%s.minItems", path);
-      return fail(c, sub, "minItems %ld but 'items' false allows at most %d items", n->min_items, n->n_prefix);
+      fail(c, sub, "minItems %ld but 'items' false allows at most %d items", n->min_items,
+           n->n_prefix);
+      return -1;
     }
   }
-  if (compile_object(c, sch, n, path, depth)) return NULL;
-  if (en || cn) { /* the options are the whole set; each must satisfy the rest of the schema */
-    snprintf(sub, sizeof sub, "%s.%s", path, cn ? "const" : "enum");
-    if (en && (!json_is_array(en) || json_array_size(en) == 0 || json_array_size(en) > MAX_OPTIONS))
-      return fail(c, sub, "'enum' must be an array of 1 to %d values", MAX_OPTIONS);
-    jc_node *l = node_new(c);
-    if (cn) {
-      int in = !en;
-      for (size_t i = 0; en && i < json_array_size(en); i++) in |= json_equal(json_array_get(en, i), cn);
-      if (!in) return fail(c, sub, "'const' is not among the 'enum' values");
-      add_lit(l, cn);
-    } else {
-      for (size_t i = 0; i < json_array_size(en); i++) add_lit(l, json_array_get(en, i));
-    }
-    for (int i = 0; i < l->n_lits; i++) {
-      if (node_accepts(n, l->lits[i])) continue;
-      if (en && !cn) snprintf(sub, sizeof sub, "%s.enum[%d]", path, i);
-      return fail(c, sub, "the value %.80s contradicts the rest of the schema (type %s)", l->lits[i],
-                  ty ? "declared" : "any");
-    }
-    return l;
+  return 0;
+}
+
+/* enum / const: the options are the whole set, each checked against the rest of the schema (n);
+ * typed: the schema declares 'type' */
+static const jc_node *compile_enum(cctx *c, json_t *en, json_t *cn, const jc_node *n,
+                                   const char *path, int typed) {
+  char sub[300];
+  snprintf(sub, sizeof sub, "%s.%s", path, cn ? "const" : "enum");
+  if (en && (!json_is_array(en) || json_array_size(en) == 0 || json_array_size(en) > MAX_OPTIONS))
+    return fail(c, sub, "'enum' must be an array of 1 to %d values", MAX_OPTIONS);
+  jc_node *l = node_new(c);
+  if (cn) {
+    int in = !en;
+    for (size_t i = 0; en && i < json_array_size(en); i++)
+      in |= json_equal(json_array_get(en, i), cn);
+    if (!in) return fail(c, sub, "'const' is not among the 'enum' values");
+    add_lit(l, cn);
+  } else {
+    for (size_t i = 0; i < json_array_size(en); i++) add_lit(l, json_array_get(en, i));
   }
+  for (int i = 0; i < l->n_lits; i++) {
+    if (node_accepts(n, l->lits[i])) continue;
+    if (en && !cn) snprintf(sub, sizeof sub, "%s.enum[%d]", path, i);
+    return fail(c, sub, "the value %.80s contradicts the rest of the schema (type %s)", l->lits[i],
+                typed ? "declared" : "any");
+  }
+  return l;
+}
+
+/* one schema (at path, nested depth deep) into its node: a combinator stands alone; otherwise the
+ * keywords of each type fill one node, narrowed to the enum / const options if any */
+static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth) {
+  if (depth > JC_MAX_DEPTH)
+    return fail(c, path, "nests deeper than %d levels (a recursive $ref?)", JC_MAX_DEPTH);
+  if (c->n_nodes >= MAX_NODES)
+    return fail(c, path, "more than %d schema nodes (after expanding $ref)", MAX_NODES);
+  if (json_is_true(sch)) return &any_node;
+  if (json_is_false(sch)) return fail(c, path, "the schema false matches nothing");
+  if (!json_is_object(sch)) return fail(c, path, "a schema must be an object");
+  int constraining = count_constraining(c, sch, path), found;
+  if (constraining < 0) return NULL;
+  const jc_node *combined = compile_combinator(c, sch, path, depth, constraining, &found);
+  if (found) return combined;
+  jc_node *n = node_new(c);
+  if (compile_types(c, sch, path, &n->types) || compile_lengths(c, sch, n, path) ||
+      compile_number(c, sch, n, path) || compile_string(c, sch, n, path) ||
+      compile_array(c, sch, n, path, depth) || compile_object(c, sch, n, path, depth))
+    return NULL;
+  json_t *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const");
+  if (en || cn) return compile_enum(c, en, cn, n, path, json_object_get(sch, "type") != NULL);
   return n;
 }
 
