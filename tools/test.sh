@@ -185,10 +185,14 @@ stage() {
     start_load "$dir"
   fi
   echo "=== $name: test" $tests
-  # PARALLEL=N: N tests at once (the fuzzers: each is one single-threaded process with its own
-  # work directory, so the stage keeps every fuzzer's time and takes 1/N of the wall clock)
+  # PARALLEL=N: N tests at once, one per core by default: most tests are one single-threaded
+  # process (a unit test, a parity suite, a fuzzer with its own work directory) and none shares
+  # files or ports with another. The loaded stage runs them one at a time beside its spinning
+  # threads.
+  local parallel=${PARALLEL:-$jobs}
+  if [ -n "${LOAD:-}" ]; then parallel=1; fi
   ctest --test-dir "$dir" --output-on-failure -R "^($(echo $tests | tr ' ' '|' | sed 's/\./\\./g'))\$" \
-    ${PARALLEL:+-j "$PARALLEL"} ${ctest_args[@]+"${ctest_args[@]}"}
+    -j "$parallel" ${ctest_args[@]+"${ctest_args[@]}"}
   stop_load
   echo "=== $name: passed in $((SECONDS - t0)) s"
   ran+=("$name")
@@ -205,8 +209,10 @@ for s in "${stages[@]}"; do
     # the quality bounds (bits per byte of the bundled model per weight/memory type) are numbers,
     # not memory safety: minutes each in an unoptimised sanitizer build, while the unit tests
     # run the same kernels and whole models of every type under ASan
-    asan) STAGE_EXCLUDE='quality' stage asan build-asan '^(unit|pytest)\.' -DCMAKE_BUILD_TYPE=Debug \
-            -DXL_SANITIZE=ON ;;
+    # Parity once, on the automatic kernel family (the C unit tests run every family's kernels
+    # and whole models under ASan; pytest.parity.PATH's numbers are the gcc stage's)
+    asan) STAGE_EXCLUDE='quality|^pytest\.parity\.' stage asan build-asan '^(unit|pytest)\.' \
+            -DCMAKE_BUILD_TYPE=Debug -DXL_SANITIZE=ON ;;
     tsan) stage tsan build-tsan '^(unit\.|pytest\.integration$)' -DCMAKE_BUILD_TYPE=RelWithDebInfo \
             -DXL_TSAN=ON ;;
     gcc-release) stage gcc-release build-gcc-release '^unit\.' -DCMAKE_BUILD_TYPE=Release ;;
@@ -216,7 +222,7 @@ for s in "${stages[@]}"; do
       if [ "${XL_SKIP_FUZZ:-0}" = 1 ]; then
         skipped+=("fuzz skipped: XL_SKIP_FUZZ=1")
       else
-        PARALLEL=$jobs CC=clang stage fuzz build-fuzz '^fuzz\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_FUZZ=ON \
+        CC=clang stage fuzz build-fuzz '^fuzz\.' -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_FUZZ=ON \
           -DXL_FUZZ_SECONDS="${XL_FUZZ_SECONDS:-60}"
       fi ;;
     *)
