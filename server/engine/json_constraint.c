@@ -758,26 +758,87 @@ static int compile_object(cctx *c, json_t *sch, jc_node *n, const char *path, in
 
 static int node_accepts(const jc_node *n, const char *text);
 
-static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth) {
+/* the number of constraining keywords in schema sch (annotations aside); -1: an unknown keyword */
+static int count_constraining(cctx *c, json_t *sch, const char *path) {
   char sub[300];
-  if (depth > JC_MAX_DEPTH)
-    return fail(c, path, "nests deeper than %d levels (a recursive $ref?)", JC_MAX_DEPTH);
-  if (c->n_nodes >= MAX_NODES)
-    return fail(c, path, "more than %d schema nodes (after expanding $ref)", MAX_NODES);
-  if (json_is_true(sch)) return &any_node;
-  if (json_is_false(sch)) return fail(c, path, "the schema false matches nothing");
-  if (!json_is_object(sch)) return fail(c, path, "a schema must be an object");
   const char *k;
   json_t *v;
   int constraining = 0;
   json_object_foreach(sch, k, v) {
     if (!known(k)) {
       snprintf(sub, sizeof sub, "%s.%.100s", path, k);
-      return fail(c, sub, "the keyword '%s' is not supported", k);
+      fail(c, sub, "the keyword '%s' is not supported", k);
+      return -1;
     }
     if (!is_annotation(k)) constraining++;
   }
+  return constraining;
+}
+
+/* the value a local JSON pointer ("#/a/b~1c") names within root; NULL: it does not resolve */
+static json_t *resolve_ref(json_t *root, const char *r) {
+  json_t *t = root;
+  char tok[256];
+  const char *p = r + 1;
+  while (*p == '/' && t) {
+    p++;
+    size_t n = strcspn(p, "/");
+    size_t o = 0;
+    for (size_t j = 0; j < n && o + 1 < sizeof tok; j++) { /* ~1 -> /, ~0 -> ~ */
+      if (p[j] == '~' && j + 1 < n && (p[j + 1] == '0' || p[j + 1] == '1')) {
+        tok[o++] = p[j + 1] == '1' ? '/' : '~';
+        j++;
+      } else {
+        tok[o++] = p[j];
+      }
+    }
+    tok[o] = 0;
+    t = json_object_get(t, tok);
+    p += n;
+  }
+  return *p ? NULL : t;
+}
+
+/* "$ref": v: its target, compiled once behind an alias node (so a recursive schema refers back) */
+static const jc_node *compile_ref(cctx *c, json_t *v, const char *path, int depth) {
+  char sub[300];
+  const char *r = json_is_string(v) ? json_string_value(v) : "";
+  snprintf(sub, sizeof sub, "%s.$ref", path);
+  if (r[0] != '#') return fail(c, sub, "only local $ref (\"#/...\") are supported");
+  json_t *t = resolve_ref(c->root, r);
+  if (!t) return fail(c, sub, "$ref \"%.100s\" does not resolve", r);
+  for (int j = 0; j < c->n_refs; j++) /* compiled once: a recursive schema refers back */
+    if (c->ref_t[j] == t) return c->ref_n[j];
+  jc_node *a = node_new(c);
+  a->pending = 1;
+  c->ref_t = xrealloc(c->ref_t, sizeof *c->ref_t * (size_t)(c->n_refs + 1));
+  c->ref_n = xrealloc(c->ref_n, sizeof *c->ref_n * (size_t)(c->n_refs + 1));
+  c->ref_t[c->n_refs] = t;
+  c->ref_n[c->n_refs++] = a;
+  const jc_node *target = compile(c, t, sub, depth + 1);
+  if (!target) return NULL;
+  a->alias = target;
+  a->pending = 0;
+  return a;
+}
+
+/* "allOf": v: supported with exactly one schema, which it is */
+static const jc_node *compile_all_of(cctx *c, json_t *v, const char *path, int depth) {
+  char sub[300];
+  snprintf(sub, sizeof sub, "%s.allOf", path);
+  if (!json_is_array(v) || json_array_size(v) != 1)
+    return fail(c, sub, "'allOf' is supported with exactly one schema");
+  snprintf(sub, sizeof sub, "%s.allOf[0]", path);
+  return compile(c, json_array_get(v, 0), sub, depth + 1);
+}
+
+/* $ref, anyOf, oneOf or allOf, which stand alone (annotations aside); *found: sch has one */
+static const jc_node *compile_combinator(cctx *c, json_t *sch, const char *path, int depth,
+                                         int constraining, int *found) {
   static const char *const alone[] = {"$ref", "anyOf", "oneOf", "allOf"};
+  char sub[300];
+  json_t *v;
+  *found = 1;
   for (int i = 0; i < 4; i++) {
     if (!(v = json_object_get(sch, alone[i]))) continue;
     if (constraining > 1) {
@@ -785,142 +846,160 @@ static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth)
       return fail(c, sub, "'%s' beside other constraining keywords is not supported (only "
                           "annotations such as title, description, default may sit beside it)", alone[i]);
     }
-    if (i == 0) {
-      const char *r = json_is_string(v) ? json_string_value(v) : "";
-      snprintf(sub, sizeof sub, "%s.$ref", path);
-      if (r[0] != '#') return fail(c, sub, "only local $ref (\"#/...\") are supported");
-      json_t *t = c->root;
-      char tok[256];
-      const char *p = r + 1;
-      while (*p == '/' && t) {
-        p++;
-        size_t n = strcspn(p, "/");
-        size_t o = 0;
-        for (size_t j = 0; j < n && o + 1 < sizeof tok; j++) { /* ~1 -> /, ~0 -> ~ */
-          if (p[j] == '~' && j + 1 < n && (p[j + 1] == '0' || p[j + 1] == '1')) {
-            tok[o++] = p[j + 1] == '1' ? '/' : '~';
-            j++;
-          } else {
-            tok[o++] = p[j];
-          }
-        }
-        tok[o] = 0;
-        t = json_object_get(t, tok);
-        p += n;
-      }
-      if (!t || *p) return fail(c, sub, "$ref \"%.100s\" does not resolve", r);
-      for (int j = 0; j < c->n_refs; j++) /* compiled once: a recursive schema refers back */
-        if (c->ref_t[j] == t) return c->ref_n[j];
-      jc_node *a = node_new(c);
-      a->pending = 1;
-      c->ref_t = xrealloc(c->ref_t, sizeof *c->ref_t * (size_t)(c->n_refs + 1));
-      c->ref_n = xrealloc(c->ref_n, sizeof *c->ref_n * (size_t)(c->n_refs + 1));
-      c->ref_t[c->n_refs] = t;
-      c->ref_n[c->n_refs++] = a;
-      const jc_node *target = compile(c, t, sub, depth + 1);
-      if (!target) return NULL;
-      a->alias = target;
-      a->pending = 0;
-      return a;
-    }
-    if (i == 3) {
-      snprintf(sub, sizeof sub, "%s.allOf", path);
-      if (!json_is_array(v) || json_array_size(v) != 1)
-        return fail(c, sub, "'allOf' is supported with exactly one schema");
-      snprintf(sub, sizeof sub, "%s.allOf[0]", path);
-      return compile(c, json_array_get(v, 0), sub, depth + 1);
-    }
+    if (i == 0) return compile_ref(c, v, path, depth);
+    if (i == 3) return compile_all_of(c, v, path, depth);
     return compile_any_of(c, v, path, alone[i], depth);
   }
-  jc_node *n = node_new(c);
+  *found = 0;
+  return NULL;
+}
+
+/* "type" (a name or a list) into TY_ bits; without it, guessed from properties / items */
+static int compile_types(cctx *c, json_t *sch, const char *path, unsigned *types) {
+  char sub[300];
   json_t *ty = json_object_get(sch, "type");
-  unsigned types = 0;
+  *types = 0;
   if (ty) {
     snprintf(sub, sizeof sub, "%s.type", path);
-    if (!json_is_string(ty) && !json_is_array(ty))
-      return fail(c, sub, "'type' must be a type name or a list of them");
-    if (json_is_array(ty) && json_array_size(ty) == 0)
-      return fail(c, sub, "'type' is an empty list: no value has no type");
+    if (!json_is_string(ty) && !json_is_array(ty)) {
+      fail(c, sub, "'type' must be a type name or a list of them");
+      return -1;
+    }
+    if (json_is_array(ty) && json_array_size(ty) == 0) {
+      fail(c, sub, "'type' is an empty list: no value has no type");
+      return -1;
+    }
   }
   for (size_t i = 0; ty && i < (json_is_array(ty) ? json_array_size(ty) : 1); i++) {
     json_t *t = json_is_array(ty) ? json_array_get(ty, i) : ty;
     const char *s = json_is_string(t) ? json_string_value(t) : "";
-    if (!strcmp(s, "null")) types |= TY_NULL;
-    else if (!strcmp(s, "boolean")) types |= TY_BOOL;
-    else if (!strcmp(s, "integer")) types |= TY_INT;
-    else if (!strcmp(s, "number")) types |= TY_NUM;
-    else if (!strcmp(s, "string")) types |= TY_STR;
-    else if (!strcmp(s, "array")) types |= TY_ARR;
-    else if (!strcmp(s, "object")) types |= TY_OBJ;
-    else return fail(c, sub, "unknown type \"%.40s\"", s);
+    if (!strcmp(s, "null")) *types |= TY_NULL;
+    else if (!strcmp(s, "boolean")) *types |= TY_BOOL;
+    else if (!strcmp(s, "integer")) *types |= TY_INT;
+    else if (!strcmp(s, "number")) *types |= TY_NUM;
+    else if (!strcmp(s, "string")) *types |= TY_STR;
+    else if (!strcmp(s, "array")) *types |= TY_ARR;
+    else if (!strcmp(s, "object")) *types |= TY_OBJ;
+    else {
+      fail(c, sub, "unknown type \"%.40s\"", s);
+      return -1;
+    }
   }
-  json_t *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const");
   if (!ty) {
-    if (json_object_get(sch, "properties")) types = TY_OBJ;
-    else if (json_object_get(sch, "items") || json_object_get(sch, "prefixItems")) types = TY_ARR;
-    else types = TY_ANY;
+    if (json_object_get(sch, "properties")) *types = TY_OBJ;
+    else if (json_object_get(sch, "items") || json_object_get(sch, "prefixItems")) *types = TY_ARR;
+    else *types = TY_ANY;
   }
-  n->types = types;
-  if (get_count(c, sch, "minLength", path, &n->min_len) || get_count(c, sch, "maxLength", path, &n->max_len) ||
+  return 0;
+}
+
+/* minLength / maxLength and minItems / maxItems, each pair consistent */
+static int compile_lengths(cctx *c, json_t *sch, jc_node *n, const char *path) {
+  char sub[300];
+  if (get_count(c, sch, "minLength", path, &n->min_len) ||
+      get_count(c, sch, "maxLength", path, &n->max_len) ||
       get_count(c, sch, "minItems", path, &n->min_items) ||
       get_count(c, sch, "maxItems", path, &n->max_items))
-    return NULL;
+    return -1;
   if (n->max_len >= 0 && n->min_len > n->max_len) {
     snprintf(sub, sizeof sub, "%s.minLength", path);
-    return fail(c, sub, "minLength > maxLength");
+    fail(c, sub, "minLength > maxLength");
+    return -1;
   }
   if (n->max_items >= 0 && n->min_items > n->max_items) {
     snprintf(sub, sizeof sub, "%s.minItems", path);
-    return fail(c, sub, "minItems > maxItems");
+    fail(c, sub, "minItems > maxItems");
+    return -1;
   }
-  if (compile_number(c, sch, n, path) || compile_string(c, sch, n, path)) return NULL;
-  json_t *pre = json_object_get(sch, "prefixItems");
+  return 0;
+}
+
+/* prefixItems and items (false: no items beyond the prefix) */
+static int compile_array(cctx *c, json_t *sch, jc_node *n, const char *path, int depth) {
+  char sub[300];
+  json_t *v, *pre = json_object_get(sch, "prefixItems");
   if (pre) {
     snprintf(sub, sizeof sub, "%s.prefixItems", path);
-    if (!json_is_array(pre) || json_array_size(pre) > MAX_OPTIONS)
-      return fail(c, sub, "'prefixItems' must be an array of at most %d schemas", MAX_OPTIONS);
+    if (!json_is_array(pre) || json_array_size(pre) > MAX_OPTIONS) {
+      fail(c, sub, "'prefixItems' must be an array of at most %d schemas", MAX_OPTIONS);
+      return -1;
+    }
     n->n_prefix = (int)json_array_size(pre);
     n->prefix = xcalloc((size_t)(n->n_prefix ? n->n_prefix : 1), sizeof *n->prefix);
     for (int i = 0; i < n->n_prefix; i++) {
       snprintf(sub, sizeof sub, "%s.prefixItems[%d]", path, i);
-      if (!(n->prefix[i] = compile(c, json_array_get(pre, (size_t)i), sub, depth + 1))) return NULL;
+      if (!(n->prefix[i] = compile(c, json_array_get(pre, (size_t)i), sub, depth + 1))) return -1;
     }
   }
   if ((v = json_object_get(sch, "items"))) {
     snprintf(sub, sizeof sub, "%s.items", path);
-    if (json_is_array(v)) return fail(c, sub, "tuple 'items' (an array) is not supported: use prefixItems");
+    if (json_is_array(v)) {
+      fail(c, sub, "tuple 'items' (an array) is not supported: use prefixItems");
+      return -1;
+    }
     if (json_is_false(v)) n->items_false = 1;
-    else if (!(n->items = compile(c, v, sub, depth + 1))) return NULL;
+    else if (!(n->items = compile(c, v, sub, depth + 1))) return -1;
   }
   if (n->items_false && (n->types & TY_ARR)) {
     if (n->max_items < 0 || n->max_items > n->n_prefix) n->max_items = n->n_prefix;
     if (n->min_items > n->max_items) {
       snprintf(sub, sizeof sub, "%s.minItems", path);
-      return fail(c, sub, "minItems %ld but 'items' false allows at most %d items", n->min_items, n->n_prefix);
+      fail(c, sub, "minItems %ld but 'items' false allows at most %d items", n->min_items,
+           n->n_prefix);
+      return -1;
     }
   }
-  if (compile_object(c, sch, n, path, depth)) return NULL;
-  if (en || cn) { /* the options are the whole set; each must satisfy the rest of the schema */
-    snprintf(sub, sizeof sub, "%s.%s", path, cn ? "const" : "enum");
-    if (en && (!json_is_array(en) || json_array_size(en) == 0 || json_array_size(en) > MAX_OPTIONS))
-      return fail(c, sub, "'enum' must be an array of 1 to %d values", MAX_OPTIONS);
-    jc_node *l = node_new(c);
-    if (cn) {
-      int in = !en;
-      for (size_t i = 0; en && i < json_array_size(en); i++) in |= json_equal(json_array_get(en, i), cn);
-      if (!in) return fail(c, sub, "'const' is not among the 'enum' values");
-      add_lit(l, cn);
-    } else {
-      for (size_t i = 0; i < json_array_size(en); i++) add_lit(l, json_array_get(en, i));
-    }
-    for (int i = 0; i < l->n_lits; i++) {
-      if (node_accepts(n, l->lits[i])) continue;
-      if (en && !cn) snprintf(sub, sizeof sub, "%s.enum[%d]", path, i);
-      return fail(c, sub, "the value %.80s contradicts the rest of the schema (type %s)", l->lits[i],
-                  ty ? "declared" : "any");
-    }
-    return l;
+  return 0;
+}
+
+/* enum / const: the options are the whole set, each checked against the rest of the schema (n);
+ * typed: the schema declares 'type' */
+static const jc_node *compile_enum(cctx *c, json_t *en, json_t *cn, const jc_node *n,
+                                   const char *path, int typed) {
+  char sub[300];
+  snprintf(sub, sizeof sub, "%s.%s", path, cn ? "const" : "enum");
+  if (en && (!json_is_array(en) || json_array_size(en) == 0 || json_array_size(en) > MAX_OPTIONS))
+    return fail(c, sub, "'enum' must be an array of 1 to %d values", MAX_OPTIONS);
+  jc_node *l = node_new(c);
+  if (cn) {
+    int in = !en;
+    for (size_t i = 0; en && i < json_array_size(en); i++)
+      in |= json_equal(json_array_get(en, i), cn);
+    if (!in) return fail(c, sub, "'const' is not among the 'enum' values");
+    add_lit(l, cn);
+  } else {
+    for (size_t i = 0; i < json_array_size(en); i++) add_lit(l, json_array_get(en, i));
   }
+  for (int i = 0; i < l->n_lits; i++) {
+    if (node_accepts(n, l->lits[i])) continue;
+    if (en && !cn) snprintf(sub, sizeof sub, "%s.enum[%d]", path, i);
+    return fail(c, sub, "the value %.80s contradicts the rest of the schema (type %s)", l->lits[i],
+                typed ? "declared" : "any");
+  }
+  return l;
+}
+
+/* one schema (at path, nested depth deep) into its node: a combinator stands alone; otherwise the
+ * keywords of each type fill one node, narrowed to the enum / const options if any */
+static const jc_node *compile(cctx *c, json_t *sch, const char *path, int depth) {
+  if (depth > JC_MAX_DEPTH)
+    return fail(c, path, "nests deeper than %d levels (a recursive $ref?)", JC_MAX_DEPTH);
+  if (c->n_nodes >= MAX_NODES)
+    return fail(c, path, "more than %d schema nodes (after expanding $ref)", MAX_NODES);
+  if (json_is_true(sch)) return &any_node;
+  if (json_is_false(sch)) return fail(c, path, "the schema false matches nothing");
+  if (!json_is_object(sch)) return fail(c, path, "a schema must be an object");
+  int constraining = count_constraining(c, sch, path), found;
+  if (constraining < 0) return NULL;
+  const jc_node *combined = compile_combinator(c, sch, path, depth, constraining, &found);
+  if (found) return combined;
+  jc_node *n = node_new(c);
+  if (compile_types(c, sch, path, &n->types) || compile_lengths(c, sch, n, path) ||
+      compile_number(c, sch, n, path) || compile_string(c, sch, n, path) ||
+      compile_array(c, sch, n, path, depth) || compile_object(c, sch, n, path, depth))
+    return NULL;
+  json_t *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const");
+  if (en || cn) return compile_enum(c, en, cn, n, path, json_object_get(sch, "type") != NULL);
   return n;
 }
 
@@ -1334,313 +1413,392 @@ static int re_byte(jc_frame *f, unsigned d) {
 
 static const char esc_from[] = "\"\\/nrtbf", esc_to[] = "\"\\/\n\r\t\b\f";
 
+/* what a frame's step did with byte c (step() loops on the last two) */
+enum {
+  STEP_REFUSED = -1, /* c may not come here */
+  STEP_TAKEN = 0,    /* c is consumed */
+  STEP_ENDED = 1,    /* the frame on top was complete and is popped: c goes to the frame below */
+  STEP_STARTED = 2   /* a child frame was pushed: c is its first byte */
+};
+
+static int step(jc_state *st, unsigned c);
+
+/* K_VALUE of an anyOf / oneOf: the first branch (in order) that takes c becomes the value */
+static int value_first_branch(jc_state *st, const jc_node *n, unsigned c) {
+  for (int i = 0; i < n->n_branches; i++) {
+    jc_state t;
+    copy_state(&t, st);
+    t.f[t.depth - 1].node = D(n->branches[i]);
+    if (step(&t, c) == 0) {
+      copy_state(st, &t);
+      return STEP_TAKEN;
+    }
+  }
+  return STEP_REFUSED;
+}
+
+/* K_VALUE becomes K_NUM: c is '-' or a digit (bounded numbers: refused unless some allowed value
+ * can still be written) */
+static int value_start_number(jc_frame *f, unsigned c) {
+  const jc_node *n = f->node;
+  if (n->bounded) {
+    jc_frame t = *f;
+    t.kind = K_NUM;
+    t.frac = NO_DOT;
+    t.neg = c == '-';
+    t.sub = c == '-' ? N_SIGN : c == '0' ? N_ZERO : N_INT;
+    t.lo = c != '-';
+    t.acc = c == '-' ? 0 : (int64_t)(c - '0');
+    if (c == '-' && n->lo >= 0) return STEP_REFUSED; /* no "-0" */
+    if (!num_feasible(n, &t)) return STEP_REFUSED;
+    *f = t;
+    return STEP_TAKEN;
+  }
+  f->kind = K_NUM;
+  f->sub = c == '-' ? N_SIGN : c == '0' ? N_ZERO : N_INT;
+  f->count = 1;
+  f->lo = f->sub == N_INT;
+  return STEP_TAKEN;
+}
+
+/* K_VALUE becomes a literal of node lit (true/false/null) whose options in mask start with c */
+static int value_start_keyword(jc_frame *f, const jc_node *lit, uint64_t mask) {
+  f->kind = K_LIT;
+  f->node = lit;
+  f->mask = mask;
+  f->count = 1;
+  return STEP_TAKEN;
+}
+
+/* K_VALUE: the value's first byte picks what it is (an enum option, string, object, array, number,
+ * boolean or null), within the nesting left */
+static int step_value(jc_state *st, jc_frame *f, unsigned c) {
+  const jc_node *n = f->node;
+  if (n->n_branches && !n->disc && !n->keyunion) return value_first_branch(st, n, c);
+  uint64_t m = 0;
+  for (int i = 0; i < n->n_lits; i++)
+    if ((unsigned char)n->lits[i][0] == c) m |= 1ULL << i;
+  if (m) {
+    f->kind = K_LIT;
+    f->mask = m;
+    f->count = 1;
+    lit_maybe_end(st);
+    return STEP_TAKEN;
+  }
+  if (c == '"' && (n->types & TY_STR)) {
+    f->kind = K_STR;
+    if (n->re && !jc_re_len_ok(n->re, 0, n->min_len, n->max_len)) return STEP_REFUSED;
+    return STEP_TAKEN;
+  }
+  if (c == '{' && (n->types & TY_OBJ) && st->nest + hmax(1, n->h_obj) <= JC_MAX_DEPTH) {
+    f->kind = K_OBJ;
+    f->sub = O_FIRST;
+    st->nest++;
+    return STEP_TAKEN;
+  }
+  if (c == '[' && (n->types & TY_ARR) && st->nest + hmax(1, n->h_arr) <= JC_MAX_DEPTH) {
+    f->kind = K_ARR;
+    f->sub = A_FIRST;
+    st->nest++;
+    return STEP_TAKEN;
+  }
+  if ((c == '-' || (c >= '0' && c <= '9')) && (n->types & (TY_INT | TY_NUM)))
+    return value_start_number(f, c);
+  if ((c == 't' || c == 'f') && (n->types & TY_BOOL))
+    return value_start_keyword(f, &bool_node, c == 't' ? 1 : 2);
+  if (c == 'n' && (n->types & TY_NULL)) return value_start_keyword(f, &null_node, 1);
+  return STEP_REFUSED;
+}
+
+/* K_STR inside a multi-byte UTF-8 character: c must be the continuation byte expected next */
+static int string_continuation(jc_state *st, jc_frame *f, unsigned c) {
+  if (c < f->lo || c > f->hi) return STEP_REFUSED;
+  if (f->is_key && free_key_byte(st, f, c)) return STEP_REFUSED;
+  f->left--;
+  f->lo = 0x80;
+  f->hi = 0xBF;
+  return STEP_TAKEN;
+}
+
+/* K_STR after a backslash: the escape's letter, then a \u escape's four hex digits */
+static int string_escape(jc_frame *f, unsigned c) {
+  const jc_node *n = f->node;
+  switch (f->sub) {
+    case S_ESC:
+      if (n->re) {
+        const char *p = c ? strchr(esc_from, (int)c) : NULL;
+        if (!p || re_byte(f, (unsigned char)esc_to[p - esc_from])) return STEP_REFUSED;
+        f->sub = S_NORMAL;
+        return STEP_TAKEN;
+      }
+      if (c && strchr("\"\\/bfnrt", (int)c)) f->sub = S_NORMAL;
+      else if (c == 'u') f->sub = S_U1;
+      else return STEP_REFUSED;
+      return STEP_TAKEN;
+    case S_U1:
+      if (!is_hex(c)) return STEP_REFUSED;
+      f->sub = c == 'd' || c == 'D' ? S_U2D : S_U2;
+      return STEP_TAKEN;
+    case S_U2D: /* no surrogates: \uD800-\uDFFF */
+      if (!(c >= '0' && c <= '7')) return STEP_REFUSED;
+      f->sub = S_U3;
+      return STEP_TAKEN;
+    case S_U2:
+    case S_U3:
+      if (!is_hex(c)) return STEP_REFUSED;
+      f->sub++;
+      if (f->sub == S_U2D) f->sub = S_U3; /* S_U2 -> S_U3 */
+      return STEP_TAKEN;
+    case S_U4:
+      if (!is_hex(c)) return STEP_REFUSED;
+      f->sub = S_NORMAL;
+      return STEP_TAKEN;
+  }
+  return STEP_REFUSED;
+}
+
+/* K_STR's closing quote: the string needs its minimum length and an accepted pattern state; a free
+ * key also must not repeat a key written before (or a listed key no longer open) */
+static int string_close(jc_state *st, jc_frame *f) {
+  const jc_node *n = f->node;
+  if (f->count < n->min_len) return STEP_REFUSED;
+  if (n->re && !n->re->accept[f->re]) return STEP_REFUSED;
+  if (f->is_key) {
+    int e = free_key_end(st, f->mask, f->pos, f->h);
+    jc_frame *o = &st->f[st->depth - 2];
+    if (e == -2 || (e >= 0 && !listed_ok(st, o, e))) return STEP_REFUSED;
+    if (e == -1) o->free_keys[o->n_free++] = f->h;
+    st->depth--;
+    key_done(st, e);
+    return STEP_TAKEN;
+  }
+  st->depth--;
+  value_done(st);
+  return STEP_TAKEN;
+}
+
+/* K_STR with a pattern / format: c (or, for a backslash, some escaped character) must move the
+ * pattern's automaton */
+static int string_pattern_byte(jc_frame *f, unsigned c) {
+  if (c == '\\') { /* an escape, if some escaped character can follow */
+    for (int i = 0; esc_to[i]; i++) {
+      jc_frame t = *f;
+      if (re_byte(&t, (unsigned char)esc_to[i]) == 0) {
+        f->sub = S_ESC;
+        return STEP_TAKEN;
+      }
+    }
+    return STEP_REFUSED;
+  }
+  return re_byte(f, c);
+}
+
+/* K_STR without pattern: a raw byte within the length bounds; a UTF-8 lead byte sets the
+ * continuation bytes expected (no overlongs, no surrogates, nothing beyond U+10FFFF) */
+static int string_plain_byte(jc_state *st, jc_frame *f, unsigned c) {
+  const jc_node *n = f->node;
+  int free_key = f->is_key;
+  if (free_key && c == '\\') return STEP_REFUSED; /* keys not listed: no escapes (no key twice) */
+  if (n->max_len >= 0 && (f->units + (c >= 0xF0 ? 2 : 1) > n->max_len ||
+                          n->max_len - f->units - (c >= 0xF0 ? 2 : 1) < n->min_len - f->count - 1))
+    return STEP_REFUSED; /* beyond U+FFFF: two UTF-16 units (and minLength must stay reachable) */
+  if (free_key && free_key_byte(st, f, c)) return STEP_REFUSED;
+  f->count++;
+  f->units += c >= 0xF0 ? 2 : 1;
+  if (c == '\\') f->sub = S_ESC;
+  else if (c < 0x80) ;
+  else if (c >= 0xC2 && c <= 0xDF) f->left = 1, f->lo = 0x80, f->hi = 0xBF;
+  else if (c == 0xE0) f->left = 2, f->lo = 0xA0, f->hi = 0xBF;
+  else if (c == 0xED) f->left = 2, f->lo = 0x80, f->hi = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) f->left = 2, f->lo = 0x80, f->hi = 0xBF;
+  else if (c == 0xF0) f->left = 3, f->lo = 0x90, f->hi = 0xBF;
+  else if (c >= 0xF1 && c <= 0xF3) f->left = 3, f->lo = 0x80, f->hi = 0xBF;
+  else if (c == 0xF4) f->left = 3, f->lo = 0x80, f->hi = 0x8F;
+  else return STEP_REFUSED;
+  return STEP_TAKEN;
+}
+
+/* K_STR (a value or a free key): dispatches on where in the string c falls */
+static int step_string(jc_state *st, jc_frame *f, unsigned c) {
+  if (f->left) return string_continuation(st, f, c);
+  if (f->sub != S_NORMAL) return string_escape(f, c);
+  if (c == '"') return string_close(st, f);
+  if (c < 0x20) return STEP_REFUSED;
+  if (f->node->re) return string_pattern_byte(f, c);
+  return string_plain_byte(st, f, c);
+}
+
+/* K_NUM, bounded: digits that keep an allowed value reachable; any other byte ends the number if
+ * it is complete and its value allowed */
+static int step_bounded_number(jc_state *st, jc_frame *f, unsigned c) {
+  int r = bounded_num_step(st, f, c);
+  if (r <= 0) return r;
+  if (f->sub == N_SIGN || f->sub == N_DOT || !num_value_ok(f->node, f)) return STEP_REFUSED;
+  st->depth--;
+  value_done(st);
+  return STEP_ENDED;
+}
+
+/* a free number's grammar state after c (-1: c does not continue it); int_only: no '.' or
+ * exponent */
+static int number_next(const jc_frame *f, unsigned c, int int_only) {
+  int digit = c >= '0' && c <= '9';
+  int room = f->count <= MAX_NUMBER_BYTES - 3; /* an unfinished form can still finish */
+  switch (f->sub) {
+    case N_SIGN: return digit ? (c == '0' ? N_ZERO : N_INT) : -1;
+    case N_ZERO:
+      if (!int_only && c == '.' && room) return N_DOT;
+      if (!int_only && (c == 'e' || c == 'E') && room) return N_E;
+      return -1;
+    case N_INT:
+      if (digit && f->lo < MAX_INT_DIGITS) return N_INT;
+      if (!int_only && c == '.' && room) return N_DOT;
+      if (!int_only && (c == 'e' || c == 'E') && room) return N_E;
+      return -1;
+    case N_DOT: return digit ? N_FRAC : -1;
+    case N_FRAC:
+      if (digit) return N_FRAC;
+      if ((c == 'e' || c == 'E') && room) return N_E;
+      return -1;
+    case N_E:
+      if (c == '+' || c == '-') return N_ESIGN;
+      return digit ? N_EXP : -1;
+    case N_ESIGN: return digit ? N_EXP : -1;
+    case N_EXP: return digit && f->exp_digits < 2 ? N_EXP : -1;
+  }
+  return -1;
+}
+
+/* K_NUM, unbounded: the JSON number grammar within MAX_NUMBER_BYTES; a byte that does not continue
+ * a complete number ends it */
+static int step_free_number(jc_state *st, jc_frame *f, unsigned c) {
+  int next = number_next(f, c, !(f->node->types & TY_NUM));
+  if (next >= 0 && f->count < MAX_NUMBER_BYTES) {
+    if (next == N_EXP) f->exp_digits++;
+    if (next == N_INT) f->lo++; /* integer-part digits */
+    f->sub = (uint8_t)next;
+    f->count++;
+    return STEP_TAKEN;
+  }
+  if (f->sub == N_ZERO || f->sub == N_INT || f->sub == N_FRAC || f->sub == N_EXP) {
+    st->depth--;
+    value_done(st);
+    return STEP_ENDED;
+  }
+  return STEP_REFUSED;
+}
+
+/* K_LIT (enum / const options, true/false/null, listed keys): c narrows the options still
+ * matching; a value option complete here that others extended ends before c */
+static int step_literal(jc_state *st, jc_frame *f, unsigned c) {
+  char **o;
+  size_t *l;
+  int no, complete = -1;
+  lit_opts(f, &o, &l, &no);
+  uint64_t m = 0;
+  for (int i = 0; i < no; i++) {
+    if (!(f->mask >> i & 1)) continue;
+    if (l[i] > (size_t)f->count && (unsigned char)o[i][f->count] == c) m |= 1ULL << i;
+    if (l[i] == (size_t)f->count) complete = i;
+  }
+  if (m) {
+    f->mask = m;
+    f->count++;
+    lit_maybe_end(st);
+    return STEP_TAKEN;
+  }
+  if (complete >= 0 && !f->is_key) { /* an option that others extended ends here */
+    lit_end(st, complete);
+    return STEP_ENDED;
+  }
+  return STEP_REFUSED;
+}
+
+/* K_OBJ between its tokens: '}', a key's opening quote, ':' (pushes the value) or ',' */
+static int step_object(jc_state *st, jc_frame *f, unsigned c) {
+  const jc_node *n = f->node;
+  switch (f->sub) {
+    case O_FIRST:
+      if (c == '}' && required_met(f)) {
+        close_container(st);
+        return STEP_TAKEN;
+      }
+      if (c == '"' && keys_left(st, f)) return start_key(st);
+      return STEP_REFUSED;
+    case O_KEY:
+      return c == '"' ? start_key(st) : STEP_REFUSED;
+    case O_COLON: {
+      if (c != ':') return STEP_REFUSED;
+      f->sub = O_VALUE;
+      const jc_node *value = f->prop >= 0 ? n->props[f->prop] : n->addl ? n->addl : &any_node;
+      return push(st, K_VALUE, value) ? STEP_TAKEN : STEP_REFUSED;
+    }
+    case O_AFTER:
+      if (c == ',' && keys_left(st, f)) {
+        f->sub = O_KEY;
+        return STEP_TAKEN;
+      }
+      if (c == '}' && required_met(f)) {
+        close_container(st);
+        return STEP_TAKEN;
+      }
+      return STEP_REFUSED;
+    default:
+      return STEP_REFUSED;
+  }
+}
+
+/* the schema of an array's item i (0-based) */
+static const jc_node *array_item(const jc_node *n, long i) {
+  return i < n->n_prefix ? n->prefix[i] : n->items ? n->items : &any_node;
+}
+
+/* K_ARR between its items: ']', ',' (pushes the next item), or the first item's first byte */
+static int step_array(jc_state *st, jc_frame *f, unsigned c) {
+  const jc_node *n = f->node;
+  if (f->sub == A_FIRST) {
+    if (c == ']' && n->min_items == 0) {
+      close_container(st);
+      return STEP_TAKEN;
+    }
+    if (n->max_items == 0) return STEP_REFUSED;
+    if (n->min_items == 0 && st->nest + H(array_item(n, 0)) > JC_MAX_DEPTH) return STEP_REFUSED;
+    f->count = 1;
+    f->sub = A_AFTER;
+    if (!push(st, K_VALUE, array_item(n, 0))) return STEP_REFUSED;
+    return STEP_STARTED; /* c starts the first item */
+  }
+  if (c == ',' && (n->max_items < 0 || f->count < n->max_items) &&
+      (f->count < n->min_items || st->nest + H(array_item(n, f->count)) <= JC_MAX_DEPTH)) {
+    f->count++;
+    return push(st, K_VALUE, array_item(n, f->count - 1)) ? STEP_TAKEN : STEP_REFUSED;
+  }
+  if (c == ']' && f->count >= n->min_items) {
+    close_container(st);
+    return STEP_TAKEN;
+  }
+  return STEP_REFUSED;
+}
+
+/* one byte through the frame stack: the frame on top takes c, refuses it, or ends and hands c
+ * to the frame below (after the root: only whitespace) */
 static int step(jc_state *st, unsigned c) {
-  int reloop = 0;
+  int reloop = 0; /* some frame ended before c */
   for (;;) {
     if (st->depth == 0) return st->done && reloop && is_ws(c) ? 0 : -1;
     jc_frame *f = &st->f[st->depth - 1];
-    const jc_node *n = f->node;
+    int r;
     switch (f->kind) {
-      case K_VALUE: {
-        if (n->n_branches && !n->disc && !n->keyunion) { /* the first branch that takes the byte */
-          for (int i = 0; i < n->n_branches; i++) {
-            jc_state t;
-            copy_state(&t, st);
-            t.f[t.depth - 1].node = D(n->branches[i]);
-            if (step(&t, c) == 0) {
-              copy_state(st, &t);
-              return 0;
-            }
-          }
-          return -1;
-        }
-        uint64_t m = 0;
-        for (int i = 0; i < n->n_lits; i++)
-          if ((unsigned char)n->lits[i][0] == c) m |= 1ULL << i;
-        if (m) {
-          f->kind = K_LIT;
-          f->mask = m;
-          f->count = 1;
-          lit_maybe_end(st);
-          return 0;
-        }
-        if (c == '"' && (n->types & TY_STR)) {
-          f->kind = K_STR;
-          if (n->re && !jc_re_len_ok(n->re, 0, n->min_len, n->max_len)) return -1;
-          return 0;
-        }
-        if (c == '{' && (n->types & TY_OBJ) && st->nest + hmax(1, n->h_obj) <= JC_MAX_DEPTH) {
-          f->kind = K_OBJ;
-          f->sub = O_FIRST;
-          st->nest++;
-          return 0;
-        }
-        if (c == '[' && (n->types & TY_ARR) && st->nest + hmax(1, n->h_arr) <= JC_MAX_DEPTH) {
-          f->kind = K_ARR;
-          f->sub = A_FIRST;
-          st->nest++;
-          return 0;
-        }
-        if ((c == '-' || (c >= '0' && c <= '9')) && (n->types & (TY_INT | TY_NUM))) {
-          if (n->bounded) {
-            jc_frame t = *f;
-            t.kind = K_NUM;
-            t.frac = NO_DOT;
-            t.neg = c == '-';
-            t.sub = c == '-' ? N_SIGN : c == '0' ? N_ZERO : N_INT;
-            t.lo = c != '-';
-            t.acc = c == '-' ? 0 : (int64_t)(c - '0');
-            if (c == '-' && n->lo >= 0) return -1; /* no "-0" */
-            if (!num_feasible(n, &t)) return -1;
-            *f = t;
-            return 0;
-          }
-          f->kind = K_NUM;
-          f->sub = c == '-' ? N_SIGN : c == '0' ? N_ZERO : N_INT;
-          f->count = 1;
-          f->lo = f->sub == N_INT;
-          return 0;
-        }
-        if ((c == 't' || c == 'f') && (n->types & TY_BOOL)) {
-          f->kind = K_LIT;
-          f->node = &bool_node;
-          f->mask = c == 't' ? 1 : 2;
-          f->count = 1;
-          return 0;
-        }
-        if (c == 'n' && (n->types & TY_NULL)) {
-          f->kind = K_LIT;
-          f->node = &null_node;
-          f->mask = 1;
-          f->count = 1;
-          return 0;
-        }
-        return -1;
-      }
-      case K_STR: {
-        int free_key = f->is_key;
-        if (f->left) {
-          if (c < f->lo || c > f->hi) return -1;
-          if (free_key && free_key_byte(st, f, c)) return -1;
-          f->left--;
-          f->lo = 0x80;
-          f->hi = 0xBF;
-          return 0;
-        }
-        switch (f->sub) {
-          case S_NORMAL:
-            if (c == '"') {
-              if (f->count < n->min_len) return -1;
-              if (n->re && !n->re->accept[f->re]) return -1;
-              if (free_key) {
-                int e = free_key_end(st, f->mask, f->pos, f->h);
-                jc_frame *o = &st->f[st->depth - 2];
-                if (e == -2 || (e >= 0 && !listed_ok(st, o, e))) return -1;
-                if (e == -1) o->free_keys[o->n_free++] = f->h;
-                st->depth--;
-                key_done(st, e);
-                return 0;
-              }
-              st->depth--;
-              value_done(st);
-              return 0;
-            }
-            if (c < 0x20) return -1;
-            if (n->re) {
-              if (c == '\\') { /* an escape, if some escaped character can follow */
-                for (int i = 0; esc_to[i]; i++) {
-                  jc_frame t = *f;
-                  if (re_byte(&t, (unsigned char)esc_to[i]) == 0) {
-                    f->sub = S_ESC;
-                    return 0;
-                  }
-                }
-                return -1;
-              }
-              return re_byte(f, c);
-            }
-            if (free_key && c == '\\') return -1; /* keys not listed: no escapes (no key twice) */
-            if (n->max_len >= 0 && (f->units + (c >= 0xF0 ? 2 : 1) > n->max_len ||
-                                    n->max_len - f->units - (c >= 0xF0 ? 2 : 1) < n->min_len - f->count - 1))
-              return -1; /* beyond U+FFFF: two UTF-16 units (and minLength must stay reachable) */
-            if (free_key && free_key_byte(st, f, c)) return -1;
-            f->count++;
-            f->units += c >= 0xF0 ? 2 : 1;
-            if (c == '\\') f->sub = S_ESC;
-            else if (c < 0x80) ;
-            else if (c >= 0xC2 && c <= 0xDF) f->left = 1, f->lo = 0x80, f->hi = 0xBF;
-            else if (c == 0xE0) f->left = 2, f->lo = 0xA0, f->hi = 0xBF;
-            else if (c == 0xED) f->left = 2, f->lo = 0x80, f->hi = 0x9F;
-            else if (c >= 0xE1 && c <= 0xEF) f->left = 2, f->lo = 0x80, f->hi = 0xBF;
-            else if (c == 0xF0) f->left = 3, f->lo = 0x90, f->hi = 0xBF;
-            else if (c >= 0xF1 && c <= 0xF3) f->left = 3, f->lo = 0x80, f->hi = 0xBF;
-            else if (c == 0xF4) f->left = 3, f->lo = 0x80, f->hi = 0x8F;
-            else return -1;
-            return 0;
-          case S_ESC:
-            if (n->re) {
-              const char *p = c ? strchr(esc_from, (int)c) : NULL;
-              if (!p || re_byte(f, (unsigned char)esc_to[p - esc_from])) return -1;
-              f->sub = S_NORMAL;
-              return 0;
-            }
-            if (c && strchr("\"\\/bfnrt", (int)c)) f->sub = S_NORMAL;
-            else if (c == 'u') f->sub = S_U1;
-            else return -1;
-            return 0;
-          case S_U1:
-            if (!is_hex(c)) return -1;
-            f->sub = c == 'd' || c == 'D' ? S_U2D : S_U2;
-            return 0;
-          case S_U2D: /* no surrogates: \uD800-\uDFFF */
-            if (!(c >= '0' && c <= '7')) return -1;
-            f->sub = S_U3;
-            return 0;
-          case S_U2:
-          case S_U3:
-            if (!is_hex(c)) return -1;
-            f->sub++;
-            if (f->sub == S_U2D) f->sub = S_U3; /* S_U2 -> S_U3 */
-            return 0;
-          case S_U4:
-            if (!is_hex(c)) return -1;
-            f->sub = S_NORMAL;
-            return 0;
-        }
-        return -1;
-      }
-      case K_NUM: {
-        if (n->bounded) {
-          int r = bounded_num_step(st, f, c);
-          if (r <= 0) return r;
-          /* not a number byte: the number ends here if complete and allowed */
-          if (f->sub == N_SIGN || f->sub == N_DOT || !num_value_ok(n, f)) return -1;
-          st->depth--;
-          value_done(st);
-          reloop = 1;
-          continue;
-        }
-        int int_only = !(n->types & TY_NUM), digit = c >= '0' && c <= '9', next = -1;
-        int room = f->count <= MAX_NUMBER_BYTES - 3; /* an unfinished form can still finish */
-        switch (f->sub) {
-          case N_SIGN: if (digit) next = c == '0' ? N_ZERO : N_INT; break;
-          case N_ZERO:
-            if (!int_only && c == '.' && room) next = N_DOT;
-            else if (!int_only && (c == 'e' || c == 'E') && room) next = N_E;
-            break;
-          case N_INT:
-            if (digit && f->lo < MAX_INT_DIGITS) next = N_INT;
-            else if (!int_only && c == '.' && room) next = N_DOT;
-            else if (!int_only && (c == 'e' || c == 'E') && room) next = N_E;
-            break;
-          case N_DOT: if (digit) next = N_FRAC; break;
-          case N_FRAC:
-            if (digit) next = N_FRAC;
-            else if ((c == 'e' || c == 'E') && room) next = N_E;
-            break;
-          case N_E:
-            if (c == '+' || c == '-') next = N_ESIGN;
-            else if (digit) next = N_EXP;
-            break;
-          case N_ESIGN: if (digit) next = N_EXP; break;
-          case N_EXP: if (digit && f->exp_digits < 2) next = N_EXP; break;
-        }
-        if (next >= 0 && f->count < MAX_NUMBER_BYTES) {
-          if (next == N_EXP) f->exp_digits++;
-          if (next == N_INT) f->lo++; /* integer-part digits */
-          f->sub = (uint8_t)next;
-          f->count++;
-          return 0;
-        }
-        if (f->sub == N_ZERO || f->sub == N_INT || f->sub == N_FRAC || f->sub == N_EXP) {
-          st->depth--;
-          value_done(st);
-          reloop = 1;
-          continue;
-        }
-        return -1;
-      }
-      case K_LIT: {
-        char **o;
-        size_t *l;
-        int no, complete = -1;
-        lit_opts(f, &o, &l, &no);
-        uint64_t m = 0;
-        for (int i = 0; i < no; i++) {
-          if (!(f->mask >> i & 1)) continue;
-          if (l[i] > (size_t)f->count && (unsigned char)o[i][f->count] == c) m |= 1ULL << i;
-          if (l[i] == (size_t)f->count) complete = i;
-        }
-        if (m) {
-          f->mask = m;
-          f->count++;
-          lit_maybe_end(st);
-          return 0;
-        }
-        if (complete >= 0 && !f->is_key) { /* an option that others extended ends here */
-          lit_end(st, complete);
-          reloop = 1;
-          continue;
-        }
-        return -1;
-      }
-      case K_OBJ:
-        switch (f->sub) {
-          case O_FIRST:
-            if (c == '}' && required_met(f)) {
-              close_container(st);
-              return 0;
-            }
-            if (c == '"' && keys_left(st, f)) return start_key(st);
-            return -1;
-          case O_KEY:
-            return c == '"' ? start_key(st) : -1;
-          case O_COLON:
-            if (c != ':') return -1;
-            f->sub = O_VALUE;
-            return push(st, K_VALUE, f->prop >= 0 ? n->props[f->prop] : n->addl ? n->addl : &any_node) ? 0 : -1;
-          case O_AFTER:
-            if (c == ',' && keys_left(st, f)) {
-              f->sub = O_KEY;
-              return 0;
-            }
-            if (c == '}' && required_met(f)) {
-              close_container(st);
-              return 0;
-            }
-            return -1;
-          default:
-            return -1;
-        }
-      case K_ARR: {
-        /* the schema of item i (0-based) */
-#define ITEM(i) ((i) < n->n_prefix ? n->prefix[(i)] : n->items ? n->items : &any_node)
-        if (f->sub == A_FIRST) {
-          if (c == ']' && n->min_items == 0) {
-            close_container(st);
-            return 0;
-          }
-          if (n->max_items == 0) return -1;
-          if (n->min_items == 0 && st->nest + H(ITEM(0)) > JC_MAX_DEPTH) return -1;
-          f->count = 1;
-          f->sub = A_AFTER;
-          if (!push(st, K_VALUE, ITEM(0))) return -1;
-          continue; /* c starts the first item */
-        }
-        if (c == ',' && (n->max_items < 0 || f->count < n->max_items) &&
-            (f->count < n->min_items || st->nest + H(ITEM(f->count)) <= JC_MAX_DEPTH)) {
-          f->count++;
-          return push(st, K_VALUE, ITEM(f->count - 1)) ? 0 : -1;
-        }
-#undef ITEM
-        if (c == ']' && f->count >= n->min_items) {
-          close_container(st);
-          return 0;
-        }
-        return -1;
-      }
+      case K_VALUE: r = step_value(st, f, c); break;
+      case K_STR: r = step_string(st, f, c); break;
+      case K_NUM: r = f->node->bounded ? step_bounded_number(st, f, c) : step_free_number(st, f, c); break;
+      case K_LIT: r = step_literal(st, f, c); break;
+      case K_OBJ: r = step_object(st, f, c); break;
+      case K_ARR: r = step_array(st, f, c); break;
+      default: return STEP_REFUSED;
     }
-    return -1;
+    if (r == STEP_ENDED) reloop = 1;
+    else if (r != STEP_STARTED) return r;
   }
 }
 
