@@ -342,14 +342,8 @@ static int parse_messages(json_t *root, gen_request *g, api_error *e) {
   return 0;
 }
 
-int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_limits *lim,
-                      gen_request *g, api_error *e) {
-  memset(g, 0, sizeof *g);
-  g->kind = kind;
-  g->n_top = -1;
-  g->max_tokens = lim->default_max_tokens;
-  xl_sampling def = XL_SAMPLING_DEFAULT;
-  g->sampling = def;
+/* Parses the body into g->root, which must be a JSON object. */
+static int parse_body(const char *body, size_t len, gen_request *g, api_error *e) {
   json_error_t je;
   if (!len) {
     api_error_set(e, API_ERR_INVALID_JSON, NULL, "the request body must be a JSON object");
@@ -361,28 +355,40 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
                   je.column, je.text);
     return -1;
   }
-  json_t *r = g->root;
-  if (!json_is_object(r)) {
+  if (!json_is_object(g->root)) {
     api_error_set(e, API_ERR_INVALID_JSON, NULL, "the request body must be a JSON object");
     return -1;
   }
+  return 0;
+}
+
+/* 'model', then the input: 'messages' for chat, 'prompt' for completions. */
+static int parse_model_and_input(json_t *r, job_kind kind, const parse_limits *lim,
+                                 gen_request *g, api_error *e) {
   json_t *v = json_object_get(r, "model");
   if (!api_is_null(v) && !json_is_string(v)) BAD("model", "'model' must be a string");
   g->model = json_is_string(v) ? json_string_value(v) : NULL;
+  if (kind == JOB_CHAT) return parse_messages(r, g, e) ? -1 : 0;
+  if (json_object_get(r, "messages")) BAD("messages", "'messages' belongs to /v1/chat/completions");
+  return parse_prompt(r, g, lim, e) ? -1 : 0;
+}
 
-  if (kind == JOB_CHAT) {
-    if (parse_messages(r, g, e)) return -1;
-  } else {
-    if (json_object_get(r, "messages")) BAD("messages", "'messages' belongs to /v1/chat/completions");
-    if (parse_prompt(r, g, lim, e)) return -1;
-  }
+/* 'stream' and 'stream_options'. */
+static int parse_stream_fields(json_t *r, gen_request *g, api_error *e) {
   if (get_bool(r, "stream", &g->stream, e) < 0) return -1;
-  v = json_object_get(r, "stream_options");
+  json_t *v = json_object_get(r, "stream_options");
   if (!api_is_null(v)) {
     if (!json_is_object(v)) BAD("stream_options", "'stream_options' must be an object");
     if (!g->stream) BAD("stream_options", "'stream_options' is only allowed with 'stream': true");
     if (get_bool(v, "include_usage", &g->include_usage, e) < 0) return -1;
   }
+  return 0;
+}
+
+/* 'max_tokens' (and chat's 'max_completion_tokens', which wins), then the sampling numbers and
+ * 'seed'. */
+static int parse_sampling_fields(json_t *r, job_kind kind, const parse_limits *lim,
+                                 gen_request *g, api_error *e) {
   long long x;
   int rc;
   if ((rc = get_int(r, "max_tokens", 0, lim->max_tokens_limit, &x, e)) < 0) return -1;
@@ -406,13 +412,20 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
   if (rc) g->sampling.frequency_penalty = (float)d;
   if ((rc = get_num(r, "repetition_penalty", 0, 10, 1, &d, e)) < 0) return -1;
   if (rc) g->sampling.repetition_penalty = (float)d;
-  v = json_object_get(r, "seed");
+  json_t *v = json_object_get(r, "seed");
   if (!api_is_null(v)) {
     if (!json_is_integer(v)) BAD("seed", "'seed' must be an integer");
     g->seeded = 1;
     g->seed = (uint64_t)json_integer_value(v);
   }
-  if (parse_stop(r, g, e)) return -1;
+  return 0;
+}
+
+/* 'logprobs' (a bool with 'top_logprobs' for chat, a count for completions) and
+ * 'prompt_logprobs'. */
+static int parse_logprob_fields(json_t *r, job_kind kind, gen_request *g, api_error *e) {
+  long long x;
+  int rc;
   if (kind == JOB_CHAT) {
     int lp = 0;
     if (get_bool(r, "logprobs", &lp, e) < 0) return -1;
@@ -430,37 +443,47 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
     if (g->stream) BAD("prompt_logprobs", "'prompt_logprobs' is not supported with 'stream': true");
     g->prompt_logprobs = (int)x;
   }
-  if (api_refuse_unimplemented(r, kind, e)) return -1;
-  if (parse_choices(r, g, kind, e)) return -1;
-  /* OpenAI fields we do not implement: refuse instead of ignoring */
-  if (kind == JOB_COMPLETION) {
-    if (get_bool(r, "echo", &g->echo, e) < 0) return -1;
-    if (g->echo && g->stream)
-      BAD("echo", "'echo' is not supported with 'stream': true (send the request without stream)");
-    v = json_object_get(r, "suffix");
-    if (!api_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
-      BAD("suffix", "'suffix' is not supported");
-  }
-  if (parse_logit_bias(r, g, lim, e)) return -1;
-  v = json_object_get(r, "tools");
+  return 0;
+}
+
+/* Completions only: 'echo' (not with streaming) and 'suffix' (refused unless empty). */
+static int parse_completion_fields(json_t *r, gen_request *g, api_error *e) {
+  if (get_bool(r, "echo", &g->echo, e) < 0) return -1;
+  if (g->echo && g->stream)
+    BAD("echo", "'echo' is not supported with 'stream': true (send the request without stream)");
+  json_t *v = json_object_get(r, "suffix");
+  if (!api_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
+    BAD("suffix", "'suffix' is not supported");
+  return 0;
+}
+
+/* Refuses 'tools' outside chat and the legacy 'functions'. */
+static int refuse_misplaced_tools(json_t *r, job_kind kind, api_error *e) {
+  json_t *v = json_object_get(r, "tools");
   if (kind != JOB_CHAT && !api_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
     BAD("tools", "'tools' belong to /v1/chat/completions (and /v1/responses)");
   v = json_object_get(r, "functions");
   if (!api_is_null(v)) BAD("functions", "'functions' are not supported: send 'tools'");
-  if (parse_structured_output(r, g, lim, e)) return -1;
-  if (kind == JOB_CHAT) {
-    if (api_parse_tools(r, !lim->words_tokenizer, &g->tools, e)) return -1;
-    if (g->tools.mode != TOOLS_OFF && g->constraint)
-      BAD(g->constraint_param, "'%s' cannot be combined with 'tools' (send tool_choice \"none\", "
-                               "or describe the output as a tool)", g->constraint_param);
-    if (g->tools.mode != TOOLS_OFF) {
-      g->constraint = g->tools.grammar;
-      g->tools.grammar = NULL;
-      g->constraint_param = "tools";
-    }
+  return 0;
+}
+
+/* Chat's 'tools': their grammar becomes the request's constraint (not with another one). */
+static int parse_chat_tools(json_t *r, const parse_limits *lim, gen_request *g, api_error *e) {
+  if (api_parse_tools(r, !lim->words_tokenizer, &g->tools, e)) return -1;
+  if (g->tools.mode != TOOLS_OFF && g->constraint)
+    BAD(g->constraint_param, "'%s' cannot be combined with 'tools' (send tool_choice \"none\", "
+                             "or describe the output as a tool)", g->constraint_param);
+  if (g->tools.mode != TOOLS_OFF) {
+    g->constraint = g->tools.grammar;
+    g->tools.grammar = NULL;
+    g->constraint_param = "tools";
   }
-  /* extensions */
-  v = json_object_get(r, "session_id");
+  return 0;
+}
+
+/* The extensions: 'session_id' and 'history' (chat only). */
+static int parse_session_fields(json_t *r, job_kind kind, gen_request *g, api_error *e) {
+  json_t *v = json_object_get(r, "session_id");
   if (!api_is_null(v)) {
     if (!json_is_string(v) || !session_id_valid(json_string_value(v), json_string_length(v)))
       BAD("session_id", "'session_id' must be 1-128 characters of [A-Za-z0-9._-]");
@@ -476,6 +499,34 @@ int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_l
     else if (!strcmp(h, "append")) g->history = HISTORY_APPEND;
     else BAD("history", "'history' must be \"auto\", \"full\" or \"append\"");
   }
+  return 0;
+}
+
+/* The order of the checks below is the order in which errors are reported: keep it. */
+int parse_gen_request(const char *body, size_t len, job_kind kind, const parse_limits *lim,
+                      gen_request *g, api_error *e) {
+  memset(g, 0, sizeof *g);
+  g->kind = kind;
+  g->n_top = -1;
+  g->max_tokens = lim->default_max_tokens;
+  xl_sampling def = XL_SAMPLING_DEFAULT;
+  g->sampling = def;
+  if (parse_body(body, len, g, e)) return -1;
+  json_t *r = g->root;
+  if (parse_model_and_input(r, kind, lim, g, e)) return -1;
+  if (parse_stream_fields(r, g, e)) return -1;
+  if (parse_sampling_fields(r, kind, lim, g, e)) return -1;
+  if (parse_stop(r, g, e)) return -1;
+  if (parse_logprob_fields(r, kind, g, e)) return -1;
+  if (api_refuse_unimplemented(r, kind, e)) return -1;
+  if (parse_choices(r, g, kind, e)) return -1;
+  /* OpenAI fields we do not implement: refuse instead of ignoring */
+  if (kind == JOB_COMPLETION && parse_completion_fields(r, g, e)) return -1;
+  if (parse_logit_bias(r, g, lim, e)) return -1;
+  if (refuse_misplaced_tools(r, kind, e)) return -1;
+  if (parse_structured_output(r, g, lim, e)) return -1;
+  if (kind == JOB_CHAT && parse_chat_tools(r, lim, g, e)) return -1;
+  if (parse_session_fields(r, kind, g, e)) return -1;
   xl_error xe;
   memset(&xe, 0, sizeof xe);
   if (xl_sampling_validate(&g->sampling, &xe) != XL_OK)

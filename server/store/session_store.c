@@ -296,206 +296,264 @@ static store_status load_row(session_store *st, store_conn *c, const char *id,
 }
 
 
+/* The backend's operations, or NULL when the store keeps sessions in memory only. */
+static const store_backend_ops *backend_of(const session_store *st) {
+  return st->b ? st->b->ops : NULL;
+}
+
+/* The status a failed backend write leaves: -2 means the write may or may not have landed. */
+static store_status write_failure(int rc) {
+  return rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
+}
+
+/* SOP_LOAD: reads and decodes one session row; times the read when a row was there. */
+static int op_load(session_store *st, store_op *op) {
+  if (!backend_of(st)) {
+    op->status = STORE_ABSENT;
+    return 0;
+  }
+  double t0 = now_mono();
+  store_row row;
+  op->status =
+    load_row(st, st->conn, op->id, op->owner, 0, &op->out, &row, op->err, sizeof op->err);
+  if (op->status != STORE_ABSENT) hist_observe(&g_metrics.store_read, now_mono() - t0);
+  return 0;
+}
+
+/* Encodes op->sess into op->meta/op->state and fills op->row from it (frees the session when
+ * the op owns it). Returns -1 when encoding failed (op->status is set). */
+static int encode_save(session_store *st, store_op *op) {
+  int failed = sess_encode(op->sess, st->model, &op->meta, &op->row.meta_len, &op->state,
+                           &op->row.state_len, op->err, sizeof op->err);
+  if (failed) {
+    op->status = STORE_ERROR;
+  } else {
+    store_row_fill(&op->row, op->sess, op->id, op->owner, xl_model_fingerprint(st->model));
+    op->row.meta = op->meta;
+    op->row.state = op->state;
+  }
+  if (op->free_sess) {
+    session_free(op->sess);
+    op->sess = NULL;
+  }
+  return failed ? -1 : 0;
+}
+
+/* SOP_SAVE: writes a whole snapshot row (a compare-and-set on a shared store). */
+static int op_save(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  char *err = op->err;
+  size_t cap = sizeof op->err;
+  if (op->sess && encode_save(st, op) < 0) return 0; /* nothing was written: the batch is intact */
+  if (!B) {
+    mem_put(st, op);
+    return 0;
+  }
+  op->row.snap_id = new_snap_id();
+  op->row.rec = op->rec.ns[0] ? &op->rec : NULL;
+  int rc = B->put(st->conn, &op->row, &op->created, err, cap);
+  if (rc < 0) {
+    op->status = write_failure(rc);
+    return -1;
+  }
+  if (rc == 1) { /* a shared store's compare-and-set: nothing written */
+    snprintf(err, cap, "the stored session is no longer at version %llu: another replica "
+             "wrote it", (unsigned long long)(op->row.seq - 1));
+    op->status = STORE_CONFLICT;
+    return 0;
+  }
+  atomic_fetch_add_explicit(&st->bytes_written, op->row.meta_len + op->row.state_len,
+                            memory_order_relaxed);
+  return 0;
+}
+
+/* SOP_APPEND: appends one turn's delta to the row's log; the row must be at the version before. */
+static int op_append(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  char *err = op->err;
+  size_t cap = sizeof op->err;
+  if (!B) {
+    mem_put(st, op);
+    return 0;
+  }
+  store_delta d = {op->row.seq, op->meta, op->row.meta_len, op->delta, op->delta_len};
+  op->row.rec = op->rec.ns[0] ? &op->rec : NULL;
+  int rc = B->append(st->conn, &op->row, &d, &op->after, err, cap);
+  if (rc < 0) {
+    op->status = write_failure(rc);
+    return -1;
+  }
+  if (rc == 1) { /* nothing written: the batch is intact */
+    snprintf(err, cap, "the stored session is not at version %llu (a write before this "
+             "turn's failed or the row changed): the turn's delta does not continue it",
+             (unsigned long long)(op->row.seq - 1));
+    op->status = B->shared ? STORE_CONFLICT : STORE_ERROR;
+    return 0;
+  }
+  atomic_fetch_add_explicit(&st->bytes_written, op->row.meta_len + op->delta_len,
+                            memory_order_relaxed);
+  return 0;
+}
+
+/* SOP_REMOVE: deletes one session row. */
+static int op_remove(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  if (!B) {
+    op->status = STORE_ABSENT;
+    return 0;
+  }
+  int rc = B->del(st->conn, op->id, op->owner, op->err, sizeof op->err);
+  if (rc < 0) {
+    op->status = STORE_ERROR;
+    return -1;
+  }
+  op->status = rc == 1 ? STORE_ABSENT : STORE_OK;
+  return 0;
+}
+
+/* SOP_EXPIRE: deletes up to op->max rows last used before op->before; their keys go to op->keys. */
+static int op_expire(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  if (!B || op->max <= 0) return 0;
+  op->keys = xcalloc((size_t)op->max, sizeof *op->keys);
+  int n = B->expire(st->conn, op->before, op->max, op->keys, op->err, sizeof op->err);
+  if (n < 0) {
+    op->status = STORE_ERROR;
+    return -1;
+  }
+  op->n = n;
+  return 0;
+}
+
+/* SOP_LIST: lists up to op->max of an owner's rows into op->rows (a read: never rolls back). */
+static int op_list(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  if (!B || op->max <= 0) return 0;
+  op->rows = xcalloc((size_t)op->max, sizeof *op->rows);
+  int n = B->list(st->conn, op->owner, op->max, op->rows, op->err, sizeof op->err);
+  if (n < 0) {
+    op->status = STORE_ERROR;
+    return 0;
+  }
+  op->n = n;
+  return 0;
+}
+
+/* SOP_EXPORT: encodes op->sess into one buffer, meta then core (op->bytes, op->n_bytes). */
+static int op_export(session_store *st, store_op *op) {
+  uint8_t *meta, *core;
+  size_t ml, cl;
+  if (sess_encode(op->sess, st->model, &meta, &ml, &core, &cl, op->err, sizeof op->err)) {
+    op->status = STORE_ERROR;
+    return 0;
+  }
+  op->bytes = xmalloc(ml + cl);
+  memcpy(op->bytes, meta, ml);
+  memcpy(op->bytes + ml, core, cl);
+  op->n_bytes = ml + cl;
+  free(meta);
+  free(core);
+  return 0;
+}
+
+/* SOP_VERSION: reads the stored version of one row into op->row.seq. */
+static int op_version(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  if (!B || !B->version) {
+    op->status = STORE_ABSENT;
+    return 0;
+  }
+  int rc = B->version(st->conn, op->id, op->owner, &op->row.seq, op->err, sizeof op->err);
+  op->status = rc < 0 ? STORE_ERROR : rc == 1 ? STORE_ABSENT : STORE_OK;
+  return 0;
+}
+
+/* SOP_REC_PUT: writes one record (an idempotency entry or the like). */
+static int op_rec_put(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  if (!B) {
+    mem_put(st, op);
+    return 0;
+  }
+  int rc = B->rec_put(st->conn, &op->rec, op->err, sizeof op->err);
+  if (rc < 0) {
+    op->status = write_failure(rc);
+    return -1;
+  }
+  return 0;
+}
+
+/* SOP_REC_GET: reads one record and copies its value into op->rec_value, which op->rec.value
+ * then points at; on a miss or an error op->rec.value is NULL. */
+static int op_rec_get(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  int rc = B ? B->rec_get(st->conn, &op->rec, op->err, sizeof op->err)
+             : record_mem_get(st->mem, &op->rec, now_wall());
+  if (rc < 0 || rc == 1) {
+    op->status = rc < 0 ? STORE_ERROR : STORE_ABSENT;
+    op->rec.value = NULL;
+    op->rec.len = 0;
+    return 0;
+  }
+  free(op->rec_value);
+  op->rec_value = xmalloc(op->rec.len ? op->rec.len : 1);
+  if (op->rec.len) memcpy(op->rec_value, op->rec.value, op->rec.len);
+  op->rec.value = op->rec_value;
+  if (B) B->release(st->conn); /* the loan (and any read transaction) ends here */
+  return 0;
+}
+
+/* SOP_REC_DEL: deletes one record. */
+static int op_rec_del(session_store *st, store_op *op) {
+  const store_backend_ops *B = backend_of(st);
+  int rc = B ? B->rec_del(st->conn, &op->rec, op->err, sizeof op->err)
+             : record_mem_del(st->mem, &op->rec);
+  if (rc < 0) {
+    op->status = STORE_ERROR;
+    return -1;
+  }
+  op->status = rc == 1 ? STORE_ABSENT : STORE_OK;
+  return 0;
+}
+
+/* SOP_DECODE: decodes an imported buffer into op->out; its values must be ones this model
+ * makes, or the import is STORE_INVALID. */
+static int op_decode(session_store *st, store_op *op) {
+  char *err = op->err;
+  size_t cap = sizeof op->err;
+  size_t ml;
+  codec_status c = sess_split(op->in, op->in_len, &ml, err, cap);
+  if (c == CODEC_OK)
+    c = sess_decode(st->model, op->in, ml, op->in + ml, op->in_len - ml, &op->out, err, cap);
+  op->status = from_codec(c);
+  if (op->status == STORE_OK) {
+    xl_error xe;
+    if (xl_state_check_range(op->out->state, &xe) != XL_OK) {
+      snprintf(err, cap, "%.300s", xe.message);
+      session_free(op->out);
+      op->out = NULL;
+      op->status = STORE_INVALID;
+    }
+  }
+  return 0;
+}
+
 /* Runs one op; writes join the open transaction. Returns -1 when a write failed (the batch
  * must roll back). */
 static int exec_op(session_store *st, store_op *op) {
-  const store_backend_ops *B = st->b ? st->b->ops : NULL;
-  char *err = op->err;
-  size_t cap = sizeof op->err;
   switch (op->kind) {
-    case SOP_LOAD: {
-      if (!B) {
-        op->status = STORE_ABSENT;
-        return 0;
-      }
-      double t0 = now_mono();
-      store_row row;
-      op->status = load_row(st, st->conn, op->id, op->owner, 0, &op->out, &row, err, cap);
-      if (op->status != STORE_ABSENT) hist_observe(&g_metrics.store_read, now_mono() - t0);
-      return 0;
-    }
-    case SOP_SAVE: {
-      if (op->sess) {
-        if (sess_encode(op->sess, st->model, &op->meta, &op->row.meta_len, &op->state,
-                        &op->row.state_len, err, cap)) {
-          op->status = STORE_ERROR;
-          if (op->free_sess) {
-            session_free(op->sess);
-            op->sess = NULL;
-          }
-          return 0; /* nothing was written: the batch is intact */
-        }
-        store_row_fill(&op->row, op->sess, op->id, op->owner, xl_model_fingerprint(st->model));
-        op->row.meta = op->meta;
-        op->row.state = op->state;
-        if (op->free_sess) {
-          session_free(op->sess);
-          op->sess = NULL;
-        }
-      }
-      if (!B) {
-        mem_put(st, op);
-        return 0;
-      }
-      op->row.snap_id = new_snap_id();
-      op->row.rec = op->rec.ns[0] ? &op->rec : NULL;
-      int rc = B->put(st->conn, &op->row, &op->created, err, cap);
-      if (rc < 0) {
-        op->status = rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
-        return -1;
-      }
-      if (rc == 1) { /* a shared store's compare-and-set: nothing written */
-        snprintf(err, cap, "the stored session is no longer at version %llu: another replica "
-                 "wrote it", (unsigned long long)(op->row.seq - 1));
-        op->status = STORE_CONFLICT;
-        return 0;
-      }
-      atomic_fetch_add_explicit(&st->bytes_written, op->row.meta_len + op->row.state_len,
-                                memory_order_relaxed);
-      return 0;
-    }
-    case SOP_APPEND: {
-      if (!B) {
-        mem_put(st, op);
-        return 0;
-      }
-      store_delta d = {op->row.seq, op->meta, op->row.meta_len, op->delta, op->delta_len};
-      op->row.rec = op->rec.ns[0] ? &op->rec : NULL;
-      int rc = B->append(st->conn, &op->row, &d, &op->after, err, cap);
-      if (rc < 0) {
-        op->status = rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
-        return -1;
-      }
-      if (rc == 1) { /* nothing written: the batch is intact */
-        snprintf(err, cap, "the stored session is not at version %llu (a write before this "
-                 "turn's failed or the row changed): the turn's delta does not continue it",
-                 (unsigned long long)(op->row.seq - 1));
-        op->status = B->shared ? STORE_CONFLICT : STORE_ERROR;
-        return 0;
-      }
-      atomic_fetch_add_explicit(&st->bytes_written, op->row.meta_len + op->delta_len,
-                                memory_order_relaxed);
-      return 0;
-    }
-    case SOP_REMOVE: {
-      if (!B) {
-        op->status = STORE_ABSENT;
-        return 0;
-      }
-      int rc = B->del(st->conn, op->id, op->owner, err, cap);
-      if (rc < 0) {
-        op->status = STORE_ERROR;
-        return -1;
-      }
-      op->status = rc == 1 ? STORE_ABSENT : STORE_OK;
-      return 0;
-    }
-    case SOP_EXPIRE: {
-      if (!B || op->max <= 0) return 0;
-      op->keys = xcalloc((size_t)op->max, sizeof *op->keys);
-      int n = B->expire(st->conn, op->before, op->max, op->keys, err, cap);
-      if (n < 0) {
-        op->status = STORE_ERROR;
-        return -1;
-      }
-      op->n = n;
-      return 0;
-    }
-    case SOP_LIST: {
-      if (!B || op->max <= 0) return 0;
-      op->rows = xcalloc((size_t)op->max, sizeof *op->rows);
-      int n = B->list(st->conn, op->owner, op->max, op->rows, err, cap);
-      if (n < 0) {
-        op->status = STORE_ERROR;
-        return 0;
-      }
-      op->n = n;
-      return 0;
-    }
-    case SOP_EXPORT: {
-      uint8_t *meta, *core;
-      size_t ml, cl;
-      if (sess_encode(op->sess, st->model, &meta, &ml, &core, &cl, err, cap)) {
-        op->status = STORE_ERROR;
-        return 0;
-      }
-      op->bytes = xmalloc(ml + cl);
-      memcpy(op->bytes, meta, ml);
-      memcpy(op->bytes + ml, core, cl);
-      op->n_bytes = ml + cl;
-      free(meta);
-      free(core);
-      return 0;
-    }
-    case SOP_VERSION: {
-      if (!B || !B->version) {
-        op->status = STORE_ABSENT;
-        return 0;
-      }
-      int rc = B->version(st->conn, op->id, op->owner, &op->row.seq, err, cap);
-      op->status = rc < 0 ? STORE_ERROR : rc == 1 ? STORE_ABSENT : STORE_OK;
-      return 0;
-    }
-    case SOP_REC_PUT: {
-      if (!B) {
-        mem_put(st, op);
-        return 0;
-      }
-      int rc = B->rec_put(st->conn, &op->rec, err, cap);
-      if (rc < 0) {
-        op->status = rc == -2 ? STORE_UNKNOWN : STORE_ERROR;
-        return -1;
-      }
-      return 0;
-    }
-    case SOP_REC_GET: {
-      int rc = B ? B->rec_get(st->conn, &op->rec, err, cap)
-                 : record_mem_get(st->mem, &op->rec, now_wall());
-      if (rc < 0) {
-        op->status = STORE_ERROR;
-        op->rec.value = NULL;
-        op->rec.len = 0;
-        return 0;
-      }
-      if (rc == 1) {
-        op->status = STORE_ABSENT;
-        op->rec.value = NULL;
-        op->rec.len = 0;
-        return 0;
-      }
-      free(op->rec_value);
-      op->rec_value = xmalloc(op->rec.len ? op->rec.len : 1);
-      if (op->rec.len) memcpy(op->rec_value, op->rec.value, op->rec.len);
-      op->rec.value = op->rec_value;
-      if (B) B->release(st->conn); /* the loan (and any read transaction) ends here */
-      return 0;
-    }
-    case SOP_REC_DEL: {
-      int rc = B ? B->rec_del(st->conn, &op->rec, err, cap) : record_mem_del(st->mem, &op->rec);
-      if (rc < 0) {
-        op->status = STORE_ERROR;
-        return -1;
-      }
-      op->status = rc == 1 ? STORE_ABSENT : STORE_OK;
-      return 0;
-    }
-    case SOP_DECODE: {
-      size_t ml;
-      codec_status c = sess_split(op->in, op->in_len, &ml, err, cap);
-      if (c == CODEC_OK)
-        c = sess_decode(st->model, op->in, ml, op->in + ml, op->in_len - ml, &op->out, err, cap);
-      op->status = from_codec(c);
-      if (op->status == STORE_OK) { /* an import: its values must be ones this model makes */
-        xl_error xe;
-        if (xl_state_check_range(op->out->state, &xe) != XL_OK) {
-          snprintf(err, cap, "%.300s", xe.message);
-          session_free(op->out);
-          op->out = NULL;
-          op->status = STORE_INVALID;
-        }
-      }
-      return 0;
-    }
+    case SOP_LOAD: return op_load(st, op);
+    case SOP_SAVE: return op_save(st, op);
+    case SOP_APPEND: return op_append(st, op);
+    case SOP_REMOVE: return op_remove(st, op);
+    case SOP_EXPIRE: return op_expire(st, op);
+    case SOP_LIST: return op_list(st, op);
+    case SOP_EXPORT: return op_export(st, op);
+    case SOP_VERSION: return op_version(st, op);
+    case SOP_REC_PUT: return op_rec_put(st, op);
+    case SOP_REC_GET: return op_rec_get(st, op);
+    case SOP_REC_DEL: return op_rec_del(st, op);
+    case SOP_DECODE: return op_decode(st, op);
   }
   return 0;
 }
