@@ -372,10 +372,10 @@ static int finite_row(const float *x, int n) {
   return ok;
 }
 
-static void run_batch(sched *s, worker *w, int n) {
-  const xl_model *m = s->model;
+/* Phase 1 of a batch: stamps the jobs' first scheduling, applies cached prefixes and fills
+ * one feed per job that takes tokens (w->feeds[0..k-1]). Returns k. */
+static int fill_feeds(sched *s, worker *w, int n, double t0) {
   int k = 0;
-  double t0 = now_mono();
   for (int i = 0; i < n; i++) {
     job *j = w->batch[i];
     if (!j->run.t_sched) {
@@ -404,20 +404,26 @@ static void run_batch(sched *s, worker *w, int n) {
     }
     k++;
   }
-  xl_error err;
-  memset(&err, 0, sizeof err);
-  xl_code rc = XL_OK;
-  if (k) {
-    int rows = 0;
-    for (int r = 0; r < k; r++) rows += w->feeds[r].n_tokens;
-    rc = xl_forward(m, w->ws, w->feeds, k, &err);
-    double t1 = now_mono();
-    hist_observe(&g_metrics.batch_size, k);
-    hist_observe(&g_metrics.batch_tokens, rows);
-    hist_observe(&g_metrics.forward_seconds, t1 - t0);
-    if (rc != XL_OK) xlog_msg("error", "forward_failed", "%s", err.message);
-  }
-  double now = now_mono();
+  return k;
+}
+
+/* Phase 2 (k > 0): one forward pass over the k feeds, timed into the metrics. */
+static xl_code forward_feeds(sched *s, worker *w, int k, double t0, xl_error *err) {
+  int rows = 0;
+  for (int r = 0; r < k; r++) rows += w->feeds[r].n_tokens;
+  xl_code rc = xl_forward(s->model, w->ws, w->feeds, k, err);
+  double t1 = now_mono();
+  hist_observe(&g_metrics.batch_size, k);
+  hist_observe(&g_metrics.batch_tokens, rows);
+  hist_observe(&g_metrics.forward_seconds, t1 - t0);
+  if (rc != XL_OK) xlog_msg("error", "forward_failed", "%s", err->message);
+  return rc;
+}
+
+/* Phase 3: takes in what the forward pass gave each job: rolls the turn back on an error or a
+ * non-finite row, advances the prompt, or samples the next token; finishes cancelled jobs. */
+static void absorb_results(sched *s, worker *w, int n, xl_code rc, const xl_error *err,
+                           double now) {
   int r = 0;
   for (int i = 0; i < n; i++) {
     job *j = w->batch[i];
@@ -427,7 +433,7 @@ static void run_batch(sched *s, worker *w, int n) {
       lp = f->last_logprobs;
       r++;
       if (rc != XL_OK) {
-        j->run.error = err;
+        j->run.error = *err;
         job_finish(j, FINISH_ERROR);
         continue;
       }
@@ -471,6 +477,10 @@ static void run_batch(sched *s, worker *w, int n) {
     }
     job_take_token(j, lp, w->scratch, now);
   }
+}
+
+/* Phase 4: tells the loop, requeues or retires each job of the batch. */
+static void hand_back(sched *s, worker *w, int n) {
   /* Tell the loop, requeue or retire. Once a job is back in the run queue another worker may
    * take it (and finish it, and the loop free it): so everything this worker reads of a job
    * happens before it is requeued, and a DONE event is posted only after the job left the
@@ -509,6 +519,18 @@ static void run_batch(sched *s, worker *w, int n) {
   pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < n; i++)
     if (flags[i] & JOB_EV_DONE) post(s, w->batch[i], flags[i]);
+}
+
+/* Runs one batch of n jobs (w->batch, w->take) on worker w: feed, forward, take in the
+ * results, hand the jobs back. */
+static void run_batch(sched *s, worker *w, int n) {
+  double t0 = now_mono();
+  int k = fill_feeds(s, w, n, t0);
+  xl_error err;
+  memset(&err, 0, sizeof err);
+  xl_code rc = k ? forward_feeds(s, w, k, t0, &err) : XL_OK;
+  absorb_results(s, w, n, rc, &err, now_mono());
+  hand_back(s, w, n);
 }
 
 static void *worker_main(void *arg) {
