@@ -38,17 +38,21 @@ static int clip(int first, int count, int jlo, int jhi, int *k0) {
 }
 
 /* Adds the shifted position term to scores s[0..n) of keys [lo, a] and scales them:
- * s[j] = (s[j] + P[pos_index(a - j)] + pos_bias[pos_index(a - j)]) * scale. */
-static void add_position_term(const xl_model *m, int a, int lo, const float *prow,
-                              const float *pos_bias, float scale, float *s, float *rev) {
-  /* rev[k] = P[top - k] + bias[top - k] so keys j >= a - top read rev[j - (a - top)]
-   * contiguously; keys farther than a clamped top all read rev[0]. */
-  int top = xl_pos_index(m, a - lo);
-  for (int k = 0; k <= top; k++) rev[k] = prow[top - k] + pos_bias[top - k];
-  int j_rev = a - top > lo ? a - top : lo;
-  for (int j = lo; j < j_rev; j++) s[j - lo] = (s[j - lo] + rev[0]) * scale;
-  const float *rv = rev + (j_rev - (a - top));
-  for (int j = j_rev; j <= a; j++) s[j - lo] = (s[j - lo] + rv[j - j_rev]) * scale;
+ * s[j] = (s[j] + (P[pos_index(a - j)] + pos_bias[pos_index(a - j)])) * scale.
+ * Keys within the clamp (a - j <= top) read P and pos_bias at distance a - j, walking them
+ * backwards in one pass; keys farther than a clamped top all read the term at top. */
+static void add_position_term(const xl_model *m, int a, int lo, const float *restrict prow,
+                              const float *restrict pos_bias, float scale, float *restrict s) {
+  const int top = xl_pos_index(m, a - lo);
+  const float far = prow[top] + pos_bias[top];
+  const int j_near = a - top > lo ? a - top : lo;
+  for (int j = lo; j < j_near; j++) s[j - lo] = (s[j - lo] + far) * scale;
+  float *restrict sn = s + (j_near - lo);
+  const int n_near = a - j_near + 1; /* distances a - j_near down to 0 */
+  for (int k = 0; k < n_near; k++) {
+    int d = a - j_near - k;
+    sn[k] = (sn[k] + (prow[d] + pos_bias[d])) * scale;
+  }
 }
 
 static void softmax_row(float *s, int n) {
@@ -126,7 +130,7 @@ static void attend_block(const xl_model *m, int layer, const xl_attn_item *it,
         int lo = first_key(m, a); /* allowed keys [lo, a] */
         float *srow = sc->scores + (size_t)r * width;
         add_position_term(m, a, lo, sc->pos + (size_t)r * n_pos, pos_bias, scale,
-                          srow + (lo - jlo), sc->rev);
+                          srow + (lo - jlo));
         softmax_row(srow + (lo - jlo), a - lo + 1);
         for (int j = jlo; j < lo; j++) srow[j - jlo] = 0.0f;
         for (int j = a + 1; j <= jhi; j++) srow[j - jlo] = 0.0f;
@@ -205,7 +209,7 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
     s[a - lo] = self;
     /* position term: this head's products with the cached table (xl_decode_positions) */
     const float *prow = it->pos_q + (size_t)h * it->pos_stride;
-    add_position_term(m, a, lo, prow, L->pos_bias + (size_t)h * n_pos_all, scale, s, sc->rev);
+    add_position_term(m, a, lo, prow, L->pos_bias + (size_t)h * n_pos_all, scale, s);
     softmax_row(s, n_keys);
   }
   /* out[h] = sum_j p[h][j] v_j[h]: one pass over the value rows for the heads h0..h1 */
@@ -259,7 +263,7 @@ void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_po
 size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos) {
   size_t block = (size_t)QUERY_BLOCK * max_width, one = (size_t)m->cfg.n_head * max_width;
   return (block > one ? block : one) + (size_t)QUERY_BLOCK * max_pos +
-         2 * (size_t)QUERY_BLOCK * m->cfg.d_head + (size_t)max_pos +
+         2 * (size_t)QUERY_BLOCK * m->cfg.d_head +
          (m->kv_dtype != XL_KV_F32 ? 2 * (size_t)m->cfg.d_head * m->cfg.mem_len : 0);
 }
 
@@ -271,7 +275,6 @@ void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_
   sc->pos = sc->scores + (block > one ? block : one);
   sc->q = sc->pos + (size_t)QUERY_BLOCK * max_pos;
   sc->qu = sc->q + (size_t)QUERY_BLOCK * m->cfg.d_head;
-  sc->rev = sc->qu + (size_t)QUERY_BLOCK * m->cfg.d_head;
-  sc->kw = sc->rev + (size_t)max_pos;
+  sc->kw = sc->qu + (size_t)QUERY_BLOCK * m->cfg.d_head;
   sc->vw = sc->kw + (size_t)m->cfg.d_head * m->cfg.mem_len;
 }

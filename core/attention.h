@@ -28,7 +28,6 @@ typedef struct {
   float *scores;           /* [QUERY_BLOCK, max_width] */
   float *pos;              /* [QUERY_BLOCK, max_pos] */
   float *q, *qu;           /* [QUERY_BLOCK, d_head] each */
-  float *rev;              /* [max_pos]: one row's position terms, distance-reversed */
   float *kw, *vw;          /* narrow memory, block path: one head's keys [d_head, mem_len] and
                               values [mem_len, d_head] widened to F32 */
   int width;               /* max_width: the decode path's row stride of scores [H, width] */
@@ -43,9 +42,9 @@ void xl_decode_positions(const xl_model *m, int layer, const float *const *q, co
 /* (heads h0..h1 of every step: the products of those heads only) */
 
 /* A decode step (it->n == 1, it->pos_q given), heads [h0, h1) only: writes those heads' rows
- * of sc->scores ([H, sc->width]) and their columns of it->out, reads sc->qu and sc->rev as its
- * own scratch. Threads running disjoint head ranges of the same items, each with its own
- * qu/rev, share scores safely; any split gives the numbers of one call over all heads. */
+ * of sc->scores ([H, sc->width]) and their columns of it->out, reads sc->qu as its own
+ * scratch. Threads running disjoint head ranges of the same items, each with its own
+ * qu, share scores safely; any split gives the numbers of one call over all heads. */
 void xl_attend_heads(const xl_model *m, int layer, const xl_attn_item *it, xl_attn_scratch *sc,
                      int h0, int h1);
 

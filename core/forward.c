@@ -114,7 +114,7 @@ typedef struct {
   const float **dec_q;    /* [n_dec] the decode steps' query rows */
   int32_t *tg;            /* [out_rows] target ids (-1: none) */
   int *dec_rows;          /* [n_dec] the distance rows each decode step reads (<= dec_pos) */
-  float *thread_sc;       /* [threads, thread_floats]: each thread's qu [d_head], rev [pos_rows] */
+  float *thread_sc;       /* [threads, thread_floats]: each thread's qu [d_head] */
   size_t thread_floats;
   xl_attn_scratch sc;
   struct xl_pool *pool;   /* the workspace's threads (NULL: the caller alone) */
@@ -163,7 +163,7 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
   if (p->n_dec) p->dec_p = xl_ws_get(ws, WS_DECPOS, (size_t)p->n_dec * c->n_head * p->dec_pos);
   p->pool = ws->pool;
   const int nt = xl_pool_threads(ws->pool);
-  p->thread_floats = ((size_t)c->d_head + (size_t)p->pos_rows + 15) & ~(size_t)15;
+  p->thread_floats = ((size_t)c->d_head + 15) & ~(size_t)15;
   if (p->n_dec && nt > 1) p->thread_sc = xl_ws_get(ws, WS_THREAD, (size_t)nt * p->thread_floats);
   if (!p->x || !p->xn || !p->qkv || !p->av || !p->ff || !attn || !p->out_scratch || !p->full ||
       (p->n_dec && !p->dec_p) || (p->ext_pos && (!p->pos_k || !p->pos_b || !p->pos_r)) ||
@@ -175,7 +175,7 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
 
 /* The decode steps' attention of one layer, one task per run of hp heads: task t computes
  * heads [t hp, (t + 1) hp) of every decode step (their position products, scores and output
- * columns), with the qu/rev scratch of the thread running it; heads share no sum, so the
+ * columns), with the qu scratch of the thread running it; heads share no sum, so the
  * numbers are those of one thread over all heads. */
 typedef struct {
   const xl_model *m;
@@ -192,10 +192,7 @@ static void decode_heads(void *ctx, int t, int thread) {
   fwd_plan *p = j->p;
   const int H = m->cfg.n_head, hd = m->hd, h = t * j->hp, h1 = h + j->hp < H ? h + j->hp : H;
   xl_attn_scratch sc = p->sc;
-  if (p->thread_sc) {
-    sc.qu = p->thread_sc + (size_t)thread * p->thread_floats;
-    sc.rev = sc.qu + m->cfg.d_head;
-  }
+  if (p->thread_sc) sc.qu = p->thread_sc + (size_t)thread * p->thread_floats;
   xl_decode_positions(m, j->l, p->dec_q, p->dec_rows, p->n_dec, p->dec_pos, p->dec_p, h, h1);
   size_t row = 0;
   for (int i = 0, d = 0; i < j->n_items; row += (size_t)j->items[i++].n_tokens) {
