@@ -3,13 +3,12 @@
  */
 #include "api_head.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "app.h"
+#include "http_content_length.h"
 
 static head_outcome refuse(head_verdict *v, api_err err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -60,11 +59,13 @@ head_outcome api_head_check(const app *a, const head_in *in, head_verdict *v, ui
   if (rt->body == BODY_SESSION_STATE && a->model) /* a session's envelope: up to a full state
                                                       (of any memory dtype) */
     v->body_limit += xl_model_state_blob_max_bytes(a->model) + ((size_t)1 << 20);
-  if (in->content_length) {
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(in->content_length, &end, 10);
-    if (errno || *end || n > (unsigned long long)v->body_limit)
+  if (in->content_length) { /* libmicrohttpd has refused what is not a number (http_guard.c) */
+    uint64_t n;
+    content_length_kind kind =
+        content_length_parse(in->content_length, strlen(in->content_length), &n);
+    if (kind == CONTENT_LENGTH_NOT_NUMBER)
+      return refuse(v, API_ERR_INVALID_CONTENT_LENGTH, "%s", CONTENT_LENGTH_NOT_NUMBER_MESSAGE);
+    if (kind == CONTENT_LENGTH_OUT_OF_RANGE || n > (uint64_t)v->body_limit)
       return refuse(v, API_ERR_BODY_TOO_LARGE, "the request body exceeds %zu bytes", v->body_limit);
   }
   return HEAD_PASS;

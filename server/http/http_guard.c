@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 
 #include "dlist.h"
+#include "http_content_length.h"
 #include "metrics.h"
 #include "strmap.h"
 #include "util.h"
@@ -451,21 +452,6 @@ const char *guard_head_problem(struct MHD_Connection *c, const char *method,
 /* ------------------------------------------------------------------------------------------ */
 /* a Content-Length libmicrohttpd refuses itself */
 
-/* What MHD 0.9.75 makes of a Content-Length value (the first such header, as stored: from the
- * first non-blank byte after the colon to the line's end): 0 a number, 1 not one, 2 digits
- * only but over 2^64 - 1. */
-static int content_length_kind(const char *v, size_t n) {
-  if (!n) return 1;
-  uint64_t x = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (v[i] < '0' || v[i] > '9') return 1;
-    unsigned d = (unsigned)(v[i] - '0');
-    if (x > (UINT64_MAX - d) / 10) return 2;
-    x = x * 10 + d;
-  }
-  return 0;
-}
-
 int guard_take_bad_content_length(http_guard *g, int *too_large) {
   for (conn_rec *cr = g->heads.head; cr; cr = cr->head_next) {
     struct MHD_Connection *c = cr->conn;
@@ -483,10 +469,11 @@ int guard_take_bad_content_length(http_guard *g, int *too_large) {
     if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH,
                                       strlen(MHD_HTTP_HEADER_CONTENT_LENGTH), &v, &n) != MHD_YES)
       continue;
-    int kind = content_length_kind(v, n);
-    if (!kind) continue;
+    uint64_t value;
+    content_length_kind kind = content_length_parse(v, n, &value);
+    if (kind == CONTENT_LENGTH_NUMBER) continue;
     head_end(g, cr); /* answered: never picked again (its head deadline stays a safety net) */
-    *too_large = kind == 2;
+    *too_large = kind == CONTENT_LENGTH_OUT_OF_RANGE;
     return cr->fd;
   }
   return -1;

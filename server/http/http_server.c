@@ -22,6 +22,7 @@
 #include "http_server.h"
 
 #include "dlist.h"
+#include "http_content_length.h"
 #include "http_cors.h"
 #include "http_guard.h"
 #include "http_raw_reply.h"
@@ -612,9 +613,7 @@ static void refuse_content_length(http_server *a) {
   if (fd < 0) return; /* none found: MHD answers it */
   api_err err = too_large ? API_ERR_BODY_TOO_LARGE : API_ERR_INVALID_CONTENT_LENGTH;
   raw_reply_error(fd, err,
-                  too_large ? "the Content-Length header's value is larger than any body this "
-                              "server reads"
-                            : "the Content-Length header's value is not a plain decimal number");
+                  too_large ? CONTENT_LENGTH_OUT_OF_RANGE_MESSAGE : CONTENT_LENGTH_NOT_NUMBER_MESSAGE);
   /* counted like a malformed head: no route was chosen (route 0, "other") */
   ctr_add(&g_metrics.requests[0][api_err_status(err)], 1);
 }
