@@ -108,22 +108,49 @@ typedef struct {
   char gemm_name[96];
 } bench_limits;
 
-/* Bytes/s of one thread summing a buffer of `bytes` (8 independent 64-bit sums, so the adds
- * keep up with memory), the best of `passes` passes after one that maps it in. */
+/* The bandwidth probe's reading loop: the sum of a buffer of n 64-byte lines, four independent
+ * 64-byte vector sums (GCC/Clang vector extensions: the widest loads the build's target has,
+ * on any architecture). A scalar loop of 64-bit adds keeps too few loads in flight to reach
+ * one core's read bandwidth (on an AVX-512 VM about two thirds of it, less than the decode
+ * step's own kernels read): the limit must be what a good kernel can reach. */
+typedef uint64_t bw_line __attribute__((vector_size(64)));
+
+static uint64_t bw_sum(const bw_line *mem, size_t n_lines) {
+  bw_line s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+  size_t i = 0;
+  for (; i + 4 <= n_lines; i += 4) {
+    s0 += mem[i];
+    s1 += mem[i + 1];
+    s2 += mem[i + 2];
+    s3 += mem[i + 3];
+  }
+  for (; i < n_lines; i++) s0 += mem[i];
+  bw_line s = s0 + s1 + s2 + s3;
+  return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+}
+
+/* A buffer of n_lines 64-byte lines, aligned, every byte written (mapped in); NULL when out of
+ * memory. */
+static bw_line *bw_buffer(size_t n_lines) {
+  bw_line *mem = aligned_alloc(64, n_lines * sizeof *mem);
+  if (!mem) return NULL;
+  uint64_t *w = (uint64_t *)(void *)mem;
+  for (size_t i = 0; i < n_lines * 8; i++) w[i] = i * 0x9E3779B97F4A7C15ULL;
+  return mem;
+}
+
+/* Bytes/s of one thread summing a buffer of `bytes` (bw_sum), the best of `passes` passes
+ * after the one that maps it in. */
 static double bench_read_bandwidth(const bench_opts *o, size_t bytes, int passes) {
-  size_t n = bytes / sizeof(uint64_t) / 8 * 8;
-  uint64_t *mem = malloc(n * sizeof *mem);
+  size_t n = bytes / sizeof(bw_line);
+  bw_line *mem = bw_buffer(n);
   if (!mem) return -1;
-  for (size_t i = 0; i < n; i++) mem[i] = i * 0x9E3779B97F4A7C15ULL;
   double best = 0;
   volatile uint64_t sink = 0;
   for (int p = 0; p < passes; p++) {
-    uint64_t s[8] = {0};
     double t0 = bench_now(o);
-    for (size_t i = 0; i < n; i += 8)
-      for (int k = 0; k < 8; k++) s[k] += mem[i + k];
+    sink += bw_sum(mem, n);
     double el = bench_now(o) - t0;
-    sink += s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
     if (el > 0 && n * sizeof *mem / el > best) best = n * sizeof *mem / el;
   }
   (void)sink;
@@ -135,7 +162,7 @@ static double bench_read_bandwidth(const bench_opts *o, size_t bytes, int passes
  * `bytes`: all the bytes over the wall time from the first thread's start to the last one's
  * end (best of `passes`, after a pass that maps the buffer in). */
 typedef struct {
-  const uint64_t *mem;
+  const bw_line *mem;
   size_t n;
   double t0, t1;
   uint64_t sum;
@@ -143,21 +170,17 @@ typedef struct {
 
 static void *bw_thread(void *arg) {
   bw_share *b = arg;
-  uint64_t s[8] = {0};
   b->t0 = now_mono();
-  for (size_t i = 0; i < b->n; i += 8)
-    for (int k = 0; k < 8; k++) s[k] += b->mem[i + k];
+  b->sum = bw_sum(b->mem, b->n);
   b->t1 = now_mono();
-  b->sum = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
   return NULL;
 }
 
 static double bench_read_bandwidth_threads(size_t bytes, int passes, int n_threads) {
   if (n_threads < 1 || n_threads > 8) return -1;
-  size_t n = bytes / sizeof(uint64_t) / (8 * (size_t)n_threads) * (8 * (size_t)n_threads);
-  uint64_t *mem = malloc(n * sizeof *mem);
+  size_t n = bytes / sizeof(bw_line) / (size_t)n_threads * (size_t)n_threads;
+  bw_line *mem = bw_buffer(n);
   if (!mem) return -1;
-  for (size_t i = 0; i < n; i++) mem[i] = i * 0x9E3779B97F4A7C15ULL;
   double best = 0;
   volatile uint64_t sink = 0;
   const size_t per = n / (size_t)n_threads;
