@@ -24,11 +24,11 @@
 #include "kvkernels.h"
 #include "wpanel.h"
 
-#define TYPES 3 /* f32, bf16, int8: weights or memory */
+#define TYPES 4 /* f32, bf16, int8: weights or memory; int4: weights only */
 #define KINDS 5
 #define MAX_ROUNDS 64
 
-static const char *const TYPE_NAME[TYPES] = {"f32", "bf16", "int8"};
+static const char *const TYPE_NAME[TYPES] = {"f32", "bf16", "int8", "int4"};
 
 /* The wt103 shape's pieces: feed-forward matrices [4096, 1024]; 16 heads x 64; 1600 positions. */
 enum { OUT = 4096, IN = 1024, SQ = 1024, ROWS16 = 16, H = 16, DH = 64, HD = H * DH, POS = 1600 };
@@ -44,8 +44,8 @@ static float frand(uint64_t *s) { /* uniform in [-1, 1) */
   return (float)((*s >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-/* One matrix [n, k] in the three weight types, made from the same F32 values; bf16 and int8
- * also in panels (the layouts a model loads them in where the dot-product kernels run). */
+/* One matrix [n, k] in the four weight types, made from the same F32 values; bf16, int8 and
+ * int4 also in panels (the layouts a model loads them in where the dot-product kernels run). */
 typedef struct {
   float *f32;
   uint16_t *bf16;
@@ -54,6 +54,10 @@ typedef struct {
   uint8_t *panels;
   float *panel_scales;
   uint16_t *bf16_panels;
+  uint8_t *q4;              /* [n, xl_q4_row_bytes(k)] */
+  float *q4_scales;         /* [n, blocks] */
+  uint8_t *q4_panels;       /* [xl_q4p_bytes(n, k)] */
+  float *q4_panel_scales;   /* [xl_q8p_scale_count(n, k)] */
 } matrix;
 
 static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
@@ -65,8 +69,12 @@ static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
   m->panels = malloc(xl_q8p_bytes(n, k));
   m->panel_scales = malloc(xl_q8p_scale_count(n, k) * sizeof *m->panel_scales);
   m->bf16_panels = malloc(xl_bf16p_count(n, k) * sizeof *m->bf16_panels);
+  m->q4 = malloc((size_t)n * xl_q4_row_bytes(k));
+  m->q4_scales = malloc((size_t)n * xl_q8_blocks(k) * sizeof *m->q4_scales);
+  m->q4_panels = malloc(xl_q4p_bytes(n, k));
+  m->q4_panel_scales = malloc(xl_q8p_scale_count(n, k) * sizeof *m->q4_panel_scales);
   if (!m->f32 || !m->bf16 || !m->q8 || !m->scales || !m->panels || !m->panel_scales ||
-      !m->bf16_panels)
+      !m->bf16_panels || !m->q4 || !m->q4_scales || !m->q4_panels || !m->q4_panel_scales)
     return 1;
   for (size_t i = 0; i < e; i++) {
     m->f32[i] = 0.05f * frand(seed);
@@ -77,8 +85,12 @@ static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
       int c = b * XL_Q8_BLOCK, len = k - c < XL_Q8_BLOCK ? k - c : XL_Q8_BLOCK;
       m->scales[(size_t)r * xl_q8_blocks(k) + b] =
           xl_q8_block(m->f32 + (size_t)r * k + c, len, m->q8 + (size_t)r * k + c);
+      m->q4_scales[(size_t)r * xl_q8_blocks(k) + b] =
+          xl_q4_block(m->f32 + (size_t)r * k + c, len,
+                      m->q4 + (size_t)r * xl_q4_row_bytes(k) + (size_t)b * XL_Q4_BLOCK_BYTES);
     }
   xl_q8p_pack(m->q8, m->scales, n, k, m->panels, m->panel_scales);
+  xl_q4p_pack(m->q4, m->q4_scales, n, k, m->q4_panels, m->q4_panel_scales);
   xl_bf16p_pack(m->bf16, n, k, m->bf16_panels);
   return 0;
 }
@@ -91,6 +103,10 @@ static void matrix_free(matrix *m) {
   free(m->panels);
   free(m->panel_scales);
   free(m->bf16_panels);
+  free(m->q4);
+  free(m->q4_scales);
+  free(m->q4_panels);
+  free(m->q4_panel_scales);
 }
 
 static xl_wmat matrix_view(const matrix *m, int type, int k) {
@@ -99,6 +115,9 @@ static xl_wmat matrix_view(const matrix *m, int type, int k) {
   else if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k, 0, 0};
   if (type == 2 && xl_q8p_wanted()) w = (xl_wmat){XL_WEIGHTS_INT8, m->panels, m->panel_scales, k, 1, 0};
   else if (type == 2) w = (xl_wmat){XL_WEIGHTS_INT8, m->q8, m->scales, k, 0, 0};
+  if (type == 3 && xl_q8p_wanted())
+    w = (xl_wmat){XL_WEIGHTS_INT4, m->q4_panels, m->q4_panel_scales, k, 1, 0};
+  else if (type == 3) w = (xl_wmat){XL_WEIGHTS_INT4, m->q4, m->q4_scales, k, 0, 0};
   return w;
 }
 
@@ -162,11 +181,12 @@ typedef struct {
 static double work_of(const bench_data *d, int kind, int t) {
   if (kind == 1) return 2.0 * ROWS16 * SQ * SQ;
   if (kind == 4) return 2.0 * ROWS16 * OUT * IN * d->n_big;
-  if (kind == 0) return (t == 0 ? 4 : t == 1 ? 2 : 1 + 4.0 / XL_Q8_BLOCK) * OUT * IN * d->n_big;
+  if (kind == 0) /* int8, int4: the weights and one F32 scale per block of 32 */
+    return (t == 0 ? 4 : t == 1 ? 2 : (t == 2 ? 1 : 0.5) + 4.0 / XL_Q8_BLOCK) * OUT * IN * d->n_big;
   return (double)d->n_mem * HD * POS * (t == 0 ? 4 : t == 1 ? 2 : 1 + 4.0 / DH);
 }
 
-/* One pass of kind `kind` on type `t` (0 f32, 1 bf16, 2 int8). */
+/* One pass of kind `kind` on type `t` (0 f32, 1 bf16, 2 int8, 3 int4: weight kinds only). */
 static void pass(const bench_data *d, int kind, int t) {
   const xl_kv_kernels *kv = xl_kv_kern();
   const xl_kernels *k = xl_kern();
@@ -215,6 +235,10 @@ static double time_pass(const bench_data *d, int kind, int t, double seconds) {
   return el / n;
 }
 
+/* Types a kind is measured in: the weight kinds (0, 1, 4) all four, the memory loops (2, 3)
+ * f32, bf16 and int8 (a session memory has no int4 dtype). */
+static int types_of(int kind) { return kind == 2 || kind == 3 ? TYPES - 1 : TYPES; }
+
 static void run_family(const bench_data *d, int rounds, double seconds) {
   static const char *const KIND[KINDS] = {"weights x 1 row, from DRAM", "weights x 16 rows, in cache",
                                           "memory: keys x query", "memory: values x probs",
@@ -222,12 +246,12 @@ static void run_family(const bench_data *d, int rounds, double seconds) {
   static double sec[MAX_ROUNDS][KINDS][TYPES];
   for (int r = 0; r < rounds; r++)
     for (int k = 0; k < KINDS; k++)
-      for (int j = 0; j < TYPES; j++) {
-        int t = (j + r) % TYPES;
+      for (int j = 0; j < types_of(k); j++) {
+        int t = (j + r) % types_of(k);
         sec[r][k][t] = time_pass(d, k, t, seconds);
       }
   for (int k = 0; k < KINDS; k++)
-    for (int t = 0; t < TYPES; t++) {
+    for (int t = 0; t < types_of(k); t++) {
       double s[MAX_ROUNDS], x[MAX_ROUNDS], lo = 1e300, hi = 0;
       for (int r = 0; r < rounds; r++) {
         s[r] = sec[r][k][t];
