@@ -180,6 +180,36 @@ static void test_matmul_bf16(void) { check_matmul(0); }
 static void test_matmul_int8(void) { check_matmul(1); }
 static void test_matmul_int4(void) { check_matmul(2); }
 
+/* Each weight as the GEMM of the family in use sees it is its exact value, rounded once
+ * ((q - 8) * s for int4, q * s for int8): x rows that pick one column give the weight itself,
+ * alone (M = 1, the decode tiles) and in a batch (M = 5, the prompt tiles), for every column
+ * (whole blocks and the tail). */
+static void test_weights_exact_through_the_gemm(void) {
+  enum { M = 5 };
+  weights *w = malloc(sizeof *w);
+  make_weights(w, 11);
+  float x[M * LD], y[M * MAXN];
+  int bad[3] = {0, 0, 0};
+  for (int type = 0; type < 3; type++) {
+    const float *wf = type == 2 ? w->wq4 : type == 1 ? w->wq : w->wbf;
+    for (int k = 0; k < LD; k++) {
+      memset(x, 0, sizeof x);
+      for (int r = 0; r < M; r++) x[r * LD + (k + r) % LD] = 1.0f;
+      for (int m = 1; m <= M; m += M - 1) {
+        run(xl_wkern(), type, x, m, LD, w, MAXN, y, MAXN);
+        for (int r = 0; r < m; r++)
+          for (int o = 0; o < MAXN; o++)
+            bad[type] += y[r * MAXN + o] != wf[o * LD + (k + r) % LD];
+      }
+    }
+  }
+  if (bad[0] || bad[1] || bad[2])
+    fprintf(stderr, "%s: weights off their exact value: bf16 %d, int8 %d, int4 %d\n",
+            xl_wkern()->name, bad[0], bad[1], bad[2]);
+  CHECK(bad[0] == 0 && bad[1] == 0 && bad[2] == 0);
+  free(w);
+}
+
 /* int4 rows read back (the embedding lookup) and views from a row (the adaptive softmax's
  * clusters) through xl_wmat: the dequantised weights, and a view's GEMM that of those rows */
 static void test_int4_wmat(void) {
@@ -654,6 +684,7 @@ int main(void) {
   RUN(test_matmul_bf16);
   RUN(test_matmul_int8);
   RUN(test_matmul_int4);
+  RUN(test_weights_exact_through_the_gemm);
   RUN(test_int4_wmat);
   RUN(test_int8_panels);
   RUN(test_int4_panels);
