@@ -193,6 +193,16 @@ size_t xl_model_weight_bytes(const xl_model *m) {
   return (m->n_params - m->narrowed_params) * sizeof(float) + m->narrowed_bytes;
 }
 
+size_t xl_model_decode_table_bytes(const xl_model *m) {
+  const xl_config *c = &m->cfg;
+  /* the rows a step reads: distances 0..mem_len, clamped to the rows the table holds */
+  size_t rows = (size_t)(m->n_pos_cached < c->mem_len + 1 ? m->n_pos_cached : c->mem_len + 1);
+  /* a row: the key row in the memory's dtype, a bias term per head, and int8's scale per head */
+  size_t per_row = (size_t)m->hd * xl_kv_elem_bytes(m->kv_dtype) +
+                   (size_t)c->n_head * sizeof(float) * (m->kv_dtype == XL_KV_INT8 ? 2 : 1);
+  return (size_t)c->n_layer * rows * per_row;
+}
+
 size_t xl_model_state_bytes(const xl_model *m) {
   size_t layer = m->cfg.mem_len ? xl_kv_layer_bytes(m, m->kv_dtype, m->cfg.mem_len) : 0;
   return sizeof(struct xl_state) + (size_t)m->cfg.n_layer * layer;

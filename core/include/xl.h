@@ -154,6 +154,10 @@ uint64_t xl_model_fingerprint(const xl_model *model); /* hash of config + weight
 const char *xl_model_dir(const xl_model *model);
 xl_weights xl_model_weights(const xl_model *model);    /* the weight type chosen at load */
 size_t xl_model_weight_bytes(const xl_model *model);   /* RAM of the weights in that type */
+/* Bytes of the positional table (W_r R_d per distance, kept as the memory keeps its keys, and
+ * the v-bias terms) that one decode step reads with its memory full, all layers: like the
+ * weights, read once a step whatever the batch. */
+size_t xl_model_decode_table_bytes(const xl_model *model);
 /* How the weights are multiplied: "f32 GEMM", "widening" (narrow weights widened to F32, F32
  * activations), or the dot-product instructions with narrowed activations ("dot-product
  * (vdpbf16ps)", "dot-product (vpdpbusd)"); chosen at load from the type and the CPU path. */

@@ -255,6 +255,12 @@ static void bench_limits_print(const bench_limits *l) {
  * input projection and the whole output layer (every cluster, as when log-probs are returned;
  * exact for plain softmax, an upper bound for adaptive softmax scoring targets only).
  * The positional projections W_r R are cached per model and not counted. */
+/* The bytes a decode step reads once whatever its batch: the weights and the positional table
+ * (each session adds its memory, xl_model_state_bytes). */
+static double step_fixed_bytes(const xl_model *m) {
+  return (double)xl_model_weight_bytes(m) + (double)xl_model_decode_table_bytes(m);
+}
+
 static double flops_per_token(const xl_config *c, double attended) {
   double d = c->d_model, hd = (double)c->n_head * c->d_head;
   double layer = 2 * d * 3 * hd + 2 * hd * d + 3 * 2 * hd * attended + 2 * 2 * d * c->d_inner;
@@ -518,15 +524,16 @@ static int bench_path(const bench_opts *o, int tgt_len, int first) {
     char blas[640];
     cli_blas_describe(blas, sizeof blas);
     printf("BLAS core %s\n", blas);
-    printf("limits: decode rows, the bytes a step reads (weights + every session's memory, full)\n"
-           "at the read bandwidth measured below; segment rows, the useful FLOPs at the faster\n"
-           "GEMM measured below; 'of limit' is the rate over that limit\n");
+    printf("limits: decode rows, the bytes a step reads (weights, the positional table and every\n"
+           "session's memory, full) at the read bandwidth measured below; segment rows, the\n"
+           "useful FLOPs at the faster GEMM measured below; 'of limit' is the rate over that\n"
+           "limit\n");
   }
   printf("\n%-9s %-58s %12s %10s %9s %9s %10s %8s\n", "cpu path", "", "tokens/s", "x batch 1",
          "GFLOP/s", "MB/step", "limit t/s", "of limit");
   bench_limits_print(&lim);
   static const int BATCHES[] = {1, 4, 16, 32, 64};
-  const double wbytes = (double)xl_model_weight_bytes(m), sbytes = (double)xl_model_state_bytes(m);
+  const double wbytes = step_fixed_bytes(m), sbytes = (double)xl_model_state_bytes(m);
   double dec1 = 0, decode_flops = flops_per_token(c, c->mem_len + 1);
   for (int i = 0; i < 5 && BATCHES[i] <= o->max_batch && o->decode_rows; i++) {
     double d = bench_decode(m, NULL, BATCHES[i], o, &rng);
@@ -752,7 +759,7 @@ static int bench_weights(const bench_opts *o, int tgt_len, int first) {
       if (k == 1 && !b16) printf(" %14s %-18s", "-", "");
       else printf(" %14.2f %5.2fx [%4.2f, %4.2f]", med[k], cli_median(x, rounds), lo, hi);
     }
-    const double wb = (double)xl_model_weight_bytes(w[i].m), sb = (double)xl_model_state_bytes(w[i].m);
+    const double wb = step_fixed_bytes(w[i].m), sb = (double)xl_model_state_bytes(w[i].m);
     const double step1 = wb + sb, step16 = wb + WEIGHTS_BATCH * sb;
     printf(" %9.1f %8.0f%%", step1 / 1e6, 100 * med[0] * step1 / lim.read_bw);
     if (b16) printf(" %9.1f %8.0f%%", step16 / 1e6, 100 * med[1] * step16 / WEIGHTS_BATCH / lim.read_bw);
@@ -856,7 +863,7 @@ static int bench_threads(const bench_opts *o, int first) {
          "decode b1 t/s", "x first [low, high]", "b1 MB", "read GB/s", "b1 limit");
   if (b16) printf(" %14s %-18s %9s %9s", "decode b16 t/s", "x first [low, high]", "b16 MB", "b16 limit");
   printf("\n");
-  const double wb = (double)xl_model_weight_bytes(m), sb = (double)xl_model_state_bytes(m);
+  const double wb = step_fixed_bytes(m), sb = (double)xl_model_state_bytes(m);
   for (int i = 0; i < nt; i++) {
     printf("%-9s %-7d %-5s %7s", xl_cpu_path(), o->thread_counts[i],
            xl_kv_dtype_name(xl_model_kv_dtype(m)), xl_weights_name(xl_model_weights(m)));

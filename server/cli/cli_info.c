@@ -74,6 +74,9 @@ int cli_info_main(int argc, char **argv) {
          sb, sb / 1048576.0, kvd,
          xl_model_kv_dtype(m) == XL_KV_INT8 ? " + an f32 scale per position, head, K/V" : "");
   printf("state/token      %zu bytes (%.2f KiB): all layers, keys and values\n", tb, tb / 1024.0);
+  const size_t pt = xl_model_decode_table_bytes(m);
+  printf("position table   %zu bytes (%.2f MiB): read by every decode step, as the weights are\n",
+         pt, pt / 1048576.0);
   xl_model_free(m);
   return 0;
 }

@@ -8,6 +8,7 @@ non-empty line on stderr that names the file / tensor / config key at fault.
 """
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -487,6 +488,14 @@ def test_bench_thread_counts_table_is_the_median_of_its_rounds(model):
                            "--rounds", "3"], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "weights int8" in proc.stdout and "memory int8" in proc.stdout, proc.stdout
+    # a step reads the weights, the positional table and one full memory (`xlserve info`)
+    info = subprocess.run([xlserve_bin(), "info", "--model", model, "--weights", "int8",
+                           "--kv-dtype", "int8"], capture_output=True, text=True, timeout=120,
+                          env=env).stdout
+    sizes = dict(re.findall(r"^(weights|state/session|position table) +(?:int8: )?(\d+) bytes",
+                            info, re.M))
+    assert len(sizes) == 3, info
+    step_bytes = sum(int(v) for v in sizes.values())
     seen = {1: [], 2: []}  # count -> [(rate, ratio)] in round order
     for ln in proc.stdout.splitlines():
         f = ln.split()
@@ -512,6 +521,7 @@ def test_bench_thread_counts_table_is_the_median_of_its_rounds(model):
             assert (ratio, low, high) == ("1.00x", "[1.00,", "1.00]"), proc.stdout
         mb, gbs, share = float(mb), float(gbs), float(share.rstrip("%"))
         assert mb > 0 and gbs > 0, r
+        assert abs(mb - step_bytes / 1e6) <= 0.0005, (mb, step_bytes)
         # share = rate x step bytes / bandwidth, up to the printed digits of each
         slack = 0.51 + share * (0.0006 / mb + 0.006 / gbs + 0.006 / float(rate))
         assert abs(share - 100 * float(rate) * mb * 1e6 / (gbs * 1e9)) <= slack, r

@@ -178,6 +178,13 @@ static void test_int8_store_load(void) {
   CHECK(xl_state_bytes(s) == xl_model_state_bytes(m));
   CHECK(xl_model_state_bytes_per_token(m) ==
         (size_t)m->cfg.n_layer * 2 * ((size_t)hd + 4 * (size_t)m->cfg.n_head));
+  /* the decode step's positional table: rows for distances 0..mem_len, each an int8 key row
+   * with its per-head scales, and the per-head bias terms */
+  const xl_kv_layer *T = &m->layers[0].pos_keys;
+  size_t rows = (size_t)(T->M < m->cfg.mem_len + 1 ? T->M : m->cfg.mem_len + 1);
+  CHECK(T->dtype == XL_KV_INT8 && rows > 0);
+  CHECK(xl_model_decode_table_bytes(m) ==
+        (size_t)m->cfg.n_layer * rows * ((size_t)hd + 2 * 4 * (size_t)m->cfg.n_head));
   xl_state_free(s);
   xl_model_free(m);
 }
