@@ -101,7 +101,10 @@ def fifo_model(tmp_path, model):
     os.mkfifo(d / "config.json")
     stop = threading.Event()
 
-    def feeder():  # every open of the FIFO by the loader gets the whole file
+    def feeder():
+        """The loader's open of the FIFO gets the whole file once; before that open sees its
+        end of file, the real file replaces the FIFO, so any later open reads the file (writing
+        the FIFO again could reach a slow reader that has not seen the end of the first copy)."""
         while not stop.is_set():
             try:
                 fd = os.open(d / "config.json", os.O_WRONLY | os.O_NONBLOCK)
@@ -109,12 +112,15 @@ def fifo_model(tmp_path, model):
                 time.sleep(0.01)
                 continue
             os.set_blocking(fd, True)
+            real = d / "config.json.real"
+            real.write_bytes(content)
             try:
                 os.write(fd, content)
             except BrokenPipeError:
                 pass
+            os.replace(real, d / "config.json")
             os.close(fd)
-            time.sleep(0.05)  # let the reader see EOF before the next open
+            return
 
     t = threading.Thread(target=feeder, daemon=True)
     return str(d), (lambda: t.start()), (lambda: (stop.set(), t.join(5)))
