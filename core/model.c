@@ -197,9 +197,9 @@ size_t xl_model_decode_table_bytes(const xl_model *m) {
   const xl_config *c = &m->cfg;
   /* the rows a step reads: distances 0..mem_len, clamped to the rows the table holds */
   size_t rows = (size_t)(m->n_pos_cached < c->mem_len + 1 ? m->n_pos_cached : c->mem_len + 1);
-  /* a row: the key row in the memory's dtype, a bias term per head, and int8's scale per head */
-  size_t per_row = (size_t)m->hd * xl_kv_elem_bytes(m->kv_dtype) +
-                   (size_t)c->n_head * sizeof(float) * (m->kv_dtype == XL_KV_INT8 ? 2 : 1);
+  /* a row: a key row as the memory stores one (half a position: keys and their scales), and a
+   * bias term per head */
+  size_t per_row = xl_kv_position_bytes(m, m->kv_dtype) / 2 + (size_t)c->n_head * sizeof(float);
   return (size_t)c->n_layer * rows * per_row;
 }
 

@@ -249,18 +249,19 @@ static void bench_limits_print(const bench_limits *l) {
          "", "", l->read_bw / 1e9);
 }
 
-/* Useful floating-point operations to process one token that attends to `attended` positions:
- * per layer the q/k/v and output projections, the three attention products (content scores,
- * position scores, weighted values) over the attended positions, the feed-forward; plus the
- * input projection and the whole output layer (every cluster, as when log-probs are returned;
- * exact for plain softmax, an upper bound for adaptive softmax scoring targets only).
- * The positional projections W_r R are cached per model and not counted. */
 /* The bytes a decode step reads once whatever its batch: the weights and the positional table
  * (each session adds its memory, xl_model_state_bytes). */
 static double step_fixed_bytes(const xl_model *m) {
   return (double)xl_model_weight_bytes(m) + (double)xl_model_decode_table_bytes(m);
 }
 
+/* Useful floating-point operations to process one token that attends to `attended` positions:
+ * per layer the q/k/v and output projections, the three attention products (content scores,
+ * position scores, weighted values) over the attended positions, the feed-forward; plus the
+ * input projection and the whole output layer (every cluster, as when log-probs are returned;
+ * exact for plain softmax, an upper bound for adaptive softmax scoring targets only).
+ * The positional projections W_r R are cached per model: no FLOPs here (their bytes are in
+ * step_fixed_bytes). */
 static double flops_per_token(const xl_config *c, double attended) {
   double d = c->d_model, hd = (double)c->n_head * c->d_head;
   double layer = 2 * d * 3 * hd + 2 * hd * d + 3 * 2 * hd * attended + 2 * 2 * d * c->d_inner;

@@ -179,10 +179,11 @@ typedef struct {
 /* The work of one pass: bytes of weights or memory read (kinds 0, 2, 3), or floating-point
  * operations (kind 1, in cache: arithmetic is the bound there). */
 static double work_of(const bench_data *d, int kind, int t) {
+  /* bytes a weight: int8 and int4 with their F32 scale per block of 32 */
+  static const double WEIGHT_BYTES[TYPES] = {4, 2, 1 + 4.0 / XL_Q8_BLOCK, 0.5 + 4.0 / XL_Q8_BLOCK};
   if (kind == 1) return 2.0 * ROWS16 * SQ * SQ;
   if (kind == 4) return 2.0 * ROWS16 * OUT * IN * d->n_big;
-  if (kind == 0) /* int8, int4: the weights and one F32 scale per block of 32 */
-    return (t == 0 ? 4 : t == 1 ? 2 : (t == 2 ? 1 : 0.5) + 4.0 / XL_Q8_BLOCK) * OUT * IN * d->n_big;
+  if (kind == 0) return WEIGHT_BYTES[t] * OUT * IN * d->n_big;
   return (double)d->n_mem * HD * POS * (t == 0 ? 4 : t == 1 ? 2 : 1 + 4.0 / DH);
 }
 
