@@ -95,6 +95,7 @@ def test_row_previous_turn_cut_resets(daemon):
     sid = "hist-cut"
     _, b1 = chat(daemon.port, sid, [U1])
     long_msg = {"role": "user", "content": "lorem ipsum " * 5000}  # 60k tokens: a long prefill
+    fed_before = X.metric(daemon.port, "xlserve_prompt_tokens_total")
     c = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=30)
     c.request("POST", "/v1/chat/completions",
               body=json.dumps({"messages": [U1, reply(b1), long_msg], "stream": True,
@@ -103,6 +104,12 @@ def test_row_previous_turn_cut_resets(daemon):
     r = c.getresponse()
     assert r.status == 200
     X.read_sse(r, on_event=lambda d: False)  # the role chunk, sent before the prefill starts
+    # cut once the prefill has fed a chunk (cut before that, nothing of the turn is in the
+    # memory and the session rightly stays in step: a loaded machine can start it late)
+    deadline = time.monotonic() + 30
+    while (time.monotonic() < deadline and
+           X.metric(daemon.port, "xlserve_prompt_tokens_total") == fed_before):
+        time.sleep(0.01)
     c.close()  # cut
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and session(daemon.port, sid)["busy"]:
