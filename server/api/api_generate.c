@@ -672,7 +672,7 @@ static int stage_hold_session(req *r, turn *t) {
   } else if (t->sid && !t->s) {
     t->s = st_create(a->sessions, t->sid, r->owner, &xe);
   } else if (!t->sid) {
-    t->s = session_new(a->model, &xe);
+    t->s = st_new_stateless(a->sessions, &xe);
     GEN(r)->sess_stateless = 1;
   }
   if (!t->s) {
@@ -873,7 +873,7 @@ void gen_on_done(req *r) {
   GEN(r)->held_tokens = GEN(r)->sess_stateless ? 0 : session_tokens(GEN(r)->sess);
   GEN(r)->held_turns = GEN(r)->sess->turns;
   if (GEN(r)->sess_stateless) {
-    session_free(GEN(r)->sess);
+    st_free_stateless(r->a->sessions, GEN(r)->sess);
   } else {
     /* the session stays busy until st_turn_end releases it (after the commit, durability turn) */
     int fed = j->run.pos > 0 || j->run.decoding;

@@ -94,6 +94,14 @@ st_status st_find(session_table *t, const char *id, const uint8_t owner[32], ses
 /* Creates a session (id NULL: mint a 128-bit random one). NULL with err on a core failure.
  * A tombstone of the same id is dropped. May evict idle sessions to respect the budget. */
 session *st_create(session_table *t, const char *id, const uint8_t owner[32], xl_error *err);
+/* A stateless request's session, in no table: its memory is the one the last stateless
+ * request left (emptied) when the table keeps it, else new. NULL with err on a core failure. */
+session *st_new_stateless(session_table *t, xl_error *err);
+/* Frees a stateless request's session; the table keeps its memory for the next one when it
+ * keeps none yet and the RAM budget has room beside the sessions and the prefix cache (a
+ * memory kept there is the first thing to go when either needs the room). */
+void st_free_stateless(session_table *t, session *s);
+size_t st_spare_bytes(const session_table *t); /* what the kept memory holds (0: none) */
 /* Forks src (not busy) into a new minted id with the same owner. A use of src: src becomes the
  * most recently used after the fork, and the fork's arrival never evicts it. */
 session *st_fork(session_table *t, session *src, xl_error *err);

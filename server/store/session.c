@@ -10,11 +10,15 @@
 #include "util.h"
 
 session *session_new(const xl_model *model, xl_error *err) {
+  xl_state *state = NULL;
+  if (xl_state_new(model, &state, err) != XL_OK) return NULL;
+  return session_new_on(state);
+}
+
+session *session_new_on(xl_state *state) {
+  xl_state_reset(state);
   session *s = xcalloc(1, sizeof *s);
-  if (xl_state_new(model, &s->state, err) != XL_OK) {
-    free(s);
-    return NULL;
-  }
+  s->state = state;
   s->pending = -1;
   s->digest = FNV64_INIT;
   uint64_t seed;
@@ -48,11 +52,16 @@ session *session_clone(const session *src, xl_error *err) {
 }
 
 void session_free(session *s) {
-  if (!s) return;
-  xl_state_free(s->state);
+  xl_state_free(session_free_but_state(s));
+}
+
+xl_state *session_free_but_state(session *s) {
+  if (!s) return NULL;
+  xl_state *state = s->state;
   free(s->msgs);
   free(s->tail);
   free(s);
+  return state;
 }
 
 void session_reset(session *s) {

@@ -75,9 +75,13 @@ typedef struct session {
 
 /* A session not in any table (stateless requests and the table's own use). */
 session *session_new(const xl_model *model, xl_error *err);
+/* session_new around a memory the caller had (taken, and emptied): no allocation of one. */
+session *session_new_on(xl_state *state);
 /* A copy of src's memory and transcript record in a session of no table (NULL with err). */
 session *session_clone(const session *src, xl_error *err);
 void session_free(session *s);
+/* Frees s but its memory, which the caller gets back (NULL for NULL). */
+xl_state *session_free_but_state(session *s);
 /* Empties the memory and the transcript record (edited history, explicit reset); the next
  * durable write of it is a whole snapshot. */
 void session_reset(session *s);

@@ -1165,6 +1165,58 @@ static void test_keys_share_the_budget(void) {
   st_free(t);
 }
 
+/* A stateless request's memory is kept, emptied, for the next one: the same mapping comes
+ * back with nothing in it (the next request's numbers are those of a new memory), only within
+ * the budget, and it is the first thing to go when sessions need the room. */
+static void test_stateless_memory_is_reused(void) {
+  uint8_t owner[32];
+  memset(owner, 0x5a, 32);
+  xl_error xe;
+  const size_t bytes = xl_model_state_bytes(M);
+  const int V = xl_model_config(M)->vocab_size;
+  float *fresh = malloc(sizeof(float) * (size_t)V), *again = malloc(sizeof(float) * (size_t)V);
+  session *ref = session_new(M, &xe);
+  feed(ref, 6, 9, fresh);
+  session_free(ref);
+
+  session *probe = session_new(M, &xe);
+  size_t per = session_ram(probe);
+  session_free(probe);
+  session_table *t = st_new(M, per * 3, 0, 1000, NULL, DUR_OFF);
+  session *a = st_new_stateless(t, &xe);
+  CHECK(a && st_spare_bytes(t) == 0);
+  const xl_state *mem = a->state;
+  feed(a, 40, 1, NULL);
+  st_free_stateless(t, a);
+  CHECK(st_spare_bytes(t) == bytes);
+  session *b = st_new_stateless(t, &xe);
+  CHECK(b && b->state == mem && st_spare_bytes(t) == 0);
+  CHECK(xl_state_mem_length(b->state) == 0 && xl_state_tokens_fed(b->state) == 0);
+  CHECK(b->pending == -1 && b->n_msgs == 0 && b->turns == 0);
+  feed(b, 6, 9, again);
+  CHECK(memcmp(fresh, again, sizeof(float) * (size_t)V) == 0);
+  session *c = st_new_stateless(t, &xe); /* a second at once: a memory of its own */
+  CHECK(c && c->state != mem);
+  st_free_stateless(t, b);
+  st_free_stateless(t, c); /* one is kept, the other freed */
+  CHECK(st_spare_bytes(t) == bytes);
+
+  /* sessions take the room: the kept memory goes, none of the three sessions does */
+  char id[16];
+  for (int i = 0; i < 3; i++) {
+    snprintf(id, sizeof id, "s-%d", i);
+    CHECK(st_create(t, id, owner, &xe) != NULL);
+  }
+  CHECK(st_spare_bytes(t) == 0 && st_key_sessions(t, owner) == 3);
+  /* and a full budget keeps none */
+  session *d = st_new_stateless(t, &xe);
+  st_free_stateless(t, d);
+  CHECK(st_spare_bytes(t) == 0);
+  st_free(t);
+  free(fresh);
+  free(again);
+}
+
 /* A fork is a use of its parent: forking a parent 1000 times under a budget of about two
  * sessions, without a store, never evicts the parent (its forks go instead). */
 static void test_fork_keeps_its_parent(void) {
@@ -2195,6 +2247,7 @@ int main(void) {
   RUN(test_ids_are_per_owner);
   RUN(test_fork_keeps_its_parent);
   RUN(test_keys_share_the_budget);
+  RUN(test_stateless_memory_is_reused);
   RUN(test_sqlite_migrates_v1);
   RUN(test_sqlite_migrates_v3);
   RUN(test_sqlite_migrates_v4);
