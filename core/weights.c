@@ -1,7 +1,8 @@
 /*
  * weights.c: binds the safetensors entries to the model's weight pointers by their
  * TransfoXLLMHeadModel names, checking each shape against the config, converting F16/BF16 to
- * F32 (and realigning unaligned F32) into owned buffers, and resolving tied weights and
+ * F32 (and realigning unaligned F32) into owned buffers, copying every weight matrix into the
+ * model's arena (huge pages; the file's pages given back), and resolving tied weights and
  * projections (stored once or twice). Called once at load (any thread).
  */
 #include <math.h>
@@ -185,15 +186,24 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
 static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, int required,
                        xl_wmat *out, xl_error *err) {
   memset(out, 0, sizeof *out);
-  if (m->weights == XL_WEIGHTS_F32) {
-    const float *f;
-    xl_code rc = tensor(m, name, 2, d0, d1, required, &f, err);
-    if (!rc && f) *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1, 0, 0};
-    return rc;
-  }
   xl_tensor_entry *t;
   xl_code rc = lookup(m, name, 2, d0, d1, required, &t, err);
   if (rc || !t) return rc;
+  if (m->weights == XL_WEIGHTS_F32) {
+    /* Copied, never used in place: the forward pass streams every matrix once a step, and
+     * from the file's mapping (4 KiB pages, a page-table walk every 4 KiB, two levels of
+     * tables in a virtual machine) that stream runs slower than from the arena (2 MiB pages
+     * where the kernel gives them). The mapping's pages of it are given back at once: they
+     * stay clean page cache the kernel may drop, and a later read of them (a tied matrix
+     * bound twice) faults them in from the file again. */
+    const size_t n = (size_t)d0 * (size_t)d1;
+    float *f = xl_arena_alloc(&m->arena, n * sizeof *f);
+    if (!f) return xl_fail(err, XL_NOMEM, "out of memory for weight matrix '%s'", name);
+    entry_floats(t, 0, n, f);
+    xl_big_release_mapped(t->data, t->nbytes);
+    *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1, 0, 0};
+    return XL_OK;
+  }
   if (m->weights == XL_WEIGHTS_BF16 && t->dtype == XL_DT_BF16 && ((uintptr_t)t->data & 1u) == 0 &&
       !xl_bf16p_wanted()) { /* in place (where panels are wanted, narrow() packs a copy) */
     *out = (xl_wmat){XL_WEIGHTS_BF16, t->data, NULL, (int)d1, 0, 0};
