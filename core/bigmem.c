@@ -78,16 +78,6 @@ static void unmap(void *p, size_t mapped) {
 #endif
 }
 
-void xl_big_release_mapped(const void *p, size_t n) {
-#if defined(__linux__) && defined(MADV_DONTNEED)
-  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  uintptr_t a = round_up((uintptr_t)p, page), b = ((uintptr_t)p + n) / page * page;
-  if (b > a) madvise((void *)a, (size_t)(b - a), MADV_DONTNEED); /* a hint: failure changes nothing */
-#else
-  (void)p, (void)n;
-#endif
-}
-
 void *xl_big_alloc(size_t n, size_t *mapped) {
   void *p = map_big(n, 1, mapped);
   if (p || n > SIZE_MAX - 64) return p;

@@ -21,11 +21,6 @@
 void *xl_big_alloc(size_t n, size_t *mapped);
 void xl_big_free(void *p, size_t mapped);
 
-/* The whole pages inside [p, p + n) of a read-only file mapping leave this process's memory
- * (MADV_DONTNEED): a later read faults them in from the file again. Only for file mappings
- * (anonymous pages would read back as zeros). Any thread. */
-void xl_big_release_mapped(const void *p, size_t n);
-
 typedef struct xl_arena_chunk xl_arena_chunk;
 typedef struct xl_arena {
   xl_arena_chunk *chunks; /* newest first */

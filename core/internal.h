@@ -47,6 +47,9 @@ typedef struct {
 xl_code xl_safetensors_open(const char *path, xl_safetensors *st, xl_error *err);
 void xl_safetensors_close(xl_safetensors *st);
 xl_tensor_entry *xl_safetensors_find(xl_safetensors *st, const char *name);
+/* The whole pages of t's data leave this process's memory (the file's pages stay clean page
+ * cache); a later read of t faults them in from the file again. */
+void xl_safetensors_release(const xl_safetensors *st, const xl_tensor_entry *t);
 
 /* ---- model --------------------------------------------------------------------------- */
 /* One layer's memory, as pointers into a state (or a packed buffer of `M` positions). */

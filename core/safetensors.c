@@ -1,8 +1,8 @@
 /*
  * safetensors.c: opens a .safetensors file (8-byte header length, JSON header, raw
  * little-endian data), mmaps it read-only, and validates every entry (dtype, shape, offsets
- * inside the file, size == numel * dtype size, no overlaps) before anything reads it.
- * Any thread; used at model load.
+ * inside the file, size == numel * dtype size, no overlaps) before anything reads it; gives
+ * a tensor's pages back once the model holds its own copy. Any thread; used at model load.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -167,6 +167,16 @@ void xl_safetensors_close(xl_safetensors *st) {
   st->tensors = NULL;
   st->map = NULL;
   st->n_tensors = 0;
+}
+
+void xl_safetensors_release(const xl_safetensors *st, const xl_tensor_entry *t) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t lo = (uintptr_t)t->data, hi = lo + t->nbytes;
+  const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+  if (!st->map || b <= a) return;
+#if defined(MADV_DONTNEED)
+  madvise((void *)a, (size_t)(b - a), MADV_DONTNEED); /* a hint: failure changes nothing */
+#endif
 }
 
 xl_tensor_entry *xl_safetensors_find(xl_safetensors *st, const char *name) {

@@ -79,6 +79,16 @@ static void entry_floats(const xl_tensor_entry *t, size_t i0, size_t n, float *o
   }
 }
 
+/* t's n values as F32 in the model's arena (converted from F16/BF16 where stored so). */
+static xl_code arena_floats(xl_model *m, const char *name, const xl_tensor_entry *t, size_t n,
+                            const float **out, xl_error *err) {
+  float *f = xl_arena_alloc(&m->arena, n * sizeof *f);
+  if (!f) return xl_fail(err, XL_NOMEM, "out of memory for tensor '%s'", name);
+  entry_floats(t, 0, n, f);
+  *out = f;
+  return XL_OK;
+}
+
 /* `name` as F32: the mapping itself when it holds aligned F32, else an owned converted copy. */
 static xl_code tensor(xl_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
                       int required, const float **out, xl_error *err) {
@@ -91,11 +101,7 @@ static xl_code tensor(xl_model *m, const char *name, int ndim, int64_t d0, int64
     *out = (const float *)(const void *)t->data;
     return XL_OK;
   }
-  float *f = xl_arena_alloc(&m->arena, n * sizeof *f);
-  if (!f) return xl_fail(err, XL_NOMEM, "out of memory converting tensor '%s'", name);
-  entry_floats(t, 0, n, f);
-  *out = f;
-  return XL_OK;
+  return arena_floats(m, name, t, n, out, err);
 }
 
 /* A weight matrix [rows, cols] in m->weights from its rows as F32 (from the file entry t, or
@@ -196,11 +202,9 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
      * where the kernel gives them). The mapping's pages of it are given back at once: they
      * stay clean page cache the kernel may drop, and a later read of them (a tied matrix
      * bound twice) faults them in from the file again. */
-    const size_t n = (size_t)d0 * (size_t)d1;
-    float *f = xl_arena_alloc(&m->arena, n * sizeof *f);
-    if (!f) return xl_fail(err, XL_NOMEM, "out of memory for weight matrix '%s'", name);
-    entry_floats(t, 0, n, f);
-    xl_big_release_mapped(t->data, t->nbytes);
+    const float *f = NULL;
+    if ((rc = arena_floats(m, name, t, (size_t)d0 * (size_t)d1, &f, err))) return rc;
+    xl_safetensors_release(&m->st, t);
     *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1, 0, 0};
     return XL_OK;
   }

@@ -69,8 +69,7 @@ struct session_table {
    * memory is a mapping the kernel zeroes page by page (about 20 ms for the 225 MiB of a
    * wt103-sized one), paid on every stateless request without it. Held within the budget
    * beside the sessions and the prefix cache, and the first to go when they need room. */
-  xl_state *spare;
-  size_t spare_bytes;
+  xl_state *spare; /* always a memory as session_new makes it: xl_model_state_bytes */
 };
 
 /* What one key's sessions hold in RAM. */
@@ -121,7 +120,6 @@ void st_set_prefix_cache(session_table *t, prefix_cache *pc) {
 static void drop_spare(session_table *t) {
   xl_state_free(t->spare);
   t->spare = NULL;
-  t->spare_bytes = 0;
 }
 
 /* The budget's room beside the sessions and the prefix cache. */
@@ -134,7 +132,6 @@ session *st_new_stateless(session_table *t, xl_error *err) {
   if (!t->spare) return session_new(t->model, err);
   session *s = session_new_on(t->spare);
   t->spare = NULL;
-  t->spare_bytes = 0;
   return s;
 }
 
@@ -148,10 +145,11 @@ void st_free_stateless(session_table *t, session *s) {
     return;
   }
   t->spare = state;
-  t->spare_bytes = bytes;
 }
 
-size_t st_spare_bytes(const session_table *t) { return t->spare_bytes; }
+size_t st_spare_bytes(const session_table *t) {
+  return t->spare ? xl_model_state_bytes(t->model) : 0;
+}
 
 void st_free(session_table *t) {
   if (!t) return;
@@ -327,8 +325,8 @@ static int any_key_over_cap(const session_table *t) {
 }
 
 static void enforce_budget(session_table *t) {
-  if (t->spare && t->spare_bytes > room_left(t)) drop_spare(t); /* the spare memory goes first, */
-  size_t held = t->ram + t->spare_bytes;
+  if (st_spare_bytes(t) > room_left(t)) drop_spare(t); /* the spare memory goes first, */
+  size_t held = t->ram + st_spare_bytes(t);
   prefix_cache_fit(t->pc, t->budget > held ? t->budget - held : 0); /* then the cache */
   if (t->ram <= t->budget && !any_key_over_cap(t)) return;
   for (session *s = t->lru_tail; s && s != t->lru_head;) {
