@@ -66,9 +66,9 @@ struct session_table {
   size_t max_per_key;   /* sessions one key may create while it holds that many (0: no limit) */
   size_t ram_per_key;   /* bytes one key's sessions may hold in RAM (0: only the fair share) */
   /* The memory of the last stateless request, emptied, for the next one (NULL: none): a new
-   * memory is a mapping the kernel zeroes page by page (about 20 ms for the 225 MiB of a
-   * wt103-sized one), paid on every stateless request without it. Held within the budget
-   * beside the sessions and the prefix cache, and the first to go when they need room. */
+   * memory is a mapping the kernel zeroes page by page (225 MiB at the wt103 shape), paid on
+   * every stateless request without it. Held within the budget beside the sessions and the
+   * prefix cache, and the first to go when they need room. */
   xl_state *spare; /* always a memory as session_new makes it: xl_model_state_bytes */
 };
 
