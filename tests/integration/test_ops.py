@@ -184,7 +184,9 @@ def test_every_log_line_has_ts_and_level(start_daemon, tiny_model):
 
 
 def test_sigterm_drains_streams_then_exits_0(start_daemon, medium_model):
-    d = start_daemon(medium_model)
+    # The drain allows far longer than the stream needs on the slowest build (2500 tokens take
+    # about 30 s under ThreadSanitizer), so the stream ends by its length, never by the deadline.
+    d = start_daemon(medium_model, "--drain-timeout", "600")
     keep = d.conn()
     keep.request("GET", "/health")
     assert keep.getresponse().read()
@@ -195,7 +197,8 @@ def test_sigterm_drains_streams_then_exits_0(start_daemon, medium_model):
     r = c.getresponse()
     assert r.status == 200 and r.read1(65536)
     d.signal(signal.SIGTERM)
-    d.wait_log(lambda o: o.get("event") == "draining")
+    draining = d.wait_log(lambda o: o.get("event") == "draining")
+    assert "1 requests in progress" in draining["msg"]  # the stream was still running
     # the listening socket is closed at once
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", d.port), timeout=2).close()
@@ -205,7 +208,7 @@ def test_sigterm_drains_streams_then_exits_0(start_daemon, medium_model):
     assert kr.status == 503 and json.loads(kr.read()) == {"status": "draining"}
     assert kr.getheader("Connection") == "close"
     # the running stream finishes normally
-    ev = X.read_sse(r, deadline_s=30)
+    ev = X.read_sse(r, deadline_s=600)
     chunks = X.sse_json(ev)
     assert [e for _, e in ev][-1] == "[DONE]"
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
