@@ -10,10 +10,14 @@
  * distances, then the "relative shift" is an index: S[i][j] += P[i][pos_index(a - j)]).
  * Keys allowed: j <= a (causal) and, with same_length, j > a - mem_len.
  *
- * Two paths: a block of queries (prefill, segments) uses GEMMs per head; a single query (a
- * decode step) streams each memory key row and value row once for all heads. A memory stored
- * narrower than F32 (bf16, int8) is widened per head into scratch for the block path, and read
- * in place by the narrow-memory kernels (kvkernels.h) on the decode path.
+ * Three paths: a block of queries (prefill, segments) uses GEMMs per head; a single query (a
+ * decode step) streams each memory key row and value row once for all heads; a short block
+ * continuing a memory (a chat turn's prompt) takes the single-query path query by query, four
+ * queries sharing each pass over an F32 memory, where GEMMs would spend more on packing the
+ * memory than on their few rows. A memory stored narrower than F32 (bf16, int8) is widened per
+ * head into scratch for the block path, and read in place by the narrow-memory kernels
+ * (kvkernels.h) on the others. Which path an item takes depends only on the item (its length,
+ * its memory), never on the batch around it.
  */
 #include <cblas.h>
 #include <math.h>
@@ -23,6 +27,7 @@
 #include "kvkernels.h"
 
 #define QUERY_BLOCK 64
+#define SMALL_BLOCK 32 /* blocks of up to this many queries take the single-query kernels */
 
 /* The first key query a may attend to: a - mem_len + 1 with same_length (the window), else 0. */
 static inline int first_key(const xl_model *m, int a) {
@@ -176,21 +181,27 @@ static void key_products(const xl_kv_kernels *kk, const xl_kv_layer *K, const fl
   }
 }
 
-/* Heads [h0, h1) of a decode step: scores, position term and softmax per head into
- * sc->scores rows h (stride sc->width), then the value rows mixed into those heads' outputs.
- * Heads never share a sum: any split of the heads computes the same numbers. */
-static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
-                       xl_attn_scratch *sc, int h0, int h1) {
+/* Heads [h0, h1) of query r of the item (key index a = mlen + r): scores, position term and
+ * softmax per head into sc->scores rows h (stride sc->width), then the value rows mixed into
+ * those heads' columns of output row r. Keys are the memory's [lo, mlen) read in place in its
+ * dtype, then the item's new keys [max(lo, mlen), a] (rows of qkv). prow: [H, pos_stride] the
+ * query's products with the model's cached positional table. Heads never share a sum: any
+ * split of the heads computes the same numbers. A decode step is query 0 of a one-row item. */
+static void attend_query(const xl_model *m, int layer, const xl_attn_item *it, xl_attn_scratch *sc,
+                         int r, const float *pos_q, size_t pos_stride, int h0, int h1) {
   const xl_config *c = &m->cfg;
   const xl_layer *L = &m->layers[layer];
   const xl_state *st = it->state;
-  const int hd = m->hd, dh = c->d_head, H = c->n_head, a = st->len, nh = h1 - h0;
-  const int lo = first_key(m, a), n_keys = a - lo + 1;
+  const int hd = m->hd, dh = c->d_head, H = c->n_head, mlen = st->len, a = mlen + r;
+  const int nh = h1 - h0, lo = first_key(m, a), n_keys = a - lo + 1;
+  const int j_new = lo > mlen ? lo : mlen; /* the first new key allowed */
   const int n_pos_all = m->n_pos_cached;
   const float scale = (float)(1.0 / sqrt((double)dh));
   const xl_kv_layer mem = xl_state_layer(st, layer);
   const xl_kv_kernels *kk = xl_kv_kern();
-  const float *q = it->qkv, *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
+  const size_t row_stride = 3 * (size_t)hd; /* qkv rows */
+  const float *q = it->qkv + (size_t)r * row_stride;
+  const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd; /* row 0's key and value */
   const size_t ps = (size_t)sc->width; /* row stride of probs: fixed, whatever n_keys is */
   xl_ring_run runs[2];
   int n_runs = xl_ring_runs(st, runs), k0, cnt;
@@ -201,24 +212,27 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
     float *s = sc->scores + (size_t)h * ps; /* keys lo..a */
     for (int k = 0; k < dh; k++) sc->qu[k] = qh[k] + u[k];
     for (int ri = 0; ri < n_runs; ri++)
-      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0)
+      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
         key_products(kk, &mem, sc->qu, dh, h, runs[ri].slot + (k0 - runs[ri].first), cnt,
                      s + (k0 - lo));
-    float self = 0.0f; /* the new key: itself */
-    for (int k = 0; k < dh; k++) self += sc->qu[k] * k_new[(size_t)h * dh + k];
-    s[a - lo] = self;
-    /* position term: this head's products with the cached table (xl_decode_positions) */
-    const float *prow = it->pos_q + (size_t)h * it->pos_stride;
+    for (int j = j_new; j <= a; j++) { /* the new keys, up to the query's own */
+      const float *kj = k_new + (size_t)(j - mlen) * row_stride + (size_t)h * dh;
+      float dot = 0.0f;
+      for (int k = 0; k < dh; k++) dot += sc->qu[k] * kj[k];
+      s[j - lo] = dot;
+    }
+    /* position term: this head's products with the cached table */
+    const float *prow = pos_q + (size_t)h * pos_stride;
     add_position_term(m, a, lo, prow, L->pos_bias + (size_t)h * n_pos_all, scale, s);
     softmax_row(s, n_keys);
   }
   /* out[h] = sum_j p[h][j] v_j[h]: one pass over the value rows for the heads h0..h1 */
   const size_t e0 = (size_t)h0 * dh;
   const float *probs = sc->scores + (size_t)h0 * ps;
-  float *out = it->out + e0;
+  float *out = it->out + (size_t)r * hd + e0;
   memset(out, 0, (size_t)nh * dh * sizeof *out);
   for (int ri = 0; ri < n_runs; ri++)
-    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, a - 1, &k0)) > 0) {
+    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
       size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
       if (st->dtype == XL_KV_BF16)
         kk->mix_rows_bf16(out, probs + (k0 - lo), ps,
@@ -230,10 +244,113 @@ static void attend_one(const xl_model *m, int layer, const xl_attn_item *it,
                         (size_t)H, cnt, nh, dh);
       else
         xl_vec_mix_rows(out, probs + (k0 - lo), ps,
-                        (const float *)(const void *)mem.vals + slot * hd + e0, (size_t)hd, cnt,
-                        nh, dh);
+                        (const float *)(const void *)mem.vals + slot * hd + e0, (size_t)hd, cnt, nh,
+                        dh);
     }
-  xl_vec_mix_rows(out, probs + (a - lo), ps, v_new + e0, (size_t)hd, 1, nh, dh);
+  xl_vec_mix_rows(out, probs + (j_new - lo), ps, v_new + (size_t)(j_new - mlen) * row_stride + e0,
+                  row_stride, a - j_new + 1, nh, dh);
+}
+
+/* Query r's products with the model's cached positional table, heads [0, H): pos [H, stride]. */
+static void query_positions(const xl_model *m, int layer, const xl_attn_item *it, int r, float *pos,
+                            int stride) {
+  const int H = m->cfg.n_head, dh = m->cfg.d_head;
+  const xl_kv_layer *T = &m->layers[layer].pos_keys; /* [H*Dh][n_pos_cached] */
+  const int n_pos = xl_pos_rows_needed(m, it->state->len + r + 1);
+  const float *q = it->qkv + (size_t)r * 3 * m->hd;
+  for (int h = 0; h < H; h++)
+    key_products(xl_kv_kern(), T, q + (size_t)h * dh, dh, h, 0, n_pos, pos + (size_t)h * stride);
+}
+
+/* Queries [r, r + 4) of a small block over an F32 memory and table, all allowed the same first
+ * key lo: the memory's key rows, the table's rows and the value rows are each read once for
+ * the four (xl_vec_dot_rows4, xl_vec_mix_rows4: each number as attend_query computes it).
+ * Query i's pos at sc->pos [i, H, stride], its scores at sc->scores [i, H, width]. */
+static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl_attn_scratch *sc,
+                        int r, int lo) {
+  const xl_config *c = &m->cfg;
+  const xl_layer *L = &m->layers[layer];
+  const xl_state *st = it->state;
+  const int H = c->n_head, dh = c->d_head, hd = m->hd, mlen = st->len;
+  const int stride = sc->pos_width, n_pos_all = m->n_pos_cached;
+  const size_t ps = (size_t)sc->width, row_stride = 3 * (size_t)hd;
+  const size_t pq = (size_t)H * stride, sq = (size_t)H * ps; /* per query: pos, scores */
+  const float scale = (float)(1.0 / sqrt((double)dh));
+  const xl_kv_layer mem = xl_state_layer(st, layer);
+  const xl_kv_layer *T = &L->pos_keys;
+  const float *q = it->qkv + (size_t)r * row_stride;
+  const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
+  const int j_new = lo > mlen ? lo : mlen;
+  xl_ring_run runs[2];
+  int n_runs = xl_ring_runs(st, runs), k0, cnt;
+  /* position products: the longest query's distances for all four (each product the same) */
+  const int n_pos = xl_pos_rows_needed(m, mlen + r + 4);
+  for (int h = 0; h < H; h++)
+    xl_vec_dot_rows4(q + (size_t)h * dh, row_stride, dh,
+                     (const float *)(const void *)T->keys + (size_t)h * dh * T->M, (size_t)T->M,
+                     n_pos, sc->pos + (size_t)h * stride, pq);
+  for (int h = 0; h < H; h++) {
+    const float *u = L->r_w_bias + (size_t)h * dh;
+    for (int i = 0; i < 4; i++)
+      for (int k = 0; k < dh; k++)
+        sc->qu[(size_t)i * dh + k] = q[(size_t)i * row_stride + (size_t)h * dh + k] + u[k];
+    float *s0 = sc->scores + (size_t)h * ps; /* query i: s0 + i * sq, keys lo.. */
+    for (int ri = 0; ri < n_runs; ri++)
+      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
+        xl_vec_dot_rows4(sc->qu, (size_t)dh, dh,
+                         (const float *)(const void *)mem.keys + (size_t)h * dh * mem.M +
+                             runs[ri].slot + (k0 - runs[ri].first),
+                         (size_t)mem.M, cnt, s0 + (k0 - lo), sq);
+    for (int i = 0; i < 4; i++) {
+      const int a = mlen + r + i;
+      float *s = s0 + (size_t)i * sq;
+      for (int j = j_new; j <= a; j++) { /* the new keys, up to the query's own */
+        const float *kj = k_new + (size_t)(j - mlen) * row_stride + (size_t)h * dh;
+        float dot = 0.0f;
+        for (int k = 0; k < dh; k++) dot += sc->qu[(size_t)i * dh + k] * kj[k];
+        s[j - lo] = dot;
+      }
+      add_position_term(m, a, lo, sc->pos + (size_t)i * pq + (size_t)h * stride,
+                        L->pos_bias + (size_t)h * n_pos_all, scale, s);
+      softmax_row(s, a - lo + 1);
+    }
+  }
+  float *out = it->out + (size_t)r * hd; /* rows r..r+3 */
+  memset(out, 0, 4 * (size_t)hd * sizeof *out);
+  for (int ri = 0; ri < n_runs; ri++)
+    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
+      xl_vec_mix_rows4(out, (size_t)hd, sc->scores + (k0 - lo), sq, ps,
+                       (const float *)(const void *)mem.vals +
+                           (size_t)(runs[ri].slot + (k0 - runs[ri].first)) * hd,
+                       (size_t)hd, cnt, H, dh);
+  for (int i = 0; i < 4; i++) {
+    const int a = mlen + r + i;
+    xl_vec_mix_rows(out + (size_t)i * hd, sc->scores + (size_t)i * sq + (j_new - lo), ps,
+                    v_new + (size_t)(j_new - mlen) * row_stride, row_stride, a - j_new + 1, H, dh);
+  }
+}
+
+/* A small block of queries (a short prompt continuing a memory, e.g. a chat turn, or the turn
+ * after a cached prefix): the single-query kernels, which read the memory in place in its
+ * dtype, instead of GEMMs whose packing costs more than their few rows save; over an F32
+ * memory, four queries at a time share each pass over the rows. The position products come
+ * from the model's cached table (the caller checks it covers the block). */
+static void attend_small_block(const xl_model *m, int layer, const xl_attn_item *it,
+                               xl_attn_scratch *sc) {
+  const int H = m->cfg.n_head, mlen = it->state->len;
+  const int four = it->state->dtype == XL_KV_F32 && m->layers[layer].pos_keys.dtype == XL_KV_F32 &&
+                   4 * H <= QUERY_BLOCK;
+  for (int r = 0; r < it->n;) {
+    const int lo = first_key(m, mlen + r);
+    if (four && r + 4 <= it->n && first_key(m, mlen + r + 3) == lo) {
+      attend_four(m, layer, it, sc, r, lo);
+      r += 4;
+      continue;
+    }
+    query_positions(m, layer, it, r, sc->pos, sc->pos_width);
+    attend_query(m, layer, it, sc, r, sc->pos, (size_t)sc->pos_width, 0, H);
+    r++;
+  }
 }
 
 void xl_decode_positions(const xl_model *m, int layer, const float *const *q, const int *n_pos,
@@ -249,15 +366,17 @@ void xl_decode_positions(const xl_model *m, int layer, const float *const *q, co
 
 void xl_attend_heads(const xl_model *m, int layer, const xl_attn_item *it, xl_attn_scratch *sc,
                      int h0, int h1) {
-  attend_one(m, layer, it, sc, h0, h1);
+  attend_query(m, layer, it, sc, 0, it->pos_q, (size_t)it->pos_stride, h0, h1);
 }
 
 void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_pos_table *pt,
                xl_attn_scratch *sc) {
   if (it->n == 1 && it->pos_q) /* a decode step whose products with the cached table are given */
-    attend_one(m, layer, it, sc, 0, m->cfg.n_head);
-  else
-    attend_block(m, layer, it, pt, sc);
+    attend_query(m, layer, it, sc, 0, it->pos_q, (size_t)it->pos_stride, 0, m->cfg.n_head);
+  else if (it->n <= SMALL_BLOCK && it->state->len > 0 && pt->pos_k == m->layers[layer].pos_k &&
+           m->cfg.n_head <= QUERY_BLOCK) /* a short prompt continuing a memory */
+    attend_small_block(m, layer, it, sc);
+  else attend_block(m, layer, it, pt, sc);
 }
 
 size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos) {
@@ -273,6 +392,7 @@ void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_
   sc->scores = buf;
   sc->width = max_width;
   sc->pos = sc->scores + (block > one ? block : one);
+  sc->pos_width = max_pos;
   sc->q = sc->pos + (size_t)QUERY_BLOCK * max_pos;
   sc->qu = sc->q + (size_t)QUERY_BLOCK * m->cfg.d_head;
   sc->kw = sc->qu + (size_t)QUERY_BLOCK * m->cfg.d_head;

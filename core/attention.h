@@ -8,29 +8,30 @@
 #include "internal.h"
 
 typedef struct {
-  const xl_state *state;   /* memory: the ring of this layer, state->len positions */
-  int n;                   /* new positions (queries) */
-  const float *qkv;        /* [n, 3*H*Dh] this item's rows of the qkv buffer */
-  float *out;              /* [n, H*Dh] attention vectors (heads concatenated) */
-  const float *pos_q;      /* decode step (n == 1): [H, pos_stride] q_h . pos_k[d]_h over the
+  const xl_state *state; /* memory: the ring of this layer, state->len positions */
+  int n;                 /* new positions (queries) */
+  const float *qkv;      /* [n, 3*H*Dh] this item's rows of the qkv buffer */
+  float *out;            /* [n, H*Dh] attention vectors (heads concatenated) */
+  const float *pos_q;    /* decode step (n == 1): [H, pos_stride] q_h . pos_k[d]_h over the
                               model's cached table, from xl_decode_positions (the single-query
-                              path); NULL: the item takes the block path */
+                              path); NULL: the item takes a block path */
   int pos_stride;
 } xl_attn_item;
 
 typedef struct {
-  const float *pos_k;      /* [rows, H*Dh] W_r R_d */
-  const float *pos_bias;   /* [H, rows]   v . W_r R_d */
+  const float *pos_k;    /* [rows, H*Dh] W_r R_d */
+  const float *pos_bias; /* [H, rows]   v . W_r R_d */
   int rows;
 } xl_pos_table;
 
 typedef struct {
-  float *scores;           /* [QUERY_BLOCK, max_width] */
-  float *pos;              /* [QUERY_BLOCK, max_pos] */
-  float *q, *qu;           /* [QUERY_BLOCK, d_head] each */
-  float *kw, *vw;          /* narrow memory, block path: one head's keys [d_head, mem_len] and
-                              values [mem_len, d_head] widened to F32 */
-  int width;               /* max_width: the decode path's row stride of scores [H, width] */
+  float *scores;  /* [QUERY_BLOCK, max_width] */
+  float *pos;     /* [QUERY_BLOCK, max_pos] */
+  float *q, *qu;  /* [QUERY_BLOCK, d_head] each */
+  float *kw, *vw; /* narrow memory, block path: one head's keys [d_head, mem_len] and
+                     values [mem_len, d_head] widened to F32 */
+  int width;      /* max_width: the single-query path's row stride of scores [H, width] */
+  int pos_width;  /* max_pos: the small-block path's row stride of pos [H, pos_width] */
 } xl_attn_scratch;
 
 /* Position products of several decode steps at once, over the model's cached table:

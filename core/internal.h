@@ -283,5 +283,28 @@ static inline void xl_vec_mix_rows(float *out, const float *p, size_t p_stride, 
                                    size_t ld, int n, int H, int dh) {
   xl_kern()->mix_rows(out, p, p_stride, rows, ld, n, H, dh);
 }
+/* xl_vec_dot_rows of 4 queries (rows of q, stride ldq) into rows of s (stride lds): the same
+ * numbers as 4 calls, by one pass over the rows where the family has the kernel */
+static inline void xl_vec_dot_rows4(const float *q, size_t ldq, int dh, const float *rows,
+                                    size_t ld, int n, float *s, size_t lds) {
+  const xl_kernels *k = xl_kern();
+  if (k->dot_rows4) {
+    k->dot_rows4(q, ldq, dh, rows, ld, n, s, lds);
+    return;
+  }
+  for (int i = 0; i < 4; i++) k->dot_rows(q + (size_t)i * ldq, dh, rows, ld, n, s + (size_t)i * lds);
+}
+/* xl_vec_mix_rows of 4 queries (out rows of stride ldo, probabilities of stride ldp) */
+static inline void xl_vec_mix_rows4(float *out, size_t ldo, const float *p, size_t ldp,
+                                    size_t p_stride, const float *rows, size_t ld, int n, int H,
+                                    int dh) {
+  const xl_kernels *k = xl_kern();
+  if (k->mix_rows4) {
+    k->mix_rows4(out, ldo, p, ldp, p_stride, rows, ld, n, H, dh);
+    return;
+  }
+  for (int i = 0; i < 4; i++)
+    k->mix_rows(out + (size_t)i * ldo, p + (size_t)i * ldp, p_stride, rows, ld, n, H, dh);
+}
 
 #endif /* XL_INTERNAL_H */

@@ -33,6 +33,15 @@ typedef struct xl_kernels {
   /* out[h*dh + i] += sum_j p[h*p_stride + j] rows[j*ld + h*dh + i], j = 0..n-1 in order */
   void (*mix_rows)(float *out, const float *p, size_t p_stride, const float *rows, size_t ld,
                    int n, int H, int dh);
+  /* dot_rows of 4 queries at once (each row read once for all 4): s[i * lds + j] =
+   * sum_k q[i * ldq + k] rows[k * ld + j], i < 4, each sum exactly as dot_rows computes it.
+   * NULL in a family without it (xl_vec_dot_rows4 then runs dot_rows per query). */
+  void (*dot_rows4)(const float *q, size_t ldq, int dh, const float *rows, size_t ld, int n,
+                    float *s, size_t lds);
+  /* mix_rows of 4 queries at once: out + i * ldo += the mix of probabilities p + i * ldp, i < 4,
+   * each sum exactly as mix_rows computes it (NULL: mix_rows per query) */
+  void (*mix_rows4)(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
+                    const float *rows, size_t ld, int n, int H, int dh);
   /* y[rows, dim] = LayerNorm(x) * g + b (biased variance, as torch) */
   void (*layer_norm)(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                      float *y);

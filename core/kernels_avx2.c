@@ -503,8 +503,17 @@ T static void add_bias_avx2(float *y, int rows, int n, int ldy, const float *b) 
   }
 }
 
-const xl_kernels xl_kernels_avx2 = {"avx2",        mm_avx2,       max_avx2,        exp_sum_avx2,
-                                    sum_exp_avx2,  dot_rows_avx2, mix_rows_avx2,   layer_norm_avx2,
-                                    relu_avx2,     add_bias_avx2};
+const xl_kernels xl_kernels_avx2 = {
+  .name = "avx2",
+  .matmul_nt = mm_avx2,
+  .max = max_avx2,
+  .exp_sum = exp_sum_avx2,
+  .sum_exp = sum_exp_avx2,
+  .dot_rows = dot_rows_avx2,
+  .mix_rows = mix_rows_avx2,
+  .layer_norm = layer_norm_avx2,
+  .relu = relu_avx2,
+  .add_bias = add_bias_avx2,
+};
 #undef T
 #endif /* __x86_64__ */

@@ -300,6 +300,86 @@ T static void mix_rows(float *out, const float *p, size_t p_stride, const float 
                   rows + (size_t)j * ld + (size_t)h * dh, dh);
 }
 
+/* dot_rows of 4 queries: each 64 columns of a row loaded once feed 16 accumulators (4 queries
+ * x 4 vectors); every sum is dot_rows_avx512's chain of FMAs over k from 0. */
+T static void dot_rows4_avx512(const float *q, size_t ldq, int dh, const float *rows, size_t ld,
+                               int n, float *s, size_t lds) {
+  const float *qi[4] = {q, q + ldq, q + 2 * ldq, q + 3 * ldq};
+  int j = 0;
+  for (; j + 64 <= n; j += 64) {
+    __m512 a[4][4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+      _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) a[i][v] = _mm512_setzero_ps();
+    const float *r = rows + j;
+    for (int k = 0; k < dh; k++, r += ld) {
+      const __m512 r0 = _mm512_loadu_ps(r), r1 = _mm512_loadu_ps(r + 16),
+                   r2 = _mm512_loadu_ps(r + 32), r3 = _mm512_loadu_ps(r + 48);
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        const __m512 qk = _mm512_set1_ps(qi[i][k]);
+        a[i][0] = _mm512_fmadd_ps(qk, r0, a[i][0]);
+        a[i][1] = _mm512_fmadd_ps(qk, r1, a[i][1]);
+        a[i][2] = _mm512_fmadd_ps(qk, r2, a[i][2]);
+        a[i][3] = _mm512_fmadd_ps(qk, r3, a[i][3]);
+      }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+      _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)
+        _mm512_storeu_ps(s + (size_t)i * lds + j + 16 * v, a[i][v]);
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    const float *r = rows + j;
+    for (int k = 0; k < dh; k++, r += ld) {
+      const __m512 rv = _mm512_maskz_loadu_ps(m, r);
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        a[i] = _mm512_fmadd_ps(_mm512_set1_ps(qi[i][k]), rv, a[i]);
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm512_mask_storeu_ps(s + (size_t)i * lds + j, m, a[i]);
+  }
+}
+
+/* mix_rows of 4 queries, NV vectors of each (16 * NV floats from base): each value row's
+ * vectors loaded once feed the 4 queries' accumulators; every sum is mix_chunk's chain of FMAs
+ * over j from the output's value. */
+#define MIX4_CHUNK(NV)                                                                         \
+  T static void mix4_chunk_##NV(float *out, size_t ldo, int base, const float *p, size_t ldp,  \
+                                size_t p_stride, const float *rows, size_t ld, int n, int dh) { \
+    __m512 acc[4][NV];                                                                         \
+    const float *ph[4][NV];                                                                    \
+    for (int i = 0; i < 4; i++)                                                                \
+      for (int v = 0; v < NV; v++) {                                                           \
+        acc[i][v] = _mm512_loadu_ps(out + (size_t)i * ldo + base + 16 * v);                    \
+        ph[i][v] = p + (size_t)i * ldp + (size_t)((base + 16 * v) / dh) * p_stride;            \
+      }                                                                                        \
+    const float *r = rows + base;                                                              \
+    for (int j = 0; j < n; j++, r += ld) {                                                     \
+      __m512 rv[NV];                                                                           \
+      for (int v = 0; v < NV; v++) rv[v] = _mm512_loadu_ps(r + 16 * v);                        \
+      for (int i = 0; i < 4; i++)                                                              \
+        for (int v = 0; v < NV; v++)                                                           \
+          acc[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(ph[i][v][j]), rv[v], acc[i][v]);          \
+    }                                                                                          \
+    for (int i = 0; i < 4; i++)                                                                \
+      for (int v = 0; v < NV; v++) _mm512_storeu_ps(out + (size_t)i * ldo + base + 16 * v, acc[i][v]); \
+  }
+MIX4_CHUNK(4)
+MIX4_CHUNK(1)
+#undef MIX4_CHUNK
+
+T static void mix_rows4_avx512(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
+                               const float *rows, size_t ld, int n, int H, int dh) {
+  const int hd = H * dh;
+  if (dh % 16) { /* heads off the lanes: mix_rows per query */
+    for (int i = 0; i < 4; i++)
+      mix_rows(out + (size_t)i * ldo, p + (size_t)i * ldp, p_stride, rows, ld, n, H, dh);
+    return;
+  }
+  int e = 0;
+  for (; e + 64 <= hd; e += 64) mix4_chunk_4(out, ldo, e, p, ldp, p_stride, rows, ld, n, dh);
+  for (; e < hd; e += 16) mix4_chunk_1(out, ldo, e, p, ldp, p_stride, rows, ld, n, dh);
+}
+
 T static float sum_exp_avx512(const float *x, int n, float shift) {
   __m512 s = _mm512_setzero_ps(), sh = _mm512_set1_ps(shift);
   int i = 0;
@@ -370,9 +450,19 @@ T static void add_bias(float *y, int rows, int n, int ldy, const float *b) {
   }
 }
 
-const xl_kernels xl_kernels_avx512 = {"avx512",       mm_avx512,      max_avx512,
-                                      exp_sum_avx512, sum_exp_avx512, dot_rows_avx512,
-                                      mix_rows,       layer_norm,     relu,
-                                      add_bias};
+const xl_kernels xl_kernels_avx512 = {
+  .name = "avx512",
+  .matmul_nt = mm_avx512,
+  .max = max_avx512,
+  .exp_sum = exp_sum_avx512,
+  .sum_exp = sum_exp_avx512,
+  .dot_rows = dot_rows_avx512,
+  .mix_rows = mix_rows,
+  .layer_norm = layer_norm,
+  .relu = relu,
+  .add_bias = add_bias,
+  .dot_rows4 = dot_rows4_avx512,
+  .mix_rows4 = mix_rows4_avx512,
+};
 #undef T
 #endif /* __x86_64__ */

@@ -364,7 +364,16 @@ static void add_bias_neon(float *y, int rows, int n, int ldy, const float *b) {
   }
 }
 
-const xl_kernels xl_kernels_neon = {"neon",        mm_neon,       max_neon,      exp_sum_neon,
-                                    sum_exp_neon,  dot_rows_neon, mix_rows_neon, layer_norm_neon,
-                                    relu_neon,     add_bias_neon};
+const xl_kernels xl_kernels_neon = {
+  .name = "neon",
+  .matmul_nt = mm_neon,
+  .max = max_neon,
+  .exp_sum = exp_sum_neon,
+  .sum_exp = sum_exp_neon,
+  .dot_rows = dot_rows_neon,
+  .mix_rows = mix_rows_neon,
+  .layer_norm = layer_norm_neon,
+  .relu = relu_neon,
+  .add_bias = add_bias_neon,
+};
 #endif /* __aarch64__ */

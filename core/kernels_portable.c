@@ -113,5 +113,15 @@ static void add_bias(float *y, int rows, int n, int ldy, const float *b) {
   }
 }
 
-const xl_kernels xl_kernels_portable = {"portable", matmul_nt, vmax,     exp_sum,  sum_exp, dot_rows,
-                                        mix_rows,   layer_norm, relu, add_bias};
+const xl_kernels xl_kernels_portable = {
+  .name = "portable",
+  .matmul_nt = matmul_nt,
+  .max = vmax,
+  .exp_sum = exp_sum,
+  .sum_exp = sum_exp,
+  .dot_rows = dot_rows,
+  .mix_rows = mix_rows,
+  .layer_norm = layer_norm,
+  .relu = relu,
+  .add_bias = add_bias,
+};

@@ -172,6 +172,22 @@ static void check_attention_products(const xl_kernels *k) {
       }
     }
   CHECK(bad == 0);
+  /* dot_rows4: four queries in one pass, each bit for bit dot_rows (or no such kernel) */
+  bad = 0;
+  if (k->dot_rows4)
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+      for (size_t b = 0; b < sizeof dhs / sizeof *dhs; b++) {
+        int n = ns[a], dh = dhs[b];
+        float q4[4 * 41], s4[4 * 141], one[140];
+        fill(q4, 4 * 41, 8);
+        fill(s4, 4 * 141, 9);
+        k->dot_rows4(q4, 41, dh, rows, 140, n, s4, 141);
+        for (int i = 0; i < 4; i++) {
+          k->dot_rows(q4 + i * 41, dh, rows, 140, n, one);
+          if (memcmp(one, s4 + i * 141, (size_t)n * sizeof *one)) bad++;
+        }
+      }
+  CHECK(bad == 0);
   /* mix_rows: out[h*dh+i] += sum_j p[h][j] rows[j][h*dh+i], head sizes on and off the lanes */
   static const int Hs[] = {1, 2, 3, 8, 12};
   static const int mdh[] = {4, 6, 8, 16, 32, 64, 96};
@@ -196,6 +212,28 @@ static void check_attention_products(const xl_kernels *k) {
       free(v);
       free(out);
       free(ref);
+    }
+  CHECK(bad == 0);
+  /* mix_rows4: four queries in one pass, each bit for bit mix_rows (or no such kernel) */
+  bad = 0;
+  for (size_t a = 0; k->mix_rows4 && a < sizeof Hs / sizeof *Hs; a++)
+    for (size_t b = 0; b < sizeof mdh / sizeof *mdh; b++) {
+      const int H = Hs[a], dh = mdh[b], hd = H * dh, n = 13;
+      const size_t ldo = (size_t)hd + 3, ldp = (size_t)H * 21;
+      float *p4 = malloc(4 * ldp * sizeof *p4), *v = malloc((size_t)n * hd * sizeof *v),
+            *out4 = malloc(4 * ldo * sizeof *out4), *want = malloc(4 * ldo * sizeof *want);
+      fill(p4, 4 * ldp, 10);
+      fill(v, (size_t)n * hd, 12);
+      fill(out4, 4 * ldo, 11);
+      memcpy(want, out4, 4 * ldo * sizeof *want);
+      for (int i = 0; i < 4; i++) k->mix_rows(want + i * ldo, p4 + i * ldp, 20, v, (size_t)hd, n, H, dh);
+      k->mix_rows4(out4, ldo, p4, ldp, 20, v, (size_t)hd, n, H, dh);
+      for (int i = 0; i < 4; i++)
+        if (memcmp(want + i * ldo, out4 + i * ldo, (size_t)hd * sizeof *want)) bad++;
+      free(p4);
+      free(v);
+      free(out4);
+      free(want);
     }
   CHECK(bad == 0);
 }
