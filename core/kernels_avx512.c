@@ -312,6 +312,12 @@ T static void dot_rows4_avx512(const float *q, size_t ldq, int dh, const float *
       _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) a[i][v] = _mm512_setzero_ps();
     const float *r = rows + j;
     for (int k = 0; k < dh; k++, r += ld) {
+      /* the next block's lines of this row: the rows are far apart, so no hardware stream
+       * finds them (integer addresses: past the end they are only hints) */
+      _mm_prefetch((const char *)((uintptr_t)r + 256), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)r + 320), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)r + 384), _MM_HINT_T0);
+      _mm_prefetch((const char *)((uintptr_t)r + 448), _MM_HINT_T0);
       const __m512 r0 = _mm512_loadu_ps(r), r1 = _mm512_loadu_ps(r + 16),
                    r2 = _mm512_loadu_ps(r + 32), r3 = _mm512_loadu_ps(r + 48);
       _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
