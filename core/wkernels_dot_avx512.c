@@ -13,7 +13,8 @@
  * bf16 with AVX-512 BF16: each activation row is rounded to bf16 once per call
  * (vcvtne2ps2bf16); one vdpbf16ps adds 2 weights x 2 activations into each of 16 outputs.
  * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
- * at a time: each row's arithmetic is the same in any tile and alone. Compiled with target attributes; used only when the CPU
+ * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, whose four streams
+ * keep more of DRAM's latency covered: each row's arithmetic is the same in any tile and alone. Compiled with target attributes; used only when the CPU
  * has the instructions (xl_q8p_wanted, xl_bf16p_wanted). Any thread.
  */
 #if defined(__x86_64__)
@@ -63,19 +64,19 @@ T void quantize_row(const float *x, int K, int kp, int8_t *xq, float *sx, int32_
 
 /* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP) */
 T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, const int32_t *corr,
-            int nb, const uint8_t *P, const float *S, int p, __m512 out[RB][2]) {
-  __m512 facc[RB][2];
-  __m512i iacc[RB][2];
+            int nb, const uint8_t *P, const float *S, int p, __m512 out[RB][4]) {
+  __m512 facc[RB][4];
+  __m512i iacc[RB][4];
   for (int i = 0; i < R; i++)
     for (int j = 0; j < NP; j++) facc[i][j] = _mm512_setzero_ps(), iacc[i][j] = _mm512_setzero_si512();
-  const uint8_t *w[2];
+  const uint8_t *w[4];
   for (int j = 0; j < NP; j++) w[j] = P + (size_t)(p + j) * kp * XL_Q8P_ROWS / (q4 ? 2 : 1);
   const __m512i low4 = _mm512_set1_epi8(15);
   for (int b = 0; b < nb; b++) {
     /* int4: 64 bytes a group of 8 columns, low nibbles columns 0-3, high 4-7 */
     for (int g = 0; q4 && g < XL_Q8_BLOCK / 8; g++) {
       const size_t at = ((size_t)b * (XL_Q8_BLOCK / 8) + (size_t)g) * 64;
-      __m512i lo[2], hi[2];
+      __m512i lo[4], hi[4];
       for (int j = 0; j < NP; j++) {
         _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
         const __m512i a = _mm512_loadu_si512((const void *)(w[j] + at));
@@ -93,7 +94,7 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
     }
     for (int g = 0; !q4 && g < XL_Q8_BLOCK / 4; g++) {
       const size_t at = ((size_t)b * (XL_Q8_BLOCK / 4) + (size_t)g) * 64;
-      __m512i a[2];
+      __m512i a[4];
       for (int j = 0; j < NP; j++) {
         _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
         a[j] = _mm512_loadu_si512((const void *)(w[j] + at));
@@ -105,7 +106,7 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
         for (int j = 0; j < NP; j++) iacc[i][j] = _mm512_dpbusd_epi32(iacc[i][j], a[j], xb);
       }
     }
-    __m512 sw[2];
+    __m512 sw[4];
     for (int j = 0; j < NP; j++) sw[j] = _mm512_loadu_ps(S + ((size_t)(p + j) * nb + b) * XL_Q8P_ROWS);
     for (int i = 0; i < R; i++) {
       const __m512i c = _mm512_set1_epi32(corr[(size_t)i * nb + b] / (q4 ? 16 : 1));
@@ -153,12 +154,24 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
     for (int r = r0; r < r1; r++)
       quantize_row(x + (size_t)r * ldx, K, kp, xq + (size_t)(r - r0) * kp, sx + (size_t)(r - r0) * nb,
                    corr + (size_t)(r - r0) * nb);
+    if (r1 - r0 == 1) { /* a lone row (decode): four panels a pass, more streams in flight */
+      for (int p = p_begin; p < p_end; p += 4) {
+        const int np = p_end - p < 4 ? p_end - p : 4;
+        __m512 out[RB][4];
+        if (np == 4) tile(q4, 1, 4, xq, kp, sx, corr, nb, P, S, p, out);
+        else if (np == 3) tile(q4, 1, 3, xq, kp, sx, corr, nb, P, S, p, out);
+        else if (np == 2) tile(q4, 1, 2, xq, kp, sx, corr, nb, P, S, p, out);
+        else tile(q4, 1, 1, xq, kp, sx, corr, nb, P, S, p, out);
+        for (int j = 0; j < np; j++) store_panel(out[0][j], p + j, row0, N, y + (size_t)r0 * ldy);
+      }
+      continue;
+    }
     for (int p = p_begin; p < p_end; p += 2) {
       const int np = p + 1 < p_end ? 2 : 1;
       for (int r = r0; r < r1;) {
         const int R = r1 - r >= RB ? RB : 1;
         const size_t q = (size_t)(r - r0);
-        __m512 out[RB][2];
+        __m512 out[RB][4];
         if (R == RB && np == 2) tile(q4, RB, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
         else if (R == RB) tile(q4, RB, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
         else if (np == 2) tile(q4, 1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
