@@ -12,9 +12,9 @@
  *
  * Three paths: a block of queries (prefill, segments) uses GEMMs per head; a single query (a
  * decode step) streams each memory key row and value row once for all heads; a short block
- * continuing a memory (a chat turn's prompt) takes the single-query path query by query, four
- * queries sharing each pass over an F32 memory, where GEMMs would spend more on packing the
- * memory than on their few rows. A memory stored narrower than F32 (bf16, int8) is widened per
+ * continuing a memory (a chat turn's prompt) takes the single-query path, four queries sharing
+ * each pass over the memory, where GEMMs would spend more on packing the memory than on their
+ * few rows. A memory stored narrower than F32 (bf16, int8) is widened per
  * head into scratch for the block path, and read in place by the narrow-memory kernels
  * (kvkernels.h) on the others. Which path an item takes depends only on the item (its length,
  * its memory), never on the batch around it.
@@ -181,6 +181,55 @@ static void key_products(const xl_kv_kernels *kk, const xl_kv_layer *K, const fl
   }
 }
 
+/* key_products of 4 queries (q + i * ldq) into s + i * lds, i < 4: the table's rows read once
+ * for the four where the family has the kernel, else key_products per query (the same numbers
+ * either way). */
+static void key_products4(const xl_kv_kernels *kk, const xl_kv_layer *K, const float *q, size_t ldq,
+                          int dh, int h, int col, int n, float *s, size_t lds) {
+  const size_t at = (size_t)h * dh * K->M + (size_t)col;
+  if (K->dtype == XL_KV_F32) {
+    xl_vec_dot_rows4(q, ldq, dh, (const float *)(const void *)K->keys + at, (size_t)K->M, n, s,
+                     lds);
+  } else if (K->dtype == XL_KV_BF16 && kk->dot_rows4_bf16) {
+    kk->dot_rows4_bf16(q, ldq, dh, (const uint16_t *)(const void *)K->keys + at, (size_t)K->M, n, s,
+                       lds);
+  } else if (K->dtype == XL_KV_INT8 && kk->dot_rows4_i8) {
+    kk->dot_rows4_i8(q, ldq, dh, (const int8_t *)K->keys + at, (size_t)K->M,
+                     (const float *)(const void *)K->kscale + (size_t)h * K->M + col, n, s, lds);
+  } else {
+    for (int i = 0; i < 4; i++)
+      key_products(kk, K, q + (size_t)i * ldq, dh, h, col, n, s + (size_t)i * lds);
+  }
+}
+
+/* The value mix of 4 queries over n memory rows from slot (all heads): out + i * ldo += the
+ * rows weighted by probabilities p + i * ldp (row stride ps per head), i < 4. */
+static void value_mix4(const xl_kv_kernels *kk, const xl_kv_layer *mem, const xl_state *st, int H,
+                       int hd, int dh, size_t slot, int n, const float *p, size_t ldp, size_t ps,
+                       float *out, size_t ldo) {
+  if (st->dtype == XL_KV_F32) {
+    xl_vec_mix_rows4(out, ldo, p, ldp, ps, (const float *)(const void *)mem->vals + slot * hd,
+                     (size_t)hd, n, H, dh);
+  } else if (st->dtype == XL_KV_BF16 && kk->mix_rows4_bf16) {
+    kk->mix_rows4_bf16(out, ldo, p, ldp, ps, (const uint16_t *)(const void *)mem->vals + slot * hd,
+                       (size_t)hd, n, H, dh);
+  } else if (st->dtype == XL_KV_INT8 && kk->mix_rows4_i8) {
+    kk->mix_rows4_i8(out, ldo, p, ldp, ps, (const int8_t *)mem->vals + slot * hd, (size_t)hd,
+                     (const float *)(const void *)mem->vscale + slot * H, (size_t)H, n, H, dh);
+  } else {
+    for (int i = 0; i < 4; i++) {
+      float *o = out + (size_t)i * ldo;
+      const float *pi = p + (size_t)i * ldp;
+      if (st->dtype == XL_KV_BF16)
+        kk->mix_rows_bf16(o, pi, ps, (const uint16_t *)(const void *)mem->vals + slot * hd,
+                          (size_t)hd, n, H, dh);
+      else
+        kk->mix_rows_i8(o, pi, ps, (const int8_t *)mem->vals + slot * hd, (size_t)hd,
+                        (const float *)(const void *)mem->vscale + slot * H, (size_t)H, n, H, dh);
+    }
+  }
+}
+
 /* Heads [h0, h1) of query r of the item (key index a = mlen + r): scores, position term and
  * softmax per head into sc->scores rows h (stride sc->width), then the value rows mixed into
  * those heads' columns of output row r. Keys are the memory's [lo, mlen) read in place in its
@@ -262,9 +311,10 @@ static void query_positions(const xl_model *m, int layer, const xl_attn_item *it
     key_products(xl_kv_kern(), T, q + (size_t)h * dh, dh, h, 0, n_pos, pos + (size_t)h * stride);
 }
 
-/* Queries [r, r + 4) of a small block over an F32 memory and table, all allowed the same first
- * key lo: the memory's key rows, the table's rows and the value rows are each read once for
- * the four (xl_vec_dot_rows4, xl_vec_mix_rows4: each number as attend_query computes it).
+/* Queries [r, r + 4) of a small block, all allowed the same first key lo: the memory's key
+ * rows, the table's rows and the value rows are each read once for the four where the family
+ * has the four-query kernels (key_products4, value_mix4: each number as attend_query computes
+ * it, so how a block is grouped never changes a result).
  * Query i's pos at sc->pos [i, H, stride], its scores at sc->scores [i, H, width]. */
 static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl_attn_scratch *sc,
                         int r, int lo) {
@@ -277,7 +327,8 @@ static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl
   const size_t pq = (size_t)H * stride, sq = (size_t)H * ps; /* per query: pos, scores */
   const float scale = (float)(1.0 / sqrt((double)dh));
   const xl_kv_layer mem = xl_state_layer(st, layer);
-  const xl_kv_layer *T = &L->pos_keys;
+  const xl_kv_layer *T = &L->pos_keys; /* [H*Dh][n_pos_cached] */
+  const xl_kv_kernels *kk = xl_kv_kern();
   const float *q = it->qkv + (size_t)r * row_stride;
   const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
   const int j_new = lo > mlen ? lo : mlen;
@@ -286,9 +337,8 @@ static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl
   /* position products: the longest query's distances for all four (each product the same) */
   const int n_pos = xl_pos_rows_needed(m, mlen + r + 4);
   for (int h = 0; h < H; h++)
-    xl_vec_dot_rows4(q + (size_t)h * dh, row_stride, dh,
-                     (const float *)(const void *)T->keys + (size_t)h * dh * T->M, (size_t)T->M,
-                     n_pos, sc->pos + (size_t)h * stride, pq);
+    key_products4(kk, T, q + (size_t)h * dh, row_stride, dh, h, 0, n_pos,
+                  sc->pos + (size_t)h * stride, pq);
   for (int h = 0; h < H; h++) {
     const float *u = L->r_w_bias + (size_t)h * dh;
     for (int i = 0; i < 4; i++)
@@ -297,10 +347,8 @@ static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl
     float *s0 = sc->scores + (size_t)h * ps; /* query i: s0 + i * sq, keys lo.. */
     for (int ri = 0; ri < n_runs; ri++)
       if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
-        xl_vec_dot_rows4(sc->qu, (size_t)dh, dh,
-                         (const float *)(const void *)mem.keys + (size_t)h * dh * mem.M +
-                             runs[ri].slot + (k0 - runs[ri].first),
-                         (size_t)mem.M, cnt, s0 + (k0 - lo), sq);
+        key_products4(kk, &mem, sc->qu, (size_t)dh, dh, h, runs[ri].slot + (k0 - runs[ri].first),
+                      cnt, s0 + (k0 - lo), sq);
     for (int i = 0; i < 4; i++) {
       const int a = mlen + r + i;
       float *s = s0 + (size_t)i * sq;
@@ -319,10 +367,8 @@ static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl
   memset(out, 0, 4 * (size_t)hd * sizeof *out);
   for (int ri = 0; ri < n_runs; ri++)
     if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
-      xl_vec_mix_rows4(out, (size_t)hd, sc->scores + (k0 - lo), sq, ps,
-                       (const float *)(const void *)mem.vals +
-                           (size_t)(runs[ri].slot + (k0 - runs[ri].first)) * hd,
-                       (size_t)hd, cnt, H, dh);
+      value_mix4(kk, &mem, st, H, hd, dh, (size_t)(runs[ri].slot + (k0 - runs[ri].first)), cnt,
+                 sc->scores + (k0 - lo), sq, ps, out, (size_t)hd);
   for (int i = 0; i < 4; i++) {
     const int a = mlen + r + i;
     xl_vec_mix_rows(out + (size_t)i * hd, sc->scores + (size_t)i * sq + (j_new - lo), ps,
@@ -332,14 +378,13 @@ static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl
 
 /* A small block of queries (a short prompt continuing a memory, e.g. a chat turn, or the turn
  * after a cached prefix): the single-query kernels, which read the memory in place in its
- * dtype, instead of GEMMs whose packing costs more than their few rows save; over an F32
- * memory, four queries at a time share each pass over the rows. The position products come
- * from the model's cached table (the caller checks it covers the block). */
+ * dtype, instead of GEMMs whose packing costs more than their few rows save; four queries at a
+ * time share each pass over the rows (while they are allowed the same first key). The position
+ * products come from the model's cached table (the caller checks it covers the block). */
 static void attend_small_block(const xl_model *m, int layer, const xl_attn_item *it,
                                xl_attn_scratch *sc) {
   const int H = m->cfg.n_head, mlen = it->state->len;
-  const int four = it->state->dtype == XL_KV_F32 && m->layers[layer].pos_keys.dtype == XL_KV_F32 &&
-                   4 * H <= QUERY_BLOCK;
+  const int four = 4 * H <= QUERY_BLOCK;
   for (int r = 0; r < it->n;) {
     const int lo = first_key(m, mlen + r);
     if (four && r + 4 <= it->n && first_key(m, mlen + r + 3) == lo) {

@@ -31,6 +31,19 @@ typedef struct xl_kv_kernels {
   /* out[h*dh + i] += sum_j (p[h*p_stride + j] * scale[j*s_stride + h]) * rows[j*ld + h*dh + i] */
   void (*mix_rows_i8)(float *out, const float *p, size_t p_stride, const int8_t *rows, size_t ld,
                       const float *scale, size_t s_stride, int n, int H, int dh);
+  /* The same for 4 queries at once, each row widened once for the four: queries q + i * ldq,
+   * sums into s + i * lds (dot), outputs out + i * ldo with probabilities p + i * ldp (mix),
+   * i < 4; each number exactly as the single-query entry computes it. NULL in a family without
+   * them (the caller then runs the single-query entry per query). */
+  void (*dot_rows4_bf16)(const float *q, size_t ldq, int dh, const uint16_t *rows, size_t ld,
+                         int n, float *s, size_t lds);
+  void (*dot_rows4_i8)(const float *q, size_t ldq, int dh, const int8_t *rows, size_t ld,
+                       const float *scale, int n, float *s, size_t lds);
+  void (*mix_rows4_bf16)(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
+                         const uint16_t *rows, size_t ld, int n, int H, int dh);
+  void (*mix_rows4_i8)(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
+                       const int8_t *rows, size_t ld, const float *scale, size_t s_stride, int n,
+                       int H, int dh);
 } xl_kv_kernels;
 
 extern const xl_kv_kernels xl_kv_kernels_portable;

@@ -118,6 +118,9 @@ static void mix_rows_i8(float *out, const float *p, size_t p_stride, const int8_
   }
 }
 
-const xl_kv_kernels xl_kv_kernels_neon = {"neon", dot_rows_bf16, dot_rows_i8, mix_rows_bf16,
-                                          mix_rows_i8};
+const xl_kv_kernels xl_kv_kernels_neon = {.name = "neon",
+                                          .dot_rows_bf16 = dot_rows_bf16,
+                                          .dot_rows_i8 = dot_rows_i8,
+                                          .mix_rows_bf16 = mix_rows_bf16,
+                                          .mix_rows_i8 = mix_rows_i8};
 #endif /* __aarch64__ */

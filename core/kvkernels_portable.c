@@ -47,8 +47,11 @@ static void mix_rows_i8(float *out, const float *p, size_t p_stride, const int8_
     }
 }
 
-const xl_kv_kernels xl_kv_kernels_portable = {"portable", dot_rows_bf16, dot_rows_i8,
-                                              mix_rows_bf16, mix_rows_i8};
+const xl_kv_kernels xl_kv_kernels_portable = {.name = "portable",
+                                              .dot_rows_bf16 = dot_rows_bf16,
+                                              .dot_rows_i8 = dot_rows_i8,
+                                              .mix_rows_bf16 = mix_rows_bf16,
+                                              .mix_rows_i8 = mix_rows_i8};
 
 const xl_kv_kernels *xl_kv_kern(void) {
   const xl_kernels *k = xl_kern();

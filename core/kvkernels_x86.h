@@ -132,4 +132,131 @@ T static void mix_rows_i8(float *out, const float *p, size_t p_stride, const int
   MIX_ROWS(widen_i8, AS_FLOAT, p[(size_t)h * p_stride + j] * scale[(size_t)j * s_stride + h]);
 }
 
-const xl_kv_kernels KV_TABLE = {KV_NAME, dot_rows_bf16, dot_rows_i8, mix_rows_bf16, mix_rows_i8};
+/* Four queries (a short prompt's block over a memory): DOT_ROWS and MIX_ROWS with each group of
+ * rows widened once and used by the four, every number computed as the single-query loops
+ * compute it (the same fused multiply-adds in the same order from the same start). */
+#define DOT_ROWS4(WIDEN, SCALAR)                                                                   \
+  do {                                                                                             \
+    const int nv = n & ~(LANES - 1);                                                               \
+    for (int i = 0; i < 4; i++)                                                                    \
+      for (int j = 0; j < n; j++) s[(size_t)i * lds + j] = 0.0f;                                   \
+    int k = 0;                                                                                     \
+    for (; k + KEY_ROWS <= dh; k += KEY_ROWS) {                                                    \
+      __typeof__(rows) r[KEY_ROWS];                                                                \
+      for (int kk = 0; kk < KEY_ROWS; kk++) r[kk] = rows + (size_t)(k + kk) * ld;                  \
+      for (int j = 0; j < nv; j += LANES) {                                                        \
+        if (!((j * sizeof *rows) & 63))                                                            \
+          for (int kk = 0; kk < KEY_ROWS; kk++) PREFETCH(r[kk] + j, KEY_ROWS * ld * sizeof *rows); \
+        VF w[KEY_ROWS];                                                                            \
+        for (int kk = 0; kk < KEY_ROWS; kk++) w[kk] = WIDEN(r[kk] + j);                            \
+        for (int i = 0; i < 4; i++) {                                                              \
+          const float *qi = q + (size_t)i * ldq + k;                                               \
+          float *si = s + (size_t)i * lds + j;                                                     \
+          VF a = VLOAD(si);                                                                        \
+          for (int kk = 0; kk < KEY_ROWS; kk++) a = VFMA(VSET1(qi[kk]), w[kk], a);                 \
+          VSTORE(si, a);                                                                           \
+        }                                                                                          \
+      }                                                                                            \
+      for (int i = 0; i < 4; i++)                                                                  \
+        for (int j = nv; j < n; j++) {                                                             \
+          float a = s[(size_t)i * lds + j];                                                        \
+          for (int kk = 0; kk < KEY_ROWS; kk++)                                                    \
+            a = fmaf(q[(size_t)i * ldq + k + kk], SCALAR(r[kk][j]), a);                            \
+          s[(size_t)i * lds + j] = a;                                                              \
+        }                                                                                          \
+    }                                                                                              \
+    for (; k < dh; k++) {                                                                          \
+      __typeof__(rows) r = rows + (size_t)k * ld;                                                  \
+      for (int i = 0; i < 4; i++) {                                                                \
+        const float qk1 = q[(size_t)i * ldq + k];                                                  \
+        const VF qk = VSET1(qk1);                                                                  \
+        float *si = s + (size_t)i * lds;                                                           \
+        for (int j = 0; j < nv; j += LANES) VSTORE(si + j, VFMA(qk, WIDEN(r + j), VLOAD(si + j))); \
+        for (int j = nv; j < n; j++) si[j] = fmaf(qk1, SCALAR(r[j]), si[j]);                       \
+      }                                                                                            \
+    }                                                                                              \
+  } while (0)
+
+T static void dot_rows4_bf16(const float *q, size_t ldq, int dh, const uint16_t *rows, size_t ld,
+                             int n, float *s, size_t lds) {
+  DOT_ROWS4(widen_bf16, xl_bf16_to_f32);
+}
+
+T static void dot_rows4_i8(const float *q, size_t ldq, int dh, const int8_t *rows, size_t ld,
+                           const float *scale, int n, float *s, size_t lds) {
+  DOT_ROWS4(widen_i8, AS_FLOAT);
+  for (int i = 0; i < 4; i++) {
+    float *si = s + (size_t)i * lds;
+    int j = 0;
+    for (; j + LANES <= n; j += LANES) VSTORE(si + j, VMUL(VLOAD(si + j), VLOAD(scale + j)));
+    for (; j < n; j++) si[j] *= scale[j];
+  }
+}
+
+/* MIX_ROWS of 4 queries where its vector path applies (dh a multiple of LANES, at most
+ * MIX_MAX_HEADS heads); else the single-query loop per query. WEIGHT(i) is query i's weight
+ * of row j in head h. */
+#define MIX_ROWS4(WIDEN, SINGLE, WEIGHT)                                                           \
+  do {                                                                                             \
+    if (dh % LANES || H > MIX_MAX_HEADS) {                                                         \
+      for (int i = 0; i < 4; i++) SINGLE;                                                          \
+      return;                                                                                      \
+    }                                                                                              \
+    float w[4][VALUE_ROWS][MIX_MAX_HEADS];                                                         \
+    for (int j0 = 0; j0 < n; j0 += VALUE_ROWS) {                                                   \
+      const int nr = n - j0 < VALUE_ROWS ? n - j0 : VALUE_ROWS;                                    \
+      for (int i = 0; i < 4; i++)                                                                  \
+        for (int t = 0; t < nr; t++)                                                               \
+          for (int h = 0; h < H; h++) {                                                            \
+            const int j = j0 + t;                                                                  \
+            w[i][t][h] = WEIGHT(i);                                                                \
+          }                                                                                        \
+      const __typeof__(rows) r0 = rows + (size_t)j0 * ld;                                          \
+      for (int h = 0; h < H; h++) {                                                                \
+        for (int t = 0; t < VALUE_ROWS; t++)                                                       \
+          for (size_t b = 0; b < dh * sizeof *rows; b += 64)                                       \
+            PREFETCH(r0 + (size_t)(PF_VALS + t) * ld + (size_t)h * dh, b);                         \
+        for (int e = h * dh; e < (h + 1) * dh; e += LANES) {                                       \
+          VF v[VALUE_ROWS];                                                                        \
+          for (int t = 0; t < nr; t++) v[t] = WIDEN(r0 + (size_t)t * ld + e);                      \
+          for (int i = 0; i < 4; i++) {                                                            \
+            float *oi = out + (size_t)i * ldo + e;                                                 \
+            VF a = VLOAD(oi);                                                                      \
+            for (int t = 0; t < nr; t++) a = VFMA(VSET1(w[i][t][h]), v[t], a);                     \
+            VSTORE(oi, a);                                                                         \
+          }                                                                                        \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+  } while (0)
+
+#define W4_BF16(i) p[(size_t)(i) * ldp + (size_t)h * p_stride + j]
+#define W4_I8(i) (p[(size_t)(i) * ldp + (size_t)h * p_stride + j] * scale[(size_t)j * s_stride + h])
+
+T static void mix_rows4_bf16(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
+                             const uint16_t *rows, size_t ld, int n, int H, int dh) {
+  MIX_ROWS4(widen_bf16,
+            mix_rows_bf16(out + (size_t)i * ldo, p + (size_t)i * ldp, p_stride, rows, ld, n, H, dh),
+            W4_BF16);
+}
+
+T static void mix_rows4_i8(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
+                           const int8_t *rows, size_t ld, const float *scale, size_t s_stride,
+                           int n, int H, int dh) {
+  MIX_ROWS4(widen_i8,
+            mix_rows_i8(out + (size_t)i * ldo, p + (size_t)i * ldp, p_stride, rows, ld, scale,
+                        s_stride, n, H, dh),
+            W4_I8);
+}
+#undef W4_BF16
+#undef W4_I8
+
+const xl_kv_kernels KV_TABLE = {.name = KV_NAME,
+                                .dot_rows_bf16 = dot_rows_bf16,
+                                .dot_rows_i8 = dot_rows_i8,
+                                .mix_rows_bf16 = mix_rows_bf16,
+                                .mix_rows_i8 = mix_rows_i8,
+                                .dot_rows4_bf16 = dot_rows4_bf16,
+                                .dot_rows4_i8 = dot_rows4_i8,
+                                .mix_rows4_bf16 = mix_rows4_bf16,
+                                .mix_rows4_i8 = mix_rows4_i8};

@@ -91,6 +91,58 @@ static void kernels_case(int H, int dh, int n, size_t ld, size_t ld2, size_t ps,
   free(om), free(kb), free(vb), free(ki), free(vi);
 }
 
+/* One shape: the family's four-query entries (where it has them) against its single-query
+ * entries run per query, bit for bit: queries [4][dh + 1], sums [4][n + 3], outputs
+ * [4][hd + 2], probabilities [4][H * ps + 1]; keys, rows and scales as kernels_case. */
+static void four_queries_case(int H, int dh, int n, size_t ld, size_t ld2, size_t ps, size_t ss) {
+  const xl_kv_kernels *k = xl_kv_kern();
+  if (!k->dot_rows4_bf16 || !k->dot_rows4_i8 || !k->mix_rows4_bf16 || !k->mix_rows4_i8) return;
+  const int hd = H * dh;
+  const size_t ldq = (size_t)dh + 1, lds = (size_t)n + 3, ldo = (size_t)hd + 2,
+               ldp = (size_t)H * ps + 1;
+  float *q = malloc(4 * ldq * 4), *s4 = malloc(4 * lds * 4), *s1 = malloc((size_t)n * 4),
+        *sc = malloc((size_t)n * 4), *p = malloc(4 * ldp * 4), *vs = malloc((size_t)n * ss * 4),
+        *o4 = malloc(4 * ldo * 4), *o1 = malloc(4 * ldo * 4);
+  uint16_t *kb = malloc((size_t)dh * ld * 2), *vb = malloc((size_t)n * ld2 * 2);
+  int8_t *ki = malloc((size_t)dh * ld), *vi = malloc((size_t)n * ld2);
+  for (size_t i = 0; i < 4 * ldq; i++) q[i] = frand();
+  for (size_t i = 0; i < (size_t)dh * ld; i++) {
+    kb[i] = xl_f32_to_bf16(frand() * 3.0f);
+    ki[i] = (int8_t)(int)(frand() * 127.0f);
+  }
+  for (size_t i = 0; i < (size_t)n * ld2; i++) {
+    vb[i] = xl_f32_to_bf16(frand() * 3.0f);
+    vi[i] = (int8_t)(int)(frand() * 127.0f);
+  }
+  for (int j = 0; j < n; j++) sc[j] = 0.01f + 0.02f * (frand() + 1.0f);
+  for (size_t i = 0; i < 4 * ldp; i++) p[i] = (frand() + 1.0f) * 0.5f;
+  for (size_t i = 0; i < (size_t)n * ss; i++) vs[i] = 0.01f + 0.02f * (frand() + 1.0f);
+  int bad = 0;
+  k->dot_rows4_bf16(q, ldq, dh, kb, ld, n, s4, lds);
+  for (int i = 0; i < 4; i++) {
+    k->dot_rows_bf16(q + i * ldq, dh, kb, ld, n, s1);
+    bad += memcmp(s1, s4 + i * lds, (size_t)n * 4) != 0;
+  }
+  k->dot_rows4_i8(q, ldq, dh, ki, ld, sc, n, s4, lds);
+  for (int i = 0; i < 4; i++) {
+    k->dot_rows_i8(q + i * ldq, dh, ki, ld, sc, n, s1);
+    bad += memcmp(s1, s4 + i * lds, (size_t)n * 4) != 0;
+  }
+  for (size_t e = 0; e < 4 * ldo; e++) o4[e] = o1[e] = frand();
+  k->mix_rows4_bf16(o4, ldo, p, ldp, ps, vb, ld2, n, H, dh);
+  for (int i = 0; i < 4; i++) k->mix_rows_bf16(o1 + i * ldo, p + i * ldp, ps, vb, ld2, n, H, dh);
+  for (int i = 0; i < 4; i++) bad += memcmp(o1 + i * ldo, o4 + i * ldo, (size_t)hd * 4) != 0;
+  for (size_t e = 0; e < 4 * ldo; e++) o4[e] = o1[e] = frand();
+  k->mix_rows4_i8(o4, ldo, p, ldp, ps, vi, ld2, vs, ss, n, H, dh);
+  for (int i = 0; i < 4; i++)
+    k->mix_rows_i8(o1 + i * ldo, p + i * ldp, ps, vi, ld2, vs, ss, n, H, dh);
+  for (int i = 0; i < 4; i++) bad += memcmp(o1 + i * ldo, o4 + i * ldo, (size_t)hd * 4) != 0;
+  CHECK(bad == 0);
+  if (bad) fprintf(stderr, "  four queries: H %d dh %d n %d\n", H, dh, n);
+  free(q), free(s4), free(s1), free(sc), free(p), free(vs), free(o4), free(o1);
+  free(kb), free(vb), free(ki), free(vi);
+}
+
 /* Ragged lengths and head sizes, 3 heads; strides past the rows (keys [dh][n + 5], value rows
  * [n][hd + 3], probabilities [H][n + 2], value scales [n][H + 1]). */
 static void test_kernels_match_portable(void) {
@@ -102,6 +154,8 @@ static void test_kernels_match_portable(void) {
       int dh = DHS[a], n = NS[b], H = 3;
       kernels_case(H, dh, n, (size_t)n + 5, (size_t)(H * dh) + 3, (size_t)n + 2, (size_t)H + 1,
                    1.0f);
+      four_queries_case(H, dh, n, (size_t)n + 5, (size_t)(H * dh) + 3, (size_t)n + 2,
+                        (size_t)H + 1);
     }
 }
 
@@ -114,6 +168,7 @@ static void test_kernels_long_runs_many_heads(void) {
     const int H = CASES[c].H, dh = CASES[c].dh, n = CASES[c].n;
     kernels_case(H, dh, n, (size_t)n + 3, (size_t)(H * dh) + 5, (size_t)n + 1, (size_t)H,
                  1.0f / (float)n);
+    four_queries_case(H, dh, n, (size_t)n + 3, (size_t)(H * dh) + 5, (size_t)n + 1, (size_t)H);
   }
 }
 
