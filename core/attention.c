@@ -202,32 +202,68 @@ static void key_products4(const xl_kv_kernels *kk, const xl_kv_layer *K, const f
   }
 }
 
+/* out[e] += sum_j p[(h - h0) * ps + j] * v_j[e] over n memory value rows from slot, heads
+ * [h0, h0 + nh) (out and p start at head h0), the rows read in place in the memory's dtype. */
+static void value_mix(const xl_kv_kernels *kk, const xl_kv_layer *mem, int H, int hd, int dh,
+                      size_t slot, int h0, int nh, int n, const float *p, size_t ps, float *out) {
+  const size_t at = slot * hd + (size_t)h0 * dh;
+  switch (mem->dtype) {
+    case XL_KV_BF16:
+      kk->mix_rows_bf16(out, p, ps, (const uint16_t *)(const void *)mem->vals + at, (size_t)hd, n,
+                        nh, dh);
+      break;
+    case XL_KV_INT8:
+      kk->mix_rows_i8(out, p, ps, (const int8_t *)mem->vals + at, (size_t)hd,
+                      (const float *)(const void *)mem->vscale + slot * H + h0, (size_t)H, n, nh,
+                      dh);
+      break;
+    case XL_KV_F32:
+      xl_vec_mix_rows(out, p, ps, (const float *)(const void *)mem->vals + at, (size_t)hd, n, nh,
+                      dh);
+      break;
+  }
+}
+
 /* The value mix of 4 queries over n memory rows from slot (all heads): out + i * ldo += the
  * rows weighted by probabilities p + i * ldp (row stride ps per head), i < 4. */
-static void value_mix4(const xl_kv_kernels *kk, const xl_kv_layer *mem, const xl_state *st, int H,
-                       int hd, int dh, size_t slot, int n, const float *p, size_t ldp, size_t ps,
-                       float *out, size_t ldo) {
-  if (st->dtype == XL_KV_F32) {
+static void value_mix4(const xl_kv_kernels *kk, const xl_kv_layer *mem, int H, int hd, int dh,
+                       size_t slot, int n, const float *p, size_t ldp, size_t ps, float *out,
+                       size_t ldo) {
+  if (mem->dtype == XL_KV_F32) {
     xl_vec_mix_rows4(out, ldo, p, ldp, ps, (const float *)(const void *)mem->vals + slot * hd,
                      (size_t)hd, n, H, dh);
-  } else if (st->dtype == XL_KV_BF16 && kk->mix_rows4_bf16) {
+  } else if (mem->dtype == XL_KV_BF16 && kk->mix_rows4_bf16) {
     kk->mix_rows4_bf16(out, ldo, p, ldp, ps, (const uint16_t *)(const void *)mem->vals + slot * hd,
                        (size_t)hd, n, H, dh);
-  } else if (st->dtype == XL_KV_INT8 && kk->mix_rows4_i8) {
+  } else if (mem->dtype == XL_KV_INT8 && kk->mix_rows4_i8) {
     kk->mix_rows4_i8(out, ldo, p, ldp, ps, (const int8_t *)mem->vals + slot * hd, (size_t)hd,
                      (const float *)(const void *)mem->vscale + slot * H, (size_t)H, n, H, dh);
   } else {
-    for (int i = 0; i < 4; i++) {
-      float *o = out + (size_t)i * ldo;
-      const float *pi = p + (size_t)i * ldp;
-      if (st->dtype == XL_KV_BF16)
-        kk->mix_rows_bf16(o, pi, ps, (const uint16_t *)(const void *)mem->vals + slot * hd,
-                          (size_t)hd, n, H, dh);
-      else
-        kk->mix_rows_i8(o, pi, ps, (const int8_t *)mem->vals + slot * hd, (size_t)hd,
-                        (const float *)(const void *)mem->vscale + slot * H, (size_t)H, n, H, dh);
-    }
+    for (int i = 0; i < 4; i++)
+      value_mix(kk, mem, H, hd, dh, slot, 0, H, n, p + (size_t)i * ldp, ps, out + (size_t)i * ldo);
   }
+}
+
+/* The rest of query a's scores in head h once its memory keys' products are in s (keys lo..a):
+ * its products qu . k_j with the item's new keys j in [max(lo, mlen), a] (rows of qkv), the
+ * position term from prow (the query's products with the head's cached table), the scale and
+ * the softmax over keys [lo, a]. */
+static void finish_head_scores(const xl_model *m, const xl_attn_item *it, int layer, int h,
+                               const float *qu, int a, int lo, const float *prow, float *s) {
+  const int hd = m->hd, dh = m->cfg.d_head, mlen = it->state->len;
+  const int j_new = lo > mlen ? lo : mlen;
+  const size_t row_stride = 3 * (size_t)hd;
+  const float *k_new = it->qkv + hd; /* row 0's key */
+  for (int j = j_new; j <= a; j++) {
+    const float *kj = k_new + (size_t)(j - mlen) * row_stride + (size_t)h * dh;
+    float dot = 0.0f;
+    for (int k = 0; k < dh; k++) dot += qu[k] * kj[k];
+    s[j - lo] = dot;
+  }
+  const float scale = (float)(1.0 / sqrt((double)dh));
+  add_position_term(m, a, lo, prow, m->layers[layer].pos_bias + (size_t)h * m->n_pos_cached, scale,
+                    s);
+  softmax_row(s, a - lo + 1);
 }
 
 /* Heads [h0, h1) of query r of the item (key index a = mlen + r): scores, position term and
@@ -242,16 +278,14 @@ static void attend_query(const xl_model *m, int layer, const xl_attn_item *it, x
   const xl_layer *L = &m->layers[layer];
   const xl_state *st = it->state;
   const int hd = m->hd, dh = c->d_head, H = c->n_head, mlen = st->len, a = mlen + r;
-  const int nh = h1 - h0, lo = first_key(m, a), n_keys = a - lo + 1;
+  const int nh = h1 - h0, lo = first_key(m, a);
   const int j_new = lo > mlen ? lo : mlen; /* the first new key allowed */
-  const int n_pos_all = m->n_pos_cached;
-  const float scale = (float)(1.0 / sqrt((double)dh));
   const xl_kv_layer mem = xl_state_layer(st, layer);
   const xl_kv_kernels *kk = xl_kv_kern();
   const size_t row_stride = 3 * (size_t)hd; /* qkv rows */
   const float *q = it->qkv + (size_t)r * row_stride;
-  const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd; /* row 0's key and value */
-  const size_t ps = (size_t)sc->width; /* row stride of probs: fixed, whatever n_keys is */
+  const float *v_new = it->qkv + 2 * hd; /* row 0's value */
+  const size_t ps = (size_t)sc->width;   /* row stride of probs: fixed, whatever the keys are */
   xl_ring_run runs[2];
   int n_runs = xl_ring_runs(st, runs), k0, cnt;
   if (nh <= 0) return;
@@ -264,16 +298,7 @@ static void attend_query(const xl_model *m, int layer, const xl_attn_item *it, x
       if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
         key_products(kk, &mem, sc->qu, dh, h, runs[ri].slot + (k0 - runs[ri].first), cnt,
                      s + (k0 - lo));
-    for (int j = j_new; j <= a; j++) { /* the new keys, up to the query's own */
-      const float *kj = k_new + (size_t)(j - mlen) * row_stride + (size_t)h * dh;
-      float dot = 0.0f;
-      for (int k = 0; k < dh; k++) dot += sc->qu[k] * kj[k];
-      s[j - lo] = dot;
-    }
-    /* position term: this head's products with the cached table */
-    const float *prow = pos_q + (size_t)h * pos_stride;
-    add_position_term(m, a, lo, prow, L->pos_bias + (size_t)h * n_pos_all, scale, s);
-    softmax_row(s, n_keys);
+    finish_head_scores(m, it, layer, h, sc->qu, a, lo, pos_q + (size_t)h * pos_stride, s);
   }
   /* out[h] = sum_j p[h][j] v_j[h]: one pass over the value rows for the heads h0..h1 */
   const size_t e0 = (size_t)h0 * dh;
@@ -283,18 +308,7 @@ static void attend_query(const xl_model *m, int layer, const xl_attn_item *it, x
   for (int ri = 0; ri < n_runs; ri++)
     if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
       size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
-      if (st->dtype == XL_KV_BF16)
-        kk->mix_rows_bf16(out, probs + (k0 - lo), ps,
-                          (const uint16_t *)(const void *)mem.vals + slot * hd + e0, (size_t)hd,
-                          cnt, nh, dh);
-      else if (st->dtype == XL_KV_INT8)
-        kk->mix_rows_i8(out, probs + (k0 - lo), ps, (const int8_t *)mem.vals + slot * hd + e0,
-                        (size_t)hd, (const float *)(const void *)mem.vscale + slot * H + h0,
-                        (size_t)H, cnt, nh, dh);
-      else
-        xl_vec_mix_rows(out, probs + (k0 - lo), ps,
-                        (const float *)(const void *)mem.vals + slot * hd + e0, (size_t)hd, cnt, nh,
-                        dh);
+      value_mix(kk, &mem, H, hd, dh, slot, h0, nh, cnt, probs + (k0 - lo), ps, out);
     }
   xl_vec_mix_rows(out, probs + (j_new - lo), ps, v_new + (size_t)(j_new - mlen) * row_stride + e0,
                   row_stride, a - j_new + 1, nh, dh);
@@ -322,15 +336,14 @@ static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl
   const xl_layer *L = &m->layers[layer];
   const xl_state *st = it->state;
   const int H = c->n_head, dh = c->d_head, hd = m->hd, mlen = st->len;
-  const int stride = sc->pos_width, n_pos_all = m->n_pos_cached;
+  const int stride = sc->pos_width;
   const size_t ps = (size_t)sc->width, row_stride = 3 * (size_t)hd;
   const size_t pq = (size_t)H * stride, sq = (size_t)H * ps; /* per query: pos, scores */
-  const float scale = (float)(1.0 / sqrt((double)dh));
   const xl_kv_layer mem = xl_state_layer(st, layer);
   const xl_kv_layer *T = &L->pos_keys; /* [H*Dh][n_pos_cached] */
   const xl_kv_kernels *kk = xl_kv_kern();
   const float *q = it->qkv + (size_t)r * row_stride;
-  const float *k_new = it->qkv + hd, *v_new = it->qkv + 2 * hd;
+  const float *v_new = it->qkv + 2 * hd; /* row 0's value */
   const int j_new = lo > mlen ? lo : mlen;
   xl_ring_run runs[2];
   int n_runs = xl_ring_runs(st, runs), k0, cnt;
@@ -352,22 +365,15 @@ static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl
     for (int i = 0; i < 4; i++) {
       const int a = mlen + r + i;
       float *s = s0 + (size_t)i * sq;
-      for (int j = j_new; j <= a; j++) { /* the new keys, up to the query's own */
-        const float *kj = k_new + (size_t)(j - mlen) * row_stride + (size_t)h * dh;
-        float dot = 0.0f;
-        for (int k = 0; k < dh; k++) dot += sc->qu[(size_t)i * dh + k] * kj[k];
-        s[j - lo] = dot;
-      }
-      add_position_term(m, a, lo, sc->pos + (size_t)i * pq + (size_t)h * stride,
-                        L->pos_bias + (size_t)h * n_pos_all, scale, s);
-      softmax_row(s, a - lo + 1);
+      finish_head_scores(m, it, layer, h, sc->qu + (size_t)i * dh, a, lo,
+                         sc->pos + (size_t)i * pq + (size_t)h * stride, s);
     }
   }
   float *out = it->out + (size_t)r * hd; /* rows r..r+3 */
   memset(out, 0, 4 * (size_t)hd * sizeof *out);
   for (int ri = 0; ri < n_runs; ri++)
     if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
-      value_mix4(kk, &mem, st, H, hd, dh, (size_t)(runs[ri].slot + (k0 - runs[ri].first)), cnt,
+      value_mix4(kk, &mem, H, hd, dh, (size_t)(runs[ri].slot + (k0 - runs[ri].first)), cnt,
                  sc->scores + (k0 - lo), sq, ps, out, (size_t)hd);
   for (int i = 0; i < 4; i++) {
     const int a = mlen + r + i;
