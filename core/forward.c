@@ -70,14 +70,19 @@ static void ring_append(xl_state *s, int l, const float *qkv, int n) {
   for (int r = r0; r < n; r++) {
     int slot = (int)(((int64_t)s->head + s->len + r) % M);
     const float *row = qkv + (size_t)r * 3 * hd;
-    if (s->dtype != XL_KV_F32) {
-      xl_kv_store(s->model, &L, slot, row + hd, row + 2 * hd);
-      continue;
-    }
-    float *K = (float *)(void *)L.keys, *V = (float *)(void *)L.vals;
-    for (int c = 0; c < hd; c++) K[(size_t)c * M + slot] = row[hd + c]; /* keys transposed */
-    memcpy(V + (size_t)slot * hd, row + 2 * hd, (size_t)hd * sizeof(float));
+    xl_kv_store(s->model, &L, slot, row + hd, row + 2 * hd);
   }
+}
+
+/* ring_append of a decode step's one position, heads [h0, h1) only: the thread that has just
+ * attended those heads over the memory writes their key column and value row while the
+ * lines around them are still in its cache (a key column touches one line per key row). */
+static void ring_append_heads(xl_state *s, int l, const float *row, int h0, int h1) {
+  int M = s->mem_len, hd = s->model->hd;
+  if (M == 0) return;
+  xl_kv_layer L = xl_state_layer(s, l);
+  int slot = (int)(((int64_t)s->head + s->len) % M);
+  xl_kv_store_heads(s->model, &L, slot, row + hd, row + 2 * hd, h0, h1);
 }
 
 static void ring_commit(xl_state *s, int n) {
@@ -175,8 +180,9 @@ static xl_code plan(const xl_model *m, xl_workspace *ws, const xl_feed *items, i
 
 /* The decode steps' attention of one layer, one task per run of hp heads: task t computes
  * heads [t hp, (t + 1) hp) of every decode step (their position products, scores and output
- * columns), with the qu scratch of the thread running it; heads share no sum, so the
- * numbers are those of one thread over all heads. */
+ * columns), with the qu scratch of the thread running it, then writes those heads of the
+ * step's new key and value into its memory (no other head reads them); heads share no sum,
+ * so the numbers are those of one thread over all heads. */
 typedef struct {
   const xl_model *m;
   int l;
@@ -200,6 +206,7 @@ static void decode_heads(void *ctx, int t, int thread) {
     xl_attn_item it = {j->items[i].state, 1, p->qkv + row * 3 * hd, p->av + row * hd,
                        p->dec_p + (size_t)d++ * H * p->dec_pos, p->dec_pos};
     xl_attend_heads(m, j->l, &it, &sc, h, h1);
+    ring_append_heads(j->items[i].state, j->l, it.qkv, h, h1);
   }
 }
 
@@ -339,10 +346,12 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
   for (int l = 0; l < m->cfg.n_layer; l++) {
     attention_sublayer(m, l, items, n_items, &p);
     feed_forward_sublayer(m, l, &p);
-    /* This layer's new keys/values join each memory (no later layer of this call reads it). */
+    /* This layer's new keys/values join each memory (no later layer of this call reads it);
+     * the decode steps' joined theirs in their attention tasks. */
     row = 0;
     for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens)
-      ring_append(items[i].state, l, p.qkv + row * 3 * hd, items[i].n_tokens);
+      if (!(p.n_dec && items[i].n_tokens == 1))
+        ring_append(items[i].state, l, p.qkv + row * 3 * hd, items[i].n_tokens);
   }
   for (int i = 0; i < n_items; i++) ring_commit(items[i].state, items[i].n_tokens);
   if (p.out_rows) outputs(m, items, n_items, &p);

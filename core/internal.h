@@ -197,6 +197,10 @@ xl_code xl_state_alloc(const xl_model *m, xl_kv_dtype dtype, int mem_len, xl_sta
  * bf16 round-to-nearest-even, int8 symmetric per head). */
 void xl_kv_store(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
                  const float *val);
+/* xl_kv_store of heads [h0, h1) only (the other heads' parts of the slot untouched): what
+ * one thread's share of a decode step's heads writes. */
+void xl_kv_store_heads(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
+                       const float *val, int h0, int h1);
 /* The key half of xl_kv_store: keys and key scales only (L->vals, L->vscale unused). */
 void xl_kv_store_key(const xl_model *m, const xl_kv_layer *L, int slot, const float *key);
 /* Reads position `slot` back as F32 rows [H*Dh] (widened). */

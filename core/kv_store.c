@@ -102,22 +102,26 @@ static float get_f32(const unsigned char *p, size_t i) {
 }
 static void put_f32(unsigned char *p, size_t i, float v) { memcpy(p + 4 * i, &v, 4); }
 
-void xl_kv_store_key(const xl_model *m, const xl_kv_layer *L, int slot, const float *key) {
-  const int hd = m->hd, H = m->cfg.n_head, dh = m->cfg.d_head, M = L->M;
+/* Heads [h0, h1) of a position's key row (F32 [H*Dh]) into column `slot` of the transposed
+ * keys, with their scales. */
+static void store_key_heads(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
+                            int h0, int h1) {
+  const int dh = m->cfg.d_head, M = L->M;
+  const int c0 = h0 * dh, c1 = h1 * dh;
   switch (L->dtype) {
     case XL_KV_F32: {
       float *K = (float *)(void *)L->keys;
-      for (int c = 0; c < hd; c++) K[(size_t)c * M + slot] = key[c];
+      for (int c = c0; c < c1; c++) K[(size_t)c * M + slot] = key[c];
       break;
     }
     case XL_KV_BF16: {
       uint16_t *K = (uint16_t *)(void *)L->keys;
-      for (int c = 0; c < hd; c++) K[(size_t)c * M + slot] = xl_f32_to_bf16(key[c]);
+      for (int c = c0; c < c1; c++) K[(size_t)c * M + slot] = xl_f32_to_bf16(key[c]);
       break;
     }
     case XL_KV_INT8: {
       int8_t *K = (int8_t *)L->keys;
-      for (int h = 0; h < H; h++) {
+      for (int h = h0; h < h1; h++) {
         float ks = quantize_head(key + (size_t)h * dh, dh, K + (size_t)h * dh * M + slot, (size_t)M);
         put_f32(L->kscale, (size_t)h * M + slot, ks);
       }
@@ -126,28 +130,44 @@ void xl_kv_store_key(const xl_model *m, const xl_kv_layer *L, int slot, const fl
   }
 }
 
-void xl_kv_store(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
-                 const float *val) {
+/* Heads [h0, h1) of a position's value row (F32 [H*Dh]) into row `slot`, with their scales. */
+static void store_value_heads(const xl_model *m, const xl_kv_layer *L, int slot, const float *val,
+                              int h0, int h1) {
   const int hd = m->hd, H = m->cfg.n_head, dh = m->cfg.d_head;
-  xl_kv_store_key(m, L, slot, key);
+  const size_t c0 = (size_t)h0 * dh, n = (size_t)(h1 - h0) * dh;
   switch (L->dtype) {
     case XL_KV_F32:
-      memcpy((float *)(void *)L->vals + (size_t)slot * hd, val, (size_t)hd * sizeof(float));
+      memcpy((float *)(void *)L->vals + (size_t)slot * hd + c0, val + c0, n * sizeof(float));
       break;
     case XL_KV_BF16: {
       uint16_t *V = (uint16_t *)(void *)L->vals + (size_t)slot * hd;
-      for (int c = 0; c < hd; c++) V[c] = xl_f32_to_bf16(val[c]);
+      for (size_t c = c0; c < c0 + n; c++) V[c] = xl_f32_to_bf16(val[c]);
       break;
     }
     case XL_KV_INT8: {
       int8_t *V = (int8_t *)L->vals + (size_t)slot * hd;
-      for (int h = 0; h < H; h++) {
+      for (int h = h0; h < h1; h++) {
         float vs = quantize_head(val + (size_t)h * dh, dh, V + (size_t)h * dh, 1);
         put_f32(L->vscale, (size_t)slot * H + h, vs);
       }
       break;
     }
   }
+}
+
+void xl_kv_store_key(const xl_model *m, const xl_kv_layer *L, int slot, const float *key) {
+  store_key_heads(m, L, slot, key, 0, m->cfg.n_head);
+}
+
+void xl_kv_store_heads(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
+                       const float *val, int h0, int h1) {
+  store_key_heads(m, L, slot, key, h0, h1);
+  store_value_heads(m, L, slot, val, h0, h1);
+}
+
+void xl_kv_store(const xl_model *m, const xl_kv_layer *L, int slot, const float *key,
+                 const float *val) {
+  xl_kv_store_heads(m, L, slot, key, val, 0, m->cfg.n_head);
 }
 
 /* Reads with memcpy only: a packed layer inside a blob may sit at any alignment. */
