@@ -47,11 +47,8 @@ static void tail_logprobs(const xl_model *m, int c, const float *h, const float 
     ph = tmp_proj;
   }
   int n = o->end - o->begin; /* logits[n] = W[n, d_emb] ph + b */
-  xl_par_linear_w(pool, ph, 1, o->d_emb, o->d_emb, &o->weight, NULL, n, out, n);
-  for (int i = 0; i < n; i++) out[i] += o->bias[i];
-  xl_log_softmax_inplace(out, n);
-  float cluster_lp = head_row[m->out[0].end + c - 1];
-  for (int i = 0; i < n; i++) out[i] += cluster_lp;
+  xl_par_linear_w(pool, ph, 1, o->d_emb, o->d_emb, &o->weight, o->bias, n, out, n);
+  xl_log_softmax_shift(out, n, head_row[m->out[0].end + c - 1]); /* + the cluster's log-prob */
 }
 
 static int max_tail_size(const xl_model *m) {
@@ -93,11 +90,10 @@ void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const 
       lds = d0;
     }
     /* head[b, head_n] = src W0^T + b0 | src cluster_weight^T + cluster_bias */
-    xl_par_linear_w(pool, src, b, d0, lds, &o0->weight, NULL, short_n, head, head_n);
+    xl_par_linear_w(pool, src, b, d0, lds, &o0->weight, o0->bias, short_n, head, head_n);
     if (nc) xl_matmul_nt(src, b, d0, lds, m->cluster_weight, nc, d0, head + short_n, head_n);
     for (int r = 0; r < b; r++) {
       float *hr = head + (size_t)r * head_n;
-      for (int j = 0; j < short_n; j++) hr[j] += o0->bias[j];
       for (int j = 0; j < nc; j++) hr[short_n + j] += m->cluster_bias[j];
       xl_log_softmax_inplace(hr, head_n);
     }
