@@ -36,8 +36,9 @@ typedef struct {
 
 /* Position products of several decode steps at once, over the model's cached table:
  * out[(i * H + h) * stride + d] = q[i]_h . pos_k[d]_h for d < n_pos[i] (the distance rows
- * step i reads, <= stride), reading each head's table rows once for all n queries. Each
- * product is computed the same way whatever n and n_pos[] are (batch-invariant). */
+ * step i reads, <= stride), reading each head's table rows once for all n queries (entries
+ * past n_pos[i], up to another step's, may be written too: never read). Each product is
+ * computed the same way whatever n and n_pos[] are (batch-invariant). */
 void xl_decode_positions(const xl_model *m, int layer, const float *const *q, const int *n_pos,
                          int n, int stride, float *out, int h0, int h1);
 /* (heads h0..h1 of every step: the products of those heads only) */
