@@ -14,8 +14,11 @@
  * (vcvtne2ps2bf16); one vdpbf16ps adds 2 weights x 2 activations into each of 16 outputs.
  * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
  * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, whose four streams
- * keep more of DRAM's latency covered: each row's arithmetic is the same in any tile and alone. Compiled with target attributes; used only when the CPU
- * has the instructions (xl_q8p_wanted, xl_bf16p_wanted). Any thread.
+ * keep more of DRAM's latency covered. With several row tiles (int8, int4), the first streams
+ * the panels from memory and the second prefetches the next panels into L2, so the later tiles
+ * compute while the next panels arrive. Each row's arithmetic is the same in any tile and
+ * alone. Compiled with target attributes; used only when the CPU has the instructions
+ * (xl_q8p_wanted, xl_bf16p_wanted). Any thread.
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -64,7 +67,7 @@ T void quantize_row(const float *x, int K, int kp, int8_t *xq, float *sx, int32_
 
 /* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP) */
 T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, const int32_t *corr,
-            int nb, const uint8_t *P, const float *S, int p, __m512 out[RB][4]) {
+            int nb, const uint8_t *P, const float *S, int p, size_t pf_next, __m512 out[RB][4]) {
   __m512 facc[RB][4];
   __m512i iacc[RB][4];
   for (int i = 0; i < R; i++)
@@ -78,7 +81,8 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
       const size_t at = ((size_t)b * (XL_Q8_BLOCK / 8) + (size_t)g) * 64;
       __m512i lo[4], hi[4];
       for (int j = 0; j < NP; j++) {
-        _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
+        if (pf_next) _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + pf_next), _MM_HINT_T1);
+        else _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
         const __m512i a = _mm512_loadu_si512((const void *)(w[j] + at));
         lo[j] = _mm512_and_si512(a, low4);
         hi[j] = _mm512_and_si512(_mm512_srli_epi16(a, 4), low4);
@@ -96,7 +100,8 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
       const size_t at = ((size_t)b * (XL_Q8_BLOCK / 4) + (size_t)g) * 64;
       __m512i a[4];
       for (int j = 0; j < NP; j++) {
-        _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
+        if (pf_next) _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + pf_next), _MM_HINT_T1);
+        else _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
         a[j] = _mm512_loadu_si512((const void *)(w[j] + at));
       }
       for (int i = 0; i < R; i++) {
@@ -158,10 +163,10 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
       for (int p = p_begin; p < p_end; p += 4) {
         const int np = p_end - p < 4 ? p_end - p : 4;
         __m512 out[RB][4];
-        if (np == 4) tile(q4, 1, 4, xq, kp, sx, corr, nb, P, S, p, out);
-        else if (np == 3) tile(q4, 1, 3, xq, kp, sx, corr, nb, P, S, p, out);
-        else if (np == 2) tile(q4, 1, 2, xq, kp, sx, corr, nb, P, S, p, out);
-        else tile(q4, 1, 1, xq, kp, sx, corr, nb, P, S, p, out);
+        if (np == 4) tile(q4, 1, 4, xq, kp, sx, corr, nb, P, S, p, 0, out);
+        else if (np == 3) tile(q4, 1, 3, xq, kp, sx, corr, nb, P, S, p, 0, out);
+        else if (np == 2) tile(q4, 1, 2, xq, kp, sx, corr, nb, P, S, p, 0, out);
+        else tile(q4, 1, 1, xq, kp, sx, corr, nb, P, S, p, 0, out);
         for (int j = 0; j < np; j++) store_panel(out[0][j], p + j, row0, N, y + (size_t)r0 * ldy);
       }
       continue;
@@ -171,11 +176,13 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
       for (int r = r0; r < r1;) {
         const int R = r1 - r >= RB ? RB : 1;
         const size_t q = (size_t)(r - r0);
+        /* the second row tile prefetches the next panels into L2 (the first streams these) */
+        const size_t pf = r == r0 + RB ? (size_t)np * kp * XL_Q8P_ROWS / (q4 ? 2 : 1) : 0;
         __m512 out[RB][4];
-        if (R == RB && np == 2) tile(q4, RB, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
-        else if (R == RB) tile(q4, RB, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
-        else if (np == 2) tile(q4, 1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
-        else tile(q4, 1, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, out);
+        if (R == RB && np == 2) tile(q4, RB, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, pf, out);
+        else if (R == RB) tile(q4, RB, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, pf, out);
+        else if (np == 2) tile(q4, 1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, pf, out);
+        else tile(q4, 1, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, pf, out);
         for (int i = 0; i < R; i++)
           for (int j = 0; j < np; j++) store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
         r += R;
