@@ -411,21 +411,22 @@ void xl_decode_positions(const xl_model *m, int layer, const float *const *q, co
   const xl_kv_layer *T = &m->layers[layer].pos_keys; /* [H*Dh][n_pos_cached] */
   const xl_kv_kernels *kk = xl_kv_kern();
   const size_t lds = (size_t)H * stride; /* out: [n, H, stride] */
-  for (int h = h0; h < h1;
-       h++) { /* head h's table rows stay in cache while every query uses them */
-    int i = 0;
-    /* four queries a pass over the rows when they lie at one stride (a batch of decode steps
-     * in a row), each to the farthest distance of the four: the products are the same
-     * numbers, those beyond a query's own distances are never read */
-    for (; i + 4 <= n; i += 4) {
-      const ptrdiff_t ldq = q[i + 1] - q[i];
-      if (ldq <= 0 || q[i + 2] - q[i + 1] != ldq || q[i + 3] - q[i + 2] != ldq) break;
+  /* Queries [0, n4) go four a pass over each head's table rows: the leading groups of four
+   * whose rows lie at one stride (a batch of decode steps in a row), each group to the
+   * farthest distance of its four (the same products; those past a query's own distances are
+   * never read). The rest one at a time. */
+  int n4 = 0;
+  while (n4 + 4 <= n && q[n4 + 1] - q[n4] > 0 && q[n4 + 2] - q[n4 + 1] == q[n4 + 1] - q[n4] &&
+         q[n4 + 3] - q[n4 + 2] == q[n4 + 1] - q[n4])
+    n4 += 4;
+  for (int h = h0; h < h1; h++) { /* head h's rows stay in cache while every query uses them */
+    for (int i = 0; i < n4; i += 4) {
       int rows = n_pos[i];
       for (int k = 1; k < 4; k++) rows = n_pos[i + k] > rows ? n_pos[i + k] : rows;
-      key_products4(kk, T, q[i] + h * dh, (size_t)ldq, dh, h, 0, rows,
+      key_products4(kk, T, q[i] + h * dh, (size_t)(q[i + 1] - q[i]), dh, h, 0, rows,
                     out + ((size_t)i * H + h) * stride, lds);
     }
-    for (; i < n; i++)
+    for (int i = n4; i < n; i++)
       key_products(kk, T, q[i] + h * dh, dh, h, 0, n_pos[i], out + ((size_t)i * H + h) * stride);
   }
 }
