@@ -12,9 +12,9 @@
  *
  * Three paths: a block of queries (prefill, segments) uses GEMMs per head; a single query (a
  * decode step) streams each memory key row and value row once for all heads; a short block
- * continuing a memory (a chat turn's prompt) takes the single-query path, four queries sharing
- * each pass over the memory, where GEMMs would spend more on packing the memory than on their
- * few rows. A memory stored narrower than F32 (bf16, int8) is widened per
+ * continuing a memory (a chat turn's prompt) takes the single-query kernels head by head, four
+ * queries sharing each pass over a head's rows, where GEMMs would spend more on packing the
+ * memory than on their few rows. A memory stored narrower than F32 (bf16, int8) is widened per
  * head into scratch for the block path, and read in place by the narrow-memory kernels
  * (kvkernels.h) on the others. Which path an item takes depends only on the item (its length,
  * its memory), never on the batch around it.
@@ -224,23 +224,27 @@ static void value_mix(const xl_kv_kernels *kk, const xl_kv_layer *mem, int H, in
   }
 }
 
-/* The value mix of 4 queries over n memory rows from slot (all heads): out + i * ldo += the
- * rows weighted by probabilities p + i * ldp (row stride ps per head), i < 4. */
+/* The value mix of 4 queries over n memory rows from slot, heads [h0, h0 + nh): out + i * ldo
+ * (starting at head h0) += the rows weighted by probabilities p + i * ldp (starting at head h0,
+ * row stride ps per head), i < 4. */
 static void value_mix4(const xl_kv_kernels *kk, const xl_kv_layer *mem, int H, int hd, int dh,
-                       size_t slot, int n, const float *p, size_t ldp, size_t ps, float *out,
-                       size_t ldo) {
+                       size_t slot, int h0, int nh, int n, const float *p, size_t ldp, size_t ps,
+                       float *out, size_t ldo) {
+  const size_t at = slot * hd + (size_t)h0 * dh;
   if (mem->dtype == XL_KV_F32) {
-    xl_vec_mix_rows4(out, ldo, p, ldp, ps, (const float *)(const void *)mem->vals + slot * hd,
-                     (size_t)hd, n, H, dh);
+    xl_vec_mix_rows4(out, ldo, p, ldp, ps, (const float *)(const void *)mem->vals + at, (size_t)hd,
+                     n, nh, dh);
   } else if (mem->dtype == XL_KV_BF16 && kk->mix_rows4_bf16) {
-    kk->mix_rows4_bf16(out, ldo, p, ldp, ps, (const uint16_t *)(const void *)mem->vals + slot * hd,
-                       (size_t)hd, n, H, dh);
+    kk->mix_rows4_bf16(out, ldo, p, ldp, ps, (const uint16_t *)(const void *)mem->vals + at,
+                       (size_t)hd, n, nh, dh);
   } else if (mem->dtype == XL_KV_INT8 && kk->mix_rows4_i8) {
-    kk->mix_rows4_i8(out, ldo, p, ldp, ps, (const int8_t *)mem->vals + slot * hd, (size_t)hd,
-                     (const float *)(const void *)mem->vscale + slot * H, (size_t)H, n, H, dh);
+    kk->mix_rows4_i8(out, ldo, p, ldp, ps, (const int8_t *)mem->vals + at, (size_t)hd,
+                     (const float *)(const void *)mem->vscale + slot * H + h0, (size_t)H, n, nh,
+                     dh);
   } else {
     for (int i = 0; i < 4; i++)
-      value_mix(kk, mem, H, hd, dh, slot, 0, H, n, p + (size_t)i * ldp, ps, out + (size_t)i * ldo);
+      value_mix(kk, mem, H, hd, dh, slot, h0, nh, n, p + (size_t)i * ldp, ps,
+                out + (size_t)i * ldo);
   }
 }
 
@@ -314,93 +318,78 @@ static void attend_query(const xl_model *m, int layer, const xl_attn_item *it, x
                   row_stride, a - j_new + 1, nh, dh);
 }
 
-/* Query r's products with the model's cached positional table, heads [0, H): pos [H, stride]. */
-static void query_positions(const xl_model *m, int layer, const xl_attn_item *it, int r, float *pos,
-                            int stride) {
-  const int H = m->cfg.n_head, dh = m->cfg.d_head;
-  const xl_kv_layer *T = &m->layers[layer].pos_keys; /* [H*Dh][n_pos_cached] */
-  const int n_pos = xl_pos_rows_needed(m, it->state->len + r + 1);
-  const float *q = it->qkv + (size_t)r * 3 * m->hd;
-  for (int h = 0; h < H; h++)
-    key_products(xl_kv_kern(), T, q + (size_t)h * dh, dh, h, 0, n_pos, pos + (size_t)h * stride);
-}
-
-/* Queries [r, r + 4) of a small block, all allowed the same first key lo: the memory's key
- * rows, the table's rows and the value rows are each read once for the four where the family
- * has the four-query kernels (key_products4, value_mix4: each number as attend_query computes
- * it, so how a block is grouped never changes a result).
- * Query i's pos at sc->pos [i, H, stride], its scores at sc->scores [i, H, width]. */
-static void attend_four(const xl_model *m, int layer, const xl_attn_item *it, xl_attn_scratch *sc,
-                        int r, int lo) {
+/* A small block of queries (a short prompt continuing a memory, e.g. a chat turn, or the turn
+ * after a cached prefix): the single-query kernels, which read the memory in place in its
+ * dtype, instead of GEMMs whose packing costs more than their few rows save. Head by head, so
+ * one head's memory key rows, table rows and value rows (a few hundred KB) stay in cache while
+ * every query of the block reads them; within a head, four queries at a time share each pass
+ * over the rows (while they are allowed the same first key: key_products4, value_mix4). Every
+ * number is the one attend_query computes (heads never share a sum), so neither the order nor
+ * the grouping changes a result. The position products come from the model's cached table
+ * (the caller checks it covers the block). Head h's rows: query i's qu at sc->qu [i, Dh], its
+ * position products at sc->pos [i, pos_width], its scores at sc->scores [i, width]. */
+static void attend_small_block(const xl_model *m, int layer, const xl_attn_item *it,
+                               xl_attn_scratch *sc) {
   const xl_config *c = &m->cfg;
   const xl_layer *L = &m->layers[layer];
   const xl_state *st = it->state;
-  const int H = c->n_head, dh = c->d_head, hd = m->hd, mlen = st->len;
-  const int stride = sc->pos_width;
-  const size_t ps = (size_t)sc->width, row_stride = 3 * (size_t)hd;
-  const size_t pq = (size_t)H * stride, sq = (size_t)H * ps; /* per query: pos, scores */
+  const int H = c->n_head, dh = c->d_head, hd = m->hd, mlen = st->len, n = it->n;
+  const size_t ps = (size_t)sc->width, pw = (size_t)sc->pos_width, row_stride = 3 * (size_t)hd;
   const xl_kv_layer mem = xl_state_layer(st, layer);
   const xl_kv_layer *T = &L->pos_keys; /* [H*Dh][n_pos_cached] */
   const xl_kv_kernels *kk = xl_kv_kern();
-  const float *q = it->qkv + (size_t)r * row_stride;
   const float *v_new = it->qkv + 2 * hd; /* row 0's value */
-  const int j_new = lo > mlen ? lo : mlen;
   xl_ring_run runs[2];
-  int n_runs = xl_ring_runs(st, runs), k0, cnt;
-  /* position products: the longest query's distances for all four (each product the same) */
-  const int n_pos = xl_pos_rows_needed(m, mlen + r + 4);
-  for (int h = 0; h < H; h++)
-    key_products4(kk, T, q + (size_t)h * dh, row_stride, dh, h, 0, n_pos,
-                  sc->pos + (size_t)h * stride, pq);
+  const int n_runs = xl_ring_runs(st, runs);
+  int k0, cnt, first[SMALL_BLOCK], size[SMALL_BLOCK], n_groups = 0;
+  for (int r = 0; r < n; r += size[n_groups++]) { /* queries [first, first + size) */
+    first[n_groups] = r;
+    size[n_groups] = r + 4 <= n && first_key(m, mlen + r + 3) == first_key(m, mlen + r) ? 4 : 1;
+  }
+  memset(it->out, 0, (size_t)n * hd * sizeof *it->out);
   for (int h = 0; h < H; h++) {
     const float *u = L->r_w_bias + (size_t)h * dh;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < n; i++)
       for (int k = 0; k < dh; k++)
-        sc->qu[(size_t)i * dh + k] = q[(size_t)i * row_stride + (size_t)h * dh + k] + u[k];
-    float *s0 = sc->scores + (size_t)h * ps; /* query i: s0 + i * sq, keys lo.. */
-    for (int ri = 0; ri < n_runs; ri++)
-      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
-        key_products4(kk, &mem, sc->qu, (size_t)dh, dh, h, runs[ri].slot + (k0 - runs[ri].first),
-                      cnt, s0 + (k0 - lo), sq);
-    for (int i = 0; i < 4; i++) {
-      const int a = mlen + r + i;
-      float *s = s0 + (size_t)i * sq;
-      finish_head_scores(m, it, layer, h, sc->qu + (size_t)i * dh, a, lo,
-                         sc->pos + (size_t)i * pq + (size_t)h * stride, s);
+        sc->qu[(size_t)i * dh + k] = it->qkv[(size_t)i * row_stride + (size_t)h * dh + k] + u[k];
+    for (int g = 0; g < n_groups; g++) { /* scores */
+      const int r = first[g], lo = first_key(m, mlen + r);
+      const int n_pos = xl_pos_rows_needed(m, mlen + r + size[g]); /* the group's farthest */
+      const float *q = it->qkv + (size_t)r * row_stride + (size_t)h * dh,
+                  *qu = sc->qu + (size_t)r * dh;
+      float *pos = sc->pos + (size_t)r * pw, *s = sc->scores + (size_t)r * ps; /* keys lo.. */
+      if (size[g] == 4) key_products4(kk, T, q, row_stride, dh, h, 0, n_pos, pos, pw);
+      else key_products(kk, T, q, dh, h, 0, n_pos, pos);
+      for (int ri = 0; ri < n_runs; ri++)
+        if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
+          const int slot = runs[ri].slot + (k0 - runs[ri].first);
+          if (size[g] == 4)
+            key_products4(kk, &mem, qu, (size_t)dh, dh, h, slot, cnt, s + (k0 - lo), ps);
+          else key_products(kk, &mem, qu, dh, h, slot, cnt, s + (k0 - lo));
+        }
+      for (int i = 0; i < size[g]; i++)
+        finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo,
+                           pos + (size_t)i * pw, s + (size_t)i * ps);
     }
-  }
-  float *out = it->out + (size_t)r * hd; /* rows r..r+3 */
-  memset(out, 0, 4 * (size_t)hd * sizeof *out);
-  for (int ri = 0; ri < n_runs; ri++)
-    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
-      value_mix4(kk, &mem, H, hd, dh, (size_t)(runs[ri].slot + (k0 - runs[ri].first)), cnt,
-                 sc->scores + (k0 - lo), sq, ps, out, (size_t)hd);
-  for (int i = 0; i < 4; i++) {
-    const int a = mlen + r + i;
-    xl_vec_mix_rows(out + (size_t)i * hd, sc->scores + (size_t)i * sq + (j_new - lo), ps,
-                    v_new + (size_t)(j_new - mlen) * row_stride, row_stride, a - j_new + 1, H, dh);
-  }
-}
-
-/* A small block of queries (a short prompt continuing a memory, e.g. a chat turn, or the turn
- * after a cached prefix): the single-query kernels, which read the memory in place in its
- * dtype, instead of GEMMs whose packing costs more than their few rows save; four queries at a
- * time share each pass over the rows (while they are allowed the same first key). The position
- * products come from the model's cached table (the caller checks it covers the block). */
-static void attend_small_block(const xl_model *m, int layer, const xl_attn_item *it,
-                               xl_attn_scratch *sc) {
-  const int H = m->cfg.n_head, mlen = it->state->len;
-  const int four = 4 * H <= QUERY_BLOCK;
-  for (int r = 0; r < it->n;) {
-    const int lo = first_key(m, mlen + r);
-    if (four && r + 4 <= it->n && first_key(m, mlen + r + 3) == lo) {
-      attend_four(m, layer, it, sc, r, lo);
-      r += 4;
-      continue;
+    for (int g = 0; g < n_groups; g++) { /* out[r + i][h] = sum_j p[i][j] v_j[h] */
+      const int r = first[g], lo = first_key(m, mlen + r), j_new = lo > mlen ? lo : mlen;
+      const float *s = sc->scores + (size_t)r * ps;
+      float *out = it->out + (size_t)r * hd + (size_t)h * dh;
+      for (int ri = 0; ri < n_runs; ri++)
+        if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
+          const size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
+          if (size[g] == 4)
+            value_mix4(kk, &mem, H, hd, dh, slot, h, 1, cnt, s + (k0 - lo), ps, ps, out,
+                       (size_t)hd);
+          else value_mix(kk, &mem, H, hd, dh, slot, h, 1, cnt, s + (k0 - lo), ps, out);
+        }
+      for (int i = 0; i < size[g]; i++) {
+        const int a = mlen + r + i;
+        xl_vec_mix_rows(out + (size_t)i * hd, s + (size_t)i * ps + (j_new - lo), ps,
+                        v_new + (size_t)(j_new - mlen) * row_stride + (size_t)h * dh, row_stride,
+                        a - j_new + 1, 1, dh);
+      }
     }
-    query_positions(m, layer, it, r, sc->pos, sc->pos_width);
-    attend_query(m, layer, it, sc, r, sc->pos, (size_t)sc->pos_width, 0, H);
-    r++;
   }
 }
 

@@ -30,8 +30,10 @@ typedef struct {
   float *q, *qu;  /* [QUERY_BLOCK, d_head] each */
   float *kw, *vw; /* narrow memory, block path: one head's keys [d_head, mem_len] and
                      values [mem_len, d_head] widened to F32 */
-  int width;      /* max_width: the single-query path's row stride of scores [H, width] */
-  int pos_width;  /* max_pos: the small-block path's row stride of pos [H, pos_width] */
+  int width;      /* max_width: the row stride of scores: [H, width] for a decode step,
+                     [queries, width] for one head of a small block */
+  int pos_width;  /* max_pos: the small-block path's row stride of pos [queries, pos_width]
+                     (one head) */
 } xl_attn_scratch;
 
 /* Position products of several decode steps at once, over the model's cached table:
