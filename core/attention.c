@@ -27,7 +27,9 @@
 #include "kvkernels.h"
 
 #define QUERY_BLOCK 64
-#define SMALL_BLOCK 32 /* blocks of up to this many queries take the single-query kernels */
+#define SMALL_BLOCK 32       /* blocks of up to this many queries take the single-query kernels */
+#define SMALL_SCORE_ROWS 128 /* score rows of a small block's run of heads: queries x heads */
+#define RUN_ROW_BYTES 256    /* a small block's run of heads: bytes of a value row it reads */
 
 /* The first key query a may attend to: a - mem_len + 1 with same_length (the window), else 0. */
 static inline int first_key(const xl_model *m, int a) {
@@ -318,16 +320,28 @@ static void attend_query(const xl_model *m, int layer, const xl_attn_item *it, x
                   row_stride, a - j_new + 1, nh, dh);
 }
 
+/* Heads a small block of n queries attends at a time: enough that a run's part of a value row
+ * is RUN_ROW_BYTES (whole lines read together: 1 head of an F32 memory, 4 of an int8 one at
+ * d_head 64), as many as the scores scratch holds for n queries, at least one. */
+static int heads_per_run(const xl_model *m, xl_kv_dtype dt, int n) {
+  const int row = m->cfg.d_head * (int)xl_kv_elem_bytes(dt);
+  int run = RUN_ROW_BYTES / (row > 0 ? row : 1);
+  if (run > SMALL_SCORE_ROWS / n) run = SMALL_SCORE_ROWS / n;
+  if (run > m->cfg.n_head) run = m->cfg.n_head;
+  return run > 1 ? run : 1;
+}
+
 /* A small block of queries (a short prompt continuing a memory, e.g. a chat turn, or the turn
  * after a cached prefix): the single-query kernels, which read the memory in place in its
- * dtype, instead of GEMMs whose packing costs more than their few rows save. Head by head, so
- * one head's memory key rows, table rows and value rows (a few hundred KB) stay in cache while
- * every query of the block reads them; within a head, four queries at a time share each pass
- * over the rows (while they are allowed the same first key: key_products4, value_mix4). Every
+ * dtype, instead of GEMMs whose packing costs more than their few rows save. In runs of a few
+ * heads, so a run's memory key rows, table rows and value rows (a few hundred KB) stay in
+ * cache while every query of the block reads them; four queries at a time share each pass over
+ * the rows (while they are allowed the same first key: key_products4, value_mix4). Every
  * number is the one attend_query computes (heads never share a sum), so neither the order nor
  * the grouping changes a result. The position products come from the model's cached table
- * (the caller checks it covers the block). Head h's rows: query i's qu at sc->qu [i, Dh], its
- * position products at sc->pos [i, pos_width], its scores at sc->scores [i, width]. */
+ * (the caller checks it covers the block). Query i's qu at sc->qu [i, Dh] and its position
+ * products at sc->pos [i, pos_width] (one head at a time); its scores in head h of the run
+ * [h0, h1) at sc->scores [i, h1 - h0, width]. */
 static void attend_small_block(const xl_model *m, int layer, const xl_attn_item *it,
                                xl_attn_scratch *sc) {
   const xl_config *c = &m->cfg;
@@ -339,6 +353,7 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
   const xl_kv_layer *T = &L->pos_keys; /* [H*Dh][n_pos_cached] */
   const xl_kv_kernels *kk = xl_kv_kern();
   const float *v_new = it->qkv + 2 * hd; /* row 0's value */
+  const int run = heads_per_run(m, mem.dtype, n);
   xl_ring_run runs[2];
   const int n_runs = xl_ring_runs(st, runs);
   int k0, cnt, first[SMALL_BLOCK], size[SMALL_BLOCK], n_groups = 0;
@@ -347,47 +362,52 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
     size[n_groups] = r + 4 <= n && first_key(m, mlen + r + 3) == first_key(m, mlen + r) ? 4 : 1;
   }
   memset(it->out, 0, (size_t)n * hd * sizeof *it->out);
-  for (int h = 0; h < H; h++) {
-    const float *u = L->r_w_bias + (size_t)h * dh;
-    for (int i = 0; i < n; i++)
-      for (int k = 0; k < dh; k++)
-        sc->qu[(size_t)i * dh + k] = it->qkv[(size_t)i * row_stride + (size_t)h * dh + k] + u[k];
-    for (int g = 0; g < n_groups; g++) { /* scores */
-      const int r = first[g], lo = first_key(m, mlen + r);
-      const int n_pos = xl_pos_rows_needed(m, mlen + r + size[g]); /* the group's farthest */
-      const float *q = it->qkv + (size_t)r * row_stride + (size_t)h * dh,
-                  *qu = sc->qu + (size_t)r * dh;
-      float *pos = sc->pos + (size_t)r * pw, *s = sc->scores + (size_t)r * ps; /* keys lo.. */
-      if (size[g] == 4) key_products4(kk, T, q, row_stride, dh, h, 0, n_pos, pos, pw);
-      else key_products(kk, T, q, dh, h, 0, n_pos, pos);
-      for (int ri = 0; ri < n_runs; ri++)
-        if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
-          const int slot = runs[ri].slot + (k0 - runs[ri].first);
-          if (size[g] == 4)
-            key_products4(kk, &mem, qu, (size_t)dh, dh, h, slot, cnt, s + (k0 - lo), ps);
-          else key_products(kk, &mem, qu, dh, h, slot, cnt, s + (k0 - lo));
-        }
-      for (int i = 0; i < size[g]; i++)
-        finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo,
-                           pos + (size_t)i * pw, s + (size_t)i * ps);
+  for (int h0 = 0; h0 < H; h0 += run) {
+    const int h1 = h0 + run < H ? h0 + run : H, nh = h1 - h0;
+    const size_t lq = (size_t)nh * ps; /* a query's scores: [nh, width] */
+    for (int h = h0; h < h1; h++) {
+      const float *u = L->r_w_bias + (size_t)h * dh;
+      for (int i = 0; i < n; i++)
+        for (int k = 0; k < dh; k++)
+          sc->qu[(size_t)i * dh + k] = it->qkv[(size_t)i * row_stride + (size_t)h * dh + k] + u[k];
+      for (int g = 0; g < n_groups; g++) { /* scores */
+        const int r = first[g], lo = first_key(m, mlen + r);
+        const int n_pos = xl_pos_rows_needed(m, mlen + r + size[g]); /* the group's farthest */
+        const float *q = it->qkv + (size_t)r * row_stride + (size_t)h * dh;
+        const float *qu = sc->qu + (size_t)r * dh;
+        float *pos = sc->pos + (size_t)r * pw;
+        float *s = sc->scores + (size_t)r * lq + (size_t)(h - h0) * ps; /* keys lo.. */
+        if (size[g] == 4) key_products4(kk, T, q, row_stride, dh, h, 0, n_pos, pos, pw);
+        else key_products(kk, T, q, dh, h, 0, n_pos, pos);
+        for (int ri = 0; ri < n_runs; ri++)
+          if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
+            const int slot = runs[ri].slot + (k0 - runs[ri].first);
+            if (size[g] == 4)
+              key_products4(kk, &mem, qu, (size_t)dh, dh, h, slot, cnt, s + (k0 - lo), lq);
+            else key_products(kk, &mem, qu, dh, h, slot, cnt, s + (k0 - lo));
+          }
+        for (int i = 0; i < size[g]; i++)
+          finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo,
+                             pos + (size_t)i * pw, s + (size_t)i * lq);
+      }
     }
-    for (int g = 0; g < n_groups; g++) { /* out[r + i][h] = sum_j p[i][j] v_j[h] */
+    for (int g = 0; g < n_groups; g++) { /* out[r + i][h0..h1) = sum_j p[i][h][j] v_j[h] */
       const int r = first[g], lo = first_key(m, mlen + r), j_new = lo > mlen ? lo : mlen;
-      const float *s = sc->scores + (size_t)r * ps;
-      float *out = it->out + (size_t)r * hd + (size_t)h * dh;
+      const float *s = sc->scores + (size_t)r * lq;
+      float *out = it->out + (size_t)r * hd + (size_t)h0 * dh;
       for (int ri = 0; ri < n_runs; ri++)
         if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
           const size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
           if (size[g] == 4)
-            value_mix4(kk, &mem, H, hd, dh, slot, h, 1, cnt, s + (k0 - lo), ps, ps, out,
+            value_mix4(kk, &mem, H, hd, dh, slot, h0, nh, cnt, s + (k0 - lo), lq, ps, out,
                        (size_t)hd);
-          else value_mix(kk, &mem, H, hd, dh, slot, h, 1, cnt, s + (k0 - lo), ps, out);
+          else value_mix(kk, &mem, H, hd, dh, slot, h0, nh, cnt, s + (k0 - lo), ps, out);
         }
       for (int i = 0; i < size[g]; i++) {
         const int a = mlen + r + i;
-        xl_vec_mix_rows(out + (size_t)i * hd, s + (size_t)i * ps + (j_new - lo), ps,
-                        v_new + (size_t)(j_new - mlen) * row_stride + (size_t)h * dh, row_stride,
-                        a - j_new + 1, 1, dh);
+        xl_vec_mix_rows(out + (size_t)i * hd, s + (size_t)i * lq + (j_new - lo), ps,
+                        v_new + (size_t)(j_new - mlen) * row_stride + (size_t)h0 * dh, row_stride,
+                        a - j_new + 1, nh, dh);
       }
     }
   }
@@ -436,7 +456,7 @@ void xl_attend(const xl_model *m, int layer, const xl_attn_item *it, const xl_po
 }
 
 size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos) {
-  size_t block = (size_t)QUERY_BLOCK * max_width, one = (size_t)m->cfg.n_head * max_width;
+  size_t block = (size_t)SMALL_SCORE_ROWS * max_width, one = (size_t)m->cfg.n_head * max_width;
   return (block > one ? block : one) + (size_t)QUERY_BLOCK * max_pos +
          2 * (size_t)QUERY_BLOCK * m->cfg.d_head +
          (m->kv_dtype != XL_KV_F32 ? 2 * (size_t)m->cfg.d_head * m->cfg.mem_len : 0);
@@ -444,7 +464,7 @@ size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos) {
 
 void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_pos,
                           xl_attn_scratch *sc) {
-  size_t block = (size_t)QUERY_BLOCK * max_width, one = (size_t)m->cfg.n_head * max_width;
+  size_t block = (size_t)SMALL_SCORE_ROWS * max_width, one = (size_t)m->cfg.n_head * max_width;
   sc->scores = buf;
   sc->width = max_width;
   sc->pos = sc->scores + (block > one ? block : one);
