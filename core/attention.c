@@ -12,9 +12,9 @@
  *
  * Three paths: a block of queries (prefill, segments) uses GEMMs per head; a single query (a
  * decode step) streams each memory key row and value row once for all heads; a short block
- * continuing a memory (a chat turn's prompt) takes the single-query kernels head by head, four
- * queries sharing each pass over a head's rows, where GEMMs would spend more on packing the
- * memory than on their few rows. A memory stored narrower than F32 (bf16, int8) is widened per
+ * continuing a memory (a chat turn's prompt) takes the single-query kernels in runs of a few
+ * heads, four queries sharing each pass over a run's rows, where GEMMs would spend more on
+ * packing the memory than on their few rows. A memory stored narrower than F32 (bf16, int8) is widened per
  * head into scratch for the block path, and read in place by the narrow-memory kernels
  * (kvkernels.h) on the others. Which path an item takes depends only on the item (its length,
  * its memory), never on the batch around it.
@@ -250,6 +250,37 @@ static void value_mix4(const xl_kv_kernels *kk, const xl_kv_layer *mem, int H, i
   }
 }
 
+/* Products of nq queries (1 or 4: qu + i * ldq) in head h with the memory's keys [lo, mlen),
+ * read in place over the ring's runs, into s + i * lds (s indexed by key - lo). */
+static void memory_key_products(const xl_kv_kernels *kk, const xl_kv_layer *mem,
+                                const xl_ring_run *runs, int n_runs, int lo, int mlen, int nq,
+                                const float *qu, size_t ldq, int dh, int h, float *s, size_t lds) {
+  int k0, cnt;
+  for (int ri = 0; ri < n_runs; ri++)
+    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
+      const int slot = runs[ri].slot + (k0 - runs[ri].first);
+      if (nq == 4) key_products4(kk, mem, qu, ldq, dh, h, slot, cnt, s + (k0 - lo), lds);
+      else key_products(kk, mem, qu, dh, h, slot, cnt, s + (k0 - lo));
+    }
+}
+
+/* out + i * ldo (heads [h0, h0 + nh)) += the memory's value rows [lo, mlen) weighted by the
+ * probabilities p + i * ldp (indexed by key - lo, row stride ps per head), for nq queries (1 or
+ * 4), read in place over the ring's runs. */
+static void memory_value_mix(const xl_kv_kernels *kk, const xl_kv_layer *mem, int H, int hd, int dh,
+                             const xl_ring_run *runs, int n_runs, int lo, int mlen, int nq, int h0,
+                             int nh, const float *p, size_t ldp, size_t ps, float *out,
+                             size_t ldo) {
+  int k0, cnt;
+  for (int ri = 0; ri < n_runs; ri++)
+    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
+      const size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
+      if (nq == 4)
+        value_mix4(kk, mem, H, hd, dh, slot, h0, nh, cnt, p + (k0 - lo), ldp, ps, out, ldo);
+      else value_mix(kk, mem, H, hd, dh, slot, h0, nh, cnt, p + (k0 - lo), ps, out);
+    }
+}
+
 /* The rest of query a's scores in head h once its memory keys' products are in s (keys lo..a):
  * its products qu . k_j with the item's new keys j in [max(lo, mlen), a] (rows of qkv), the
  * position term from prow (the query's products with the head's cached table), the scale and
@@ -293,17 +324,14 @@ static void attend_query(const xl_model *m, int layer, const xl_attn_item *it, x
   const float *v_new = it->qkv + 2 * hd; /* row 0's value */
   const size_t ps = (size_t)sc->width;   /* row stride of probs: fixed, whatever the keys are */
   xl_ring_run runs[2];
-  int n_runs = xl_ring_runs(st, runs), k0, cnt;
+  const int n_runs = xl_ring_runs(st, runs);
   if (nh <= 0) return;
 
   for (int h = h0; h < h1; h++) {
     const float *qh = q + (size_t)h * dh, *u = L->r_w_bias + (size_t)h * dh;
     float *s = sc->scores + (size_t)h * ps; /* keys lo..a */
     for (int k = 0; k < dh; k++) sc->qu[k] = qh[k] + u[k];
-    for (int ri = 0; ri < n_runs; ri++)
-      if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0)
-        key_products(kk, &mem, sc->qu, dh, h, runs[ri].slot + (k0 - runs[ri].first), cnt,
-                     s + (k0 - lo));
+    memory_key_products(kk, &mem, runs, n_runs, lo, mlen, 1, sc->qu, (size_t)dh, dh, h, s, ps);
     finish_head_scores(m, it, layer, h, sc->qu, a, lo, pos_q + (size_t)h * pos_stride, s);
   }
   /* out[h] = sum_j p[h][j] v_j[h]: one pass over the value rows for the heads h0..h1 */
@@ -311,11 +339,8 @@ static void attend_query(const xl_model *m, int layer, const xl_attn_item *it, x
   const float *probs = sc->scores + (size_t)h0 * ps;
   float *out = it->out + (size_t)r * hd + e0;
   memset(out, 0, (size_t)nh * dh * sizeof *out);
-  for (int ri = 0; ri < n_runs; ri++)
-    if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
-      size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
-      value_mix(kk, &mem, H, hd, dh, slot, h0, nh, cnt, probs + (k0 - lo), ps, out);
-    }
+  memory_value_mix(kk, &mem, H, hd, dh, runs, n_runs, lo, mlen, 1, h0, nh, probs, ps, ps, out,
+                   (size_t)hd);
   xl_vec_mix_rows(out, probs + (j_new - lo), ps, v_new + (size_t)(j_new - mlen) * row_stride + e0,
                   row_stride, a - j_new + 1, nh, dh);
 }
@@ -356,10 +381,12 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
   const int run = heads_per_run(m, mem.dtype, n);
   xl_ring_run runs[2];
   const int n_runs = xl_ring_runs(st, runs);
-  int k0, cnt, first[SMALL_BLOCK], size[SMALL_BLOCK], n_groups = 0;
-  for (int r = 0; r < n; r += size[n_groups++]) { /* queries [first, first + size) */
+  /* groups of queries [first, first + size), size 4 while four share their first key lo */
+  int first[SMALL_BLOCK], size[SMALL_BLOCK], lo[SMALL_BLOCK], n_groups = 0;
+  for (int r = 0; r < n; r += size[n_groups++]) {
     first[n_groups] = r;
-    size[n_groups] = r + 4 <= n && first_key(m, mlen + r + 3) == first_key(m, mlen + r) ? 4 : 1;
+    lo[n_groups] = first_key(m, mlen + r);
+    size[n_groups] = r + 4 <= n && first_key(m, mlen + r + 3) == lo[n_groups] ? 4 : 1;
   }
   memset(it->out, 0, (size_t)n * hd * sizeof *it->out);
   for (int h0 = 0; h0 < H; h0 += run) {
@@ -371,7 +398,7 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
         for (int k = 0; k < dh; k++)
           sc->qu[(size_t)i * dh + k] = it->qkv[(size_t)i * row_stride + (size_t)h * dh + k] + u[k];
       for (int g = 0; g < n_groups; g++) { /* scores */
-        const int r = first[g], lo = first_key(m, mlen + r);
+        const int r = first[g];
         const int n_pos = xl_pos_rows_needed(m, mlen + r + size[g]); /* the group's farthest */
         const float *q = it->qkv + (size_t)r * row_stride + (size_t)h * dh;
         const float *qu = sc->qu + (size_t)r * dh;
@@ -379,33 +406,22 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
         float *s = sc->scores + (size_t)r * lq + (size_t)(h - h0) * ps; /* keys lo.. */
         if (size[g] == 4) key_products4(kk, T, q, row_stride, dh, h, 0, n_pos, pos, pw);
         else key_products(kk, T, q, dh, h, 0, n_pos, pos);
-        for (int ri = 0; ri < n_runs; ri++)
-          if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
-            const int slot = runs[ri].slot + (k0 - runs[ri].first);
-            if (size[g] == 4)
-              key_products4(kk, &mem, qu, (size_t)dh, dh, h, slot, cnt, s + (k0 - lo), lq);
-            else key_products(kk, &mem, qu, dh, h, slot, cnt, s + (k0 - lo));
-          }
+        memory_key_products(kk, &mem, runs, n_runs, lo[g], mlen, size[g], qu, (size_t)dh, dh, h, s,
+                            lq);
         for (int i = 0; i < size[g]; i++)
-          finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo,
+          finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo[g],
                              pos + (size_t)i * pw, s + (size_t)i * lq);
       }
     }
     for (int g = 0; g < n_groups; g++) { /* out[r + i][h0..h1) = sum_j p[i][h][j] v_j[h] */
-      const int r = first[g], lo = first_key(m, mlen + r), j_new = lo > mlen ? lo : mlen;
+      const int r = first[g], j_new = lo[g] > mlen ? lo[g] : mlen;
       const float *s = sc->scores + (size_t)r * lq;
       float *out = it->out + (size_t)r * hd + (size_t)h0 * dh;
-      for (int ri = 0; ri < n_runs; ri++)
-        if ((cnt = clip(runs[ri].first, runs[ri].count, lo, mlen - 1, &k0)) > 0) {
-          const size_t slot = (size_t)(runs[ri].slot + (k0 - runs[ri].first));
-          if (size[g] == 4)
-            value_mix4(kk, &mem, H, hd, dh, slot, h0, nh, cnt, s + (k0 - lo), lq, ps, out,
-                       (size_t)hd);
-          else value_mix(kk, &mem, H, hd, dh, slot, h0, nh, cnt, s + (k0 - lo), ps, out);
-        }
+      memory_value_mix(kk, &mem, H, hd, dh, runs, n_runs, lo[g], mlen, size[g], h0, nh, s, lq, ps,
+                       out, (size_t)hd);
       for (int i = 0; i < size[g]; i++) {
         const int a = mlen + r + i;
-        xl_vec_mix_rows(out + (size_t)i * hd, s + (size_t)i * lq + (j_new - lo), ps,
+        xl_vec_mix_rows(out + (size_t)i * hd, s + (size_t)i * lq + (j_new - lo[g]), ps,
                         v_new + (size_t)(j_new - mlen) * row_stride + (size_t)h0 * dh, row_stride,
                         a - j_new + 1, nh, dh);
       }

@@ -25,13 +25,13 @@ typedef struct {
 } xl_pos_table;
 
 typedef struct {
-  float *scores;  /* [QUERY_BLOCK, max_width] */
+  float *scores;  /* rows of max_width floats (as many as xl_attn_scratch_floats sized) */
   float *pos;     /* [QUERY_BLOCK, max_pos] */
   float *q, *qu;  /* [QUERY_BLOCK, d_head] each */
   float *kw, *vw; /* narrow memory, block path: one head's keys [d_head, mem_len] and
                      values [mem_len, d_head] widened to F32 */
   int width;      /* max_width: the row stride of scores: [H, width] for a decode step,
-                     [queries, width] for one head of a small block */
+                     [queries, heads of a run, width] for a small block */
   int pos_width;  /* max_pos: the small-block path's row stride of pos [queries, pos_width]
                      (one head) */
 } xl_attn_scratch;
