@@ -15,7 +15,7 @@
  * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
  * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, whose four streams
  * keep more of DRAM's latency covered (int4's prefetch running on into the next group's
- * panels). With several row tiles (int8, int4), the first streams
+ * panels). With several row tiles (every type), the first streams
  * the panels from memory and the second prefetches the next panels into L2, so the later tiles
  * compute while the next panels arrive. Each row's arithmetic is the same in any tile and
  * alone. Compiled with target attributes; used only when the CPU has the instructions
@@ -227,7 +227,7 @@ TB void round_row(const float *x, int K, int kp2, uint16_t *xb) {
 
 /* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP); rows xb, stride xs */
 TB void tile_bf16(int R, int NP, const uint16_t *xb, int xs, const uint16_t *P, int kp2, int p,
-                  __m512 out[RB_BF16][2]) {
+                  size_t pf_next, __m512 out[RB_BF16][2]) {
   __m512 acc[RB_BF16][2];
   for (int i = 0; i < R; i++)
     for (int j = 0; j < NP; j++) acc[i][j] = _mm512_setzero_ps();
@@ -237,7 +237,8 @@ TB void tile_bf16(int R, int NP, const uint16_t *xb, int xs, const uint16_t *P, 
     const size_t at = (size_t)g * 2 * XL_Q8P_ROWS;
     __m512bh a[2];
     for (int j = 0; j < NP; j++) {
-      _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
+      if (pf_next) _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + pf_next), _MM_HINT_T1);
+      else _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0); /* a hint only */
       a[j] = (__m512bh)_mm512_loadu_si512((const void *)(w[j] + at));
     }
     for (int i = 0; i < R; i++) {
@@ -268,17 +269,20 @@ __attribute__((target(TGT_BF16))) void xl_bf16p_matmul_avx512(const float *x, in
     for (int r = r0; r < r1; r++) round_row(x + (size_t)r * ldx, K, kp2, xb + (size_t)(r - r0) * xs);
     for (int p = p_begin; p < p_end; p += 2) {
       const int np = p + 1 < p_end ? 2 : 1;
+      const int second = r0 + (r1 - r0 >= RB_BF16 ? RB_BF16 : r1 - r0 >= RB ? RB : 1);
       for (int r = r0; r < r1;) {
         /* 8 rows, then 4, then one at a time: a row's sums are the same in any tile */
         const int R = r1 - r >= RB_BF16 ? RB_BF16 : r1 - r >= RB ? RB : 1;
         const uint16_t *xr = xb + (size_t)(r - r0) * xs;
+        /* the second row tile prefetches the next panels into L2 (the first streams these) */
+        const size_t pf = r == second ? (size_t)np * kp2 * XL_Q8P_ROWS * sizeof(uint16_t) : 0;
         __m512 out[RB_BF16][2];
-        if (R == RB_BF16 && np == 2) tile_bf16(RB_BF16, 2, xr, xs, P, kp2, p, out);
-        else if (R == RB_BF16) tile_bf16(RB_BF16, 1, xr, xs, P, kp2, p, out);
-        else if (R == RB && np == 2) tile_bf16(RB, 2, xr, xs, P, kp2, p, out);
-        else if (R == RB) tile_bf16(RB, 1, xr, xs, P, kp2, p, out);
-        else if (np == 2) tile_bf16(1, 2, xr, xs, P, kp2, p, out);
-        else tile_bf16(1, 1, xr, xs, P, kp2, p, out);
+        if (R == RB_BF16 && np == 2) tile_bf16(RB_BF16, 2, xr, xs, P, kp2, p, pf, out);
+        else if (R == RB_BF16) tile_bf16(RB_BF16, 1, xr, xs, P, kp2, p, pf, out);
+        else if (R == RB && np == 2) tile_bf16(RB, 2, xr, xs, P, kp2, p, pf, out);
+        else if (R == RB) tile_bf16(RB, 1, xr, xs, P, kp2, p, pf, out);
+        else if (np == 2) tile_bf16(1, 2, xr, xs, P, kp2, p, pf, out);
+        else tile_bf16(1, 1, xr, xs, P, kp2, p, pf, out);
         for (int i = 0; i < R; i++)
           for (int j = 0; j < np; j++) store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
         r += R;
