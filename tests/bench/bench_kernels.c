@@ -8,7 +8,9 @@
  * the same work (and the 16-row GEMM from DRAM too: the batch-16 step), so a claim about a kernel can be checked on any machine with the build's own
  * compiler flags. Measured in rounds like `xlserve bench --weights`: each round times every
  * type once, one right after another (the first rotating), and the table gives medians over
- * the rounds with the range of the ratios. This thread's CPU time. Main thread only.
+ * the rounds with the range of the ratios. Last, per type, the arithmetic peak of the
+ * instruction its GEMM multiplies with on the x86 paths (arith_peak.h) and the share of it the
+ * in-cache GEMM reached. This thread's CPU time. Main thread only.
  *
  * usage: bench_kernels [--cpu P1,P2,..] [--seconds S] [--rounds R] [--mib M]
  */
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "arith_peak.h"
 #include "cli_common.h"
 #include "internal.h"
 #include "kvkernels.h"
@@ -240,6 +243,31 @@ static double time_pass(const bench_data *d, int kind, int t, double seconds) {
  * f32, bf16 and int8 (a session memory has no int4 dtype). */
 static int types_of(int kind) { return kind == 2 || kind == 3 ? TYPES - 1 : TYPES; }
 
+/* The instruction the path's GEMM for type t multiplies with; -1: none measured (not x86). */
+static int gemm_instr(int t) {
+  const char *path = xl_cpu_path();
+  if (!strcmp(path, "avx2")) return PEAK_FMA256; /* the narrow types widened to F32 */
+  if (strcmp(path, "avx512")) return -1;
+  if (t == 1 && xl_bf16p_wanted()) return PEAK_DPBF16;
+  if (t >= 2 && xl_q8p_wanted()) return PEAK_DPBUSD;
+  return PEAK_FMA512;
+}
+
+/* A row per type: the peak of its GEMM's instruction (arith_peak.h; median of the rounds)
+ * and the share of it the 16-row GEMM in cache reached in this run. */
+static void print_peaks(const double in_cache[TYPES], int rounds, double seconds) {
+  for (int t = 0; t < TYPES; t++) {
+    int instr = gemm_instr(t);
+    if (instr < 0) continue;
+    double g[MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) g[r] = arith_peak_gops((arith_instr)instr, seconds);
+    double peak = cli_median(g, rounds);
+    printf("%-9s %-28s %-5s %10s %9.1f %-7s %s: the 16-row GEMM in cache at %.0f%%\n",
+           xl_cpu_path(), "arithmetic peak, registers", TYPE_NAME[t], "-", peak, "GFLOP/s",
+           arith_peak_name((arith_instr)instr), peak > 0 ? 100 * in_cache[t] / peak : 0.0);
+  }
+}
+
 static void run_family(const bench_data *d, int rounds, double seconds) {
   static const char *const KIND[KINDS] = {"weights x 1 row, from DRAM", "weights x 16 rows, in cache",
                                           "memory: keys x query", "memory: values x probs",
@@ -251,6 +279,7 @@ static void run_family(const bench_data *d, int rounds, double seconds) {
         int t = (j + r) % types_of(k);
         sec[r][k][t] = time_pass(d, k, t, seconds);
       }
+  double in_cache[TYPES] = {0}; /* the 16-row GEMM's median rate in cache, GFLOP/s */
   for (int k = 0; k < KINDS; k++)
     for (int t = 0; t < types_of(k); t++) {
       double s[MAX_ROUNDS], x[MAX_ROUNDS], lo = 1e300, hi = 0;
@@ -260,10 +289,12 @@ static void run_family(const bench_data *d, int rounds, double seconds) {
         lo = fmin(lo, x[r]), hi = fmax(hi, x[r]);
       }
       double per = cli_median(s, rounds), ratio = cli_median(x, rounds);
+      if (k == 1) in_cache[t] = work_of(d, k, t) / per / 1e9;
       printf("%-9s %-28s %-5s %10.3f %9.1f %-7s %6.2fx [%4.2f, %4.2f]\n", xl_cpu_path(), KIND[k],
              TYPE_NAME[t], per * 1e3, work_of(d, k, t) / per / 1e9, k == 1 || k == 4 ? "GFLOP/s" : "GB/s",
              ratio, lo, hi);
     }
+  print_peaks(in_cache, rounds, seconds);
   fflush(stdout);
 }
 
