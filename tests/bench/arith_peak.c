@@ -9,6 +9,8 @@
  */
 #include "arith_peak.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
 #include <time.h>
 
 static double cpu_now(void) {
@@ -16,9 +18,6 @@ static double cpu_now(void) {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
-
-#if defined(__x86_64__)
-#include <immintrin.h>
 
 /* 16 chains in the 32 AVX-512 registers; 14 in AVX2's 16 (beside the two operands) */
 #define CHAINS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
