@@ -1,7 +1,8 @@
 /*
  * kernels_avx512.c: the AVX-512F family of the kernel table (kernels.h). The weight GEMM in
  * tiles of 4 rows x 4 outputs with a transposed fixed-order reduction (a lone decode row gets
- * the same sums as a row in a tile), softmax max / exp-and-sum (the portable polynomial in
+ * the same sums as a row in a tile), long rows in slices of K whose four weight rows stay in
+ * L1 across a block's tiles (each lane still sums in k order), softmax max / exp-and-sum (the portable polynomial in
  * 16 lanes), the decode step's products over transposed key rows and value rows with their sums
  * held in registers, LayerNorm, ReLU and bias rows. Compiled with target attributes, chosen at
  * run time by cpu.c; x86-64 only. Any thread; pure functions.
@@ -14,6 +15,9 @@
 #include "kernels.h"
 
 #define ROW_BLOCK 64 /* rows of x kept hot while the weight rows stream past */
+#ifndef K_SLICE
+#define K_SLICE 1024 /* floats of K a block's tiles run before the next slice (4 KiB a row) */
+#endif
 /* Decode steps stream each weight once per forward, mostly from L3, with few rows of x to hide
  * the latency behind: so the kernel prefetches in software 8 KiB ahead in the weight rows (the
  * next groups of rows), far enough ahead that the lines arrive before they are read. */
@@ -89,75 +93,100 @@ T static void mm_avx512(const float *x, int M, int K, int ldx,
                                                          float *y, int ldy) {
   const int kv = K & ~15;
   const __mmask16 tm = (__mmask16)((1u << (K & 15)) - 1u);
+  /* a tile's 16 sums between slices of K: [tile of the row block][16 accumulators] */
+  __m512 part[ROW_BLOCK / 4][16];
   for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
     int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
     for (int o = 0; o < N; o += 4) {
       int oc = N - o < 4 ? N - o : 4;
       const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
                   *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
-      for (int r = r0; r < r1; r += 4) {
-        int rc = r1 - r < 4 ? r1 - r : 4; /* rows past rc repeat row r (results discarded) */
-        if (rc == 1) { /* a lone row (decode): same per-element arithmetic, a quarter of it */
-          const float *a0 = x + (size_t)r * ldx;
-          __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-          for (int k = 0; k < kv; k += 16) {
-            PREFETCH_WEIGHTS(k);
+      /* Tiles of 2-4 rows, K in slices of K_SLICE: a slice of the four weight rows stays in L1
+       * while every tile of the block reads it; each lane's sum runs in k order across the
+       * slices (its accumulator kept in `part`), so the sums are those of one pass. */
+      int c0 = 0;
+      do {
+        const int c1 = kv - c0 > K_SLICE ? c0 + K_SLICE : kv, first = c0 == 0, last = c1 == kv;
+        for (int r = r0; r < r1; r += 4) {
+          int rc = r1 - r < 4 ? r1 - r : 4; /* rows past rc repeat row r (results discarded) */
+          if (rc == 1) continue;            /* a lone row: below */
+          const float *a0 = x + (size_t)r * ldx, *a1 = a0 + ldx,
+                      *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0, *a3 = rc > 3 ? a0 + 3 * (size_t)ldx : a0;
+          __m512 *pt = part[(r - r0) / 4];
+          __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
+          if (first) {
+            c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
+            c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00,
+            c31 = c00, c32 = c00, c33 = c00;
+          } else {
+            c00 = pt[0], c01 = pt[1], c02 = pt[2], c03 = pt[3], c10 = pt[4], c11 = pt[5],
+            c12 = pt[6], c13 = pt[7], c20 = pt[8], c21 = pt[9], c22 = pt[10], c23 = pt[11],
+            c30 = pt[12], c31 = pt[13], c32 = pt[14], c33 = pt[15];
+          }
+          const int first_tile = r == r0; /* later tiles find these weight rows in cache */
+          for (int k = c0; k < c1; k += 16) {
+            if (first_tile) PREFETCH_WEIGHTS(k);
+            __m512 b0 = _mm512_loadu_ps(w0 + k), b1 = _mm512_loadu_ps(w1 + k),
+                   b2 = _mm512_loadu_ps(w2 + k), b3 = _mm512_loadu_ps(w3 + k);
             __m512 v = _mm512_loadu_ps(a0 + k);
-            c0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w0 + k), c0);
-            c1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w1 + k), c1);
-            c2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w2 + k), c2);
-            c3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w3 + k), c3);
+            FMA4(v, c00, c01, c02, c03);
+            v = _mm512_loadu_ps(a1 + k);
+            FMA4(v, c10, c11, c12, c13);
+            v = _mm512_loadu_ps(a2 + k);
+            FMA4(v, c20, c21, c22, c23);
+            v = _mm512_loadu_ps(a3 + k);
+            FMA4(v, c30, c31, c32, c33);
+          }
+          if (!last) {
+            pt[0] = c00, pt[1] = c01, pt[2] = c02, pt[3] = c03, pt[4] = c10, pt[5] = c11,
+            pt[6] = c12, pt[7] = c13, pt[8] = c20, pt[9] = c21, pt[10] = c22, pt[11] = c23,
+            pt[12] = c30, pt[13] = c31, pt[14] = c32, pt[15] = c33;
+            continue;
           }
           if (tm) {
+            __m512 b0 = _mm512_maskz_loadu_ps(tm, w0 + kv), b1 = _mm512_maskz_loadu_ps(tm, w1 + kv),
+                   b2 = _mm512_maskz_loadu_ps(tm, w2 + kv), b3 = _mm512_maskz_loadu_ps(tm, w3 + kv);
             __m512 v = _mm512_maskz_loadu_ps(tm, a0 + kv);
-            c0 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w0 + kv), c0);
-            c1 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w1 + kv), c1);
-            c2 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w2 + kv), c2);
-            c3 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w3 + kv), c3);
+            FMA4(v, c00, c01, c02, c03);
+            v = _mm512_maskz_loadu_ps(tm, a1 + kv);
+            FMA4(v, c10, c11, c12, c13);
+            v = _mm512_maskz_loadu_ps(tm, a2 + kv);
+            FMA4(v, c20, c21, c22, c23);
+            v = _mm512_maskz_loadu_ps(tm, a3 + kv);
+            FMA4(v, c30, c31, c32, c33);
           }
-          float s1[16];
-          _mm512_storeu_ps(s1, sum_four(c0, c1, c2, c3));
-          for (int j = 0; j < oc; j++) y[(size_t)r * ldy + o + j] = s1[4 * j];
-          continue;
+          const __m512 acc[16] = {c00, c10, c20, c30, c01, c11, c21, c31,
+                                  c02, c12, c22, c32, c03, c13, c23, c33};
+          float s[16];
+          _mm512_storeu_ps(s, sum_tile(acc));
+          for (int i = 0; i < rc; i++)
+            for (int j = 0; j < oc; j++) y[(size_t)(r + i) * ldy + o + j] = s[4 * i + j];
         }
-        const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
-                    *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0, *a3 = rc > 3 ? a0 + 3 * (size_t)ldx : a0;
-        __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
-               c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00,
-               c31 = c00, c32 = c00, c33 = c00;
-        const int first_tile = r == r0; /* later tiles find these weight rows in cache */
-        for (int k = 0; k < kv; k += 16) {
-          if (first_tile) PREFETCH_WEIGHTS(k);
-          __m512 b0 = _mm512_loadu_ps(w0 + k), b1 = _mm512_loadu_ps(w1 + k),
-                 b2 = _mm512_loadu_ps(w2 + k), b3 = _mm512_loadu_ps(w3 + k);
-          __m512 v = _mm512_loadu_ps(a0 + k);
-          FMA4(v, c00, c01, c02, c03);
-          v = _mm512_loadu_ps(a1 + k);
-          FMA4(v, c10, c11, c12, c13);
-          v = _mm512_loadu_ps(a2 + k);
-          FMA4(v, c20, c21, c22, c23);
-          v = _mm512_loadu_ps(a3 + k);
-          FMA4(v, c30, c31, c32, c33);
-        }
-        if (tm) {
-          __m512 b0 = _mm512_maskz_loadu_ps(tm, w0 + kv), b1 = _mm512_maskz_loadu_ps(tm, w1 + kv),
-                 b2 = _mm512_maskz_loadu_ps(tm, w2 + kv), b3 = _mm512_maskz_loadu_ps(tm, w3 + kv);
-          __m512 v = _mm512_maskz_loadu_ps(tm, a0 + kv);
-          FMA4(v, c00, c01, c02, c03);
-          v = _mm512_maskz_loadu_ps(tm, a1 + kv);
-          FMA4(v, c10, c11, c12, c13);
-          v = _mm512_maskz_loadu_ps(tm, a2 + kv);
-          FMA4(v, c20, c21, c22, c23);
-          v = _mm512_maskz_loadu_ps(tm, a3 + kv);
-          FMA4(v, c30, c31, c32, c33);
-        }
-        const __m512 acc[16] = {c00, c10, c20, c30, c01, c11, c21, c31,
-                                c02, c12, c22, c32, c03, c13, c23, c33};
-        float s[16];
-        _mm512_storeu_ps(s, sum_tile(acc));
-        for (int i = 0; i < rc; i++)
-          for (int j = 0; j < oc; j++) y[(size_t)(r + i) * ldy + o + j] = s[4 * i + j];
+        c0 = c1;
+      } while (c0 < kv);
+      if ((r1 - r0) % 4 != 1) continue;
+      /* a lone row (decode, or a block's last): same per-element arithmetic, a quarter of it */
+      const int r = r1 - 1;
+      const float *a0 = x + (size_t)r * ldx;
+      __m512 c0v = _mm512_setzero_ps(), c1v = c0v, c2v = c0v, c3v = c0v;
+      for (int k = 0; k < kv; k += 16) {
+        PREFETCH_WEIGHTS(k);
+        __m512 v = _mm512_loadu_ps(a0 + k);
+        c0v = _mm512_fmadd_ps(v, _mm512_loadu_ps(w0 + k), c0v);
+        c1v = _mm512_fmadd_ps(v, _mm512_loadu_ps(w1 + k), c1v);
+        c2v = _mm512_fmadd_ps(v, _mm512_loadu_ps(w2 + k), c2v);
+        c3v = _mm512_fmadd_ps(v, _mm512_loadu_ps(w3 + k), c3v);
       }
+      if (tm) {
+        __m512 v = _mm512_maskz_loadu_ps(tm, a0 + kv);
+        c0v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w0 + kv), c0v);
+        c1v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w1 + kv), c1v);
+        c2v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w2 + kv), c2v);
+        c3v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(tm, w3 + kv), c3v);
+      }
+      float s1[16];
+      _mm512_storeu_ps(s1, sum_four(c0v, c1v, c2v, c3v));
+      for (int j = 0; j < oc; j++) y[(size_t)r * ldy + o + j] = s1[4 * j];
     }
   }
 }
