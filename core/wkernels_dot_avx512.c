@@ -225,6 +225,10 @@ TB void round_row(const float *x, int K, int kp2, uint16_t *xb) {
   }
 }
 
+/* rows of the bf16 tile for `left` rows to go: 8, then 4, then one at a time (a row's sums are
+ * the same in any tile) */
+static inline int bf16_tile_rows(int left) { return left >= RB_BF16 ? RB_BF16 : left >= RB ? RB : 1; }
+
 /* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP); rows xb, stride xs */
 TB void tile_bf16(int R, int NP, const uint16_t *xb, int xs, const uint16_t *P, int kp2, int p,
                   size_t pf_next, __m512 out[RB_BF16][2]) {
@@ -267,12 +271,11 @@ __attribute__((target(TGT_BF16))) void xl_bf16p_matmul_avx512(const float *x, in
   for (int r0 = 0; r0 < M; r0 += chunk) {
     const int r1 = r0 + chunk < M ? r0 + chunk : M;
     for (int r = r0; r < r1; r++) round_row(x + (size_t)r * ldx, K, kp2, xb + (size_t)(r - r0) * xs);
+    const int second = r0 + bf16_tile_rows(r1 - r0); /* where the second row tile starts */
     for (int p = p_begin; p < p_end; p += 2) {
       const int np = p + 1 < p_end ? 2 : 1;
-      const int second = r0 + (r1 - r0 >= RB_BF16 ? RB_BF16 : r1 - r0 >= RB ? RB : 1);
       for (int r = r0; r < r1;) {
-        /* 8 rows, then 4, then one at a time: a row's sums are the same in any tile */
-        const int R = r1 - r >= RB_BF16 ? RB_BF16 : r1 - r >= RB ? RB : 1;
+        const int R = bf16_tile_rows(r1 - r);
         const uint16_t *xr = xb + (size_t)(r - r0) * xs;
         /* the second row tile prefetches the next panels into L2 (the first streams these) */
         const size_t pf = r == second ? (size_t)np * kp2 * XL_Q8P_ROWS * sizeof(uint16_t) : 0;

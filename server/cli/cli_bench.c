@@ -61,10 +61,7 @@ typedef struct {
  * --threads 1: every kernel runs on this thread) leaves out the time other processes of a
  * shared machine take the core away; wall time is the default. */
 static double bench_now(const bench_opts *o) {
-  if (!o->thread_clock) return now_mono();
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+  return o->thread_clock ? cli_thread_cpu_now() : now_mono();
 }
 
 static void random_tokens(int32_t *t, int n, int vocab, xl_rng *rng) {

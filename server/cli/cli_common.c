@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "default_model.h"
 
@@ -187,6 +188,12 @@ int cli_engine_select(const char *cmd, const cli_engine_flags *f, xl_load_option
                                 "not one of f32, bf16, int8, int4");
   opts->weights = (xl_weights)wt;
   return 1;
+}
+
+double cli_thread_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 double cli_median(double *v, int n) {

@@ -30,6 +30,10 @@ int32_t *cli_read_ids(const char *cmd, const char *path, int vocab, size_t *n);
  * The benchmarks' summary of their rounds. */
 double cli_median(double *v, int n);
 
+/* Seconds of this thread's CPU time: the benchmarks' clock where other processes of a shared
+ * machine take the core away (only this thread's own work counts). */
+double cli_thread_cpu_now(void);
+
 /* Chooses the kernel family: `flag` (--cpu) if given, else XLSERVE_CPU, else auto. Prints
  * "xlserve CMD: --cpu NAME: problem" (or "XLSERVE_CPU=NAME: ...") and returns 0 when the name is
  * unknown or this CPU cannot run it. */

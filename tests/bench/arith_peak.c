@@ -1,23 +1,17 @@
 /*
  * arith_peak.c: the arithmetic peak of one core for the instructions the weight GEMMs run on
  * x86-64 (arith_peak.h): independent accumulator chains of one instruction in registers, no
- * loads, timed by this thread's CPU time. 16 chains (14 in AVX2's 16 registers) cover each
- * one's latency at two issues a cycle (on an AVX-512 Zen core fewer chains measured slower:
- * 8 vpdpbusd chains ran at about two thirds of 16's rate, 12 ymm FMA chains at 0.85 of 14's),
- * so the loop runs at the issue rate: the ceiling a GEMM tile of that instruction can reach
- * with its data in L1. Main thread only.
+ * loads, timed by this thread's CPU time (cli_thread_cpu_now). 16 chains (14 in AVX2's 16
+ * registers) cover each one's latency at two issues a cycle (on an AVX-512 Zen core fewer
+ * chains measured slower), so the loop runs at the issue rate: the ceiling a GEMM tile of that
+ * instruction can reach with its data in L1. Main thread only.
  */
 #include "arith_peak.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#include <time.h>
 
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "cli_common.h"
 
 /* 16 chains in the 32 AVX-512 registers; 14 in AVX2's 16 (beside the two operands) */
 #define CHAINS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
@@ -77,11 +71,11 @@ double arith_peak_gops(arith_instr instr, double seconds) {
                                             : 128;
   arith_peak_sink = loop(STEPS); /* warm up (and the core's clock up) */
   long steps = 0;
-  double t0 = cpu_now(), el;
+  double t0 = cli_thread_cpu_now(), el;
   do {
     arith_peak_sink = loop(STEPS);
     steps += STEPS;
-  } while ((el = cpu_now() - t0) < seconds);
+  } while ((el = cli_thread_cpu_now() - t0) < seconds);
   const double chains = instr == PEAK_FMA256 ? 14 : 16;
   return el > 0 ? (double)steps * chains * ops / el / 1e9 : 0;
 #else

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "arith_peak.h"
 #include "cli_common.h"
@@ -35,12 +34,6 @@ static const char *const TYPE_NAME[TYPES] = {"f32", "bf16", "int8", "int4"};
 
 /* The wt103 shape's pieces: feed-forward matrices [4096, 1024]; 16 heads x 64; 1600 positions. */
 enum { OUT = 4096, IN = 1024, SQ = 1024, ROWS16 = 16, H = 16, DH = 64, HD = H * DH, POS = 1600 };
-
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static float frand(uint64_t *s) { /* uniform in [-1, 1) */
   *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -231,11 +224,11 @@ static void pass(const bench_data *d, int kind, int t) {
 static double time_pass(const bench_data *d, int kind, int t, double seconds) {
   pass(d, kind, t);
   int n = 0;
-  double t0 = cpu_now(), el;
+  double t0 = cli_thread_cpu_now(), el;
   do {
     pass(d, kind, t);
     n++;
-  } while ((el = cpu_now() - t0) < seconds || n < 2);
+  } while ((el = cli_thread_cpu_now() - t0) < seconds || n < 2);
   return el / n;
 }
 
