@@ -2,7 +2,8 @@
  * kernels_avx512.c: the AVX-512F family of the kernel table (kernels.h). The weight GEMM in
  * tiles of 4 rows x 4 outputs with a transposed fixed-order reduction (a lone decode row gets
  * the same sums as a row in a tile), long rows in slices of K whose four weight rows stay in
- * L1 across a block's tiles (each lane still sums in k order), softmax max / exp-and-sum (the portable polynomial in
+ * L1 across a block's tiles (each lane still sums in k order), a small batch's tiles sharing
+ * the prefetch of the next weights, softmax max / exp-and-sum (the portable polynomial in
  * 16 lanes), the decode step's products over transposed key rows and value rows with their sums
  * held in registers, LayerNorm, ReLU and bias rows. Compiled with target attributes, chosen at
  * run time by cpu.c; x86-64 only. Any thread; pure functions.
@@ -78,6 +79,21 @@ T static inline __m512 sum_four(__m512 c0, __m512 c1, __m512 c2,
   c2 = _mm512_fmadd_ps(v, b2, c2);                                                         \
   c3 = _mm512_fmadd_ps(v, b3, c3)
 
+/* one column step of a 4 x 4 tile: four weight vectors, each row's vector times them */
+#define TILE_STEP(k)                                                                       \
+  do {                                                                                     \
+    __m512 b0 = _mm512_loadu_ps(w0 + (k)), b1 = _mm512_loadu_ps(w1 + (k)),                 \
+           b2 = _mm512_loadu_ps(w2 + (k)), b3 = _mm512_loadu_ps(w3 + (k));                 \
+    __m512 v = _mm512_loadu_ps(a0 + (k));                                                  \
+    FMA4(v, c00, c01, c02, c03);                                                           \
+    v = _mm512_loadu_ps(a1 + (k));                                                         \
+    FMA4(v, c10, c11, c12, c13);                                                           \
+    v = _mm512_loadu_ps(a2 + (k));                                                         \
+    FMA4(v, c20, c21, c22, c23);                                                           \
+    v = _mm512_loadu_ps(a3 + (k));                                                         \
+    FMA4(v, c30, c31, c32, c33);                                                           \
+  } while (0)
+
 /* addresses computed as integers: past the matrix's end they are hints, not pointers */
 #define AHEAD (PREFETCH_FLOATS * sizeof(float))
 #define PREFETCH_WEIGHTS(k)                                                               \
@@ -97,10 +113,17 @@ T static void mm_avx512(const float *x, int M, int K, int ldx,
   __m512 part[ROW_BLOCK / 4][16];
   for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
     int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
+    /* The block's tiles of 2-4 rows. With one or two (a batch of up to 9 rows) the weights'
+     * stream from DRAM, not the arithmetic, bounds the block: each tile then prefetches a share
+     * of the next slice's weight rows, so DRAM streams while every tile computes (bench_kernels'
+     * "weights x 8 rows, from DRAM"). With more, the first tile prefetches ahead in its own
+     * rows (sharing measured no faster at 10-17 rows, slower at 16). */
+    const int tiles = (r1 - r0) / 4 + ((r1 - r0) % 4 >= 2), share = tiles <= 2;
     for (int o = 0; o < N; o += 4) {
       int oc = N - o < 4 ? N - o : 4;
       const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
                   *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
+      const float *const w[4] = {w0, w1, w2, w3};
       /* Tiles of 2-4 rows, K in slices of K_SLICE: a slice of the four weight rows stays in L1
        * while every tile of the block reads it; each lane's sum runs in k order across the
        * slices (its accumulator kept in `part`), so the sums are those of one pass. */
@@ -123,19 +146,30 @@ T static void mm_avx512(const float *x, int M, int K, int ldx,
             c12 = pt[6], c13 = pt[7], c20 = pt[8], c21 = pt[9], c22 = pt[10], c23 = pt[11],
             c30 = pt[12], c31 = pt[13], c32 = pt[14], c33 = pt[15];
           }
-          const int first_tile = r == r0; /* later tiles find these weight rows in cache */
-          for (int k = c0; k < c1; k += 16) {
-            if (first_tile) PREFETCH_WEIGHTS(k);
-            __m512 b0 = _mm512_loadu_ps(w0 + k), b1 = _mm512_loadu_ps(w1 + k),
-                   b2 = _mm512_loadu_ps(w2 + k), b3 = _mm512_loadu_ps(w3 + k);
-            __m512 v = _mm512_loadu_ps(a0 + k);
-            FMA4(v, c00, c01, c02, c03);
-            v = _mm512_loadu_ps(a1 + k);
-            FMA4(v, c10, c11, c12, c13);
-            v = _mm512_loadu_ps(a2 + k);
-            FMA4(v, c20, c21, c22, c23);
-            v = _mm512_loadu_ps(a3 + k);
-            FMA4(v, c30, c31, c32, c33);
+          if (!share) {
+            const int first_tile = r == r0; /* later tiles find these weight rows in cache */
+            for (int k = c0; k < c1; k += 16) {
+              if (first_tile) PREFETCH_WEIGHTS(k);
+              TILE_STEP(k);
+            }
+          } else {
+            /* this tile's share of the next slice's four weight rows (the same rows further
+             * on, or the next four outputs' first slice): rows tile, tile + tiles, ... */
+            uintptr_t pf[4] = {0, 0, 0, 0}; /* pf[i] + 4 k bytes: the line at column k */
+            int npf = 0;
+            for (int j = (r - r0) / 4; j < 4; j += tiles)
+              pf[npf++] = (last ? (uintptr_t)W + (size_t)(o + 4 + j) * (size_t)ldw * sizeof(float)
+                                : (uintptr_t)(w[j] + c1)) - (uintptr_t)c0 * sizeof(float);
+            for (int k = c0; k < c1; k += 16) {
+              const uintptr_t at = (uintptr_t)k * sizeof(float);
+              _mm_prefetch((const char *)(pf[0] + at), _MM_HINT_T0);
+              _mm_prefetch((const char *)(pf[1] + at), _MM_HINT_T0);
+              if (npf == 4) {
+                _mm_prefetch((const char *)(pf[2] + at), _MM_HINT_T0);
+                _mm_prefetch((const char *)(pf[3] + at), _MM_HINT_T0);
+              }
+              TILE_STEP(k);
+            }
           }
           if (!last) {
             pt[0] = c00, pt[1] = c01, pt[2] = c02, pt[3] = c03, pt[4] = c10, pt[5] = c11,
@@ -190,6 +224,7 @@ T static void mm_avx512(const float *x, int M, int K, int ldx,
     }
   }
 }
+#undef TILE_STEP
 #undef FMA4
 #undef PREFETCH_WEIGHTS
 #undef AHEAD

@@ -5,7 +5,8 @@
  * in cache (a batch-16 step: arithmetic), and the two loops over a session memory (keys times
  * the query, values times the attention probabilities; the memory streams from DRAM). It gives
  * each kernel's rate (GB/s of the bytes it reads, or GFLOP/s) and its speed beside F32's for
- * the same work (and the 16-row GEMM from DRAM too: the batch-16 step), so a claim about a kernel can be checked on any machine with the build's own
+ * the same work (and the GEMM with 16 and with 8 rows from DRAM too: batch-16 and batch-8
+ * steps), so a claim about a kernel can be checked on any machine with the build's own
  * compiler flags. Measured in rounds like `xlserve bench --weights`: each round times every
  * type once, one right after another (the first rotating), and the table gives medians over
  * the rounds with the range of the ratios. Last, per type, the arithmetic peak of the
@@ -27,13 +28,13 @@
 #include "wpanel.h"
 
 #define TYPES 4 /* f32, bf16, int8: weights or memory; int4: weights only */
-#define KINDS 5
+#define KINDS 6
 #define MAX_ROUNDS 64
 
 static const char *const TYPE_NAME[TYPES] = {"f32", "bf16", "int8", "int4"};
 
 /* The wt103 shape's pieces: feed-forward matrices [4096, 1024]; 16 heads x 64; 1600 positions. */
-enum { OUT = 4096, IN = 1024, SQ = 1024, ROWS16 = 16, H = 16, DH = 64, HD = H * DH, POS = 1600 };
+enum { OUT = 4096, IN = 1024, SQ = 1024, ROWS16 = 16, ROWS8 = 8, H = 16, DH = 64, HD = H * DH, POS = 1600 };
 
 static float frand(uint64_t *s) { /* uniform in [-1, 1) */
   *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -179,6 +180,7 @@ static double work_of(const bench_data *d, int kind, int t) {
   static const double WEIGHT_BYTES[TYPES] = {4, 2, 1 + 4.0 / XL_Q8_BLOCK, 0.5 + 4.0 / XL_Q8_BLOCK};
   if (kind == 1) return 2.0 * ROWS16 * SQ * SQ;
   if (kind == 4) return 2.0 * ROWS16 * OUT * IN * d->n_big;
+  if (kind == 5) return 2.0 * ROWS8 * OUT * IN * d->n_big;
   if (kind == 0) return WEIGHT_BYTES[t] * OUT * IN * d->n_big;
   return (double)d->n_mem * HD * POS * (t == 0 ? 4 : t == 1 ? 2 : 1 + 4.0 / DH);
 }
@@ -192,10 +194,10 @@ static void pass(const bench_data *d, int kind, int t) {
       xl_wmat w = matrix_view(&d->big[i], t, IN);
       xl_matmul_w(d->x, 1, IN, IN, &w, OUT, d->y, OUT);
     }
-  } else if (kind == 4) { /* weights x 16 rows: every big matrix once (a batch-16 step) */
+  } else if (kind == 4 || kind == 5) { /* weights x 16 or 8 rows: every big matrix once */
     for (int i = 0; i < d->n_big; i++) {
       xl_wmat w = matrix_view(&d->big[i], t, IN);
-      xl_matmul_w(d->x, ROWS16, IN, IN, &w, OUT, d->y, OUT);
+      xl_matmul_w(d->x, kind == 4 ? ROWS16 : ROWS8, IN, IN, &w, OUT, d->y, OUT);
     }
   } else if (kind == 1) { /* weights x 16 rows: the square matrix, from cache */
     xl_wmat w = matrix_view(&d->square, t, SQ);
@@ -264,7 +266,7 @@ static void print_peaks(const double in_cache[TYPES], int rounds, double seconds
 static void run_family(const bench_data *d, int rounds, double seconds) {
   static const char *const KIND[KINDS] = {"weights x 1 row, from DRAM", "weights x 16 rows, in cache",
                                           "memory: keys x query", "memory: values x probs",
-                                          "weights x 16 rows, from DRAM"};
+                                          "weights x 16 rows, from DRAM", "weights x 8 rows, from DRAM"};
   static double sec[MAX_ROUNDS][KINDS][TYPES];
   for (int r = 0; r < rounds; r++)
     for (int k = 0; k < KINDS; k++)
@@ -284,7 +286,7 @@ static void run_family(const bench_data *d, int rounds, double seconds) {
       double per = cli_median(s, rounds), ratio = cli_median(x, rounds);
       if (k == 1) in_cache[t] = work_of(d, k, t) / per / 1e9;
       printf("%-9s %-28s %-5s %10.3f %9.1f %-7s %6.2fx [%4.2f, %4.2f]\n", xl_cpu_path(), KIND[k],
-             TYPE_NAME[t], per * 1e3, work_of(d, k, t) / per / 1e9, k == 1 || k == 4 ? "GFLOP/s" : "GB/s",
+             TYPE_NAME[t], per * 1e3, work_of(d, k, t) / per / 1e9, k == 1 || k >= 4 ? "GFLOP/s" : "GB/s",
              ratio, lo, hi);
     }
   print_peaks(in_cache, rounds, seconds);
