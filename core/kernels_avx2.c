@@ -2,8 +2,8 @@
  * kernels_avx2.c: the AVX2+FMA family of the kernel table (kernels.h), for x86-64 CPUs without
  * AVX-512 (or forced with --cpu avx2). The weight GEMM in tiles of 3 rows x 4 outputs (12
  * accumulators of the 16 registers; a block of many rows reads its 4 weight rows from an aligned
- * copy on the stack), a lone decode row 8 outputs at a time with software
- * prefetch of the weight rows; every output is one 8-lane accumulator advanced over k in
+ * copy on the stack; in a block of up to 18 rows every tile prefetches a share of the next
+ * weight rows), a lone decode row 8 outputs at a time with software prefetch of the weight rows; every output is one 8-lane accumulator advanced over k in
  * order and reduced by one fixed tree (hsum4), so a row's sums never depend on its batch.
  * Softmax max / exp-and-sum (the portable polynomial in 8 lanes), the decode step's products
  * over transposed key rows and value rows with the sums held in registers, LayerNorm, ReLU and
@@ -36,6 +36,9 @@
 /* A decode row streams every weight once from L2/L3: prefetch 8 KiB ahead in each of the 8
  * weight rows in flight, one line per row every 16 floats. */
 #define PREFETCH_BYTES (2048 * sizeof(float))
+#ifndef SHARE_MAX_TILES
+#define SHARE_MAX_TILES 6 /* blocks of up to 18 rows share the prefetch of the next weights */
+#endif
 
 /* lane mask of the first n (0..8) lanes, for maskload/maskstore */
 T static inline __m256i lanes_mask(int n) {
@@ -115,20 +118,25 @@ T static void mm_row(const float *a, int K, const float *W, int N, int ldw, floa
 }
 
 /* One tile: rows a0..a2 by weight rows w0..w3, k in order; sums by hsum4 into s[0..2]. With
- * `ahead` the weight rows are prefetched PREFETCH_BYTES on; with `copy` each weight vector read
- * is also stored to the panel rows p0..p3 (aligned; the tail's masked lanes store zeros). */
+ * `npf` streams it prefetches the lines pf[i] + 4 k bytes (npf 0, 1, 2 or 4); with `copy` each
+ * weight vector read is also stored to the panel rows p0..p3 (aligned; the tail's masked lanes
+ * store zeros). */
 T static inline __attribute__((always_inline)) void
 tile_3x4(const float *a0, const float *a1, const float *a2, const float *w0, const float *w1,
-         const float *w2, const float *w3, int kv, int tail, __m256i tmask, int ahead, int copy,
-         float *p0, float *p1, float *p2, float *p3, __m128 s[3]) {
+         const float *w2, const float *w3, int kv, int tail, __m256i tmask, int npf,
+         const uintptr_t pf[4], int copy, float *p0, float *p1, float *p2, float *p3,
+         __m128 s[3]) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
          c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
   for (int k = 0; k < kv; k += 8) {
-    if (ahead && !(k & 15)) {
-      _mm_prefetch((const char *)((uintptr_t)(w0 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-      _mm_prefetch((const char *)((uintptr_t)(w1 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-      _mm_prefetch((const char *)((uintptr_t)(w2 + k) + PREFETCH_BYTES), _MM_HINT_T0);
-      _mm_prefetch((const char *)((uintptr_t)(w3 + k) + PREFETCH_BYTES), _MM_HINT_T0);
+    if (npf && !(k & 15)) { /* integer addresses: past the matrix they are only hints */
+      const uintptr_t at = (uintptr_t)k * sizeof(float);
+      _mm_prefetch((const char *)(pf[0] + at), _MM_HINT_T0);
+      if (npf > 1) _mm_prefetch((const char *)(pf[1] + at), _MM_HINT_T0);
+      if (npf > 2) {
+        _mm_prefetch((const char *)(pf[2] + at), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pf[3] + at), _MM_HINT_T0);
+      }
     }
     __m256 b0 = _mm256_loadu_ps(w0 + k), b1 = _mm256_loadu_ps(w1 + k),
            b2 = _mm256_loadu_ps(w2 + k), b3 = _mm256_loadu_ps(w3 + k);
@@ -185,6 +193,13 @@ T __attribute__((noinline)) static void mm_tiles(const float *x, int M, int K, i
     int r1 = r0 + block < M ? r0 + block : M;
     /* (such a block's first tile has 3 rows: it reads the whole weight rows) */
     const int pack = r1 - r0 >= PACK_MIN_ROWS && K <= PACK_MAX_K;
+    /* With at most SHARE_MAX_TILES tiles of 2-3 rows (a decode batch, a short prompt) the
+     * weights' stream from DRAM, not the arithmetic, bounds the block: each tile prefetches a
+     * share of the next four weight rows, so DRAM streams while every tile computes
+     * (bench_kernels --cpu avx2, "weights x 8 rows" and "x 16 rows, from DRAM"). With more,
+     * the first tile prefetches ahead in its own rows and the later ones read them from cache
+     * (sharing measured no faster at 24 rows and more). */
+    const int tiles = (r1 - r0) / 3 + ((r1 - r0) % 3 >= 2), share = tiles <= SHARE_MAX_TILES;
     for (int o = 0; o < N; o += 4) {
       int oc = N - o < 4 ? N - o : 4;
       const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
@@ -217,12 +232,19 @@ T __attribute__((noinline)) static void mm_tiles(const float *x, int M, int K, i
         const float *a0 = x + (size_t)r * ldx, *a1 = rc > 1 ? a0 + ldx : a0,
                     *a2 = rc > 2 ? a0 + 2 * (size_t)ldx : a0;
         __m128 s[3];
+        uintptr_t pf[4] = {0, 0, 0, 0};
+        int npf = 0;
+        if (share) /* the next four outputs' rows tile, tile + tiles, ... */
+          for (int j = (r - r0) / 3; j < 4; j += tiles)
+            pf[npf++] = (uintptr_t)W + (size_t)(o + 4 + j) * (size_t)ldw * sizeof(float);
+        else if (r == r0)
+          for (; npf < 4; npf++) pf[npf] = (uintptr_t)(npf == 0 ? w0 : npf == 1 ? w1 : npf == 2 ? w2 : w3) + PREFETCH_BYTES;
         if (r > r0) /* later tiles find these weight rows (or their panel) in L1 */
-          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 0, 0, p0, p1, p2, p3, s);
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, npf, pf, 0, p0, p1, p2, p3, s);
         else if (pack) /* the first tile also writes the panel the later ones read */
-          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 1, 1, p0, p1, p2, p3, s);
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, npf, pf, 1, p0, p1, p2, p3, s);
         else
-          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, 1, 0, p0, p1, p2, p3, s);
+          tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, npf, pf, 0, p0, p1, p2, p3, s);
         if (pack && r == r0) w0 = p0, w1 = p1, w2 = p2, w3 = p3;
         store_outputs(y + (size_t)r * ldy + o, s[0], oc);
         if (rc > 1) store_outputs(y + (size_t)(r + 1) * ldy + o, s[1], oc);
