@@ -36,9 +36,7 @@
 /* A decode row streams every weight once from L2/L3: prefetch 8 KiB ahead in each of the 8
  * weight rows in flight, one line per row every 16 floats. */
 #define PREFETCH_BYTES (2048 * sizeof(float))
-#ifndef SHARE_MAX_TILES
 #define SHARE_MAX_TILES 6 /* blocks of up to 18 rows share the prefetch of the next weights */
-#endif
 
 /* lane mask of the first n (0..8) lanes, for maskload/maskstore */
 T static inline __m256i lanes_mask(int n) {
@@ -204,6 +202,7 @@ T __attribute__((noinline)) static void mm_tiles(const float *x, int M, int K, i
       int oc = N - o < 4 ? N - o : 4;
       const float *w0 = W + (size_t)o * ldw, *w1 = oc > 1 ? w0 + ldw : w0,
                   *w2 = oc > 2 ? w0 + 2 * (size_t)ldw : w0, *w3 = oc > 3 ? w0 + 3 * (size_t)ldw : w0;
+      const float *const w[4] = {w0, w1, w2, w3};
       /* the panel rows of w0..w3 (outputs past oc repeat output o, as the source rows do) */
       float *p0 = panel, *p1 = oc > 1 ? panel + kp : panel, *p2 = oc > 2 ? panel + 2 * kp : panel,
             *p3 = oc > 3 ? panel + 3 * kp : panel;
@@ -238,7 +237,7 @@ T __attribute__((noinline)) static void mm_tiles(const float *x, int M, int K, i
           for (int j = (r - r0) / 3; j < 4; j += tiles)
             pf[npf++] = (uintptr_t)W + (size_t)(o + 4 + j) * (size_t)ldw * sizeof(float);
         else if (r == r0)
-          for (; npf < 4; npf++) pf[npf] = (uintptr_t)(npf == 0 ? w0 : npf == 1 ? w1 : npf == 2 ? w2 : w3) + PREFETCH_BYTES;
+          for (; npf < 4; npf++) pf[npf] = (uintptr_t)w[npf] + PREFETCH_BYTES;
         if (r > r0) /* later tiles find these weight rows (or their panel) in L1 */
           tile_3x4(a0, a1, a2, w0, w1, w2, w3, kv, tail, tmask, npf, pf, 0, p0, p1, p2, p3, s);
         else if (pack) /* the first tile also writes the panel the later ones read */
