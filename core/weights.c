@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bigmem.h"
+#include "f16.h"
 #include "internal.h"
 #include "wpanel.h"
 
@@ -149,24 +150,29 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
                            (uint8_t *)data + (size_t)r * xl_q4_row_bytes(cols) +
                                (size_t)b * XL_Q4_BLOCK_BYTES)
              : xl_q8_block(x + c0, w, (int8_t *)data + (size_t)r * cols + c0);
+      if (!(scales[(size_t)r * nb + b] <= XL_F16_MAX)) /* a half holds no larger scale */
+        rc = xl_fail(err, XL_TENSOR,
+                     "%s: tensor '%s' holds a weight too large for %s (row %d, columns %d-%d: "
+                     "a block's scale above %g)",
+                     m->st.path, name, xl_weights_name(m->weights), r, c0, c0 + w - 1,
+                     (double)XL_F16_MAX);
     }
   }
   free(row);
+  uint16_t *panel_scales = NULL;
   if (!rc && panels) { /* the dot-product kernel's layout, from the rows (temporaries) */
     void *rows_data = data;
     float *rows_scales = scales;
-    if (q4) {
-      bytes = xl_q4p_bytes(rows, cols);
-      scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof(float);
+    scales = NULL;
+    if (q8) { /* int8, int4: scales as halves (exact: xl_q8_block's and xl_q4_block's) */
+      bytes = q4 ? xl_q4p_bytes(rows, cols) : xl_q8p_bytes(rows, cols);
+      scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof *panel_scales;
       data = xl_arena_alloc(&m->arena, bytes);
-      scales = xl_arena_alloc(&m->arena, scale_bytes);
-      if (data && scales) xl_q4p_pack(rows_data, rows_scales, rows, cols, data, scales);
-    } else if (q8) {
-      bytes = xl_q8p_bytes(rows, cols);
-      scale_bytes = xl_q8p_scale_count(rows, cols) * sizeof(float);
-      data = xl_arena_alloc(&m->arena, bytes);
-      scales = xl_arena_alloc(&m->arena, scale_bytes);
-      if (data && scales) xl_q8p_pack(rows_data, rows_scales, rows, cols, data, scales);
+      panel_scales = xl_arena_alloc(&m->arena, scale_bytes);
+      if (data && panel_scales && q4)
+        xl_q4p_pack(rows_data, rows_scales, rows, cols, data, panel_scales);
+      else if (data && panel_scales)
+        xl_q8p_pack(rows_data, rows_scales, rows, cols, data, panel_scales);
     } else {
       bytes = xl_bf16p_count(rows, cols) * sizeof(uint16_t);
       data = xl_arena_alloc(&m->arena, bytes);
@@ -174,14 +180,14 @@ static xl_code narrow(xl_model *m, const char *name, const xl_tensor_entry *t, c
     }
     free(rows_data);
     free(rows_scales);
-    if (!data || (q8 && !scales))
+    if (!data || (q8 && !panel_scales))
       rc = xl_fail(err, XL_NOMEM, "out of memory narrowing tensor '%s'", name);
   } else if (panels) { /* failed: the temporaries go; arena memory goes with the model */
     free(data);
     free(scales);
   }
   if (rc) return rc;
-  *out = (xl_wmat){m->weights, data, scales, cols, panels, 0};
+  *out = (xl_wmat){m->weights, data, scales, cols, panels, 0, panel_scales};
   m->narrowed_bytes += bytes + scale_bytes;
   m->narrowed_params += n;
   return XL_OK;
@@ -205,12 +211,12 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
     const float *f = NULL;
     if ((rc = arena_floats(m, name, t, (size_t)d0 * (size_t)d1, &f, err))) return rc;
     xl_safetensors_release(&m->st, t);
-    *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1, 0, 0};
+    *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1, 0, 0, NULL};
     return XL_OK;
   }
   if (m->weights == XL_WEIGHTS_BF16 && t->dtype == XL_DT_BF16 && ((uintptr_t)t->data & 1u) == 0 &&
       !xl_bf16p_wanted()) { /* in place (where panels are wanted, narrow() packs a copy) */
-    *out = (xl_wmat){XL_WEIGHTS_BF16, t->data, NULL, (int)d1, 0, 0};
+    *out = (xl_wmat){XL_WEIGHTS_BF16, t->data, NULL, (int)d1, 0, 0, NULL};
     m->narrowed_bytes += t->nbytes;
     m->narrowed_params += (size_t)d0 * d1;
     return XL_OK;
@@ -222,7 +228,7 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
 static xl_code wmat_of(xl_model *m, const char *what, const float *src, int rows, int cols,
                        int counted, xl_wmat *out, xl_error *err) {
   if (m->weights == XL_WEIGHTS_F32) {
-    *out = (xl_wmat){XL_WEIGHTS_F32, src, NULL, cols, 0, 0};
+    *out = (xl_wmat){XL_WEIGHTS_F32, src, NULL, cols, 0, 0, NULL};
     return XL_OK;
   }
   size_t b = m->narrowed_bytes, p = m->narrowed_params;
@@ -241,7 +247,7 @@ static xl_code transposed(xl_model *m, const float *src, int rows, int cols, int
   if (!t) return xl_fail(err, XL_NOMEM, "out of memory transposing a projection");
   xl_transpose(src, rows, cols, t);
   if (kept) {
-    *out = (xl_wmat){XL_WEIGHTS_F32, t, NULL, rows, 0, 0};
+    *out = (xl_wmat){XL_WEIGHTS_F32, t, NULL, rows, 0, 0, NULL};
     return XL_OK;
   }
   xl_code rc = wmat_of(m, "a transposed projection", t, cols, rows, counted, out, err);

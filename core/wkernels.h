@@ -1,7 +1,7 @@
 /*
- * wkernels.h: weight matrices stored narrower than F32 (bf16; int8 with one F32 scale per
- * block of 32 weights along a row; int4 with one F32 scale per block of 32, two weights a
- * byte) and the table of kernels that multiply F32 activations by
+ * wkernels.h: weight matrices stored narrower than F32 (bf16; int8 with one scale per block of
+ * 32 weights along a row; int4 with one scale per block of 32, two weights a byte; a scale is a
+ * value a half holds, kept as F32 in rows and as a half in panels) and the table of kernels that multiply F32 activations by
  * them, one table per CPU family (wkernels_*.c), following the family cpu.c chose for the F32
  * kernels. Activations and sums stay F32: a bf16 weight is widened exactly, an int8 weight
  * becomes (float)q * scale (one rounding); then the same fused multiply-adds as the F32 GEMM.
@@ -26,8 +26,8 @@
 /* int4 layout: each row is padded to whole blocks of 32 and each block is 16 bytes, byte j
  * holding weight j of the block in its low nibble and weight j + 16 in its high nibble, each
  * nibble the weight plus 8 (weights -7..7 symmetric, so nibble 8 is zero; padding is 0x88).
- * Weight k of a row: byte (k / 32) * 16 + k % 16, nibble k % 32 >= 16. A row's scales are F32,
- * one per block, as int8's: value = (float)(nibble - 8) * scale. */
+ * Weight k of a row: byte (k / 32) * 16 + k % 16, nibble k % 32 >= 16. A row's scales are F32
+ * (values a half holds), one per block, as int8's: value = (float)(nibble - 8) * scale. */
 #define XL_Q4_BLOCK_BYTES 16
 static inline size_t xl_q4_row_bytes(int cols) {
   return (size_t)((cols + XL_Q8_BLOCK - 1) / XL_Q8_BLOCK) * XL_Q4_BLOCK_BYTES;
@@ -43,11 +43,12 @@ typedef struct xl_wmat {
   xl_weights type;       /* XL_WEIGHTS_F32, _BF16, _INT8 or _INT4 */
   const void *data;      /* [rows, cols]: float, uint16_t (bf16 bits) or int8_t; int4:
                             [rows, xl_q4_row_bytes(cols)] bytes */
-  const float *scales;   /* int8, int4: [rows, xl_q8_blocks(cols)]; else NULL */
+  const float *scales;   /* int8, int4 in rows: [rows, xl_q8_blocks(cols)]; else NULL */
   int cols;              /* elements per row (the row stride too) */
-  int panels;            /* int8 only: 1 when data and scales are in panels (wpanel.h), whole
+  int panels;            /* 1 when data (and panel_scales) are in panels (wpanel.h), whole
                             matrix, and this view starts at its row `row0` */
   int row0;
+  const uint16_t *panel_scales; /* int8, int4 in panels: the halves (wpanel.h); else NULL */
 } xl_wmat;
 
 static inline int xl_q8_blocks(int cols) { return (cols + XL_Q8_BLOCK - 1) / XL_Q8_BLOCK; }
@@ -95,11 +96,12 @@ void xl_wmat_row(const xl_wmat *W, int r, float *out);
 xl_wmat xl_wmat_from_row(const xl_wmat *W, int r);
 
 /* int8 of one block of n <= 32 finite values: q[i] = round(x[i] / s) in [-127, 127] with
- * s = max|x| / 127 (0 for an all-zero block); returns s. */
+ * s = max|x| / 127 rounded up to a half (f16.h: a half holds every scale exactly, so the panels
+ * keep them as halves; 0 for an all-zero block, Inf when max|x| > 127 x 65504); returns s. */
 float xl_q8_block(const float *x, int n, int8_t *q);
 /* int4 of one block of n <= 32 finite values into q[16] (the layout above; missing weights 0):
- * weight i = round(x[i] / s) in [-7, 7] with s = max|x| / 7 (0 for an all-zero block);
- * returns s. */
+ * weight i = round(x[i] / s) in [-7, 7] with s = max|x| / 7 rounded up to a half (as int8's;
+ * Inf when max|x| > 7 x 65504); returns s. */
 float xl_q4_block(const float *x, int n, uint8_t *q);
 
 #endif /* XL_WKERNELS_H */

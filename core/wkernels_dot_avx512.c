@@ -6,7 +6,8 @@
  * multiplies 4 weights of 16 output rows (a 64-byte load of a panel) by the same 4 quantised
  * activations (broadcast) and adds the products into the 16 outputs' int32 lanes; at the end of
  * each block the exact integer sums are corrected for the weights' +128, converted, and added
- * into F32 accumulators with the block's two scales: lanes are outputs, so no horizontal sums.
+ * into F32 accumulators with the block's two scales (the weights' kept as halves, widened by
+ * VCVTPH2PS): lanes are outputs, so no horizontal sums.
  * Its arithmetic is xl_q8p_matmul_portable's, bit for bit. int4 panels the same way, each
  * 64-byte load split into its low and high nibbles: two vpdpbusd (xl_q4p_matmul_portable's
  * arithmetic, bit for bit).
@@ -68,7 +69,7 @@ T void quantize_row(const float *x, int K, int kp, int8_t *xq, float *sx, int32_
 
 /* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP) */
 T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, const int32_t *corr,
-            int nb, const uint8_t *P, const float *S, int p, size_t pf_next, __m512 out[RB][4]) {
+            int nb, const uint8_t *P, const uint16_t *S, int p, size_t pf_next, __m512 out[RB][4]) {
   __m512 facc[RB][4];
   __m512i iacc[RB][4];
   for (int i = 0; i < R; i++)
@@ -121,7 +122,9 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
       }
     }
     __m512 sw[4];
-    for (int j = 0; j < NP; j++) sw[j] = _mm512_loadu_ps(S + ((size_t)(p + j) * nb + b) * XL_Q8P_ROWS);
+    for (int j = 0; j < NP; j++) /* the block's 16 scales, halves widened (exact) */
+      sw[j] = _mm512_cvtph_ps(
+          _mm256_loadu_si256((const __m256i *)(const void *)(S + ((size_t)(p + j) * nb + b) * XL_Q8P_ROWS)));
     for (int i = 0; i < R; i++) {
       const __m512i c = _mm512_set1_epi32(corr[(size_t)i * nb + b] / (q4 ? 16 : 1));
       const __m512 xs = _mm512_set1_ps(sx[(size_t)i * nb + b]);
@@ -151,7 +154,7 @@ TF void store_panel(__m512 v, int p, int row0, int N, float *y) {
 }
 
 T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_t *P,
-                     const float *S, int row0, int N, float *y, int ldy) {
+                     const uint16_t *S, int row0, int N, float *y, int ldy) {
   const int kp = xl_q8p_kp(K), nb = kp / XL_Q8_BLOCK;
   int chunk = XQ_BYTES / kp;
   if (chunk < 1) chunk = 1; /* K past XQ_BYTES: the portable kernel (same results) */
@@ -201,13 +204,13 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
   }
 }
 __attribute__((target(TGT))) void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx,
-                                                     const uint8_t *P, const float *S, int row0,
+                                                     const uint8_t *P, const uint16_t *S, int row0,
                                                      int N, float *y, int ldy) {
   matmul_panels(0, x, M, K, ldx, P, S, row0, N, y, ldy);
 }
 
 __attribute__((target(TGT))) void xl_q4p_matmul_vnni(const float *x, int M, int K, int ldx,
-                                                     const uint8_t *P, const float *S, int row0,
+                                                     const uint8_t *P, const uint16_t *S, int row0,
                                                      int N, float *y, int ldy) {
   matmul_panels(1, x, M, K, ldx, P, S, row0, N, y, ldy);
 }

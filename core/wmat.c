@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "f16.h"
 #include "internal.h"
 #include "wpanel.h"
 
@@ -51,17 +52,17 @@ void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N,
     if (!W->panels) xl_wkern()->matmul_q8(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
 #if defined(__x86_64__)
     else if (xl_q8p_wanted())
-      xl_q8p_matmul_vnni(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
+      xl_q8p_matmul_vnni(x, M, K, ldx, W->data, W->panel_scales, W->row0, N, y, ldy);
 #endif
-    else xl_q8p_matmul_portable(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
+    else xl_q8p_matmul_portable(x, M, K, ldx, W->data, W->panel_scales, W->row0, N, y, ldy);
     break;
   case XL_WEIGHTS_INT4:
     if (!W->panels) xl_wkern()->matmul_q4(x, M, K, ldx, W->data, W->scales, N, W->cols, y, ldy);
 #if defined(__x86_64__)
     else if (xl_q8p_wanted())
-      xl_q4p_matmul_vnni(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
+      xl_q4p_matmul_vnni(x, M, K, ldx, W->data, W->panel_scales, W->row0, N, y, ldy);
 #endif
-    else xl_q4p_matmul_portable(x, M, K, ldx, W->data, W->scales, W->row0, N, y, ldy);
+    else xl_q4p_matmul_portable(x, M, K, ldx, W->data, W->panel_scales, W->row0, N, y, ldy);
     break;
   default:
     xl_matmul_nt(x, M, K, ldx, W->data, N, W->cols, y, ldy);
@@ -88,7 +89,7 @@ void xl_wmat_row(const xl_wmat *W, int r, float *out) {
   }
   case XL_WEIGHTS_INT8: {
     if (W->panels) {
-      xl_q8p_row(W->data, W->scales, W->cols, W->row0 + r, out);
+      xl_q8p_row(W->data, W->panel_scales, W->cols, W->row0 + r, out);
       break;
     }
     const int8_t *q = (const int8_t *)W->data + at;
@@ -98,7 +99,7 @@ void xl_wmat_row(const xl_wmat *W, int r, float *out) {
   }
   case XL_WEIGHTS_INT4: {
     if (W->panels) {
-      xl_q4p_row(W->data, W->scales, W->cols, W->row0 + r, out);
+      xl_q4p_row(W->data, W->panel_scales, W->cols, W->row0 + r, out);
       break;
     }
     const uint8_t *q = (const uint8_t *)W->data + (size_t)r * xl_q4_row_bytes(W->cols);
@@ -140,12 +141,21 @@ xl_wmat xl_wmat_from_row(const xl_wmat *W, int r) {
   return v;
 }
 
+/* amax / levels rounded up to a half (f16.h): the scale the panels keep exactly, and no weight
+ * rounds past +-levels against it (Inf past the largest half) */
+static float half_scale(float amax, float levels) {
+  const float s = amax / levels;
+  uint16_t h = xl_f32_to_f16(s);
+  if (xl_f16_to_f32(h) < s) h++; /* the next half up (65504: Inf) */
+  return xl_f16_to_f32(h);
+}
+
 float xl_q8_block(const float *x, int n, int8_t *q) {
   float amax = 0.0f;
   for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-  float s = amax / 127.0f;
+  float s = half_scale(amax, 127.0f);
   for (int i = 0; i < n; i++) {
-    float v = s > 0.0f ? nearbyintf(x[i] / s) : 0.0f;
+    float v = s > 0.0f && s <= XL_F16_MAX ? nearbyintf(x[i] / s) : 0.0f;
     q[i] = (int8_t)fminf(fmaxf(v, -127.0f), 127.0f);
   }
   return s;
@@ -154,10 +164,10 @@ float xl_q8_block(const float *x, int n, int8_t *q) {
 float xl_q4_block(const float *x, int n, uint8_t *q) {
   float amax = 0.0f;
   for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-  float s = amax / 7.0f;
+  float s = half_scale(amax, 7.0f);
   memset(q, 0x88, XL_Q4_BLOCK_BYTES);
   for (int i = 0; i < n; i++) {
-    float v = s > 0.0f ? nearbyintf(x[i] / s) : 0.0f;
+    float v = s > 0.0f && s <= XL_F16_MAX ? nearbyintf(x[i] / s) : 0.0f;
     int nib = (int)fminf(fmaxf(v, -7.0f), 7.0f) + 8;
     if (i < 16) q[i] = (uint8_t)((q[i] & 0xF0) | nib);
     else q[i - 16] = (uint8_t)((q[i - 16] & 0x0F) | (nib << 4));

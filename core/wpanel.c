@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "f16.h"
 #include "internal.h"
 #include "wpanel.h"
 
@@ -26,21 +27,21 @@ static size_t scale_at(int nb, int r, int b) {
   return ((size_t)(r / XL_Q8P_ROWS) * nb + (size_t)b) * XL_Q8P_ROWS + (size_t)(r % XL_Q8P_ROWS);
 }
 
-void xl_q8p_pack(const int8_t *q, const float *s, int rows, int cols, uint8_t *P, float *S) {
+void xl_q8p_pack(const int8_t *q, const float *s, int rows, int cols, uint8_t *P, uint16_t *S) {
   const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
   memset(P, 128, xl_q8p_bytes(rows, cols));
   memset(S, 0, xl_q8p_scale_count(rows, cols) * sizeof *S);
   for (int r = 0; r < rows; r++) {
     for (int c = 0; c < cols; c++)
       P[byte_at(kp, r, c)] = (uint8_t)((int)q[(size_t)r * cols + c] + 128);
-    for (int b = 0; b < nb; b++) S[scale_at(nb, r, b)] = s[(size_t)r * nb + b];
+    for (int b = 0; b < nb; b++) S[scale_at(nb, r, b)] = xl_f32_to_f16(s[(size_t)r * nb + b]);
   }
 }
 
-void xl_q8p_row(const uint8_t *P, const float *S, int cols, int r, float *out) {
+void xl_q8p_row(const uint8_t *P, const uint16_t *S, int cols, int r, float *out) {
   const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
   for (int c = 0; c < cols; c++)
-    out[c] = (float)((int)P[byte_at(kp, r, c)] - 128) * S[scale_at(nb, r, c / XL_Q8_BLOCK)];
+    out[c] = (float)((int)P[byte_at(kp, r, c)] - 128) * xl_f16_to_f32(S[scale_at(nb, r, c / XL_Q8_BLOCK)]);
 }
 
 void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *corr) {
@@ -69,10 +70,10 @@ void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *
  * int4 panels (bits 4: nibbles stored +8), as the dot-product kernels compute it: x quantised per
  * block of 32, exact integer block sums less the stored offset's share, scaled into F32. */
 static void panel_matmul(int bits, const float *x, int M, int K, int ldx, const uint8_t *P,
-                         const float *S, int row0, int N, float *y, int ldy);
+                         const uint16_t *S, int row0, int N, float *y, int ldy);
 
 void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
-                            const float *S, int row0, int N, float *y, int ldy) {
+                            const uint16_t *S, int row0, int N, float *y, int ldy) {
   panel_matmul(8, x, M, K, ldx, P, S, row0, N, y, ldy);
 }
 
@@ -84,7 +85,7 @@ static size_t q4_byte_at(int kp, int r, int c) {
          (size_t)(r % XL_Q8P_ROWS) * 4 + (size_t)(c % 4);
 }
 
-void xl_q4p_pack(const uint8_t *q, const float *s, int rows, int cols, uint8_t *P, float *S) {
+void xl_q4p_pack(const uint8_t *q, const float *s, int rows, int cols, uint8_t *P, uint16_t *S) {
   const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
   const size_t rb = xl_q4_row_bytes(cols);
   memset(P, 0x88, xl_q4p_bytes(rows, cols));
@@ -95,7 +96,7 @@ void xl_q4p_pack(const uint8_t *q, const float *s, int rows, int cols, uint8_t *
       const int nib = xl_q4_at(q + (size_t)r * rb, c) + 8;
       *b = (uint8_t)(c % 8 >= 4 ? (*b & 0x0F) | (nib << 4) : (*b & 0xF0) | nib);
     }
-    for (int b = 0; b < nb; b++) S[scale_at(nb, r, b)] = s[(size_t)r * nb + b];
+    for (int b = 0; b < nb; b++) S[scale_at(nb, r, b)] = xl_f32_to_f16(s[(size_t)r * nb + b]);
   }
 }
 
@@ -105,19 +106,19 @@ static int q4_nibble(const uint8_t *P, int kp, int r, int c) {
   return c % 8 >= 4 ? b >> 4 : b & 15;
 }
 
-void xl_q4p_row(const uint8_t *P, const float *S, int cols, int r, float *out) {
+void xl_q4p_row(const uint8_t *P, const uint16_t *S, int cols, int r, float *out) {
   const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
   for (int c = 0; c < cols; c++)
-    out[c] = (float)(q4_nibble(P, kp, r, c) - 8) * S[scale_at(nb, r, c / XL_Q8_BLOCK)];
+    out[c] = (float)(q4_nibble(P, kp, r, c) - 8) * xl_f16_to_f32(S[scale_at(nb, r, c / XL_Q8_BLOCK)]);
 }
 
 void xl_q4p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
-                            const float *S, int row0, int N, float *y, int ldy) {
+                            const uint16_t *S, int row0, int N, float *y, int ldy) {
   panel_matmul(4, x, M, K, ldx, P, S, row0, N, y, ldy);
 }
 
 static void panel_matmul(int bits, const float *x, int M, int K, int ldx, const uint8_t *P,
-                         const float *S, int row0, int N, float *y, int ldy) {
+                         const uint16_t *S, int row0, int N, float *y, int ldy) {
   enum { CHUNK = 128 }; /* blocks of a row quantised at a time */
   const int kp = xl_q8p_kp(K), nb = xl_q8_blocks(K);
   const int corr_div = bits == 4 ? 16 : 1; /* the offset 128 of corr is 8 x 16 for nibbles */
@@ -142,7 +143,8 @@ static void panel_matmul(int bits, const float *x, int M, int K, int ldx, const 
             const int q = bits == 4 ? q4_nibble(P, kp, w, c) : P[byte_at(kp, w, c)];
             dot += (int32_t)q * xq[b * XL_Q8_BLOCK + i];
           }
-          acc = fmaf((float)(dot - corr[b] / corr_div), S[scale_at(nb, w, b0 + b)] * sx[b], acc);
+          acc = fmaf((float)(dot - corr[b] / corr_div), xl_f16_to_f32(S[scale_at(nb, w, b0 + b)]) * sx[b],
+                     acc);
         }
         yr[o] = acc;
       }

@@ -17,8 +17,11 @@
  * XL_Q8P_ROWS = 16 rows; kp = cols rounded up to a whole block. Panel p holds rows 16p..16p+15:
  *   bytes  [kp / 4][16][4]: for each group of 4 columns, the 4 weights of each of the 16 rows,
  *          stored as unsigned (w + 128); a missing row or column holds weight 0 (byte 128);
- *   scales [kp / 32][16]: for each block, the 16 rows' scales (0 for a missing row).
- * One 64-byte load then gives 16 rows x 4 weights: a vpdpbusd lane per output row.
+ *   scales [kp / 32][16]: for each block, the 16 rows' scales as halves (f16.h; the quantiser
+ *          gives only scales a half holds, so they are exact; 0 for a missing row): 2 bytes a
+ *          block of 32 weights, as GGML's Q8_0 and Q4_0 keep theirs.
+ * One 64-byte load then gives 16 rows x 4 weights: a vpdpbusd lane per output row; one 32-byte
+ * load of scales, widened (VCVTPH2PS), the 16 rows' scales of a block.
  *
  * Arithmetic (bit for bit the same in the kernel and in xl_q8p_matmul_portable): each row of
  * the activations is quantised per block of 32 (xl_q8p_quantize_row: amax = max |x|,
@@ -52,12 +55,12 @@ static inline size_t xl_q8p_scale_count(int rows, int cols) {
  * has AVX512_VNNI (the dot-product kernel runs). Decided at load. */
 int xl_q8p_wanted(void);
 
-/* P[xl_q8p_bytes], S[xl_q8p_scale_count] from row-major q[rows, cols] with scales
- * s[rows, xl_q8_blocks(cols)]. */
-void xl_q8p_pack(const int8_t *q, const float *s, int rows, int cols, uint8_t *P, float *S);
+/* P[xl_q8p_bytes], S[xl_q8p_scale_count] (halves) from row-major q[rows, cols] with scales
+ * s[rows, xl_q8_blocks(cols)] (values a half holds: xl_q8_block's). */
+void xl_q8p_pack(const int8_t *q, const float *s, int rows, int cols, uint8_t *P, uint16_t *S);
 
 /* out[0..cols) = row r (of the whole matrix) as F32: (float)w * scale. */
-void xl_q8p_row(const uint8_t *P, const float *S, int cols, int r, float *out);
+void xl_q8p_row(const uint8_t *P, const uint16_t *S, int cols, int r, float *out);
 
 /* One row of activations quantised as the kernel does: xq[0..kp) (zeros past K), and per block
  * sx[b] (its scale) and corr[b] = 128 * sum of its xq. */
@@ -67,7 +70,7 @@ void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *
  * the portable mirror of the kernel (the reference of its test; the kernel of every family
  * other than AVX-512 with VNNI, should one meet panels). */
 void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
-                            const float *S, int row0, int N, float *y, int ldy);
+                            const uint16_t *S, int row0, int N, float *y, int ldy);
 
 /* int4 panels (wanted where int8's are: xl_q8p_wanted): panels of 16 rows as int8's, kp = cols
  * rounded up to a whole block; panel p holds [kp / 8][16][4] bytes: for each group of 8 columns
@@ -78,12 +81,12 @@ void xl_q8p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t
  * correction 8 sum xq (corr / 16) in place of 128 sum xq; bit for bit the same in the kernel
  * and in xl_q4p_matmul_portable. */
 static inline size_t xl_q4p_bytes(int rows, int cols) { return xl_q8p_bytes(rows, cols) / 2; }
-/* P[xl_q4p_bytes], S[xl_q8p_scale_count] from int4 rows (wkernels.h layout) q[rows,
- * xl_q4_row_bytes(cols)] with scales s[rows, xl_q8_blocks(cols)]. */
-void xl_q4p_pack(const uint8_t *q, const float *s, int rows, int cols, uint8_t *P, float *S);
-void xl_q4p_row(const uint8_t *P, const float *S, int cols, int r, float *out);
+/* P[xl_q4p_bytes], S[xl_q8p_scale_count] (halves) from int4 rows (wkernels.h layout) q[rows,
+ * xl_q4_row_bytes(cols)] with scales s[rows, xl_q8_blocks(cols)] (xl_q4_block's). */
+void xl_q4p_pack(const uint8_t *q, const float *s, int rows, int cols, uint8_t *P, uint16_t *S);
+void xl_q4p_row(const uint8_t *P, const uint16_t *S, int cols, int r, float *out);
 void xl_q4p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
-                            const float *S, int row0, int N, float *y, int ldy);
+                            const uint16_t *S, int row0, int N, float *y, int ldy);
 
 /* bf16 panels: bytes, whether they are wanted (AVX-512 family on a CPU with AVX512_BF16),
  * packing from row-major bf16 w[rows, cols], a row read back, the activation rounding, the
@@ -101,12 +104,12 @@ void xl_bf16p_matmul_portable(const float *x, int M, int K, int ldx, const uint1
 
 #if defined(__x86_64__)
 /* The AVX-512 dot-product kernels (wkernels_dot_avx512.c); only when xl_*p_wanted(). */
-void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P, const float *S,
-                        int row0, int N, float *y, int ldy);
+void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P,
+                        const uint16_t *S, int row0, int N, float *y, int ldy);
 void xl_bf16p_matmul_avx512(const float *x, int M, int K, int ldx, const uint16_t *P, int row0,
                             int N, float *y, int ldy);
-void xl_q4p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P, const float *S,
-                        int row0, int N, float *y, int ldy);
+void xl_q4p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P,
+                        const uint16_t *S, int row0, int N, float *y, int ldy);
 #endif
 
 #endif /* XL_WPANEL_H */

@@ -49,12 +49,12 @@ typedef struct {
   int8_t *q8;
   float *scales;
   uint8_t *panels;
-  float *panel_scales;
+  uint16_t *panel_scales;   /* [xl_q8p_scale_count(n, k)] halves */
   uint16_t *bf16_panels;
   uint8_t *q4;              /* [n, xl_q4_row_bytes(k)] */
   float *q4_scales;         /* [n, blocks] */
   uint8_t *q4_panels;       /* [xl_q4p_bytes(n, k)] */
-  float *q4_panel_scales;   /* [xl_q8p_scale_count(n, k)] */
+  uint16_t *q4_panel_scales; /* [xl_q8p_scale_count(n, k)] halves */
 } matrix;
 
 static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
@@ -107,14 +107,14 @@ static void matrix_free(matrix *m) {
 }
 
 static xl_wmat matrix_view(const matrix *m, int type, int k) {
-  xl_wmat w = {XL_WEIGHTS_F32, m->f32, NULL, k, 0, 0};
-  if (type == 1 && xl_bf16p_wanted()) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16_panels, NULL, k, 1, 0};
-  else if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k, 0, 0};
-  if (type == 2 && xl_q8p_wanted()) w = (xl_wmat){XL_WEIGHTS_INT8, m->panels, m->panel_scales, k, 1, 0};
-  else if (type == 2) w = (xl_wmat){XL_WEIGHTS_INT8, m->q8, m->scales, k, 0, 0};
+  xl_wmat w = {XL_WEIGHTS_F32, m->f32, NULL, k, 0, 0, NULL};
+  if (type == 1 && xl_bf16p_wanted()) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16_panels, NULL, k, 1, 0, NULL};
+  else if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k, 0, 0, NULL};
+  if (type == 2 && xl_q8p_wanted()) w = (xl_wmat){XL_WEIGHTS_INT8, m->panels, NULL, k, 1, 0, m->panel_scales};
+  else if (type == 2) w = (xl_wmat){XL_WEIGHTS_INT8, m->q8, m->scales, k, 0, 0, NULL};
   if (type == 3 && xl_q8p_wanted())
-    w = (xl_wmat){XL_WEIGHTS_INT4, m->q4_panels, m->q4_panel_scales, k, 1, 0};
-  else if (type == 3) w = (xl_wmat){XL_WEIGHTS_INT4, m->q4, m->q4_scales, k, 0, 0};
+    w = (xl_wmat){XL_WEIGHTS_INT4, m->q4_panels, NULL, k, 1, 0, m->q4_panel_scales};
+  else if (type == 3) w = (xl_wmat){XL_WEIGHTS_INT4, m->q4, m->q4_scales, k, 0, 0, NULL};
   return w;
 }
 
@@ -176,8 +176,9 @@ typedef struct {
 /* The work of one pass: bytes of weights or memory read (kinds 0, 2, 3), or floating-point
  * operations (kind 1, in cache: arithmetic is the bound there). */
 static double work_of(const bench_data *d, int kind, int t) {
-  /* bytes a weight: int8 and int4 with their F32 scale per block of 32 */
-  static const double WEIGHT_BYTES[TYPES] = {4, 2, 1 + 4.0 / XL_Q8_BLOCK, 0.5 + 4.0 / XL_Q8_BLOCK};
+  /* bytes a weight: int8 and int4 with their scale per block of 32 (a half in panels, else F32) */
+  const double scale = (xl_q8p_wanted() ? 2.0 : 4.0) / XL_Q8_BLOCK;
+  const double WEIGHT_BYTES[TYPES] = {4, 2, 1 + scale, 0.5 + scale};
   if (kind == 1) return 2.0 * ROWS16 * SQ * SQ;
   if (kind == 4) return 2.0 * ROWS16 * OUT * IN * d->n_big;
   if (kind == 5) return 2.0 * ROWS8 * OUT * IN * d->n_big;

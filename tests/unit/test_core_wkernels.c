@@ -1,8 +1,8 @@
 /*
  * test_core_wkernels.c: bf16, int8 and int4 weights (wkernels.h) on the kernel family in use
  * (XLSERVE_CPU picks it: ctest runs this once per family of the machine). The narrowing itself
- * (bf16 round-to-nearest-even with NaN/Inf/overflow, int8 and int4 block scales, int4 nibble
- * packing); the GEMM with bf16, int8 and int4 weights for 1..70 rows and awkward sizes (every tail of every lane count, partial int8
+ * (bf16 round-to-nearest-even with NaN/Inf/overflow, the IEEE halves that hold the int8 and int4
+ * block scales, those scales, int4 nibble packing, a weight too large for a scale refused); the GEMM with bf16, int8 and int4 weights for 1..70 rows and awkward sizes (every tail of every lane count, partial int8
  * blocks) against a double-precision reference on the widened/dequantised weights and against
  * the portable family; each row's outputs bit-identical alone and inside any batch; and whole
  * models loaded with --weights bf16/int8/int4: close to F32, fewer weight bytes, a decode step the
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "f16.h"
 #include "internal.h"
 #include "testlib.h"
 #include "wpanel.h"
@@ -46,7 +47,8 @@ static void test_narrowing(void) {
   int8_t q[32];
   for (int i = 0; i < 32; i++) x[i] = (float)(i - 13) * 0.1f;
   float s = xl_q8_block(x, 32, q);
-  CHECK_NEAR(s, 1.8f / 127.0f, 1e-7);
+  CHECK(s >= 1.8f / 127.0f && s == xl_f16_round(s)); /* a half: the next one up */
+  CHECK_NEAR(s, 1.8f / 127.0f, 1e-5);
   CHECK(q[31] == 127 && q[13] == 0 && q[0] == -92);
   int bad = 0;
   for (int i = 0; i < 32; i++) bad += fabsf((float)q[i] * s - x[i]) > 0.5f * s * 1.0001f;
@@ -57,13 +59,24 @@ static void test_narrowing(void) {
   CHECK(q[0] == 0 && q[3] == 0 && q[4] == 0);
   x[0] = -2.0f; /* the largest magnitude negative: -127 */
   s = xl_q8_block(x, 5, q);
-  CHECK(q[0] == -127 && s == 2.0f / 127.0f);
+  CHECK(q[0] == -127 && s == xl_f16_round(s) && s >= 2.0f / 127.0f);
+  x[0] = 127.0f * 65504.0f; /* the largest scale a half holds */
+  CHECK(xl_q8_block(x, 5, q) == 65504.0f && q[0] == 127);
+  x[0] = 127.0f * 65600.0f; /* past it: Inf, the weights 0 (the loader refuses the tensor) */
+  CHECK(isinf(xl_q8_block(x, 5, q)) && q[0] == 0);
+  x[0] = 1e-4f; /* a subnormal half: the weights still round against the scale returned */
+  s = xl_q8_block(x, 5, q);
+  CHECK(s == xl_f16_round(s) && s >= 1e-4f / 127.0f && s < 1e-4f / 127.0f + 0x1p-24f);
+  CHECK(q[0] == (int8_t)nearbyintf(1e-4f / s) && q[0] > 100);
+  x[0] = 1e-7f; /* a scale below the halves' smallest: that one, 2^-24 */
+  CHECK(xl_q8_block(x, 5, q) == 0x1p-24f && q[0] == 2);
 
   /* int4: 15 levels, two a byte (weight j low nibble, j + 16 high), padding 0x88 */
   uint8_t q4[16];
   for (int i = 0; i < 32; i++) x[i] = (float)(i - 13) * 0.1f;
   s = xl_q4_block(x, 32, q4);
-  CHECK_NEAR(s, 1.8f / 7.0f, 1e-7);
+  CHECK(s >= 1.8f / 7.0f && s == xl_f16_round(s));
+  CHECK_NEAR(s, 1.8f / 7.0f, 2e-4);
   CHECK(xl_q4_at(q4, 31) == 7 && xl_q4_at(q4, 13) == 0 && xl_q4_at(q4, 0) == -5);
   CHECK((q4[0] & 15) == 3 && (q4[15] >> 4) == 15); /* weights 0 and 31: -5 + 8, 7 + 8 */
   bad = 0;
@@ -71,12 +84,53 @@ static void test_narrowing(void) {
   CHECK(bad == 0);
   x[0] = -4.0f; /* the largest magnitude negative: -7 */
   s = xl_q4_block(x, 5, q4);
-  CHECK(xl_q4_at(q4, 0) == -7 && s == 4.0f / 7.0f);
+  CHECK(xl_q4_at(q4, 0) == -7 && s >= 4.0f / 7.0f && s == xl_f16_round(s));
   for (int i = 5; i < 32; i++) bad += xl_q4_at(q4, i) != 0; /* missing weights: 0 */
   CHECK(bad == 0);
   memset(x, 0, sizeof x);
   CHECK(xl_q4_block(x, 32, q4) == 0.0f && q4[0] == 0x88 && q4[15] == 0x88);
   CHECK(xl_q4_row_bytes(1) == 16 && xl_q4_row_bytes(32) == 16 && xl_q4_row_bytes(33) == 32);
+}
+
+/* f16.h against the definition: every half widens to m 2^(e-25) (and back to itself); a float
+ * narrows to the nearest half, ties to the even one, from 65520 on to Inf, NaN to a NaN. */
+static void test_halves(void) {
+  int bad = 0;
+  for (uint32_t h = 0; h < 0x10000u; h++) {
+    const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    const float f = xl_f16_to_f32((uint16_t)h);
+    if (e == 0x1F) {
+      bad += m ? !isnan(f) : !(isinf(f) && !!signbit(f) == !!(h & 0x8000u));
+      continue;
+    }
+    const double want = ldexp(e ? (double)(m | 0x400u) : (double)m, e ? (int)e - 25 : -24);
+    bad += (double)fabsf(f) != want || !!signbit(f) != !!(h & 0x8000u);
+    bad += xl_f32_to_f16(f) != h;
+  }
+  CHECK(bad == 0);
+  CHECK(xl_f32_to_f16(65504.0f) == 0x7BFF && xl_f32_to_f16(65519.99f) == 0x7BFF);
+  CHECK(xl_f32_to_f16(65520.0f) == 0x7C00 && xl_f32_to_f16(-1e9f) == 0xFC00);
+  CHECK(xl_f32_to_f16(INFINITY) == 0x7C00 && isnan(xl_f16_to_f32(xl_f32_to_f16(NAN))));
+  CHECK(xl_f32_to_f16(1.0f + 0x1p-11f) == 0x3C00);             /* tie: to the even one */
+  CHECK(xl_f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3C02);         /* tie, odd below: up */
+  CHECK(xl_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f) == 0x3C01);  /* above the tie: up */
+  CHECK(xl_f32_to_f16(0x1p-25f) == 0 && xl_f32_to_f16(0x1.8p-25f) == 1); /* subnormal ties */
+  CHECK(xl_f32_to_f16(3 * 0x1p-25f) == 2 && xl_f32_to_f16(0x1p-26f) == 0);
+  CHECK(xl_f32_to_f16(0x1.ff8p-15f) == 0x03FF && xl_f32_to_f16(0x1.ffcp-15f) == 0x0400); /* tie: up to 2^-14 */
+  CHECK(xl_f32_to_f16(-0.0f) == 0x8000 && xl_f32_to_f16(1e-30f) == 0);
+  /* between the halves: the nearer one, against double arithmetic, across the ranges */
+  unsigned seed = 3;
+  for (int i = 0; i < 200000 && !bad; i++) {
+    seed = seed * 1103515245u + 12345u;
+    const float f = ldexpf(1.0f + (float)(seed >> 9) * 0x1p-23f, (int)(seed % 48u) - 32);
+    const double v = xl_f16_to_f32(xl_f32_to_f16(f));
+    if (f >= 65520.0f) continue;
+    const uint16_t h = xl_f32_to_f16(f);
+    const double lo = h & 0x7FFFu ? xl_f16_to_f32((uint16_t)(h - 1)) : 0.0,
+                 hi = xl_f16_to_f32((uint16_t)(h + 1));
+    bad += fabs(v - f) > fabs(lo - f) || (h < 0x7BFF && fabs(v - f) > fabs(hi - f));
+  }
+  CHECK(bad == 0);
 }
 
 static float frand(unsigned *s) {
@@ -215,7 +269,7 @@ static void test_weights_exact_through_the_gemm(void) {
 static void test_int4_wmat(void) {
   weights *w = malloc(sizeof *w);
   make_weights(w, 9);
-  xl_wmat W = {XL_WEIGHTS_INT4, w->q4, w->s4, LD, 0, 0};
+  xl_wmat W = {XL_WEIGHTS_INT4, w->q4, w->s4, LD, 0, 0, NULL};
   float row[LD], x[LD], y[MAXN], yv[MAXN];
   int bad = 0;
   for (int o = 0; o < MAXN; o++) {
@@ -266,14 +320,14 @@ typedef struct {
 } panel_bad;
 
 typedef void (*panel_matmul)(const float *x, int M, int K, int ldx, const uint8_t *P,
-                             const float *S, int row0, int N, float *y, int ldy);
+                             const uint16_t *S, int row0, int N, float *y, int ldy);
 
 /* The int8 and int4 panel tests' sweep over one width K of the panels P, S, whose rows hold the
  * values wq[MAXN, LD]: for every batch size M, output count N and first row row0, the portable
  * kernel within the activations' quantisation bound of a double reference and each row alone
  * equal to it in the batch; the dot-product kernel (NULL: none on this CPU) equal to the
  * portable one bit for bit, batched and alone. x: [MAXM, LD]; y, yp: [MAXM, 40]; y1: [40]. */
-static void sweep_panels(const float *x, int K, const uint8_t *P, const float *S, const float *wq,
+static void sweep_panels(const float *x, int K, const uint8_t *P, const uint16_t *S, const float *wq,
                          panel_matmul portable, panel_matmul dot, float *y, float *yp, float *y1,
                          panel_bad *bad) {
   static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
@@ -317,7 +371,7 @@ static void sweep_panels(const float *x, int K, const uint8_t *P, const float *S
 /* NaN and Inf among two rows of activations x[2, LD] (else random from *seed) through the panels
  * P, S of all MAXN rows: how many outputs of the dot-product kernel differ from the portable
  * one's (NaN equal to NaN). y, yp: [2, MAXN]. */
-static int odd_activations(unsigned *seed, const uint8_t *P, const float *S, panel_matmul portable,
+static int odd_activations(unsigned *seed, const uint8_t *P, const uint16_t *S, panel_matmul portable,
                            panel_matmul dot, float *y, float *yp) {
   float odd[2 * LD];
   for (int k = 0; k < 2 * LD; k++) odd[k] = frand(seed);
@@ -342,7 +396,7 @@ static void test_int8_panels(void) {
   int8_t *q = malloc(MAXN * LD);
   float *sc = malloc(MAXN * 4 * sizeof *sc), row[LD];
   uint8_t *P = malloc(xl_q8p_bytes(MAXN, LD));
-  float *S = malloc(xl_q8p_scale_count(MAXN, LD) * sizeof *S);
+  uint16_t *S = malloc(xl_q8p_scale_count(MAXN, LD) * sizeof *S);
   unsigned seed = 11;
   for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed) * (i % 7 ? 1.0f : 8.0f);
   for (int k = 0; k < LD; k++) x[3 * LD + k] = 0.0f; /* an all-zero row */
@@ -384,7 +438,7 @@ static void test_int4_panels(void) {
   uint8_t *q = malloc(MAXN * 64);
   float *sc = malloc(MAXN * 4 * sizeof *sc), row[LD];
   uint8_t *P = malloc(xl_q4p_bytes(MAXN, LD));
-  float *S = malloc(xl_q8p_scale_count(MAXN, LD) * sizeof *S);
+  uint16_t *S = malloc(xl_q8p_scale_count(MAXN, LD) * sizeof *S);
   unsigned seed = 17;
   for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed) * (i % 7 ? 1.0f : 8.0f);
   for (int k = 0; k < LD; k++) x[3 * LD + k] = 0.0f;                  /* an all-zero row */
@@ -411,7 +465,7 @@ static void test_int4_panels(void) {
     bad.dot += odd_activations(&seed, P, S, xl_q4p_matmul_portable, Q4P_DOT, y, yp);
   }
   /* through xl_wmat: a view from row 5 and its rows read back */
-  xl_wmat W = {XL_WEIGHTS_INT4, P, S, LD, 1, 0}, V = xl_wmat_from_row(&W, 5);
+  xl_wmat W = {XL_WEIGHTS_INT4, P, NULL, LD, 1, 0, S}, V = xl_wmat_from_row(&W, 5);
   xl_wmat_row(&V, 2, row);
   for (int k = 0; k < LD; k++) bad.row += row[k] != w->wq4[7 * LD + k];
   panel_counts("int4", bad.row, bad.ref, bad.inv, bad.dot, bad.dot_inv);
@@ -587,6 +641,42 @@ static void test_models(void) {
   CHECK(xl_weights_parse("int3") == -1);
 }
 
+/* A weight too large for a half's scale (127 x 65504 for int8, 7 x 65504 for int4): int8 and
+ * int4 refuse the file with the tensor, row and columns named; F32 and bf16 load it. */
+static void test_weight_too_large_for_a_scale(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  const char *dir = tl_tmpdir("bigweight");
+  CHECK(tl_write_model(dir, &spec) == 0);
+  char path[512];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  xl_safetensors st;
+  xl_error err;
+  CHECK_CODE(xl_safetensors_open(path, &st, &err), XL_OK);
+  const xl_tensor_entry *t = xl_safetensors_find(&st, "transformer.layers.0.pos_ff.CoreNet.3.weight");
+  CHECK(t != NULL && t->ndim == 2 && t->dtype == XL_DT_F32 && t->shape[1] > 40);
+  if (!t) return;
+  const long at = (long)(t->data - (const uint8_t *)st.map) + 4L * (long)(t->shape[1] + 40);
+  xl_safetensors_close(&st);
+  const float big = 1e7f; /* row 1, column 40: block 1 (columns 32-63) */
+  FILE *f = fopen(path, "r+b");
+  CHECK(f && fseek(f, at, SEEK_SET) == 0 && fwrite(&big, 4, 1, f) == 1);
+  if (f) fclose(f);
+  for (int w = 0; w < 4; w++) {
+    xl_load_options o = XL_LOAD_OPTIONS_DEFAULT;
+    o.weights = (xl_weights)w;
+    xl_model *m = NULL;
+    const xl_code rc = xl_model_load(dir, &o, &m, &err);
+    if (w < 2) {
+      CHECK_CODE(rc, XL_OK);
+    } else {
+      CHECK_CODE(rc, XL_TENSOR);
+      CHECK(m == NULL && strstr(err.message, "CoreNet.3.weight") && strstr(err.message, "too large") &&
+            strstr(err.message, "row 1, columns 32-63") && strstr(err.message, xl_weights_name(o.weights)));
+    }
+    xl_model_free(m);
+  }
+}
+
 /* dir_out/model.safetensors = dir_in's with every 2-D matrix whose name contains "weight"
  * stored as BF16 (RNE), the rest (LayerNorm, biases, r biases) kept F32; config copied. */
 static int write_bf16_copy(const char *dir_in, const char *dir_out) {
@@ -681,6 +771,7 @@ static void test_bf16_file_in_place(void) {
 
 int main(void) {
   RUN(test_narrowing);
+  RUN(test_halves);
   RUN(test_matmul_bf16);
   RUN(test_matmul_int8);
   RUN(test_matmul_int4);
@@ -691,6 +782,7 @@ int main(void) {
   RUN(test_bf16_panels);
   RUN(test_family_follows_cpu_path);
   RUN(test_models);
+  RUN(test_weight_too_large_for_a_scale);
   RUN(test_bf16_file_in_place);
   return tl_summary();
 }
