@@ -16,7 +16,7 @@
  * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
  * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, whose four streams
  * keep more of DRAM's latency covered (int4's prefetch running on into the next group's
- * panels). With several row tiles (every type), the first streams
+ * panels, and prefetching its scales' streams too). With several row tiles (every type), the first streams
  * the panels from memory and the second prefetches the next panels into L2, so the later tiles
  * compute while the next panels arrive. Each row's arithmetic is the same in any tile and
  * alone. Compiled with target attributes; used only when the CPU has the instructions
@@ -85,7 +85,15 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
 #define AHEAD_OF(j, at)                                                                          \
   ((uintptr_t)(w[j] + (at)) + PF + (wrap && (at) + PF >= pbytes ? (size_t)(NP - 1) * pbytes : 0))
   const __m512i low4 = _mm512_set1_epi8(15);
+  /* A lone row's int4 streams prefetch their scales too (a panel's 16 halves a block, its own
+   * stream beside the weights'), as many blocks ahead as the weights' PF bytes are: at one row
+   * from DRAM that read the int4 GEMV's bytes a quarter faster (bench_kernels); int8's did no
+   * better with it. */
+  const size_t s_ahead = (size_t)PF / (pbytes / (size_t)nb) * XL_Q8P_ROWS * sizeof *S;
   for (int b = 0; b < nb; b++) {
+    for (int j = 0; wrap && j < NP; j++)
+      _mm_prefetch((const char *)((uintptr_t)(S + ((size_t)(p + j) * nb + b) * XL_Q8P_ROWS) + s_ahead),
+                   _MM_HINT_T0); /* a hint only */
     /* int4: 64 bytes a group of 8 columns, low nibbles columns 0-3, high 4-7 */
     for (int g = 0; q4 && g < XL_Q8_BLOCK / 8; g++) {
       const size_t at = ((size_t)b * (XL_Q8_BLOCK / 8) + (size_t)g) * 64;
