@@ -1,7 +1,8 @@
 /*
  * wkernels.h: weight matrices stored narrower than F32 (bf16; int8 with one scale per block of
  * 32 weights along a row; int4 with one scale per block of 32, two weights a byte; a scale is a
- * value a half holds, kept as F32 in rows and as a half in panels) and the table of kernels that multiply F32 activations by
+ * value a half holds, kept as F32 in rows and as a half in panels) and the table of kernels
+ * that multiply F32 activations by
  * them, one table per CPU family (wkernels_*.c), following the family cpu.c chose for the F32
  * kernels. Activations and sums stay F32: a bf16 weight is widened exactly, an int8 weight
  * becomes (float)q * scale (one rounding); then the same fused multiply-adds as the F32 GEMM.

@@ -16,7 +16,8 @@
  * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
  * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, whose four streams
  * keep more of DRAM's latency covered (int4's prefetch running on into the next group's
- * panels, and prefetching its scales' streams too). With several row tiles (every type), the first streams
+ * panels, and prefetching its scales' streams too). With several row tiles (every type), the
+ * first streams
  * the panels from memory and the second prefetches the next panels into L2, so the later tiles
  * compute while the next panels arrive. Each row's arithmetic is the same in any tile and
  * alone. Compiled with target attributes; used only when the CPU has the instructions
@@ -90,10 +91,10 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
    * from DRAM that read the int4 GEMV's bytes a quarter faster (bench_kernels); int8's did no
    * better with it. */
   const size_t s_ahead = (size_t)PF / (pbytes / (size_t)nb) * XL_Q8P_ROWS * sizeof *S;
+#define SCALES_OF(j) (S + ((size_t)(p + (j)) * nb + (size_t)b) * XL_Q8P_ROWS) /* block b's 16 */
   for (int b = 0; b < nb; b++) {
-    for (int j = 0; wrap && j < NP; j++)
-      _mm_prefetch((const char *)((uintptr_t)(S + ((size_t)(p + j) * nb + b) * XL_Q8P_ROWS) + s_ahead),
-                   _MM_HINT_T0); /* a hint only */
+    for (int j = 0; wrap && j < NP; j++) /* a hint only */
+      _mm_prefetch((const char *)((uintptr_t)SCALES_OF(j) + s_ahead), _MM_HINT_T0);
     /* int4: 64 bytes a group of 8 columns, low nibbles columns 0-3, high 4-7 */
     for (int g = 0; q4 && g < XL_Q8_BLOCK / 8; g++) {
       const size_t at = ((size_t)b * (XL_Q8_BLOCK / 8) + (size_t)g) * 64;
@@ -131,8 +132,7 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
     }
     __m512 sw[4];
     for (int j = 0; j < NP; j++) /* the block's 16 scales, halves widened (exact) */
-      sw[j] = _mm512_cvtph_ps(
-          _mm256_loadu_si256((const __m256i *)(const void *)(S + ((size_t)(p + j) * nb + b) * XL_Q8P_ROWS)));
+      sw[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)SCALES_OF(j)));
     for (int i = 0; i < R; i++) {
       const __m512i c = _mm512_set1_epi32(corr[(size_t)i * nb + b] / (q4 ? 16 : 1));
       const __m512 xs = _mm512_set1_ps(sx[(size_t)i * nb + b]);
@@ -146,6 +146,7 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
   for (int i = 0; i < R; i++)
     for (int j = 0; j < NP; j++) out[i][j] = facc[i][j];
 #undef AHEAD_OF
+#undef SCALES_OF
 }
 
 /* y[o - row0] = lanes of panel p whose row o is in [row0, row0 + N) */

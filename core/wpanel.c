@@ -26,6 +26,10 @@ static size_t byte_at(int kp, int r, int c) {
 static size_t scale_at(int nb, int r, int b) {
   return ((size_t)(r / XL_Q8P_ROWS) * nb + (size_t)b) * XL_Q8P_ROWS + (size_t)(r % XL_Q8P_ROWS);
 }
+/* the scale of (row r, block b), widened from its half */
+static float scale_of(const uint16_t *S, int nb, int r, int b) {
+  return xl_f16_to_f32(S[scale_at(nb, r, b)]);
+}
 
 void xl_q8p_pack(const int8_t *q, const float *s, int rows, int cols, uint8_t *P, uint16_t *S) {
   const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
@@ -41,7 +45,7 @@ void xl_q8p_pack(const int8_t *q, const float *s, int rows, int cols, uint8_t *P
 void xl_q8p_row(const uint8_t *P, const uint16_t *S, int cols, int r, float *out) {
   const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
   for (int c = 0; c < cols; c++)
-    out[c] = (float)((int)P[byte_at(kp, r, c)] - 128) * xl_f16_to_f32(S[scale_at(nb, r, c / XL_Q8_BLOCK)]);
+    out[c] = (float)((int)P[byte_at(kp, r, c)] - 128) * scale_of(S, nb, r, c / XL_Q8_BLOCK);
 }
 
 void xl_q8p_quantize_row(const float *x, int K, int8_t *xq, float *sx, int32_t *corr) {
@@ -109,7 +113,7 @@ static int q4_nibble(const uint8_t *P, int kp, int r, int c) {
 void xl_q4p_row(const uint8_t *P, const uint16_t *S, int cols, int r, float *out) {
   const int kp = xl_q8p_kp(cols), nb = xl_q8_blocks(cols);
   for (int c = 0; c < cols; c++)
-    out[c] = (float)(q4_nibble(P, kp, r, c) - 8) * xl_f16_to_f32(S[scale_at(nb, r, c / XL_Q8_BLOCK)]);
+    out[c] = (float)(q4_nibble(P, kp, r, c) - 8) * scale_of(S, nb, r, c / XL_Q8_BLOCK);
 }
 
 void xl_q4p_matmul_portable(const float *x, int M, int K, int ldx, const uint8_t *P,
@@ -143,8 +147,7 @@ static void panel_matmul(int bits, const float *x, int M, int K, int ldx, const 
             const int q = bits == 4 ? q4_nibble(P, kp, w, c) : P[byte_at(kp, w, c)];
             dot += (int32_t)q * xq[b * XL_Q8_BLOCK + i];
           }
-          acc = fmaf((float)(dot - corr[b] / corr_div), xl_f16_to_f32(S[scale_at(nb, w, b0 + b)]) * sx[b],
-                     acc);
+          acc = fmaf((float)(dot - corr[b] / corr_div), scale_of(S, nb, w, b0 + b) * sx[b], acc);
         }
         yr[o] = acc;
       }

@@ -106,8 +106,9 @@ int xl_kv_dtype_parse(const char *name, xl_kv_dtype *out); /* 0, or -1 for an un
  * feed-forward layers, the adaptive input/softmax tables and projections) are held in RAM:
  * F32 (as stored), bf16 (round-to-nearest-even; a bf16 file is used in place), int8 with
  * one scale per 32 weights of a row, or int4: symmetric 4-bit (-7..7) with one scale per 32
- * weights of a row, two weights a byte (a scale is a value an IEEE half holds; wkernels.h). LayerNorm parameters, biases and
- * r_w_bias/r_r_bias stay F32 in every case; so do activations. */
+ * weights of a row, two weights a byte (a scale is a value an IEEE half holds; wkernels.h).
+ * LayerNorm parameters, biases and r_w_bias/r_r_bias stay F32 in every case; so do
+ * activations. */
 typedef enum {
   XL_WEIGHTS_F32 = 0,
   XL_WEIGHTS_BF16 = 1,
