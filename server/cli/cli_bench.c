@@ -25,16 +25,15 @@
  * bandwidth of as many threads streaming at once.
  * Main thread (and, for the bandwidth probe and the forward passes, the threads they start).
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cblas.h>
 
 #include "cli.h"
+#include "cli_bandwidth.h"
 #include "cli_common.h"
 #include "util.h"
 
@@ -105,118 +104,10 @@ typedef struct {
   char gemm_name[96];
 } bench_limits;
 
-/* The bandwidth probe's reading loop: the sum of a buffer of n 64-byte lines, four independent
- * 64-byte vector sums (GCC/Clang vector extensions: the widest loads the build's target has,
- * on any architecture). A scalar loop of 64-bit adds keeps too few loads in flight to reach
- * one core's read bandwidth (on an AVX-512 VM about two thirds of it, less than the decode
- * step's own kernels read): the limit must be what a good kernel can reach. */
-typedef uint64_t bw_line __attribute__((vector_size(64)));
-
-static uint64_t bw_sum(const bw_line *mem, size_t n_lines) {
-  bw_line s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-  size_t i = 0;
-  for (; i + 4 <= n_lines; i += 4) {
-    s0 += mem[i];
-    s1 += mem[i + 1];
-    s2 += mem[i + 2];
-    s3 += mem[i + 3];
-  }
-  for (; i < n_lines; i++) s0 += mem[i];
-  bw_line s = s0 + s1 + s2 + s3;
-  return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
-}
-
-/* A buffer of n_lines 64-byte lines, aligned, every byte written (mapped in); NULL when out of
- * memory. */
-static bw_line *bw_buffer(size_t n_lines) {
-  bw_line *mem = aligned_alloc(64, n_lines * sizeof *mem);
-  if (!mem) return NULL;
-  uint64_t *w = (uint64_t *)(void *)mem;
-  for (size_t i = 0; i < n_lines * 8; i++) w[i] = i * 0x9E3779B97F4A7C15ULL;
-  return mem;
-}
-
-/* Bytes/s of one thread summing a buffer of `bytes` (bw_sum), the best of `passes` passes
- * after the one that maps it in. */
-static double bench_read_bandwidth(const bench_opts *o, size_t bytes, int passes) {
-  size_t n = bytes / sizeof(bw_line);
-  bw_line *mem = bw_buffer(n);
-  if (!mem) return -1;
-  double best = 0;
-  volatile uint64_t sink = 0;
-  for (int p = 0; p < passes; p++) {
-    double t0 = bench_now(o);
-    sink += bw_sum(mem, n);
-    double el = bench_now(o) - t0;
-    if (el > 0 && n * sizeof *mem / el > best) best = n * sizeof *mem / el;
-  }
-  (void)sink;
-  free(mem);
-  return best;
-}
-
-/* The read bandwidth of n threads at once, each summing its own part of one buffer of
- * `bytes`: all the bytes over the wall time from the first thread's start to the last one's
- * end (best of `passes`, after a pass that maps the buffer in). */
-typedef struct {
-  const bw_line *mem;
-  size_t n;
-  double t0, t1;
-  uint64_t sum;
-} bw_share;
-
-static void *bw_thread(void *arg) {
-  bw_share *b = arg;
-  b->t0 = now_mono();
-  b->sum = bw_sum(b->mem, b->n);
-  b->t1 = now_mono();
-  return NULL;
-}
-
-static double bench_read_bandwidth_threads(size_t bytes, int passes, int n_threads) {
-  if (n_threads < 1 || n_threads > 8) return -1;
-  size_t n = bytes / sizeof(bw_line) / (size_t)n_threads * (size_t)n_threads;
-  bw_line *mem = bw_buffer(n);
-  if (!mem) return -1;
-  double best = 0;
-  volatile uint64_t sink = 0;
-  const size_t per = n / (size_t)n_threads;
-  for (int p = 0; p < passes; p++) {
-    pthread_t th[8];
-    bw_share sh[8];
-    int started = 1;
-    for (int t = 0; t < n_threads; t++) sh[t] = (bw_share){mem + per * t, per, 0, 0, 0};
-    for (int t = 1; t < n_threads && !pthread_create(&th[t], NULL, bw_thread, &sh[t]); t++)
-      started++;
-    bw_thread(&sh[0]);
-    double t0 = sh[0].t0, t1 = sh[0].t1;
-    for (int t = 1; t < started; t++) {
-      pthread_join(th[t], NULL);
-      t0 = sh[t].t0 < t0 ? sh[t].t0 : t0;
-      t1 = sh[t].t1 > t1 ? sh[t].t1 : t1;
-    }
-    for (int t = 0; t < started; t++) sink += sh[t].sum;
-    if (started < n_threads) { /* a thread could not start: no figure */
-      free(mem);
-      return -1;
-    }
-    if (t1 > t0 && per * n_threads * sizeof *mem / (t1 - t0) > best)
-      best = per * n_threads * sizeof *mem / (t1 - t0);
-  }
-  (void)sink;
-  free(mem);
-  return best;
-}
-
 /* Measures the limits (the GEMMs on the path in use); 0, or 1 when memory ran out. */
 static int bench_limits_measure(const bench_opts *o, bench_limits *l) {
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  /* 512 MiB, or 4x the last-level cache up to 1 GiB (a VM may report a whole host's cache) */
-  size_t probe = (size_t)512 << 20;
-  if (llc > 0 && (size_t)llc * 4 > probe) probe = (size_t)llc * 4;
-  if (probe > ((size_t)1 << 30)) probe = (size_t)1 << 30;
-  l->probe_bytes = probe;
-  l->read_bw = bench_read_bandwidth(o, probe, 3);
+  l->probe_bytes = cli_probe_bytes();
+  l->read_bw = cli_read_bandwidth(l->probe_bytes, 3, o->thread_clock);
   l->blas_gflops = bench_sgemm(o, 0);
   l->own_gflops = bench_sgemm(o, 1);
   if (l->read_bw <= 0 || l->blas_gflops <= 0 || l->own_gflops <= 0) {
@@ -815,7 +706,7 @@ static int bench_threads(const bench_opts *o, int first) {
   double bw[THREAD_COUNTS_MAX];
   for (int i = 0; i < nt; i++) /* one thread's: the limits' own probe */
     if ((bw[i] = o->thread_counts[i] == 1 ? lim.read_bw
-                                          : bench_read_bandwidth_threads(lim.probe_bytes, 3,
+                                          : cli_read_bandwidth_threads(lim.probe_bytes, 3,
                                                                          o->thread_counts[i])) <= 0) {
       fprintf(stderr, "xlserve bench: cannot measure the read bandwidth of %d threads\n",
               o->thread_counts[i]);
