@@ -11,6 +11,7 @@
 #include "adaptive.h"
 
 #define OUT_BLOCK 32
+#define TAIL_ROWS 16 /* rows whose tail logits one product computes */
 
 static int cluster_of(const int *ends, int n, int id) {
   int c = 0;
@@ -36,19 +37,30 @@ void xl_embed(const xl_model *m, const int32_t *tokens, int n, float *x /* [n, d
   }
 }
 
-/* logits[end-begin] of tail cluster c for one hidden row, then log-softmax + cluster log-prob */
-static void tail_logprobs(const xl_model *m, int c, const float *h, const float *head_row,
-                          float *tmp_proj, float *out, struct xl_pool *pool) {
+/* Tail cluster c's log-probs of n hidden rows h [n, d_model] (n <= TAIL_ROWS): the logits of
+ * all n in one product (the cluster's weights read once for them) into logits [n, size], then
+ * each row's log-softmax plus its cluster log-prob (its head row's column, head rows at stride
+ * head_n) into out[r] + the cluster's first id (out NULL: in place in logits). A row's numbers
+ * are the same in any n (the products are row-invariant). proj: [n, d_emb] scratch. */
+static void tail_logprobs(const xl_model *m, int c, const float *h, int n, const float *head,
+                          int head_n, float *proj, float *logits, float *const *out,
+                          struct xl_pool *pool) {
   const xl_out_cluster *o = &m->out[c];
+  const int dm = m->cfg.d_model, size = o->end - o->begin;
   const float *ph = h;
-  const int dm = m->cfg.d_model;
-  if (o->proj) { /* ph[d_emb] = h[d_model] proj[d_model, d_emb] */
-    xl_par_linear_w(pool, h, 1, dm, dm, &o->proj_t, NULL, o->d_emb, tmp_proj, o->d_emb);
-    ph = tmp_proj;
+  int ldp = dm;
+  if (o->proj) { /* ph[n, d_emb] = h[n, d_model] proj[d_model, d_emb] */
+    xl_par_linear_w(pool, h, n, dm, dm, &o->proj_t, NULL, o->d_emb, proj, o->d_emb);
+    ph = proj;
+    ldp = o->d_emb;
   }
-  int n = o->end - o->begin; /* logits[n] = W[n, d_emb] ph + b */
-  xl_par_linear_w(pool, ph, 1, o->d_emb, o->d_emb, &o->weight, o->bias, n, out, n);
-  xl_log_softmax_shift(out, n, head_row[m->out[0].end + c - 1]); /* + the cluster's log-prob */
+  /* logits[n, size] = ph W[size, d_emb]^T + b */
+  xl_par_linear_w(pool, ph, n, o->d_emb, ldp, &o->weight, o->bias, size, logits, size);
+  for (int r = 0; r < n; r++) {
+    float *row = logits + (size_t)r * size;
+    const float cluster_lp = head[(size_t)r * head_n + m->out[0].end + c - 1];
+    xl_log_softmax_shift(row, size, cluster_lp, out ? out[r] + o->begin : row);
+  }
 }
 
 static int max_tail_size(const xl_model *m) {
@@ -61,8 +73,8 @@ static int max_tail_size(const xl_model *m) {
 size_t xl_output_scratch_floats(const xl_model *m) {
   const xl_config *c = &m->cfg;
   int head = m->out[0].end + c->n_cutoffs;
-  return (size_t)OUT_BLOCK * head + (size_t)OUT_BLOCK * c->d_embed + (size_t)max_tail_size(m) +
-         (size_t)c->d_embed;
+  return (size_t)OUT_BLOCK * head + (size_t)OUT_BLOCK * c->d_embed +
+         (size_t)TAIL_ROWS * max_tail_size(m) + (size_t)TAIL_ROWS * c->d_embed;
 }
 
 void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const int32_t *targets,
@@ -74,8 +86,8 @@ void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const 
   const int short_n = o0->end, head_n = short_n + nc, d0 = o0->d_emb;
   float *head = scratch;                                   /* [OUT_BLOCK, head_n] */
   float *ph = head + (size_t)OUT_BLOCK * head_n;           /* [OUT_BLOCK, d_emb0] */
-  float *tail = ph + (size_t)OUT_BLOCK * c->d_embed;       /* [max_tail] */
-  float *tmp = tail + max_tail_size(m);                    /* [d_embed] */
+  float *tail = ph + (size_t)OUT_BLOCK * c->d_embed;       /* [TAIL_ROWS, max_tail] */
+  float *tproj = tail + (size_t)TAIL_ROWS * max_tail_size(m); /* [TAIL_ROWS, d_embed] */
   int ends[XL_MAX_CLUSTERS + 1];
   for (int i = 0; i < m->n_out_clusters; i++) ends[i] = m->out[i].end;
 
@@ -97,22 +109,33 @@ void xl_output_logprobs(const xl_model *m, const float *hidden, int rows, const 
       for (int j = 0; j < nc; j++) hr[short_n + j] += m->cluster_bias[j];
       xl_log_softmax_inplace(hr, head_n);
     }
-    for (int r = 0; r < b; r++) {
-      const float *hr = head + (size_t)r * head_n, *h = hb + (size_t)r * dm;
-      float *f = full ? full[r0 + r] : NULL;
-      if (f) {
-        memcpy(f, hr, (size_t)short_n * sizeof(float));
-        for (int cl = 1; cl <= nc; cl++) tail_logprobs(m, cl, h, hr, tmp, f + m->out[cl].begin, pool);
+    /* full distributions: runs of up to TAIL_ROWS consecutive rows that want one, each tail
+     * cluster's logits for a run in one product */
+    for (int r = 0; full && r < b;) {
+      int n = 0;
+      while (r + n < b && n < TAIL_ROWS && full[r0 + r + n]) n++;
+      if (!n) { /* a row without one */
+        r++;
+        continue;
       }
-      if (targets && targets[r0 + r] >= 0) {
-        int t = targets[r0 + r];
-        if (t < short_n) target_lp[r0 + r] = hr[t];
-        else if (f) target_lp[r0 + r] = f[t];
-        else {
-          int cl = cluster_of(ends, m->n_out_clusters, t);
-          tail_logprobs(m, cl, h, hr, tmp, tail, pool);
-          target_lp[r0 + r] = tail[t - m->out[cl].begin];
-        }
+      for (int i = 0; i < n; i++)
+        memcpy(full[r0 + r + i], head + (size_t)(r + i) * head_n, (size_t)short_n * sizeof(float));
+      for (int cl = 1; cl <= nc; cl++)
+        tail_logprobs(m, cl, hb + (size_t)r * dm, n, head + (size_t)r * head_n, head_n, tproj, tail,
+                      full + r0 + r, pool);
+      r += n;
+    }
+    for (int r = 0; targets && r < b; r++) {
+      const int t = targets[r0 + r];
+      const float *hr = head + (size_t)r * head_n;
+      float *f = full ? full[r0 + r] : NULL;
+      if (t < 0) continue;
+      if (t < short_n) target_lp[r0 + r] = hr[t];
+      else if (f) target_lp[r0 + r] = f[t];
+      else {
+        int cl = cluster_of(ends, m->n_out_clusters, t);
+        tail_logprobs(m, cl, hb + (size_t)r * dm, 1, hr, head_n, tproj, tail, NULL, pool);
+        target_lp[r0 + r] = tail[t - m->out[cl].begin];
       }
     }
   }

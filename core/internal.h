@@ -272,9 +272,9 @@ void xl_transpose(const float *src, int rows, int cols, float *dst);
 void xl_layer_norm(const float *x, int rows, int dim, const float *g, const float *b, float eps,
                    float *y);
 void xl_log_softmax_inplace(float *x, int n);
-/* x[i] = log_softmax(x)[i] + shift, in one pass after the sums (the same numbers as
- * xl_log_softmax_inplace and then adding shift). */
-void xl_log_softmax_shift(float *x, int n, float shift);
+/* y[i] = log_softmax(x)[i] + shift, in one pass after the sums (the same numbers as
+ * xl_log_softmax_inplace and then adding shift); y may be x. */
+void xl_log_softmax_shift(const float *x, int n, float shift, float *y);
 /* max of x[0..n); x[i] = exp(x[i] - shift) returning the sum (deterministic). */
 static inline float xl_vec_max(const float *x, int n) { return xl_kern()->max(x, n); }
 static inline float xl_vec_exp_sum(float *x, int n, float shift) {

@@ -24,12 +24,12 @@ void xl_layer_norm(const float *x, int rows, int dim, const float *g, const floa
 }
 
 /* x - log(sum exp x), the max subtracted first; the sum by the family's exp (float lanes). */
-void xl_log_softmax_shift(float *x, int n, float shift) {
+void xl_log_softmax_shift(const float *x, int n, float shift, float *y) {
   if (n <= 0) return;
   const xl_kernels *k = xl_kern();
   float mx = k->max(x, n);
   float lse = mx + logf(k->sum_exp(x, n, mx));
-  for (int i = 0; i < n; i++) x[i] = (x[i] - lse) + shift;
+  for (int i = 0; i < n; i++) y[i] = (x[i] - lse) + shift;
 }
 
-void xl_log_softmax_inplace(float *x, int n) { xl_log_softmax_shift(x, n, 0.0f); }
+void xl_log_softmax_inplace(float *x, int n) { xl_log_softmax_shift(x, n, 0.0f, x); }

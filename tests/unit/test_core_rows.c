@@ -3,7 +3,10 @@
  * (xl_feed.row_logprobs): each row's distribution equals the one-token decoding path's
  * distribution at that position; target_logprobs are exactly the rows' entries at the targets;
  * a target of -1 leaves its entry alone; last_logprobs is exactly the last row; batched with
- * another item the rows are bit for bit the same; a target below -1 is refused.
+ * another item the rows are bit for bit the same; a target below -1 is refused. With an
+ * adaptive softmax (tail clusters with projections), decode steps batched more than the tail
+ * products' run of rows, one of them asking for a target only, give every step's distribution
+ * bit for bit as alone (each weight type), and the target the entry of its distribution.
  */
 #include <math.h>
 #include <stdint.h>
@@ -89,7 +92,74 @@ static void test_rows_match_decoding(void) {
   xl_model_free(m);
 }
 
+#define STEPS 21 /* more than the tail products' run of 16 rows */
+#define TARGET_ONLY 7 /* the step that asks for a target in a tail cluster, no distribution */
+
+static void batched_tails(xl_weights weights) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  spec.adaptive = 1;
+  const char *dir = tl_tmpdir("tails");
+  CHECK(tl_write_model(dir, &spec) == 0);
+  xl_load_options o = XL_LOAD_OPTIONS_DEFAULT;
+  o.weights = weights;
+  xl_model *m = NULL;
+  xl_workspace *ws = NULL;
+  xl_error err;
+  CHECK_CODE(xl_model_load(dir, &o, &m, &err), XL_OK);
+  if (!m) return;
+  CHECK_CODE(xl_workspace_new(m, &ws, &err), XL_OK);
+  xl_state *st[STEPS], *alone[STEPS];
+  int32_t tok[STEPS], target = V - 3; /* in the last tail cluster */
+  float *batched = malloc(sizeof(float) * STEPS * V), *single = malloc(sizeof(float) * STEPS * V);
+  float target_lp = 0.0f;
+  xl_feed items[STEPS];
+  for (int b = 0; b < STEPS; b++) { /* each session its own prompt */
+    int32_t prompt[12];
+    const int n = 6 + b % 6;
+    for (int i = 0; i < n; i++) prompt[i] = (int32_t)((b * 53 + i * 29 + 7) % V);
+    CHECK_CODE(xl_state_new(m, &st[b], &err), XL_OK);
+    xl_feed f = {st[b], prompt, n, NULL, NULL, NULL, NULL};
+    CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
+    CHECK_CODE(xl_state_clone(st[b], &alone[b], &err), XL_OK);
+    tok[b] = (int32_t)((b * 97 + 3) % V);
+    items[b] = (xl_feed){st[b], &tok[b], 1, NULL, NULL, batched + (size_t)b * V, NULL};
+  }
+  items[TARGET_ONLY] = (xl_feed){st[TARGET_ONLY], &tok[TARGET_ONLY], 1, &target, &target_lp, NULL,
+                                 NULL};
+  CHECK_CODE(xl_forward(m, ws, items, STEPS, &err), XL_OK);
+  for (int b = 0; b < STEPS; b++) {
+    xl_feed f = {alone[b], &tok[b], 1, NULL, NULL, single + (size_t)b * V, NULL};
+    CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
+  }
+  int same = 1;
+  for (int b = 0; b < STEPS; b++)
+    if (b != TARGET_ONLY)
+      same &= !memcmp(batched + (size_t)b * V, single + (size_t)b * V, sizeof(float) * V);
+  CHECK(same);
+  CHECK(target_lp == single[(size_t)TARGET_ONLY * V + (size_t)target]);
+  double total = 0;
+  for (int k = 0; k < V; k++) total += exp((double)single[k]);
+  CHECK_NEAR(total, 1.0, 1e-4);
+  for (int b = 0; b < STEPS; b++) {
+    xl_state_free(st[b]);
+    xl_state_free(alone[b]);
+  }
+  free(batched);
+  free(single);
+  xl_workspace_free(ws);
+  xl_model_free(m);
+}
+
+static void test_batched_tails_f32(void) { batched_tails(XL_WEIGHTS_F32); }
+static void test_batched_tails_int8(void) { batched_tails(XL_WEIGHTS_INT8); }
+static void test_batched_tails_int4(void) { batched_tails(XL_WEIGHTS_INT4); }
+static void test_batched_tails_bf16(void) { batched_tails(XL_WEIGHTS_BF16); }
+
 int main(void) {
   RUN(test_rows_match_decoding);
+  RUN(test_batched_tails_f32);
+  RUN(test_batched_tails_int8);
+  RUN(test_batched_tails_int4);
+  RUN(test_batched_tails_bf16);
   return tl_summary();
 }

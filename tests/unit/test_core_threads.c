@@ -25,7 +25,7 @@ static const char *model_dir(void) {
   static const char *dir;
   if (!dir) {
     /* d_model 256, 2 layers, 5 heads x 32, d_inner 448, mem_len 24, same_length, pre-LN off */
-    tl_model_spec spec = {256, 2, 5, 32, 448, 24, 1, 0, V, 77u, 0};
+    tl_model_spec spec = {256, 2, 5, 32, 448, 24, 1, 0, V, 77u, 0, 0};
     dir = tl_tmpdir("threads");
     if (tl_write_model(dir, &spec)) dir = NULL;
   }

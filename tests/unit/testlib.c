@@ -135,9 +135,19 @@ static void fx_add(fx_tensor *t, int *n, const char *name, int rows, int cols, f
 int tl_write_model(const char *dir, const tl_model_spec *s) {
   fx_rng = s->seed * 2654435761u + 1u;
   int hd = s->n_head * s->d_head, n = 0;
-  fx_tensor *t = calloc((size_t)(16 * s->n_layer + 8), sizeof *t);
+  fx_tensor *t = calloc((size_t)(16 * s->n_layer + 16), sizeof *t);
   char name[128];
-  fx_add(t, &n, "transformer.word_emb.emb_layers.0.weight", s->vocab, s->d_model, 0.5f, 0);
+  const int ends[4] = {0, s->vocab / 4, s->vocab / 2, s->vocab}; /* adaptive: the clusters */
+  if (!s->adaptive) {
+    fx_add(t, &n, "transformer.word_emb.emb_layers.0.weight", s->vocab, s->d_model, 0.5f, 0);
+  } else {
+    for (int i = 0; i < 3; i++) {
+      snprintf(name, sizeof name, "transformer.word_emb.emb_layers.%d.weight", i);
+      fx_add(t, &n, name, ends[i + 1] - ends[i], s->d_model >> i, 0.5f, 0);
+      snprintf(name, sizeof name, "transformer.word_emb.emb_projs.%d", i);
+      fx_add(t, &n, name, s->d_model, s->d_model >> i, 0.5f, 0);
+    }
+  }
   for (int l = 0; l < s->n_layer; l++) {
 #define L(suffix) (snprintf(name, sizeof name, "transformer.layers.%d.%s", l, suffix), name)
     fx_add(t, &n, L("dec_attn.qkv_net.weight"), 3 * hd, s->d_model, 0.3f, 0);
@@ -155,7 +165,16 @@ int tl_write_model(const char *dir, const tl_model_spec *s) {
     fx_add(t, &n, L("pos_ff.layer_norm.bias"), s->d_model, 0, 0.2f, 0);
 #undef L
   }
-  fx_add(t, &n, "crit.out_layers.0.bias", s->vocab, 0, 0.3f, 0);
+  if (!s->adaptive) {
+    fx_add(t, &n, "crit.out_layers.0.bias", s->vocab, 0, 0.3f, 0);
+  } else {
+    for (int i = 0; i < 3; i++) {
+      snprintf(name, sizeof name, "crit.out_layers.%d.bias", i);
+      fx_add(t, &n, name, ends[i + 1] - ends[i], 0, 0.3f, 0);
+    }
+    fx_add(t, &n, "crit.cluster_weight", 2, s->d_model, 0.5f, 0);
+    fx_add(t, &n, "crit.cluster_bias", 2, 0, 0.3f, 0);
+  }
 
   /* safetensors: header JSON, padded to 8 bytes, then the tensors in order */
   size_t hcap = (size_t)n * 200 + 64, hlen = 0, off = 0;
@@ -194,14 +213,18 @@ int tl_write_model(const char *dir, const tl_model_spec *s) {
   snprintf(path, sizeof path, "%s/config.json", dir);
   f = fopen(path, "w");
   if (!f) return -1;
+  char cutoffs[64] = "[]";
+  if (s->adaptive)
+    snprintf(cutoffs, sizeof cutoffs, "[%d, %d], \"tie_projs\": [true, true, true]", ends[1],
+             ends[2]);
   fprintf(f,
-          "{\"vocab_size\": %d, \"cutoffs\": [], \"d_model\": %d, \"d_embed\": %d, \"n_head\": %d,"
-          " \"d_head\": %d, \"d_inner\": %d, \"div_val\": 1, \"pre_lnorm\": %s, \"n_layer\": %d,"
+          "{\"vocab_size\": %d, \"cutoffs\": %s, \"d_model\": %d, \"d_embed\": %d, \"n_head\": %d,"
+          " \"d_head\": %d, \"d_inner\": %d, \"div_val\": %d, \"pre_lnorm\": %s, \"n_layer\": %d,"
           " \"mem_len\": %d, \"clamp_len\": -1, \"same_length\": %s, \"untie_r\": true,"
           " \"tie_word_embeddings\": true, \"attn_type\": 0, \"tgt_len\": 8,"
           " \"xlserve_tokenizer\": \"%s\"}\n",
-          s->vocab, s->d_model, s->d_model, s->n_head, s->d_head, s->d_inner,
-          s->pre_lnorm ? "true" : "false", s->n_layer, s->mem_len,
+          s->vocab, cutoffs, s->d_model, s->d_model, s->n_head, s->d_head, s->d_inner,
+          s->adaptive ? 2 : 1, s->pre_lnorm ? "true" : "false", s->n_layer, s->mem_len,
           s->same_length ? "true" : "false", s->words ? "words" : "bytes");
   fclose(f);
   if (s->words) {

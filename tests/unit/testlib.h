@@ -84,12 +84,15 @@ typedef struct {
   int d_model, n_layer, n_head, d_head, d_inner, mem_len, same_length, pre_lnorm, vocab;
   unsigned seed;
   int words; /* word-level: writes vocab.txt with <eos>, <unk>, w0..wN */
+  int adaptive; /* 1: cutoffs at vocab / 4 and vocab / 2 with div_val 2: an adaptive input and
+                   softmax of three clusters (d_model, d_model / 2, d_model / 4 wide), each
+                   with its projection (tied to the input's) */
 } tl_model_spec;
 
-#define TL_MODEL_SPEC_DEFAULT {32, 2, 2, 16, 64, 24, 1, 0, 256, 1, 0}
+#define TL_MODEL_SPEC_DEFAULT {32, 2, 2, 16, 64, 24, 1, 0, 256, 1, 0, 0}
 /* The fuzzers' model (1 layer, d_model 8, mem_len 6): fuzz/make_seeds.c's seed blobs are
  * states of it, so they carry the fingerprint fuzz_state_blob.c's model checks. */
-#define TL_MODEL_SPEC_FUZZ {8, 1, 2, 4, 8, 6, 1, 0, 256, 1, 0}
+#define TL_MODEL_SPEC_FUZZ {8, 1, 2, 4, 8, 6, 1, 0, 256, 1, 0, 0}
 
 /* A fresh temporary directory under $XL_TMP (or /tmp); returns a static-lifetime path. */
 const char *tl_tmpdir(const char *tag);
