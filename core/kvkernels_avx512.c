@@ -23,6 +23,7 @@
  * alone left the value mix at under half the bandwidth of a sequential read when the memory
  * streams from DRAM). */
 #define PF_VALS 8 /* value rows ahead */
+#define KEY_ROWS4 4 /* four queries x 4 rows of broadcast values: 16 of the 32 registers */
 #define PREFETCH(p, bytes)                                                                    \
   _mm_prefetch((const char *)((uintptr_t)(const void *)(p) + (bytes)), _MM_HINT_T0)
 #define KV_TABLE xl_kv_kernels_avx512

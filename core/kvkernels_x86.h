@@ -132,35 +132,46 @@ T static void mix_rows_i8(float *out, const float *p, size_t p_stride, const int
   MIX_ROWS(widen_i8, AS_FLOAT, p[(size_t)h * p_stride + j] * scale[(size_t)j * s_stride + h]);
 }
 
-/* Four queries (a short prompt's block over a memory): DOT_ROWS and MIX_ROWS with each group of
- * rows widened once and used by the four, every number computed as the single-query loops
- * compute it (the same fused multiply-adds in the same order from the same start). */
+/* Four queries (a short prompt's block over a memory, or four decode steps' products with the
+ * positional table): DOT_ROWS and MIX_ROWS with each group of rows widened once and used by
+ * the four, every number computed as the single-query loops compute it (the same fused
+ * multiply-adds in the same order from the same start). The key products go over KEY_ROWS4
+ * rows a pass with the four queries' values of those rows broadcast into registers once a pass
+ * (a family defines KEY_ROWS4 where its registers hold the 4 x KEY_ROWS4 of them; else
+ * KEY_ROWS): passes of any length give the same sums, only s is stored between them. */
+#ifndef KEY_ROWS4
+#define KEY_ROWS4 KEY_ROWS
+#endif
 #define DOT_ROWS4(WIDEN, SCALAR)                                                                   \
   do {                                                                                             \
     const int nv = n & ~(LANES - 1);                                                               \
     for (int i = 0; i < 4; i++)                                                                    \
       for (int j = 0; j < n; j++) s[(size_t)i * lds + j] = 0.0f;                                   \
     int k = 0;                                                                                     \
-    for (; k + KEY_ROWS <= dh; k += KEY_ROWS) {                                                    \
-      __typeof__(rows) r[KEY_ROWS];                                                                \
-      for (int kk = 0; kk < KEY_ROWS; kk++) r[kk] = rows + (size_t)(k + kk) * ld;                  \
+    for (; k + KEY_ROWS4 <= dh; k += KEY_ROWS4) {                                                  \
+      __typeof__(rows) r[KEY_ROWS4];                                                               \
+      VF qb[4][KEY_ROWS4]; /* query i's value of row k + kk, in every lane */                      \
+      for (int kk = 0; kk < KEY_ROWS4; kk++) {                                                     \
+        r[kk] = rows + (size_t)(k + kk) * ld;                                                      \
+        for (int i = 0; i < 4; i++) qb[i][kk] = VSET1(q[(size_t)i * ldq + k + kk]);                \
+      }                                                                                            \
       for (int j = 0; j < nv; j += LANES) {                                                        \
         if (!((j * sizeof *rows) & 63))                                                            \
-          for (int kk = 0; kk < KEY_ROWS; kk++) PREFETCH(r[kk] + j, KEY_ROWS * ld * sizeof *rows); \
-        VF w[KEY_ROWS];                                                                            \
-        for (int kk = 0; kk < KEY_ROWS; kk++) w[kk] = WIDEN(r[kk] + j);                            \
+          for (int kk = 0; kk < KEY_ROWS4; kk++)                                                   \
+            PREFETCH(r[kk] + j, KEY_ROWS4 * ld * sizeof *rows);                                    \
+        VF w[KEY_ROWS4];                                                                           \
+        for (int kk = 0; kk < KEY_ROWS4; kk++) w[kk] = WIDEN(r[kk] + j);                           \
         for (int i = 0; i < 4; i++) {                                                              \
-          const float *qi = q + (size_t)i * ldq + k;                                               \
           float *si = s + (size_t)i * lds + j;                                                     \
           VF a = VLOAD(si);                                                                        \
-          for (int kk = 0; kk < KEY_ROWS; kk++) a = VFMA(VSET1(qi[kk]), w[kk], a);                 \
+          for (int kk = 0; kk < KEY_ROWS4; kk++) a = VFMA(qb[i][kk], w[kk], a);                    \
           VSTORE(si, a);                                                                           \
         }                                                                                          \
       }                                                                                            \
       for (int i = 0; i < 4; i++)                                                                  \
         for (int j = nv; j < n; j++) {                                                             \
           float a = s[(size_t)i * lds + j];                                                        \
-          for (int kk = 0; kk < KEY_ROWS; kk++)                                                    \
+          for (int kk = 0; kk < KEY_ROWS4; kk++)                                                   \
             a = fmaf(q[(size_t)i * ldq + k + kk], SCALAR(r[kk][j]), a);                            \
           s[(size_t)i * lds + j] = a;                                                              \
         }                                                                                          \
