@@ -4,9 +4,10 @@
  * int8 with AVX-512 VNNI:
  * each row of the activations is quantised per block of 32 once per call, then one vpdpbusd
  * multiplies 4 weights of 16 output rows (a 64-byte load of a panel) by the same 4 quantised
- * activations (broadcast) and adds the products into the 16 outputs' int32 lanes, which start
- * each block at minus the correction for the weights' +128 (exact integers); at the end of the
- * block the sums are converted and added into F32 accumulators with the block's two scales (the weights' kept as halves, widened by
+ * activations (broadcast) and adds the products into the 16 outputs' int32 lanes; each block's
+ * exact integer sums are corrected for the weights' +128 (a tile of rows starts them at minus
+ * the correction, a lone row subtracts it at the end), converted, and added into F32
+ * accumulators with the block's two scales (the weights' kept as halves, widened by
  * VCVTPH2PS): lanes are outputs, so no horizontal sums.
  * Its arithmetic is xl_q8p_matmul_portable's, bit for bit. int4 panels the same way, each
  * 64-byte load split into its low and high nibbles: two vpdpbusd (xl_q4p_matmul_portable's
@@ -92,11 +93,17 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
    * better with it. */
   const size_t s_ahead = (size_t)PF / (pbytes / (size_t)nb) * XL_Q8P_ROWS * sizeof *S;
 #define SCALES_OF(j) (S + ((size_t)(p + (j)) * nb + (size_t)b) * XL_Q8P_ROWS) /* block b's 16 */
+  /* The correction for the weights' +128 (exact integers: either way the same sums): a tile of
+   * rows starts each block's sums at minus it, one subtraction less per output (measured: the
+   * 16-row GEMM a little faster); a lone row starts at zero and subtracts it at the block's end,
+   * so the block's first products wait on no load (measured: the GEMV slower the other way). */
+  const int start_at_corr = R > 1;
+#define CORR(i) _mm512_set1_epi32(corr[(size_t)(i) * nb + b] / (q4 ? 16 : 1))
   for (int b = 0; b < nb; b++) {
-    /* each sum starts at minus its correction for the weights' +128 (exact integers) */
     for (int i = 0; i < R; i++) {
-      const __m512i c = _mm512_set1_epi32(-(corr[(size_t)i * nb + b] / (q4 ? 16 : 1)));
-      for (int j = 0; j < NP; j++) iacc[i][j] = c;
+      const __m512i c0 = start_at_corr ? _mm512_sub_epi32(_mm512_setzero_si512(), CORR(i))
+                                       : _mm512_setzero_si512();
+      for (int j = 0; j < NP; j++) iacc[i][j] = c0;
     }
     for (int j = 0; wrap && j < NP; j++) /* a hint only */
       _mm_prefetch((const char *)((uintptr_t)SCALES_OF(j) + s_ahead), _MM_HINT_T0);
@@ -140,11 +147,13 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
       sw[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)SCALES_OF(j)));
     for (int i = 0; i < R; i++) {
       const __m512 xs = _mm512_set1_ps(sx[(size_t)i * nb + b]);
-      for (int j = 0; j < NP; j++)
-        facc[i][j] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[i][j]), _mm512_mul_ps(sw[j], xs), facc[i][j]);
+      for (int j = 0; j < NP; j++) {
+        const __m512i sum = start_at_corr ? iacc[i][j] : _mm512_sub_epi32(iacc[i][j], CORR(i));
+        facc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sw[j], xs), facc[i][j]);
+      }
     }
   }
+#undef CORR
   for (int i = 0; i < R; i++)
     for (int j = 0; j < NP; j++) out[i][j] = facc[i][j];
 #undef AHEAD_OF
