@@ -63,10 +63,6 @@ static double bench_now(const bench_opts *o) {
   return o->thread_clock ? cli_thread_cpu_now() : now_mono();
 }
 
-static void random_tokens(int32_t *t, int n, int vocab, xl_rng *rng) {
-  for (int i = 0; i < n; i++) t[i] = (int32_t)(xl_rng_next(rng) % (uint64_t)vocab);
-}
-
 /* GFLOP/s of a square n x n x n F32 GEMM: OpenBLAS's SGEMM (own = 0) or xlserve's own kernel
  * of the path in use (own = 1); the faster is the run's compute ceiling. */
 static double bench_sgemm(const bench_opts *o, int own) {
@@ -171,41 +167,6 @@ static int bench_ws_new(xl_model *m, const bench_opts *o, xl_workspace **ws, xl_
   return o->threads > 1 && xl_workspace_set_threads(*ws, o->threads, err);
 }
 
-/* Feeds n tokens in chunks (prefill), no outputs. */
-static int prefill(xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t, int n) {
-  xl_error err;
-  for (int s = 0; s < n; s += 512) {
-    xl_feed f = {st, t + s, n - s < 512 ? n - s : 512, NULL, NULL, NULL, NULL};
-    if (xl_forward(m, ws, &f, 1, &err)) {
-      fprintf(stderr, "xlserve bench: %s\n", err.message);
-      return 0;
-    }
-  }
-  return 1;
-}
-
-/* A state of m with a full memory (mem_len random tokens fed), or NULL with a message. */
-static xl_state *full_state(xl_model *m, xl_rng *rng) {
-  const xl_config *c = xl_model_config(m);
-  xl_workspace *ws = NULL;
-  xl_state *st = NULL;
-  xl_error err;
-  int n_warm = c->mem_len > 0 ? c->mem_len : 1;
-  int32_t *t = malloc((size_t)n_warm * sizeof *t);
-  int ok = t && !xl_workspace_new(m, &ws, &err) && !xl_state_new(m, &st, &err);
-  if (ok) {
-    random_tokens(t, n_warm, c->vocab_size, rng);
-    ok = prefill(m, ws, st, t, n_warm);
-  }
-  if (!ok) {
-    xl_state_free(st);
-    st = NULL;
-  }
-  free(t);
-  xl_workspace_free(ws);
-  return st;
-}
-
 /* Aggregate tokens/s of one-token decoding of the `batch` sessions st[] stepped together (one
  * forward per step, log-probs out for each); their memories stay full (a ring). */
 static double decode_steps(xl_model *m, xl_workspace *ws, xl_state **st, int batch,
@@ -218,7 +179,7 @@ static double decode_steps(xl_model *m, xl_workspace *ws, xl_state **st, int bat
   float *lp = malloc((size_t)batch * c->vocab_size * sizeof *lp); /* [batch, vocab] */
   xl_feed *items = calloc((size_t)batch, sizeof *items);
   if (!t || !step || !lp || !items) goto out;
-  random_tokens(t, n_tok, c->vocab_size, rng);
+  cli_random_tokens(t, n_tok, c->vocab_size, rng);
   int steps = 0;
   double t0 = bench_now(o), el;
   do {
@@ -243,7 +204,7 @@ out:
 static double bench_decode(xl_model *m, const xl_state *full, int batch, const bench_opts *o,
                            xl_rng *rng) {
   xl_workspace *ws = NULL;
-  xl_state *made = full ? NULL : full_state(m, rng);
+  xl_state *made = full ? NULL : cli_full_state("bench", m, rng);
   xl_error err;
   double rate = -1;
   xl_state **st = calloc((size_t)batch, sizeof *st);
@@ -269,7 +230,7 @@ static int bench_kv_dtypes(xl_model *m, const bench_opts *o, xl_rng *rng) {
   const char *path = xl_cpu_path();
   int nb = 0;
   while (nb < 5 && BATCHES[nb] <= o->max_batch) nb++;
-  xl_state *full32 = full_state(m, rng);
+  xl_state *full32 = cli_full_state("bench", m, rng);
   uint8_t *blob = NULL;
   size_t blob_len = 0;
   xl_error err;
@@ -350,8 +311,8 @@ static double bench_segments(xl_model *m, int tgt_len, const bench_opts *o, xl_r
   int n_warm = c->mem_len, pool = c->mem_len + SEGMENT_POOL * tgt_len + 1;
   int32_t *t = malloc((size_t)pool * sizeof *t);
   if (!t || xl_state_new(m, &st, &err) || bench_ws_new(m, o, &ws, &err)) goto out;
-  random_tokens(t, pool, c->vocab_size, rng);
-  if (!prefill(m, ws, st, t, n_warm)) goto out;
+  cli_random_tokens(t, pool, c->vocab_size, rng);
+  if (!cli_prefill("bench", m, ws, st, t, n_warm)) goto out;
   rate = segment_steps(m, ws, st, t + n_warm, tgt_len, o);
 out:
   free(t);
@@ -370,7 +331,7 @@ static double bench_recompute(xl_model *m, int L, const bench_opts *o, xl_rng *r
   int32_t *t = malloc((size_t)(L + 64) * sizeof *t);
   float *lp = malloc((size_t)c->vocab_size * sizeof *lp);
   if (!t || !lp || xl_state_new(m, &st, &err) || bench_ws_new(m, o, &ws, &err)) goto out;
-  random_tokens(t, L + 64, c->vocab_size, rng);
+  cli_random_tokens(t, L + 64, c->vocab_size, rng);
   int preds = 0, min_preds = o->quick ? 1 : 2;
   double t0 = bench_now(o), el;
   do {
@@ -525,7 +486,7 @@ static int weights_subject_ready(weights_subject *w, const uint8_t *blob, size_t
     fprintf(stderr, "xlserve bench: out of memory\n");
     return 1;
   }
-  random_tokens(w->seg_tokens, n_tok, c->vocab_size, rng);
+  cli_random_tokens(w->seg_tokens, n_tok, c->vocab_size, rng);
   return 0;
 fail:
   fprintf(stderr, "xlserve bench: %s\n", err.message);
@@ -572,7 +533,8 @@ static int bench_weights(const bench_opts *o, int tgt_len, int first) {
   int tl = tgt_len ? tgt_len : c->tgt_len > 0 ? c->tgt_len : 128, b16 = o->max_batch >= 16;
   xl_rng rng;
   xl_rng_seed(&rng, 1234);
-  xl_state *full = full_state(w[0].m, &rng); /* one full memory, in every model's dtype */
+  /* one full memory, in every model's dtype */
+  xl_state *full = cli_full_state("bench", w[0].m, &rng);
   if (!full || xl_state_serialize(full, &blob, &blob_len, &err)) {
     if (full) fprintf(stderr, "xlserve bench: %s\n", err.message);
     xl_state_free(full);
@@ -687,7 +649,7 @@ static int bench_threads(const bench_opts *o, int first) {
   memset(st, 0, sizeof st);
   xl_error err;
   int rc = 1;
-  xl_state *full = full_state(m, &rng);
+  xl_state *full = cli_full_state("bench", m, &rng);
   if (!full) goto out;
   for (int i = 0; i < nt; i++) {
     if (xl_workspace_new(m, &ws[i], &err) ||

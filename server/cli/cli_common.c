@@ -205,3 +205,41 @@ double cli_median(double *v, int n) {
     }
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+void cli_random_tokens(int32_t *t, int n, int vocab, xl_rng *rng) {
+  for (int i = 0; i < n; i++) t[i] = (int32_t)(xl_rng_next(rng) % (uint64_t)vocab);
+}
+
+int cli_prefill(const char *cmd, xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t,
+                int n) {
+  xl_error err;
+  for (int s = 0; s < n; s += 512) {
+    xl_feed f = {st, t + s, n - s < 512 ? n - s : 512, NULL, NULL, NULL, NULL};
+    if (xl_forward(m, ws, &f, 1, &err)) {
+      fprintf(stderr, "xlserve %s: %s\n", cmd, err.message);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+xl_state *cli_full_state(const char *cmd, xl_model *m, xl_rng *rng) {
+  const xl_config *c = xl_model_config(m);
+  xl_workspace *ws = NULL;
+  xl_state *st = NULL;
+  xl_error err;
+  int n_warm = c->mem_len > 0 ? c->mem_len : 1;
+  int32_t *t = malloc((size_t)n_warm * sizeof *t);
+  int ok = t && !xl_workspace_new(m, &ws, &err) && !xl_state_new(m, &st, &err);
+  if (ok) {
+    cli_random_tokens(t, n_warm, c->vocab_size, rng);
+    ok = cli_prefill(cmd, m, ws, st, t, n_warm);
+  }
+  if (!ok) {
+    xl_state_free(st);
+    st = NULL;
+  }
+  free(t);
+  xl_workspace_free(ws);
+  return st;
+}

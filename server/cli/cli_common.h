@@ -58,4 +58,12 @@ int cli_engine_select(const char *cmd, const cli_engine_flags *f, xl_load_option
  * cli_blas_fix chose it (cli_blas.c). Returns the length (as snprintf). */
 size_t cli_blas_describe(char *out, size_t cap);
 
+/* The benchmarks' sessions: n random token ids below vocab; a prefill of n tokens in chunks of
+ * 512, no outputs (0 with "xlserve CMD: problem" on stderr, else 1); a state of m with a full
+ * memory (mem_len random tokens fed), or NULL. */
+void cli_random_tokens(int32_t *t, int n, int vocab, xl_rng *rng);
+int cli_prefill(const char *cmd, xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t,
+                int n);
+xl_state *cli_full_state(const char *cmd, xl_model *m, xl_rng *rng);
+
 #endif

@@ -56,11 +56,6 @@ typedef struct {
   xl_workspace *ws; /* the whole step's */
 } batch_data;
 
-static float frand(uint64_t *s) { /* uniform in [-1, 1) */
-  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (float)((*s >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
-}
-
 /* The widest input (K) and output (N) of the step's weight GEMMs. */
 static void gemm_widths(const xl_model *m, size_t *k, size_t *n) {
   const xl_config *c = &m->cfg;
@@ -164,7 +159,7 @@ static int batch_make(const xl_model *m, const xl_state *full, int B, batch_data
   const int H = c->n_head, hd = m->hd;
   xl_error err;
   size_t kmax, nmax;
-  uint64_t seed = 7;
+  xl_rng rng;
   memset(d, 0, sizeof *d);
   d->m = m, d->B = B;
   gemm_widths(m, &kmax, &nmax);
@@ -181,8 +176,9 @@ static int batch_make(const xl_model *m, const xl_state *full, int B, batch_data
     fprintf(stderr, "bench_step: out of memory for batch %d\n", B);
     return 1;
   }
-  for (size_t i = 0; i < (size_t)B * kmax; i++) d->x[i] = frand(&seed);
-  for (size_t i = 0; i < (size_t)B * 3 * hd; i++) d->qkv[i] = frand(&seed);
+  xl_rng_seed(&rng, 7); /* inputs and queries uniform in [-1, 1) */
+  for (size_t i = 0; i < (size_t)B * kmax; i++) d->x[i] = (float)(2 * xl_rng_uniform(&rng) - 1);
+  for (size_t i = 0; i < (size_t)B * 3 * hd; i++) d->qkv[i] = (float)(2 * xl_rng_uniform(&rng) - 1);
   memset(d->y, 0, (size_t)B * nmax * sizeof(float));
   memset(d->lp, 0, (size_t)B * c->vocab_size * sizeof(float));
   xl_attn_scratch_bind(m, d->attn_buf, klen, d->pos_rows, &d->sc);
@@ -206,31 +202,6 @@ static void batch_free(batch_data *d) {
   for (int b = 0; b < d->B; b++) xl_state_free(d->st[b]);
   xl_workspace_free(d->ws);
   free(d->x), free(d->y), free(d->qkv), free(d->av), free(d->dec_p), free(d->lp), free(d->attn_buf);
-}
-
-/* A state with a full memory (mem_len tokens fed in chunks); NULL with a message. */
-static xl_state *full_state(xl_model *m) {
-  const xl_config *c = &m->cfg;
-  const int n = c->mem_len > 0 ? c->mem_len : 1;
-  xl_workspace *ws = NULL;
-  xl_state *st = NULL;
-  xl_error err;
-  int32_t *t = malloc((size_t)n * sizeof *t);
-  int ok = t && !xl_workspace_new(m, &ws, &err) && !xl_state_new(m, &st, &err);
-  for (int i = 0; ok && i < n; i++)
-    t[i] = (int32_t)(((unsigned)i * 7919u) % (unsigned)c->vocab_size);
-  for (int s = 0; ok && s < n; s += 512) {
-    xl_feed f = {st, t + s, n - s < 512 ? n - s : 512, NULL, NULL, NULL, NULL};
-    ok = !xl_forward(m, ws, &f, 1, &err);
-  }
-  if (!ok) {
-    fprintf(stderr, "bench_step: %s\n", t ? err.message : "out of memory");
-    xl_state_free(st);
-    st = NULL;
-  }
-  free(t);
-  xl_workspace_free(ws);
-  return st;
 }
 
 static int parse_batches(const char *s, int *out) {
@@ -285,8 +256,11 @@ int main(int argc, char **argv) {
   if (!cli_engine_select("bench_step", &f, &opts)) return 2;
   xl_model *m = cli_load_model("bench_step", f.model_dir, &opts);
   if (!m) return 1;
-  xl_state *full = full_state(m);
+  xl_rng rng;
+  xl_rng_seed(&rng, 1);
+  xl_state *full = cli_full_state("bench_step", m, &rng);
   if (!full) {
+    fprintf(stderr, "xlserve bench_step: no state with a full memory (out of memory?)\n");
     xl_model_free(m);
     return 1;
   }
