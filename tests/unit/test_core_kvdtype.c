@@ -161,7 +161,8 @@ static void test_kernels_match_portable(void) {
 
 /* The vector families at a real model's shape and past their fast paths' limits: long key
  * runs (passes over many blocks of key rows), value mixes with many heads (16, and more heads
- * than the families' per-row weight buffer holds: their per-head path), against portable. */
+ * than the four-query mix's weight buffer holds: its per-query path), at the head width the
+ * families build their value loops for (64) and others, against portable. */
 static void test_kernels_long_runs_many_heads(void) {
   const struct { int H, dh, n; } CASES[] = {{16, 64, 1603}, {65, 16, 21}, {2, 64, 200}};
   for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
