@@ -47,19 +47,16 @@ static int clip(int first, int count, int jlo, int jhi, int *k0) {
 /* Adds the shifted position term to scores s[0..n) of keys [lo, a] and scales them:
  * s[j] = (s[j] + (P[pos_index(a - j)] + pos_bias[pos_index(a - j)])) * scale.
  * Keys within the clamp (a - j <= top) read P and pos_bias at distance a - j, walking them
- * backwards in one pass; keys farther than a clamped top all read the term at top. */
+ * backwards in one pass (the family's add_reversed); keys farther than a clamped top all read
+ * the term at top. */
 static void add_position_term(const xl_model *m, int a, int lo, const float *restrict prow,
                               const float *restrict pos_bias, float scale, float *restrict s) {
   const int top = xl_pos_index(m, a - lo);
   const float far = prow[top] + pos_bias[top];
   const int j_near = a - top > lo ? a - top : lo;
   for (int j = lo; j < j_near; j++) s[j - lo] = (s[j - lo] + far) * scale;
-  float *restrict sn = s + (j_near - lo);
-  const int n_near = a - j_near + 1; /* distances a - j_near down to 0 */
-  for (int k = 0; k < n_near; k++) {
-    int d = a - j_near - k;
-    sn[k] = (sn[k] + (prow[d] + pos_bias[d])) * scale;
-  }
+  const int d0 = a - j_near; /* distances d0 down to 0 */
+  xl_kern()->add_reversed(s + (j_near - lo), prow + d0, pos_bias + d0, d0 + 1, scale);
 }
 
 static void softmax_row(float *s, int n) {

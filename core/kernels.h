@@ -49,6 +49,10 @@ typedef struct xl_kernels {
   void (*relu)(float *x, size_t n);
   /* y[r * ldy + j] += b[j] for r < rows, j < n */
   void (*add_bias)(float *y, int rows, int n, int ldy, const float *b);
+  /* s[k] = (s[k] + (p[-k] + b[-k])) * scale for k < n: p and b read backwards (a row of
+   * attention scores' relative position term: a key's distance falls as its index rises).
+   * Every family gives the bits of this expression (no fused operation in it). */
+  void (*add_reversed)(float *s, const float *p, const float *b, int n, float scale);
 } xl_kernels;
 
 /* Tables of the families this build has (NULL where the architecture has no such family). */

@@ -524,6 +524,19 @@ T static void add_bias_avx2(float *y, int rows, int n, int ldy, const float *b) 
   }
 }
 
+/* 8 values of p and b a step, loaded from p - k - 7 and turned end for end in registers */
+T static void add_reversed_avx2(float *s, const float *p, const float *b, int n, float scale) {
+  const __m256i rev = _mm256_set_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 sc = _mm256_set1_ps(scale);
+  int k = 0;
+  for (; k + 8 <= n; k += 8) {
+    __m256 t = _mm256_add_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(p - k - 7), rev),
+                             _mm256_permutevar8x32_ps(_mm256_loadu_ps(b - k - 7), rev));
+    _mm256_storeu_ps(s + k, _mm256_mul_ps(_mm256_add_ps(_mm256_loadu_ps(s + k), t), sc));
+  }
+  for (; k < n; k++) s[k] = (s[k] + (p[-k] + b[-k])) * scale;
+}
+
 const xl_kernels xl_kernels_avx2 = {
   .name = "avx2",
   .matmul_nt = mm_avx2,
@@ -535,6 +548,7 @@ const xl_kernels xl_kernels_avx2 = {
   .layer_norm = layer_norm_avx2,
   .relu = relu_avx2,
   .add_bias = add_bias_avx2,
+  .add_reversed = add_reversed_avx2,
 };
 #undef T
 #endif /* __x86_64__ */

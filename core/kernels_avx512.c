@@ -520,6 +520,19 @@ T static void add_bias(float *y, int rows, int n, int ldy, const float *b) {
   }
 }
 
+/* 16 values of p and b a step, loaded from p - k - 15 and turned end for end in registers */
+T static void add_reversed(float *s, const float *p, const float *b, int n, float scale) {
+  const __m512i rev = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 sc = _mm512_set1_ps(scale);
+  int k = 0;
+  for (; k + 16 <= n; k += 16) {
+    __m512 t = _mm512_add_ps(_mm512_permutexvar_ps(rev, _mm512_loadu_ps(p - k - 15)),
+                             _mm512_permutexvar_ps(rev, _mm512_loadu_ps(b - k - 15)));
+    _mm512_storeu_ps(s + k, _mm512_mul_ps(_mm512_add_ps(_mm512_loadu_ps(s + k), t), sc));
+  }
+  for (; k < n; k++) s[k] = (s[k] + (p[-k] + b[-k])) * scale;
+}
+
 const xl_kernels xl_kernels_avx512 = {
   .name = "avx512",
   .matmul_nt = mm_avx512,
@@ -531,6 +544,7 @@ const xl_kernels xl_kernels_avx512 = {
   .layer_norm = layer_norm,
   .relu = relu,
   .add_bias = add_bias,
+  .add_reversed = add_reversed,
   .dot_rows4 = dot_rows4_avx512,
   .mix_rows4 = mix_rows4_avx512,
 };

@@ -364,6 +364,22 @@ static void add_bias_neon(float *y, int rows, int n, int ldy, const float *b) {
   }
 }
 
+/* 4 lanes turned end for end: [x0 x1 x2 x3] -> [x3 x2 x1 x0] */
+static inline float32x4_t reverse4(float32x4_t x) {
+  float32x4_t r = vrev64q_f32(x); /* [x1 x0 x3 x2] */
+  return vcombine_f32(vget_high_f32(r), vget_low_f32(r));
+}
+
+static void add_reversed_neon(float *s, const float *p, const float *b, int n, float scale) {
+  const float32x4_t sc = vdupq_n_f32(scale);
+  int k = 0;
+  for (; k + 4 <= n; k += 4) {
+    float32x4_t t = vaddq_f32(reverse4(vld1q_f32(p - k - 3)), reverse4(vld1q_f32(b - k - 3)));
+    vst1q_f32(s + k, vmulq_f32(vaddq_f32(vld1q_f32(s + k), t), sc));
+  }
+  for (; k < n; k++) s[k] = (s[k] + (p[-k] + b[-k])) * scale;
+}
+
 const xl_kernels xl_kernels_neon = {
   .name = "neon",
   .matmul_nt = mm_neon,
@@ -375,5 +391,6 @@ const xl_kernels xl_kernels_neon = {
   .layer_norm = layer_norm_neon,
   .relu = relu_neon,
   .add_bias = add_bias_neon,
+  .add_reversed = add_reversed_neon,
 };
 #endif /* __aarch64__ */

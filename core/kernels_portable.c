@@ -113,6 +113,10 @@ static void add_bias(float *y, int rows, int n, int ldy, const float *b) {
   }
 }
 
+static void add_reversed(float *s, const float *p, const float *b, int n, float scale) {
+  for (int k = 0; k < n; k++) s[k] = (s[k] + (p[-k] + b[-k])) * scale;
+}
+
 const xl_kernels xl_kernels_portable = {
   .name = "portable",
   .matmul_nt = matmul_nt,
@@ -124,4 +128,5 @@ const xl_kernels xl_kernels_portable = {
   .layer_norm = layer_norm,
   .relu = relu,
   .add_bias = add_bias,
+  .add_reversed = add_reversed,
 };

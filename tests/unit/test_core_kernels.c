@@ -3,9 +3,10 @@
  * precision reference computed here: the weight GEMM for 1..N rows and awkward sizes (tails of
  * every lane count), with each row's outputs bit-identical alone and inside any batch; softmax
  * max / exp-sum / sum-exp; the decode products over transposed rows (dot_rows, mix_rows);
- * LayerNorm, ReLU, bias rows. Non-finite and denormal inputs give defined IEEE results (NaN
- * stays NaN, exp(-Inf) = 0, exp(+Inf) = Inf), with no float-to-int conversion of a non-finite
- * value (the UBSan build checks that). And the path switch: unknown names and paths this CPU
+ * LayerNorm, ReLU, bias rows, the reversed position term (add_reversed, bit for bit).
+ * Non-finite and denormal inputs give defined IEEE results (NaN stays NaN, exp(-Inf) = 0,
+ * exp(+Inf) = Inf), with no float-to-int conversion of a non-finite value (the UBSan build
+ * checks that). And the path switch: unknown names and paths this CPU
  * or build cannot run are clear errors that leave the current path alone. And the workspace
  * buffers the GEMMs read start on cache lines.
  */
@@ -280,6 +281,28 @@ static void check_rows(const xl_kernels *k) {
   CHECK(bad == 0);
 }
 
+/* add_reversed: the bits of (s + (p[-k] + b[-k])) * scale for every k, at lengths around
+ * every lane count (tails), with p and b ending where their arrays start. */
+static void check_add_reversed(const xl_kernels *k) {
+  const int NS[] = {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 1601};
+  enum { MAX_N = 1601 };
+  float *s = malloc(MAX_N * sizeof *s), *want = malloc(MAX_N * sizeof *want),
+        *p = malloc(MAX_N * sizeof *p), *b = malloc(MAX_N * sizeof *b);
+  int bad = 0;
+  for (size_t c = 0; c < sizeof NS / sizeof *NS; c++) {
+    const int n = NS[c];
+    const float scale = 0.125f + (float)c * 0.01f;
+    fill(s, (size_t)n, 21u + (unsigned)c);
+    fill(p, (size_t)n, 31u + (unsigned)c);
+    fill(b, (size_t)n, 41u + (unsigned)c);
+    for (int i = 0; i < n; i++) want[i] = (s[i] + (p[n - 1 - i] + b[n - 1 - i])) * scale;
+    k->add_reversed(s, p + n - 1, b + n - 1, n, scale);
+    for (int i = 0; i < n; i++) bad += memcmp(&s[i], &want[i], sizeof *s) != 0;
+  }
+  CHECK(bad == 0);
+  free(s), free(want), free(p), free(b);
+}
+
 /* Every family this CPU runs, through the switch: xl_cpu_select + xl_kern(). */
 static void test_every_family(void) {
   int ran = 0;
@@ -296,6 +319,7 @@ static void test_every_family(void) {
     check_exp_specials(k);
     check_attention_products(k);
     check_rows(k);
+    check_add_reversed(k);
     printf("  family %-9s %s\n", k->name, tl_failed == f0 ? "ok" : "FAILED");
     ran++;
   }
