@@ -80,8 +80,9 @@ T static void dot_rows_i8(const float *q, int dh, const int8_t *rows, size_t ld,
  * MIX_CHAINS sums go side by side so the core overlaps their latencies (one sum's adds must run
  * one after another), and a head of COMMON_HEAD values gets loops built for that constant
  * (bench_kernels' int8 value mix from DRAM: about 1.2x on AVX2; a few per cent on AVX-512,
- * whose loop was already near the read rate). Otherwise one head at a time, scalar fmaf. Either way each output gets its fused multiply-adds in the order
- * j = 0, 1, .., n-1. w(j, h): row j's weight in head h. */
+ * whose loop was already near the read rate). Otherwise one head at a time, scalar fmaf.
+ * Either way each output gets its fused multiply-adds in the order j = 0, 1, .., n-1.
+ * w(j, h): row j's weight in head h. */
 #define VALUE_ROWS 8
 #define MIX_CHAINS 4 /* vectors of outputs a pass over VALUE_ROWS rows sums side by side */
 #define MIX_MAX_HEADS 64 /* the four-query mix's weight buffer */

@@ -231,6 +231,9 @@ xl_state *cli_full_state(const char *cmd, xl_model *m, xl_rng *rng) {
   int n_warm = c->mem_len > 0 ? c->mem_len : 1;
   int32_t *t = malloc((size_t)n_warm * sizeof *t);
   int ok = t && !xl_workspace_new(m, &ws, &err) && !xl_state_new(m, &st, &err);
+  if (!ok)
+    fprintf(stderr, "xlserve %s: no session with a full memory: %s\n", cmd,
+            t ? err.message : "out of memory");
   if (ok) {
     cli_random_tokens(t, n_warm, c->vocab_size, rng);
     ok = cli_prefill(cmd, m, ws, st, t, n_warm);

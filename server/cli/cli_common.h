@@ -60,7 +60,7 @@ size_t cli_blas_describe(char *out, size_t cap);
 
 /* The benchmarks' sessions: n random token ids below vocab; a prefill of n tokens in chunks of
  * 512, no outputs (0 with "xlserve CMD: problem" on stderr, else 1); a state of m with a full
- * memory (mem_len random tokens fed), or NULL. */
+ * memory (mem_len random tokens fed), or NULL with the problem on stderr. */
 void cli_random_tokens(int32_t *t, int n, int vocab, xl_rng *rng);
 int cli_prefill(const char *cmd, xl_model *m, xl_workspace *ws, xl_state *st, const int32_t *t,
                 int n);

@@ -260,7 +260,6 @@ int main(int argc, char **argv) {
   xl_rng_seed(&rng, 1);
   xl_state *full = cli_full_state("bench_step", m, &rng);
   if (!full) {
-    fprintf(stderr, "xlserve bench_step: no state with a full memory (out of memory?)\n");
     xl_model_free(m);
     return 1;
   }

@@ -6,9 +6,9 @@
  * LayerNorm, ReLU, bias rows, the reversed position term (add_reversed, bit for bit).
  * Non-finite and denormal inputs give defined IEEE results (NaN stays NaN, exp(-Inf) = 0,
  * exp(+Inf) = Inf), with no float-to-int conversion of a non-finite value (the UBSan build
- * checks that). And the path switch: unknown names and paths this CPU
- * or build cannot run are clear errors that leave the current path alone. And the workspace
- * buffers the GEMMs read start on cache lines.
+ * checks that). And the path switch: unknown names and paths this CPU or build cannot run are
+ * clear errors that leave the current path alone. And the workspace buffers the GEMMs read
+ * start on cache lines.
  */
 #include <float.h>
 #include <math.h>
