@@ -204,6 +204,11 @@ void store_row_fill(store_row *row, const session *s, const char *id, const uint
   row->positions = xl_state_mem_length(s->state);
 }
 
+/* A turn's write under durability async (a whole state or a delta): it may wait for company. */
+static int waits_for_company(const store_op *op) {
+  return (op->kind == SOP_SAVE || op->kind == SOP_APPEND) && op->async;
+}
+
 static int is_write(const store_op *op) {
   return op->kind == SOP_SAVE || op->kind == SOP_APPEND || op->kind == SOP_REMOVE ||
          op->kind == SOP_EXPIRE || op->kind == SOP_REC_PUT || op->kind == SOP_REC_DEL;
@@ -984,7 +989,7 @@ static void *store_main(void *arg) {
       pthread_cond_wait(&st->cv, &st->mu);
       continue;
     }
-    if (!st->stop && st->n_sync == 0) { /* only async saves: wait for company, bounded */
+    if (!st->stop && st->n_sync == 0) { /* only async turn writes: wait for company, bounded */
       double due = st->head->t_submit + st->o.async_commit_ms / 1000.0;
       double now = now_mono();
       if (now < due) {
@@ -1003,7 +1008,7 @@ static void *store_main(void *arg) {
     while (st->head && n < st->o.max_batch) {
       store_op *op = st->head;
       st->head = op->next;
-      if (!(op->kind == SOP_SAVE && op->async)) st->n_sync--;
+      if (!waits_for_company(op)) st->n_sync--;
       ops[n++] = op;
     }
     if (!st->head) st->tail = NULL;
@@ -1084,7 +1089,7 @@ void store_submit(session_store *st, store_op *op) {
   if (st->tail) st->tail->next = op;
   else st->head = op;
   st->tail = op;
-  if (!(op->kind == SOP_SAVE && op->async)) st->n_sync++;
+  if (!waits_for_company(op)) st->n_sync++;
   pthread_cond_signal(&st->cv);
   pthread_mutex_unlock(&st->mu);
 }

@@ -17,8 +17,8 @@
  *    visible to that load. Envelope encoding/decoding (session_codec.h) and state
  *    (de)serialisation of ops that carry a session run on the store thread too, so the loop
  *    thread never does store I/O nor copies a state.
- *    Async saves (durability "async") may wait up to async_commit_ms for company; any other
- *    op commits the queue at once.
+ *    Async turn writes (durability "async": a SAVE or an APPEND with async set) may wait up
+ *    to async_commit_ms for company; any other op commits the queue at once.
  *
  * Rows are keyed by (owner, id): session ids are per API key (owner = the SHA-256 of the key),
  * so every op that names a session names its owner too.
@@ -270,7 +270,7 @@ struct store_op {
   sop_kind kind;
   char id[129];
   uint8_t owner[32];
-  int async;      /* SAVE: may wait up to async_commit_ms before its commit */
+  int async;      /* SAVE/APPEND: may wait up to async_commit_ms before its commit */
   session *sess;  /* SAVE/EXPORT: encoded on the store thread (held for the op) */
   int free_sess;  /* SAVE: the op owns sess and frees it afterwards (eviction) */
   store_row row;  /* SAVE: the row (metadata filled by the submitter unless sess is given) */
