@@ -15,13 +15,15 @@
  * bf16 with AVX-512 BF16: each activation row is rounded to bf16 once per call
  * (vcvtne2ps2bf16); one vdpbf16ps adds 2 weights x 2 activations into each of 16 outputs.
  * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
- * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, whose four streams
- * keep more of DRAM's latency covered (int4's prefetch running on into the next group's
- * panels, and prefetching its scales' streams too). With several row tiles (every type), the
- * first streams
- * the panels from memory and the second prefetches the next panels into L2, so the later tiles
- * compute while the next panels arrive. Each row's arithmetic is the same in any tile and
- * alone. Compiled with target attributes; used only when the CPU has the instructions
+ * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, one from each quarter
+ * of its panels: four streams in flight, far apart in memory, each reading its quarter in
+ * order and prefetching on into its next panel (int4's its scales' stream too). DRAM serves
+ * four distant streams faster than four neighbouring panels (8-64 KB apart), which the lone
+ * row read before (bench_kernels, weights x 1 row from DRAM beside F32: int4 12.4x and 13.1x
+ * against 11.2x and 11.5x, int8 5.4x and 5.8x against 5.3x and 5.1x). With several row tiles
+ * (every type), the first streams the panels from memory and the second prefetches the next
+ * panels into L2, so the later tiles compute while the next panels arrive. Each row's
+ * arithmetic is the same in any tile and alone, whatever order the panels are taken in. Compiled with target attributes; used only when the CPU has the instructions
  * (xl_q8p_wanted, xl_bf16p_wanted). Any thread.
  */
 #if defined(__x86_64__)
@@ -69,30 +71,28 @@ T void quantize_row(const float *x, int K, int kp, int8_t *xq, float *sx, int32_
   }
 }
 
-/* out[i][j] = the 16 outputs of panel p + j for row i (i < R, j < NP) */
+/* out[i][j] = the 16 outputs of panel p + j * ps for row i (i < R, j < NP) */
 T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, const int32_t *corr,
-            int nb, const uint8_t *P, const uint16_t *S, int p, size_t pf_next, __m512 out[RB][4]) {
+            int nb, const uint8_t *P, const uint16_t *S, int p, int ps, size_t pf_next,
+            __m512 out[RB][4]) {
   __m512 facc[RB][4];
   __m512i iacc[RB][4];
   for (int i = 0; i < R; i++)
     for (int j = 0; j < NP; j++) facc[i][j] = _mm512_setzero_ps();
   const uint8_t *w[4];
   const size_t pbytes = (size_t)kp * XL_Q8P_ROWS / (q4 ? 2 : 1); /* one panel */
-  for (int j = 0; j < NP; j++) w[j] = P + (size_t)(p + j) * pbytes;
-  /* Each panel's stream prefetches PF bytes ahead. A lone row's int4 streams, past a panel's
-   * end, go on into the same panel of the next group (NP panels on: what this stream reads
-   * next), so a group's streams start warm (measured: more int4 bytes a second; int8's and
-   * the row tiles' did worse with it). */
-  const int wrap = q4 && R == 1;
-#define AHEAD_OF(j, at)                                                                          \
-  ((uintptr_t)(w[j] + (at)) + PF + (wrap && (at) + PF >= pbytes ? (size_t)(NP - 1) * pbytes : 0))
+  for (int j = 0; j < NP; j++) w[j] = P + (size_t)(p + j * ps) * pbytes;
+  /* Each panel's stream prefetches PF bytes ahead; past a panel's end that is the next panel
+   * in memory, which a lone row's stream reads next (its quarter of the panels in order). */
+#define AHEAD_OF(j, at) ((uintptr_t)(w[j] + (at)) + PF)
   const __m512i low4 = _mm512_set1_epi8(15);
   /* A lone row's int4 streams prefetch their scales too (a panel's 16 halves a block, its own
    * stream beside the weights'), as many blocks ahead as the weights' PF bytes are: at one row
    * from DRAM that read the int4 GEMV's bytes a quarter faster (bench_kernels); int8's did no
    * better with it. */
+  const int wrap = q4 && R == 1;
   const size_t s_ahead = (size_t)PF / (pbytes / (size_t)nb) * XL_Q8P_ROWS * sizeof *S;
-#define SCALES_OF(j) (S + ((size_t)(p + (j)) * nb + (size_t)b) * XL_Q8P_ROWS) /* block b's 16 */
+#define SCALES_OF(j) (S + ((size_t)(p + (j) * ps) * nb + (size_t)b) * XL_Q8P_ROWS) /* block b's 16 */
   /* The correction for the weights' +128 (exact integers: either way the same sums): a tile of
    * rows starts each block's sums at minus it, one subtraction less per output (measured: the
    * 16-row GEMM a little faster); a lone row starts at zero and subtracts it at the block's end,
@@ -192,15 +192,17 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
     for (int r = r0; r < r1; r++)
       quantize_row(x + (size_t)r * ldx, K, kp, xq + (size_t)(r - r0) * kp, sx + (size_t)(r - r0) * nb,
                    corr + (size_t)(r - r0) * nb);
-    if (r1 - r0 == 1) { /* a lone row (decode): four panels a pass, more streams in flight */
-      for (int p = p_begin; p < p_end; p += 4) {
-        const int np = p_end - p < 4 ? p_end - p : 4;
+    if (r1 - r0 == 1) { /* a lone row (decode): four streams, one per quarter of the panels */
+      const int n_panels = p_end - p_begin, per = (n_panels + 3) / 4; /* panels a stream */
+      for (int g = 0; g < per; g++) {
+        const int p = p_begin + g, np = (n_panels - g + per - 1) / per; /* streams with a panel left */
         __m512 out[RB][4];
-        if (np == 4) tile(q4, 1, 4, xq, kp, sx, corr, nb, P, S, p, 0, out);
-        else if (np == 3) tile(q4, 1, 3, xq, kp, sx, corr, nb, P, S, p, 0, out);
-        else if (np == 2) tile(q4, 1, 2, xq, kp, sx, corr, nb, P, S, p, 0, out);
-        else tile(q4, 1, 1, xq, kp, sx, corr, nb, P, S, p, 0, out);
-        for (int j = 0; j < np; j++) store_panel(out[0][j], p + j, row0, N, y + (size_t)r0 * ldy);
+        if (np == 4) tile(q4, 1, 4, xq, kp, sx, corr, nb, P, S, p, per, 0, out);
+        else if (np == 3) tile(q4, 1, 3, xq, kp, sx, corr, nb, P, S, p, per, 0, out);
+        else if (np == 2) tile(q4, 1, 2, xq, kp, sx, corr, nb, P, S, p, per, 0, out);
+        else tile(q4, 1, 1, xq, kp, sx, corr, nb, P, S, p, per, 0, out);
+        for (int j = 0; j < np; j++)
+          store_panel(out[0][j], p + j * per, row0, N, y + (size_t)r0 * ldy);
       }
       continue;
     }
@@ -212,10 +214,10 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
         /* the second row tile prefetches the next panels into L2 (the first streams these) */
         const size_t pf = r == r0 + RB ? (size_t)np * kp * XL_Q8P_ROWS / (q4 ? 2 : 1) : 0;
         __m512 out[RB][4];
-        if (R == RB && np == 2) tile(q4, RB, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, pf, out);
-        else if (R == RB) tile(q4, RB, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, pf, out);
-        else if (np == 2) tile(q4, 1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, pf, out);
-        else tile(q4, 1, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, pf, out);
+        if (R == RB && np == 2) tile(q4, RB, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, 1, pf, out);
+        else if (R == RB) tile(q4, RB, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, 1, pf, out);
+        else if (np == 2) tile(q4, 1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, 1, pf, out);
+        else tile(q4, 1, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, 1, pf, out);
         for (int i = 0; i < R; i++)
           for (int j = 0; j < np; j++) store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
         r += R;

@@ -139,7 +139,8 @@ static float frand(unsigned *s) {
 }
 
 #define MAXM 70
-#define MAXN 33
+#define MAXN 150 /* 10 panels of 16 rows: a lone row's four streams take 3, 3, 3 and 1 */
+#define YLD (MAXN + 8) /* outputs a row of y buffers holds: N + 3 at most */
 #define MAXK 100
 #define LD 100
 
@@ -190,8 +191,8 @@ static void check_matmul(int type) {
   static const int Ks[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 100};
   const xl_wkernels *k = xl_wkern();
   weights *w = malloc(sizeof *w);
-  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
-        *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1);
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * YLD * sizeof *y),
+        *yp = malloc(MAXM * YLD * sizeof *yp), *y1 = malloc(YLD * sizeof *y1);
   unsigned seed = 7;
   for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed);
   make_weights(w, 3);
@@ -326,12 +327,12 @@ typedef void (*panel_matmul)(const float *x, int M, int K, int ldx, const uint8_
  * values wq[MAXN, LD]: for every batch size M, output count N and first row row0, the portable
  * kernel within the activations' quantisation bound of a double reference and each row alone
  * equal to it in the batch; the dot-product kernel (NULL: none on this CPU) equal to the
- * portable one bit for bit, batched and alone. x: [MAXM, LD]; y, yp: [MAXM, 40]; y1: [40]. */
+ * portable one bit for bit, batched and alone. x: [MAXM, LD]; y, yp: [MAXM, YLD]; y1: [YLD]. */
 static void sweep_panels(const float *x, int K, const uint8_t *P, const uint16_t *S, const float *wq,
                          panel_matmul portable, panel_matmul dot, float *y, float *yp, float *y1,
                          panel_bad *bad) {
   static const int Ms[] = {1, 2, 3, 4, 5, 9, 17};
-  static const int Ns[] = {1, 5, 16, 17, 33};
+  static const int Ns[] = {1, 5, 16, 17, 33, 70, 134}; /* 1 to 9 panels: a lone row's streams */
   static const int Row0s[] = {0, 3, 16};
   for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
     for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
@@ -391,8 +392,8 @@ static int odd_activations(unsigned *seed, const uint8_t *P, const uint16_t *S, 
 static void test_int8_panels(void) {
   static const int Ks[] = {1, 7, 31, 32, 33, 64, 100};
   weights *w = malloc(sizeof *w);
-  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
-        *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1);
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * YLD * sizeof *y),
+        *yp = malloc(MAXM * YLD * sizeof *yp), *y1 = malloc(YLD * sizeof *y1);
   int8_t *q = malloc(MAXN * LD);
   float *sc = malloc(MAXN * 4 * sizeof *sc), row[LD];
   uint8_t *P = malloc(xl_q8p_bytes(MAXN, LD));
@@ -433,8 +434,8 @@ static void test_int8_panels(void) {
 static void test_int4_panels(void) {
   static const int Ks[] = {1, 7, 8, 9, 31, 32, 33, 64, 100};
   weights *w = malloc(sizeof *w);
-  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
-        *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1);
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * YLD * sizeof *y),
+        *yp = malloc(MAXM * YLD * sizeof *yp), *y1 = malloc(YLD * sizeof *y1);
   uint8_t *q = malloc(MAXN * 64);
   float *sc = malloc(MAXN * 4 * sizeof *sc), row[LD];
   uint8_t *P = malloc(xl_q4p_bytes(MAXN, LD));
@@ -483,8 +484,8 @@ static void test_bf16_panels(void) {
   static const int Ks[] = {1, 2, 7, 31, 32, 33, 64, 100};
   static const int Row0s[] = {0, 3, 16};
   weights *w = malloc(sizeof *w);
-  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * 40 * sizeof *y),
-        *yp = malloc(MAXM * 40 * sizeof *yp), *y1 = malloc(40 * sizeof *y1), row[LD];
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * YLD * sizeof *y),
+        *yp = malloc(MAXM * YLD * sizeof *yp), *y1 = malloc(YLD * sizeof *y1), row[LD];
   uint16_t *h = malloc(MAXN * LD * sizeof *h), *P = malloc(xl_bf16p_count(MAXN, LD) * sizeof *P);
   unsigned seed = 13;
   for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed) * (i % 7 ? 1.0f : 8.0f);
