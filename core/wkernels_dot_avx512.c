@@ -17,13 +17,14 @@
  * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
  * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, one from each quarter
  * of its panels: four streams in flight, far apart in memory, each reading its quarter in
- * order and prefetching on into its next panel (int4's its scales' stream too). DRAM serves
- * four distant streams faster than four neighbouring panels (8-64 KB apart), which the lone
- * row read before (bench_kernels, weights x 1 row from DRAM beside F32: int4 12.4x and 13.1x
- * against 11.2x and 11.5x, int8 5.4x and 5.8x against 5.3x and 5.1x). With several row tiles
- * (every type), the first streams the panels from memory and the second prefetches the next
- * panels into L2, so the later tiles compute while the next panels arrive. Each row's
- * arithmetic is the same in any tile and alone, whatever order the panels are taken in. Compiled with target attributes; used only when the CPU has the instructions
+ * order and prefetching on into its next panel (int4's streams their scales' too). DRAM
+ * serves four distant streams faster than four neighbouring panels (8-64 KB apart), which the
+ * lone row read before (bench_kernels, weights x 1 row from DRAM beside F32: int4 12.4x and
+ * 13.1x against 11.2x and 11.5x, int8 5.4x and 5.8x against 5.3x and 5.1x). With several row
+ * tiles (every type), the first streams the panels from memory and the second prefetches the
+ * next panels into L2, so the later tiles compute while the next panels arrive. Each row's
+ * arithmetic is the same in any tile and alone, whatever order the panels are taken in.
+ * Compiled with target attributes; used only when the CPU has the instructions
  * (xl_q8p_wanted, xl_bf16p_wanted). Any thread.
  */
 #if defined(__x86_64__)
@@ -195,7 +196,8 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
     if (r1 - r0 == 1) { /* a lone row (decode): four streams, one per quarter of the panels */
       const int n_panels = p_end - p_begin, per = (n_panels + 3) / 4; /* panels a stream */
       for (int g = 0; g < per; g++) {
-        const int p = p_begin + g, np = (n_panels - g + per - 1) / per; /* streams with a panel left */
+        const int p = p_begin + g;
+        const int np = (n_panels - g + per - 1) / per; /* streams with a panel left */
         __m512 out[RB][4];
         if (np == 4) tile(q4, 1, 4, xq, kp, sx, corr, nb, P, S, p, per, 0, out);
         else if (np == 3) tile(q4, 1, 3, xq, kp, sx, corr, nb, P, S, p, per, 0, out);
