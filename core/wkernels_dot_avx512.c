@@ -17,13 +17,12 @@
  * Tiles of 4 rows x 2 panels (32 outputs; bf16: 8 rows x 2 panels, then 4), leftover rows one
  * at a time; a lone row (int8, int4: a decode step) 4 panels at a time, one from each quarter
  * of its panels: four streams in flight, far apart in memory, each reading its quarter in
- * order and prefetching on into its next panel (int4's streams their scales' too). DRAM
- * serves four distant streams faster than four neighbouring panels (8-64 KB apart), which the
- * lone row read before (bench_kernels, weights x 1 row from DRAM beside F32: int4 12.4x and
- * 13.1x against 11.2x and 11.5x, int8 5.4x and 5.8x against 5.3x and 5.1x). With several row
- * tiles (every type), the first streams the panels from memory and the second prefetches the
- * next panels into L2, so the later tiles compute while the next panels arrive. Each row's
- * arithmetic is the same in any tile and alone, whatever order the panels are taken in.
+ * order and prefetching on into its next panel (int4's streams their scales' too): DRAM
+ * serves four distant streams faster than four neighbouring panels 8-64 KB apart
+ * (docs/models.md, "Weight types"). With several row tiles (every type), the first streams
+ * the panels from memory and the second prefetches the next panels into L2, so the later tiles
+ * compute while the next panels arrive. Each row's arithmetic is the same in any tile and
+ * alone, whatever order the panels are taken in.
  * Compiled with target attributes; used only when the CPU has the instructions
  * (xl_q8p_wanted, xl_bf16p_wanted). Any thread.
  */
@@ -91,7 +90,7 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
    * stream beside the weights'), as many blocks ahead as the weights' PF bytes are: at one row
    * from DRAM that read the int4 GEMV's bytes a quarter faster (bench_kernels); int8's did no
    * better with it. */
-  const int wrap = q4 && R == 1;
+  const int prefetch_scales = q4 && R == 1;
   const size_t s_ahead = (size_t)PF / (pbytes / (size_t)nb) * XL_Q8P_ROWS * sizeof *S;
 #define SCALES_OF(j) (S + ((size_t)(p + (j) * ps) * nb + (size_t)b) * XL_Q8P_ROWS) /* block b's 16 */
   /* The correction for the weights' +128 (exact integers: either way the same sums): a tile of
@@ -106,7 +105,7 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
                                        : _mm512_setzero_si512();
       for (int j = 0; j < NP; j++) iacc[i][j] = c0;
     }
-    for (int j = 0; wrap && j < NP; j++) /* a hint only */
+    for (int j = 0; prefetch_scales && j < NP; j++) /* a hint only */
       _mm_prefetch((const char *)((uintptr_t)SCALES_OF(j) + s_ahead), _MM_HINT_T0);
     /* int4: 64 bytes a group of 8 columns, low nibbles columns 0-3, high 4-7 */
     for (int g = 0; q4 && g < XL_Q8_BLOCK / 8; g++) {

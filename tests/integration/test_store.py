@@ -747,7 +747,6 @@ def test_async_durability_commits_within_its_delay(start_daemon, tiny_model, tmp
                                              "--async-commit-ms", "60000"))
     st, s = X.get_session(d.port, "as")
     assert st == 200 and s["tokens"] == b["xlserve"]["session_tokens"]
-    # SIGTERM: saves still waiting for their commit are committed before the exit
     # the turn is a delta (the session was loaded from its row): it waits like a whole state;
     # half a second gives a write that does not wait the time to land where this sees it
     b = ok(d.port, "as", " and more", 10)
@@ -755,6 +754,7 @@ def test_async_durability_commits_within_its_delay(start_daemon, tiny_model, tmp
     while time.monotonic() - t0 < 0.5:
         assert rows(sd)["as"][0] < b["xlserve"]["session_tokens"]  # waiting (60 s)
         time.sleep(0.05)
+    # SIGTERM: saves still waiting for their commit are committed before the exit
     d.signal(signal.SIGTERM)
     assert d.wait_exit(30) == 0
     assert rows(sd)["as"][0] == b["xlserve"]["session_tokens"]
