@@ -31,6 +31,11 @@
 #define SMALL_SCORE_ROWS 128 /* score rows of a small block's run of heads: queries x heads */
 #define RUN_ROW_BYTES 256    /* a small block's run of heads: bytes of a value row it reads */
 
+/* Queries of a small block sharing each pass over the memory's rows: 4, or 1 (tests). */
+static int query_group = 4;
+
+void xl_attn_set_query_group(int n) { query_group = n == 1 ? 1 : 4; }
+
 /* The first key query a may attend to: a - mem_len + 1 with same_length (the window), else 0. */
 static inline int first_key(const xl_model *m, int a) {
   const int window = m->cfg.same_length ? m->cfg.mem_len : 0;
@@ -358,9 +363,14 @@ static int heads_per_run(const xl_model *m, xl_kv_dtype dt, int n) {
  * dtype, instead of GEMMs whose packing costs more than their few rows save. In runs of a few
  * heads, so a run's memory key rows, table rows and value rows (a few hundred KB) stay in
  * cache while every query of the block reads them; four queries at a time share each pass over
- * the rows (while they are allowed the same first key: key_products4, value_mix4). Every
- * number is the one attend_query computes (heads never share a sum), so neither the order nor
- * the grouping changes a result. The position products come from the model's cached table
+ * the rows (key_products4, value_mix4). A group's passes start at the first key of its first
+ * query, the smallest of the four: when the window slides within the group (same_length over a
+ * full memory: every query of a chat turn its own first key) a later query's products with the
+ * keys before its own first key are computed and never read, and its probabilities there are
+ * zero, so the value mix adds exact zeros (0 * v, v finite) to a sum that is still +0 before its
+ * first key: the same bits. Every number is the one attend_query computes (heads never share a
+ * sum), so neither the order nor the grouping changes a result (xl_attn_set_query_group(1)
+ * turns the grouping off, for the tests that check this). The position products come from the model's cached table
  * (the caller checks it covers the block). Query i's qu at sc->qu [i, Dh] and its position
  * products at sc->pos [i, pos_width] (one head at a time); its scores in head h of the run
  * [h0, h1) at sc->scores [i, h1 - h0, width]. */
@@ -378,12 +388,13 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
   const int run = heads_per_run(m, mem.dtype, n);
   xl_ring_run runs[2];
   const int n_runs = xl_ring_runs(st, runs);
-  /* groups of queries [first, first + size), size 4 while four share their first key lo */
+  /* groups of queries [first, first + size), size 4 while four are left (or 1: the tests'
+   * ungrouped reference); lo: the group's first key, its first query's (the smallest) */
   int first[SMALL_BLOCK], size[SMALL_BLOCK], lo[SMALL_BLOCK], n_groups = 0;
   for (int r = 0; r < n; r += size[n_groups++]) {
     first[n_groups] = r;
     lo[n_groups] = first_key(m, mlen + r);
-    size[n_groups] = r + 4 <= n && first_key(m, mlen + r + 3) == lo[n_groups] ? 4 : 1;
+    size[n_groups] = r + 4 <= n && query_group == 4 ? 4 : 1;
   }
   memset(it->out, 0, (size_t)n * hd * sizeof *it->out);
   for (int h0 = 0; h0 < H; h0 += run) {
@@ -405,19 +416,23 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
         else key_products(kk, T, q, dh, h, 0, n_pos, pos);
         memory_key_products(kk, &mem, runs, n_runs, lo[g], mlen, size[g], qu, (size_t)dh, dh, h, s,
                             lq);
-        for (int i = 0; i < size[g]; i++)
-          finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo[g],
-                             pos + (size_t)i * pw, s + (size_t)i * lq);
+        for (int i = 0; i < size[g]; i++) { /* query r + i: keys from its own first one */
+          const int lo_i = first_key(m, mlen + r + i);
+          float *si = s + (size_t)i * lq; /* keys lo[g].. */
+          finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo_i,
+                             pos + (size_t)i * pw, si + (lo_i - lo[g]));
+          for (int j = 0; j < lo_i - lo[g]; j++) si[j] = 0.0f; /* before its window */
+        }
       }
     }
     for (int g = 0; g < n_groups; g++) { /* out[r + i][h0..h1) = sum_j p[i][h][j] v_j[h] */
-      const int r = first[g], j_new = lo[g] > mlen ? lo[g] : mlen;
+      const int r = first[g];
       const float *s = sc->scores + (size_t)r * lq;
       float *out = it->out + (size_t)r * hd + (size_t)h0 * dh;
       memory_value_mix(kk, &mem, H, hd, dh, runs, n_runs, lo[g], mlen, size[g], h0, nh, s, lq, ps,
                        out, (size_t)hd);
       for (int i = 0; i < size[g]; i++) {
-        const int a = mlen + r + i;
+        const int a = mlen + r + i, lo_i = first_key(m, a), j_new = lo_i > mlen ? lo_i : mlen;
         xl_vec_mix_rows(out + (size_t)i * hd, s + (size_t)i * lq + (j_new - lo[g]), ps,
                         v_new + (size_t)(j_new - mlen) * row_stride + (size_t)h0 * dh, row_stride,
                         a - j_new + 1, nh, dh);

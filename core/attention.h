@@ -58,4 +58,9 @@ size_t xl_attn_scratch_floats(const xl_model *m, int max_width, int max_pos);
 void xl_attn_scratch_bind(const xl_model *m, float *buf, int max_width, int max_pos,
                           xl_attn_scratch *sc);
 
+/* How many queries of a short block continuing a memory share each pass over its rows: 4 (the
+ * default), or 1 (each query alone: the reference the tests compare the grouping with, bit for
+ * bit). Set before any forward pass runs; not for concurrent use. */
+void xl_attn_set_query_group(int n);
+
 #endif

@@ -18,8 +18,13 @@
  * every part timed once per round right after the step; the table gives medians. This thread's
  * CPU time, one forward-pass thread. Main thread only.
  *
+ * With --turn N, then a chat turn: one session's prompt of N tokens continuing its full memory
+ * (the attention's small-block path), timed with the block's queries four to a pass over the
+ * memory's rows and with each query alone (xl_attn_set_query_group), alternating in each
+ * round, and the ratio of the two medians (the same run, the same memory).
+ *
  * usage: bench_step --model DIR [--weights W] [--kv-dtype D] [--cpu P] [--batch B1,B2,..]
- *                   [--rounds R] [--seconds S] [--probe-mib M]
+ *                   [--rounds R] [--seconds S] [--probe-mib M] [--turn N]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +158,71 @@ static double time_part(batch_data *d, int part, double seconds, int *steps, int
   return el / n;
 }
 
+/* Seconds per turn of n tokens continuing a copy of `full` with the block's queries in groups
+ * of `group` (one warm-up, then turns for at least `seconds`, at least 2; the copies made
+ * outside the clock); -1 with a message on a failure. */
+static double time_turn(const xl_model *m, xl_workspace *ws, const xl_state *full, int n, int group,
+                        double seconds, float *lp) {
+  const int V = m->cfg.vocab_size;
+  int32_t tok[32];
+  for (int i = 0; i < n; i++) tok[i] = (int32_t)(((unsigned)i * 7919u + 13u) % (unsigned)V);
+  xl_attn_set_query_group(group);
+  double el = 0;
+  int runs = 0;
+  for (int warm = 1;; warm = 0) {
+    xl_state *s = NULL;
+    xl_error err;
+    if (xl_state_clone(full, &s, &err)) {
+      fprintf(stderr, "bench_step: %s\n", err.message);
+      el = -1;
+      break;
+    }
+    xl_feed f = {s, tok, n, NULL, NULL, lp, NULL};
+    const double t0 = cli_thread_cpu_now();
+    const xl_code rc = xl_forward(m, ws, &f, 1, &err);
+    const double t1 = cli_thread_cpu_now();
+    xl_state_free(s);
+    if (rc) {
+      fprintf(stderr, "bench_step: %s\n", err.message);
+      el = -1;
+      break;
+    }
+    if (!warm) el += t1 - t0, runs++;
+    if (runs >= 2 && el >= seconds) break;
+  }
+  xl_attn_set_query_group(4);
+  return el < 0 ? -1 : el / runs;
+}
+
+/* The chat-turn table (--turn n): 0, or 1 with a message. */
+static int turn_table(const xl_model *m, const xl_state *full, int n, int rounds, double seconds) {
+  xl_workspace *ws = NULL;
+  xl_error err;
+  float *lp = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
+  if (!lp || xl_workspace_new(m, &ws, &err)) {
+    fprintf(stderr, "bench_step: out of memory for the turn\n");
+    free(lp);
+    return 1;
+  }
+  double t[2][MAX_ROUNDS];
+  int status = 0;
+  for (int r = 0; r < rounds && !status; r++)
+    for (int g = 0; g < 2; g++) /* grouped, then each query alone */
+      status |= (t[g][r] = time_turn(m, ws, full, n, g ? 1 : 4, seconds, lp)) < 0;
+  if (!status) {
+    const double four = cli_median(t[0], rounds), one = cli_median(t[1], rounds);
+    printf(
+        "\nturn of %d tokens over the full memory: %.2f ms with queries four to a pass over "
+        "the memory, %.2f ms each alone: %.2fx (rounds:",
+        n, four * 1e3, one * 1e3, one / four);
+    for (int r = 0; r < rounds; r++) printf(" %.2f", t[1][r] / t[0][r]);
+    printf(")\n");
+  }
+  xl_workspace_free(ws);
+  free(lp);
+  return status;
+}
+
 /* The batch's states and buffers; 0, or 1 with a message. */
 static int batch_make(const xl_model *m, const xl_state *full, int B, batch_data *d) {
   const xl_config *c = &m->cfg;
@@ -219,13 +289,14 @@ static int parse_batches(const char *s, int *out) {
 static void usage(void) {
   fprintf(stderr,
           "usage: bench_step --model DIR [--weights W] [--kv-dtype D] [--cpu P]\n"
-          "                  [--batch B1,B2,..] [--rounds R] [--seconds S] [--probe-mib M]\n");
+          "                  [--batch B1,B2,..] [--rounds R] [--seconds S] [--probe-mib M]\n"
+          "                  [--turn N]\n");
 }
 
 int main(int argc, char **argv) {
   cli_engine_flags f = {0};
   const char *batch_arg = "1,16";
-  int rounds = 3, probe_mib = 0, batches[MAX_BATCHES];
+  int rounds = 3, probe_mib = 0, turn = 0, batches[MAX_BATCHES];
   float seconds = 1.0f;
   for (int i = 1; i < argc; i++) {
     int ok = 1;
@@ -237,6 +308,8 @@ int main(int argc, char **argv) {
       if (!cli_int_arg("bench_step", argc, argv, &i, 1, MAX_ROUNDS, &rounds)) return 2;
     } else if (!strcmp(argv[i], "--seconds")) {
       if (!cli_float_arg("bench_step", argc, argv, &i, 0.0, 600.0, &seconds)) return 2;
+    } else if (!strcmp(argv[i], "--turn")) {
+      if (!cli_int_arg("bench_step", argc, argv, &i, 1, 32, &turn)) return 2;
     } else if (!strcmp(argv[i], "--probe-mib")) {
       if (!cli_int_arg("bench_step", argc, argv, &i, 1, 4096, &probe_mib)) return 2;
     } else {
@@ -315,6 +388,7 @@ int main(int argc, char **argv) {
     }
     batch_free(&d);
   }
+  if (!status && turn) status = turn_table(m, full, turn, rounds, seconds);
   xl_state_free(full);
   xl_model_free(m);
   return status;

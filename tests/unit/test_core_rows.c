@@ -9,10 +9,12 @@
  * bit for bit as alone (each weight type), and the target the entry of its distribution.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h" /* xl_attn_set_query_group: the ungrouped reference */
 #include "testlib.h"
 
 #define N 40
@@ -92,6 +94,82 @@ static void test_rows_match_decoding(void) {
   xl_model_free(m);
 }
 
+/* A short block continuing a memory (a chat turn's prompt: the attention's small-block path,
+ * its queries four to a pass over the memory's rows) gives every row's distribution and the
+ * state bit for bit as the same block with each query alone (xl_attn_set_query_group(1)), and
+ * over an F32 memory within 1e-4 of the same tokens decoded one at a time (a narrow memory's
+ * decoding reads the block's own keys back narrowed, the block reads them as computed): with
+ * a memory filling up (the window's first key moving within the block) and a full, wrapped one
+ * under same_length (every query its own first key), in blocks of 2-32 queries, over each
+ * memory dtype, at d_head 16 and 64. */
+static void test_short_block_grouping(void) {
+  tl_model_spec specs[2] = {TL_MODEL_SPEC_DEFAULT, TL_MODEL_SPEC_DEFAULT};
+  specs[1].d_head = 64;
+  const xl_kv_dtype dtypes[3] = {XL_KV_F32, XL_KV_BF16, XL_KV_INT8};
+  const int before[2] = {20, 45}; /* mem_len 24: filling across the block; full and wrapped */
+  const int blocks[6] = {2, 4, 5, 9, 17, 32};
+  float *rows = malloc(sizeof(float) * 32 * V), *alone = malloc(sizeof(float) * 32 * V);
+  float *step = malloc(sizeof(float) * 32 * V);
+  int32_t t[45 + 32];
+  tl_tokens(t, 45 + 32, 11);
+  for (int k = 0; k < 2; k++) {
+    const char *dir = tl_tmpdir("short");
+    CHECK(tl_write_model(dir, &specs[k]) == 0);
+    for (int d = 0; d < 3; d++) {
+      xl_model *m = tl_load_model(dir, dtypes[d]);
+      CHECK(m != NULL);
+      if (!m) continue;
+      xl_workspace *ws;
+      xl_error err;
+      CHECK_CODE(xl_workspace_new(m, &ws, &err), XL_OK);
+      int differ = 0, far = 0;
+      for (int p = 0; p < 2; p++)
+        for (int b = 0; b < 6; b++) {
+          const int n = blocks[b];
+          xl_state *s4, *s1, *sd;
+          CHECK_CODE(xl_state_new(m, &s4, &err), XL_OK);
+          xl_feed f = {s4, t, before[p], NULL, NULL, NULL, NULL};
+          CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
+          CHECK_CODE(xl_state_clone(s4, &s1, &err), XL_OK);
+          CHECK_CODE(xl_state_clone(s4, &sd, &err), XL_OK);
+          xl_feed grouped = {s4, t + before[p], n, NULL, NULL, NULL, rows};
+          CHECK_CODE(xl_forward(m, ws, &grouped, 1, &err), XL_OK);
+          xl_attn_set_query_group(1);
+          xl_feed single = {s1, t + before[p], n, NULL, NULL, NULL, alone};
+          CHECK_CODE(xl_forward(m, ws, &single, 1, &err), XL_OK);
+          xl_attn_set_query_group(4);
+          for (int i = 0; i < n; i++) {
+            xl_feed s = {sd, t + before[p] + i, 1, NULL, NULL, step + (size_t)i * V, NULL};
+            CHECK_CODE(xl_forward(m, ws, &s, 1, &err), XL_OK);
+          }
+          double worst = 0;
+          for (size_t e = 0; e < (size_t)n * V; e++)
+            if (fabs(rows[e] - step[e]) > worst) worst = fabs(rows[e] - step[e]);
+          if (memcmp(rows, alone, sizeof(float) * (size_t)n * V) || !tl_same_state(s4, s1)) {
+            differ++;
+            fprintf(stderr, "  d_head %d, memory %s, %d before, block of %d: grouping differs\n",
+                    specs[k].d_head, xl_kv_dtype_name(dtypes[d]), before[p], n);
+          }
+          if (dtypes[d] == XL_KV_F32 && worst > 1e-4) {
+            far++;
+            fprintf(stderr, "  d_head %d, %d before, block of %d: %g from decoding\n",
+                    specs[k].d_head, before[p], n, worst);
+          }
+          xl_state_free(s4);
+          xl_state_free(s1);
+          xl_state_free(sd);
+        }
+      CHECK(differ == 0);
+      CHECK(far == 0);
+      xl_workspace_free(ws);
+      xl_model_free(m);
+    }
+  }
+  free(rows);
+  free(alone);
+  free(step);
+}
+
 #define STEPS 21 /* more than the tail products' run of 16 rows */
 #define TARGET_ONLY 7 /* the step that asks for a target in a tail cluster, no distribution */
 
@@ -157,6 +235,7 @@ static void test_batched_tails_bf16(void) { batched_tails(XL_WEIGHTS_BF16); }
 
 int main(void) {
   RUN(test_rows_match_decoding);
+  RUN(test_short_block_grouping);
   RUN(test_batched_tails_f32);
   RUN(test_batched_tails_int8);
   RUN(test_batched_tails_int4);
