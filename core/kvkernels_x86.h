@@ -221,49 +221,68 @@ T static void dot_rows4_i8(const float *q, size_t ldq, int dh, const int8_t *row
 
 /* MIX_ROWS of 4 queries where its vector path applies (dh a multiple of LANES, at most
  * MIX_MAX_HEADS heads); else the single-query loop per query. WEIGHT(i) is query i's weight
- * of row j in head h. */
-#define MIX_ROWS4(WIDEN, SINGLE, WEIGHT)                                                           \
+ * of row j in head h; a whole pass of VALUE_ROWS (8) rows takes its four queries' weights in
+ * head h eight at a time instead: W8_PRE (per head) then W8(i), the same products rounded the
+ * same way, as a vector of 8. The pass over the rows then runs loops of a constant length. */
+#define MIX_ROWS4(WIDEN, SINGLE, WEIGHT, W8_PRE, W8)                                               \
   do {                                                                                             \
     if (dh % LANES || H > MIX_MAX_HEADS) {                                                         \
       for (int i = 0; i < 4; i++) SINGLE;                                                          \
       return;                                                                                      \
     }                                                                                              \
-    float w[4][VALUE_ROWS][MIX_MAX_HEADS];                                                         \
+    float w[4][MIX_MAX_HEADS][VALUE_ROWS]; /* query i's weight of row t in head h */              \
     for (int j0 = 0; j0 < n; j0 += VALUE_ROWS) {                                                   \
       const int nr = n - j0 < VALUE_ROWS ? n - j0 : VALUE_ROWS;                                    \
-      for (int i = 0; i < 4; i++)                                                                  \
-        for (int t = 0; t < nr; t++)                                                               \
-          for (int h = 0; h < H; h++) {                                                            \
-            const int j = j0 + t;                                                                  \
-            w[i][t][h] = WEIGHT(i);                                                                \
-          }                                                                                        \
       const __typeof__(rows) r0 = rows + (size_t)j0 * ld;                                          \
-      for (int h = 0; h < H; h++) {                                                                \
-        for (int t = 0; t < VALUE_ROWS; t++)                                                       \
-          for (size_t b = 0; b < dh * sizeof *rows; b += 64)                                       \
-            PREFETCH(r0 + (size_t)(PF_VALS + t) * ld + (size_t)h * dh, b);                         \
-        for (int e = h * dh; e < (h + 1) * dh; e += LANES) {                                       \
-          VF v[VALUE_ROWS];                                                                        \
-          for (int t = 0; t < nr; t++) v[t] = WIDEN(r0 + (size_t)t * ld + e);                      \
-          for (int i = 0; i < 4; i++) {                                                            \
-            float *oi = out + (size_t)i * ldo + e;                                                 \
-            VF a = VLOAD(oi);                                                                      \
-            for (int t = 0; t < nr; t++) a = VFMA(VSET1(w[i][t][h]), v[t], a);                     \
-            VSTORE(oi, a);                                                                         \
-          }                                                                                        \
+      if (nr == VALUE_ROWS) {                                                                      \
+        for (int h = 0; h < H; h++) {                                                              \
+          W8_PRE;                                                                                  \
+          for (int i = 0; i < 4; i++) _mm256_storeu_ps(w[i][h], W8(i));                            \
         }                                                                                          \
+        MIX4_PASS(WIDEN, VALUE_ROWS);                                                              \
+      } else {                                                                                     \
+        for (int i = 0; i < 4; i++)                                                                \
+          for (int h = 0; h < H; h++)                                                              \
+            for (int t = 0; t < nr; t++) {                                                         \
+              const int j = j0 + t;                                                                \
+              w[i][h][t] = WEIGHT(i);                                                              \
+            }                                                                                      \
+        MIX4_PASS(WIDEN, nr);                                                                      \
       }                                                                                            \
     }                                                                                              \
   } while (0)
+/* MIX_ROWS4's pass over NR rows from r0 (NR: VALUE_ROWS, or the last pass's nr) */
+#define MIX4_PASS(WIDEN, NR)                                                                       \
+  for (int h = 0; h < H; h++) {                                                                    \
+    for (int t = 0; t < VALUE_ROWS; t++)                                                           \
+      for (size_t b = 0; b < dh * sizeof *rows; b += 64)                                           \
+        PREFETCH(r0 + (size_t)(PF_VALS + t) * ld + (size_t)h * dh, b);                             \
+    for (int e = h * dh; e < (h + 1) * dh; e += LANES) {                                           \
+      VF v[VALUE_ROWS];                                                                            \
+      for (int t = 0; t < (NR); t++) v[t] = WIDEN(r0 + (size_t)t * ld + e);                        \
+      for (int i = 0; i < 4; i++) {                                                                \
+        float *oi = out + (size_t)i * ldo + e;                                                     \
+        VF a = VLOAD(oi);                                                                          \
+        for (int t = 0; t < (NR); t++) a = VFMA(VSET1(w[i][h][t]), v[t], a);                       \
+        VSTORE(oi, a);                                                                             \
+      }                                                                                            \
+    }                                                                                              \
+  }
 
 #define W4_BF16(i) p[(size_t)(i) * ldp + (size_t)h * p_stride + j]
 #define W4_I8(i) (p[(size_t)(i) * ldp + (size_t)h * p_stride + j] * scale[(size_t)j * s_stride + h])
+#define P8(i) _mm256_loadu_ps(p + (size_t)(i) * ldp + (size_t)h * p_stride + j0)
+#define SCALE(t) scale[(size_t)(j0 + (t)) * s_stride + h]
+#define W8_PRE_I8                                                                                  \
+  const __m256 sc = _mm256_set_ps(SCALE(7), SCALE(6), SCALE(5), SCALE(4), SCALE(3), SCALE(2),      \
+                                  SCALE(1), SCALE(0))
+#define W8_I8(i) _mm256_mul_ps(P8(i), sc)
 
 T static void mix_rows4_bf16(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
                              const uint16_t *rows, size_t ld, int n, int H, int dh) {
   MIX_ROWS4(widen_bf16,
             mix_rows_bf16(out + (size_t)i * ldo, p + (size_t)i * ldp, p_stride, rows, ld, n, H, dh),
-            W4_BF16);
+            W4_BF16, (void)0, P8);
 }
 
 T static void mix_rows4_i8(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
@@ -272,10 +291,14 @@ T static void mix_rows4_i8(float *out, size_t ldo, const float *p, size_t ldp, s
   MIX_ROWS4(widen_i8,
             mix_rows_i8(out + (size_t)i * ldo, p + (size_t)i * ldp, p_stride, rows, ld, scale,
                         s_stride, n, H, dh),
-            W4_I8);
+            W4_I8, W8_PRE_I8, W8_I8);
 }
 #undef W4_BF16
 #undef W4_I8
+#undef P8
+#undef SCALE
+#undef W8_PRE_I8
+#undef W8_I8
 
 const xl_kv_kernels KV_TABLE = {.name = KV_NAME,
                                 .dot_rows_bf16 = dot_rows_bf16,
