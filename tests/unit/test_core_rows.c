@@ -6,7 +6,9 @@
  * another item the rows are bit for bit the same; a target below -1 is refused. With an
  * adaptive softmax (tail clusters with projections), decode steps batched more than the tail
  * products' run of rows, one of them asking for a target only, give every step's distribution
- * bit for bit as alone (each weight type), and the target the entry of its distribution.
+ * bit for bit as alone (each weight type), and the target the entry of its distribution. A
+ * short block continuing a memory gives the same bits with its queries grouped four to a pass
+ * as each alone, its window sliding or not, and within 1e-4 of decoding over an F32 memory.
  */
 #include <math.h>
 #include <stdio.h>
