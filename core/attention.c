@@ -370,8 +370,8 @@ static int heads_per_run(const xl_model *m, xl_kv_dtype dt, int n) {
  * zero, so the value mix adds exact zeros (0 * v, v finite) to a sum that is still +0 before its
  * first key: the same bits. Every number is the one attend_query computes (heads never share a
  * sum), so neither the order nor the grouping changes a result (xl_attn_set_query_group(1)
- * turns the grouping off, for the tests that check this). The position products come from the model's cached table
- * (the caller checks it covers the block). Query i's qu at sc->qu [i, Dh] and its position
+ * turns the grouping off, for the tests that check this). The position products come from the
+ * model's cached table (the caller checks it covers the block). Query i's qu at sc->qu [i, Dh] and its position
  * products at sc->pos [i, pos_width] (one head at a time); its scores in head h of the run
  * [h0, h1) at sc->scores [i, h1 - h0, width]. */
 static void attend_small_block(const xl_model *m, int layer, const xl_attn_item *it,
@@ -388,12 +388,13 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
   const int run = heads_per_run(m, mem.dtype, n);
   xl_ring_run runs[2];
   const int n_runs = xl_ring_runs(st, runs);
-  /* groups of queries [first, first + size), size 4 while four are left (or 1: the tests'
-   * ungrouped reference); lo: the group's first key, its first query's (the smallest) */
-  int first[SMALL_BLOCK], size[SMALL_BLOCK], lo[SMALL_BLOCK], n_groups = 0;
+  /* lo[i]: query i's first key; groups of queries [first, first + size), size 4 while four
+   * are left (or 1: the tests' ungrouped reference), reading keys from lo[first], the
+   * smallest of the group */
+  int lo[SMALL_BLOCK], first[SMALL_BLOCK], size[SMALL_BLOCK], n_groups = 0;
+  for (int i = 0; i < n; i++) lo[i] = first_key(m, mlen + i);
   for (int r = 0; r < n; r += size[n_groups++]) {
     first[n_groups] = r;
-    lo[n_groups] = first_key(m, mlen + r);
     size[n_groups] = r + 4 <= n && query_group == 4 ? 4 : 1;
   }
   memset(it->out, 0, (size_t)n * hd * sizeof *it->out);
@@ -414,14 +415,14 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
         float *s = sc->scores + (size_t)r * lq + (size_t)(h - h0) * ps; /* keys lo.. */
         if (size[g] == 4) key_products4(kk, T, q, row_stride, dh, h, 0, n_pos, pos, pw);
         else key_products(kk, T, q, dh, h, 0, n_pos, pos);
-        memory_key_products(kk, &mem, runs, n_runs, lo[g], mlen, size[g], qu, (size_t)dh, dh, h, s,
+        memory_key_products(kk, &mem, runs, n_runs, lo[r], mlen, size[g], qu, (size_t)dh, dh, h, s,
                             lq);
         for (int i = 0; i < size[g]; i++) { /* query r + i: keys from its own first one */
-          const int lo_i = first_key(m, mlen + r + i);
-          float *si = s + (size_t)i * lq; /* keys lo[g].. */
-          finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo_i,
-                             pos + (size_t)i * pw, si + (lo_i - lo[g]));
-          for (int j = 0; j < lo_i - lo[g]; j++) si[j] = 0.0f; /* before its window */
+          const int skip = lo[r + i] - lo[r];
+          float *si = s + (size_t)i * lq; /* keys lo[r].. */
+          finish_head_scores(m, it, layer, h, qu + (size_t)i * dh, mlen + r + i, lo[r + i],
+                             pos + (size_t)i * pw, si + skip);
+          for (int j = 0; j < skip; j++) si[j] = 0.0f; /* before its window */
         }
       }
     }
@@ -429,11 +430,11 @@ static void attend_small_block(const xl_model *m, int layer, const xl_attn_item 
       const int r = first[g];
       const float *s = sc->scores + (size_t)r * lq;
       float *out = it->out + (size_t)r * hd + (size_t)h0 * dh;
-      memory_value_mix(kk, &mem, H, hd, dh, runs, n_runs, lo[g], mlen, size[g], h0, nh, s, lq, ps,
+      memory_value_mix(kk, &mem, H, hd, dh, runs, n_runs, lo[r], mlen, size[g], h0, nh, s, lq, ps,
                        out, (size_t)hd);
       for (int i = 0; i < size[g]; i++) {
-        const int a = mlen + r + i, lo_i = first_key(m, a), j_new = lo_i > mlen ? lo_i : mlen;
-        xl_vec_mix_rows(out + (size_t)i * hd, s + (size_t)i * lq + (j_new - lo[g]), ps,
+        const int a = mlen + r + i, j_new = lo[r + i] > mlen ? lo[r + i] : mlen;
+        xl_vec_mix_rows(out + (size_t)i * hd, s + (size_t)i * lq + (j_new - lo[r]), ps,
                         v_new + (size_t)(j_new - mlen) * row_stride + (size_t)h0 * dh, row_stride,
                         a - j_new + 1, nh, dh);
       }

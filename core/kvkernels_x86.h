@@ -251,6 +251,7 @@ T static void dot_rows4_i8(const float *q, size_t ldq, int dh, const int8_t *row
       }                                                                                            \
     }                                                                                              \
   } while (0)
+_Static_assert(VALUE_ROWS == 8, "MIX_ROWS4 takes a full pass's weights as vectors of 8");
 /* MIX_ROWS4's pass over NR rows from r0 (NR: VALUE_ROWS, or the last pass's nr) */
 #define MIX4_PASS(WIDEN, NR)                                                                       \
   for (int h = 0; h < H; h++) {                                                                    \

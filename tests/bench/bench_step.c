@@ -38,6 +38,7 @@
 #define MAX_BATCHES 8
 #define MAX_ROUNDS 64
 #define MAX_BATCH 64
+#define MAX_TURN 32 /* the attention's short-block path: prompts of up to 32 tokens */
 
 enum { STEP, GEMMS, POSITIONS, ATTENTION, REST, PARTS };
 static const char *const PART_NAME[PARTS] = {"whole step", "weight GEMMs", "positions", "attention",
@@ -158,21 +159,20 @@ static double time_part(batch_data *d, int part, double seconds, int *steps, int
   return el / n;
 }
 
-/* Seconds per turn of n tokens continuing a copy of `full` with the block's queries in groups
- * of `group` (one warm-up, then turns for at least `seconds`, at least 2; the copies made
- * outside the clock); -1 with a message on a failure. */
-static double time_turn(const xl_model *m, xl_workspace *ws, const xl_state *full, int n, int group,
-                        double seconds, float *lp) {
+/* Seconds per turn of n tokens continuing the memory `packed` holds, copied into s before each
+ * turn outside the clock, with the block's queries in groups of `group` (one warm-up, then
+ * turns for at least `seconds`, at least 2); -1 with a message on a failure. */
+static double time_turn(const xl_model *m, xl_workspace *ws, const xl_state *packed, xl_state *s,
+                        int n, int group, double seconds, float *lp) {
   const int V = m->cfg.vocab_size;
-  int32_t tok[32];
+  int32_t tok[MAX_TURN];
   for (int i = 0; i < n; i++) tok[i] = (int32_t)(((unsigned)i * 7919u + 13u) % (unsigned)V);
   xl_attn_set_query_group(group);
   double el = 0;
   int runs = 0;
   for (int warm = 1;; warm = 0) {
-    xl_state *s = NULL;
     xl_error err;
-    if (xl_state_clone(full, &s, &err)) {
+    if (xl_state_unpack(s, packed, &err)) {
       fprintf(stderr, "bench_step: %s\n", err.message);
       el = -1;
       break;
@@ -181,7 +181,6 @@ static double time_turn(const xl_model *m, xl_workspace *ws, const xl_state *ful
     const double t0 = cli_thread_cpu_now();
     const xl_code rc = xl_forward(m, ws, &f, 1, &err);
     const double t1 = cli_thread_cpu_now();
-    xl_state_free(s);
     if (rc) {
       fprintf(stderr, "bench_step: %s\n", err.message);
       el = -1;
@@ -197,18 +196,19 @@ static double time_turn(const xl_model *m, xl_workspace *ws, const xl_state *ful
 /* The chat-turn table (--turn n): 0, or 1 with a message. */
 static int turn_table(const xl_model *m, const xl_state *full, int n, int rounds, double seconds) {
   xl_workspace *ws = NULL;
+  xl_state *packed = NULL, *s = NULL;
   xl_error err;
   float *lp = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
-  if (!lp || xl_workspace_new(m, &ws, &err)) {
+  int status = 0;
+  if (!lp || xl_workspace_new(m, &ws, &err) || xl_state_pack(full, &packed, &err) ||
+      xl_state_new(m, &s, &err)) {
     fprintf(stderr, "bench_step: out of memory for the turn\n");
-    free(lp);
-    return 1;
+    status = 1;
   }
   double t[2][MAX_ROUNDS];
-  int status = 0;
   for (int r = 0; r < rounds && !status; r++)
     for (int g = 0; g < 2; g++) /* grouped, then each query alone */
-      status |= (t[g][r] = time_turn(m, ws, full, n, g ? 1 : 4, seconds, lp)) < 0;
+      status |= (t[g][r] = time_turn(m, ws, packed, s, n, g ? 1 : 4, seconds, lp)) < 0;
   if (!status) {
     const double four = cli_median(t[0], rounds), one = cli_median(t[1], rounds);
     printf(
@@ -218,6 +218,8 @@ static int turn_table(const xl_model *m, const xl_state *full, int n, int rounds
     for (int r = 0; r < rounds; r++) printf(" %.2f", t[1][r] / t[0][r]);
     printf(")\n");
   }
+  xl_state_free(s);
+  xl_state_free(packed);
   xl_workspace_free(ws);
   free(lp);
   return status;
@@ -309,7 +311,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--seconds")) {
       if (!cli_float_arg("bench_step", argc, argv, &i, 0.0, 600.0, &seconds)) return 2;
     } else if (!strcmp(argv[i], "--turn")) {
-      if (!cli_int_arg("bench_step", argc, argv, &i, 1, 32, &turn)) return 2;
+      if (!cli_int_arg("bench_step", argc, argv, &i, 1, MAX_TURN, &turn)) return 2;
     } else if (!strcmp(argv[i], "--probe-mib")) {
       if (!cli_int_arg("bench_step", argc, argv, &i, 1, 4096, &probe_mib)) return 2;
     } else {
