@@ -2,17 +2,20 @@
  * blas.c: what xlserve asks of the BLAS library (OpenBLAS) itself: its thread count
  * (xl_set_blas_threads), the kernel family it chose (xl_blas_core), and a correctness check of
  * one SGEMM against xlserve's own F32 kernel (xl_blas_self_check, used when the CLI makes
- * OpenBLAS take another kernel family; xl_matmul_f32 gives the bench that kernel), and the
- * note of what was done (xl_blas_note). Main thread, at start, before any forward pass
- * (xl_matmul_f32 and xl_blas_note: any thread).
+ * OpenBLAS take another kernel family), xlserve's own F32 GEMM in the weights' layout for the
+ * bench to set beside SGEMM (xl_f32_weights_new, xl_matmul_f32), and the note of what was done
+ * (xl_blas_note). Main thread, at start, before any forward pass (xl_matmul_f32 and
+ * xl_blas_note: any thread).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cblas.h>
 
 #include "internal.h"
+#include "wpanel.h"
 
 void xl_set_blas_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);
@@ -23,9 +26,34 @@ const char *xl_blas_core(void) {
   return name && *name ? name : "unknown";
 }
 
-void xl_matmul_f32(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
-                   float *y, int ldy) {
-  xl_matmul_nt(x, M, K, ldx, W, N, ldw, y, ldy);
+struct xl_f32_weights {
+  xl_wmat w;
+  int n;
+  float *data; /* owned: panels or rows */
+};
+
+xl_f32_weights *xl_f32_weights_new(const float *W, int N, int K) {
+  xl_f32_weights *f = malloc(sizeof *f);
+  const int panels = xl_f32p_wanted();
+  const size_t count = panels ? xl_f32p_count(N, K) : (size_t)N * K;
+  float *data = f ? malloc(count * sizeof *data + 1) : NULL;
+  if (!data) {
+    free(f);
+    return NULL;
+  }
+  if (panels) xl_f32p_pack(W, N, K, data);
+  else memcpy(data, W, count * sizeof *data);
+  *f = (xl_f32_weights){{XL_WEIGHTS_F32, data, NULL, K, panels, 0, NULL}, N, data};
+  return f;
+}
+
+void xl_f32_weights_free(xl_f32_weights *w) {
+  if (w) free(w->data);
+  free(w);
+}
+
+void xl_matmul_f32(const float *x, int M, int ldx, const xl_f32_weights *W, float *y, int ldy) {
+  xl_matmul_w(x, M, W->w.cols, ldx, &W->w, W->n, y, ldy);
 }
 
 double xl_blas_self_check(void) {

@@ -184,7 +184,8 @@ const char *xl_model_dir(const xl_model *m) { return m->dir; }
 xl_weights xl_model_weights(const xl_model *m) { return m->weights; }
 
 const char *xl_model_weights_kernel(const xl_model *m) {
-  if (m->weights == XL_WEIGHTS_F32) return "f32 GEMM";
+  if (m->weights == XL_WEIGHTS_F32)
+    return m->cfg.n_layer && m->layers[0].qkv_w.panels ? "f32 panels" : "f32 GEMM";
   if (!m->cfg.n_layer || !m->layers[0].qkv_w.panels) return "widening";
   return m->weights == XL_WEIGHTS_BF16 ? "dot-product (vdpbf16ps)" : "dot-product (vpdpbusd)";
 }

@@ -209,9 +209,23 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
      * stay clean page cache the kernel may drop, and a later read of them (a tied matrix
      * bound twice) faults them in from the file again. */
     const float *f = NULL;
-    if ((rc = arena_floats(m, name, t, (size_t)d0 * (size_t)d1, &f, err))) return rc;
+    const int panels = xl_f32p_wanted();
+    if (panels) { /* the F32 panel kernel's layout (wpanel.h), from a temporary copy */
+      float *rows = malloc((size_t)d0 * (size_t)d1 * sizeof *rows + 1);
+      float *P = xl_arena_alloc(&m->arena, xl_f32p_count((int)d0, (int)d1) * sizeof *P);
+      if (!rows || !P) {
+        free(rows);
+        return xl_fail(err, XL_NOMEM, "out of memory for tensor '%s'", name);
+      }
+      entry_floats(t, 0, (size_t)d0 * (size_t)d1, rows);
+      xl_f32p_pack(rows, (int)d0, (int)d1, P);
+      free(rows);
+      f = P;
+    } else if ((rc = arena_floats(m, name, t, (size_t)d0 * (size_t)d1, &f, err))) {
+      return rc;
+    }
     xl_safetensors_release(&m->st, t);
-    *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1, 0, 0, NULL};
+    *out = (xl_wmat){XL_WEIGHTS_F32, f, NULL, (int)d1, panels, 0, NULL};
     return XL_OK;
   }
   if (m->weights == XL_WEIGHTS_BF16 && t->dtype == XL_DT_BF16 && ((uintptr_t)t->data & 1u) == 0 &&

@@ -1,7 +1,7 @@
 /*
  * wmat.c: weight matrices in the model's weight type (wkernels.h): the type names, the choice
  * of the narrow-weight kernel table (the family of xl_kern()), the GEMM and Linear over any
- * type and layout (rows, or the dot-product kernels' panels: wpanel.h), row reads (the
+ * type and layout (rows, or the panels of the dot-product and F32 panel kernels: wpanel.h), row reads (the
  * embedding lookup), views from a row, and the int8 and int4 block quantisations. Any thread; pure
  * functions.
  */
@@ -65,7 +65,11 @@ void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N,
     else xl_q4p_matmul_portable(x, M, K, ldx, W->data, W->panel_scales, W->row0, N, y, ldy);
     break;
   default:
-    xl_matmul_nt(x, M, K, ldx, W->data, N, W->cols, y, ldy);
+    if (!W->panels) xl_matmul_nt(x, M, K, ldx, W->data, N, W->cols, y, ldy);
+#if defined(__x86_64__)
+    else if (xl_f32p_wanted()) xl_f32p_matmul_avx512(x, M, K, ldx, W->data, W->row0, N, y, ldy);
+#endif
+    else xl_f32p_matmul_portable(x, M, K, ldx, W->data, W->row0, N, y, ldy);
   }
 }
 
@@ -108,7 +112,8 @@ void xl_wmat_row(const xl_wmat *W, int r, float *out) {
     break;
   }
   default:
-    memcpy(out, (const float *)W->data + at, (size_t)W->cols * sizeof *out);
+    if (W->panels) xl_f32p_row(W->data, W->cols, W->row0 + r, out);
+    else memcpy(out, (const float *)W->data + at, (size_t)W->cols * sizeof *out);
   }
 }
 
@@ -136,7 +141,9 @@ xl_wmat xl_wmat_from_row(const xl_wmat *W, int r) {
     v.data = (const uint8_t *)W->data + (size_t)r * xl_q4_row_bytes(W->cols);
     v.scales = W->scales + (size_t)r * xl_q8_blocks(W->cols);
     break;
-  default: v.data = (const float *)W->data + at;
+  default:
+    if (W->panels) v.row0 += r;
+    else v.data = (const float *)W->data + at;
   }
   return v;
 }

@@ -1,7 +1,7 @@
 /*
- * wpanel.c: narrow weights in panels (wpanel.h): packing from rows, reading a row back, the
+ * wpanel.c: weights in panels (wpanel.h): packing from rows, reading a row back, the
  * activations' quantisation (int8, int4) or rounding (bf16) and the portable mirrors of the
- * dot-product kernels. Pure functions: any thread.
+ * dot-product kernels and of the F32 panel kernel. Pure functions: any thread.
  */
 #include <math.h>
 #include <string.h>
@@ -206,6 +206,43 @@ void xl_bf16p_matmul_portable(const float *x, int M, int K, int ldx, const uint1
         acc = flush(acc + flush(x1 * flush(xl_bf16_to_f32(P[bf16_at(kp2, w, c + 1)]))));
         acc = flush(acc + flush(x0 * flush(xl_bf16_to_f32(P[bf16_at(kp2, w, c)]))));
       }
+      y[(size_t)r * ldy + o] = acc;
+    }
+  }
+}
+
+/* ---- f32 ---- */
+
+int xl_f32p_wanted(void) {
+#if defined(__x86_64__)
+  return xl_kern() == &xl_kernels_avx512;
+#else
+  return 0;
+#endif
+}
+
+static size_t f32_at(int cols, int r, int c) {
+  return ((size_t)(r / XL_Q8P_ROWS) * cols + (size_t)c) * XL_Q8P_ROWS + (size_t)(r % XL_Q8P_ROWS);
+}
+
+void xl_f32p_pack(const float *w, int rows, int cols, float *P) {
+  memset(P, 0, xl_f32p_count(rows, cols) * sizeof *P);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) P[f32_at(cols, r, c)] = w[(size_t)r * cols + c];
+}
+
+void xl_f32p_row(const float *P, int cols, int r, float *out) {
+  for (int c = 0; c < cols; c++) out[c] = P[f32_at(cols, r, c)];
+}
+
+void xl_f32p_matmul_portable(const float *x, int M, int K, int ldx, const float *P, int row0,
+                             int N, float *y, int ldy) {
+  for (int r = 0; r < M; r++) {
+    const float *xr = x + (size_t)r * ldx;
+    for (int o = 0; o < N; o++) {
+      const float *w = P + f32_at(K, row0 + o, 0);
+      float acc = 0.0f;
+      for (int c = 0; c < K; c++) acc = fmaf(xr[c], w[(size_t)c * XL_Q8P_ROWS], acc);
       y[(size_t)r * ldy + o] = acc;
     }
   }

@@ -1,6 +1,7 @@
 /*
- * wpanel.h: narrow weights in panels, the layouts read by the dot-product kernels
- * (wkernels_dot_avx512.c: int8 and int4 with AVX-512 VNNI, bf16 with AVX-512 BF16), and the
+ * wpanel.h: weights in panels, the layouts read by the dot-product kernels
+ * (wkernels_dot_avx512.c: int8 and int4 with AVX-512 VNNI, bf16 with AVX-512 BF16) and by the
+ * F32 panel kernel (wkernels_f32p_avx512.c), and the
  * arithmetic those kernels share with their portable mirrors here. Output rows side by side,
  * so that one 64-byte load feeds 16 outputs' lanes: no horizontal sums.
  *
@@ -102,6 +103,21 @@ uint16_t xl_bf16p_activation(float f);
 void xl_bf16p_matmul_portable(const float *x, int M, int K, int ldx, const uint16_t *P, int row0,
                               int N, float *y, int ldy);
 
+/* F32 panels (wanted where the AVX-512 family runs: xl_f32p_wanted): panels of 16 rows; panel p
+ * holds [cols][16] floats: column c of each of its 16 rows side by side (a missing row 0). One
+ * 64-byte load gives one column of 16 outputs, multiplied by one activation broadcast: a lane per
+ * output, no horizontal sums, and each output's sum runs through its columns in order,
+ *   acc = fma(x[c], w[c], acc) for c = 0, 1, ..., cols - 1 (from acc = +0),
+ * in the kernel and in xl_f32p_matmul_portable alike (fmaf), bit for bit, whatever the batch. */
+static inline size_t xl_f32p_count(int rows, int cols) {
+  return (size_t)xl_q8p_panels(rows) * XL_Q8P_ROWS * (size_t)cols;
+}
+int xl_f32p_wanted(void);
+void xl_f32p_pack(const float *w, int rows, int cols, float *P);
+void xl_f32p_row(const float *P, int cols, int r, float *out);
+void xl_f32p_matmul_portable(const float *x, int M, int K, int ldx, const float *P, int row0,
+                             int N, float *y, int ldy);
+
 #if defined(__x86_64__)
 /* The AVX-512 dot-product kernels (wkernels_dot_avx512.c); only when xl_*p_wanted(). */
 void xl_q8p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P,
@@ -110,6 +126,9 @@ void xl_bf16p_matmul_avx512(const float *x, int M, int K, int ldx, const uint16_
                             int N, float *y, int ldy);
 void xl_q4p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P,
                         const uint16_t *S, int row0, int N, float *y, int ldy);
+/* The AVX-512F F32 panel kernel (wkernels_f32p_avx512.c); only when xl_f32p_wanted(). */
+void xl_f32p_matmul_avx512(const float *x, int M, int K, int ldx, const float *P, int row0, int N,
+                           float *y, int ldy);
 #endif
 
 #endif /* XL_WPANEL_H */

@@ -159,7 +159,8 @@ size_t xl_model_weight_bytes(const xl_model *model);   /* RAM of the weights in 
  * the v-bias terms) that one decode step reads with its memory full, all layers: like the
  * weights, read once a step whatever the batch. */
 size_t xl_model_decode_table_bytes(const xl_model *model);
-/* How the weights are multiplied: "f32 GEMM", "widening" (narrow weights widened to F32, F32
+/* How the weights are multiplied: "f32 GEMM" (F32 rows), "f32 panels" (F32 in panels, one
+ * output a lane: the AVX-512 path), "widening" (narrow weights widened to F32, F32
  * activations), or the dot-product instructions with narrowed activations ("dot-product
  * (vdpbf16ps)", "dot-product (vpdpbusd)"); chosen at load from the type and the CPU path. */
 const char *xl_model_weights_kernel(const xl_model *model);
@@ -379,11 +380,14 @@ size_t xl_cpu_runnable(char *out, size_t cap); /* "avx512, avx2, portable": the 
 /* Threads for the BLAS library's matrix products (0 = leave the library's default). Call it
  * before the first forward pass; the CLI tools and the daemon both do. */
 void xl_set_blas_threads(int n);
-/* y[M, N] = x[M, K] W[N, K]^T (row strides ldx, ldw, ldy) by xlserve's own F32 kernel of the
- * family in use (the one the forward pass runs for F32 weights; `xlserve bench` sets it beside
- * the BLAS library's SGEMM). */
-void xl_matmul_f32(const float *x, int M, int K, int ldx, const float *W, int N, int ldw,
-                   float *y, int ldy);
+/* xlserve's own F32 GEMM as the forward pass runs it for F32 weights (`xlserve bench` sets it
+ * beside the BLAS library's SGEMM): W[N, K] (row-major) laid out as a model of the family in use
+ * keeps its F32 weights (panels on AVX-512, else rows; NULL without memory), then
+ * y[M, N] = x[M, K] W^T with row strides ldx, ldy. */
+typedef struct xl_f32_weights xl_f32_weights;
+xl_f32_weights *xl_f32_weights_new(const float *W, int N, int K);
+void xl_f32_weights_free(xl_f32_weights *w);
+void xl_matmul_f32(const float *x, int M, int ldx, const xl_f32_weights *W, float *y, int ldy);
 /* The kernel family the BLAS library runs (OpenBLAS's core name: "Haswell", "SkylakeX"). */
 const char *xl_blas_core(void);
 /* One SGEMM of odd sizes by the BLAS library against xlserve's own F32 kernel (the family in

@@ -70,20 +70,25 @@ static double bench_sgemm(const bench_opts *o, int own) {
   float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b),
         *c = malloc((size_t)n * n * sizeof *c);
   double rate = -1;
+  xl_f32_weights *w = NULL;
   if (a && b && c) {
     for (size_t i = 0; i < (size_t)n * n; i++) {
       a[i] = (float)(i % 13) * 0.01f;
       b[i] = (float)(i % 7) * 0.02f;
     }
+    w = own ? xl_f32_weights_new(b, n, n) : NULL;
+  }
+  if (a && b && c && (w || !own)) {
     int reps = -1; /* the first is a warm-up */
     double t0 = 0, el;
     do {
-      if (own) xl_matmul_f32(a, n, n, n, b, n, n, c, n);
+      if (own) xl_matmul_f32(a, n, n, w, c, n);
       else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
       if (++reps == 0) t0 = bench_now(o);
     } while ((el = bench_now(o) - t0) < o->min_seconds / 2 || reps < 3);
     rate = 2.0 * n * n * n * reps / el / 1e9;
   }
+  xl_f32_weights_free(w);
   free(a);
   free(b);
   free(c);

@@ -41,10 +41,11 @@ static float frand(uint64_t *s) { /* uniform in [-1, 1) */
   return (float)((*s >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-/* One matrix [n, k] in the four weight types, made from the same F32 values; bf16, int8 and
- * int4 also in panels (the layouts a model loads them in where the dot-product kernels run). */
+/* One matrix [n, k] in the four weight types, made from the same F32 values; each also in
+ * panels (the layouts a model loads them in where the dot-product or F32 panel kernels run). */
 typedef struct {
   float *f32;
+  float *f32_panels;        /* [xl_f32p_count(n, k)] */
   uint16_t *bf16;
   int8_t *q8;
   float *scales;
@@ -60,6 +61,7 @@ typedef struct {
 static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
   size_t e = (size_t)n * k;
   m->f32 = malloc(e * sizeof *m->f32);
+  m->f32_panels = malloc(xl_f32p_count(n, k) * sizeof *m->f32_panels);
   m->bf16 = malloc(e * sizeof *m->bf16);
   m->q8 = malloc(e);
   m->scales = malloc((size_t)n * xl_q8_blocks(k) * sizeof *m->scales);
@@ -70,7 +72,7 @@ static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
   m->q4_scales = malloc((size_t)n * xl_q8_blocks(k) * sizeof *m->q4_scales);
   m->q4_panels = malloc(xl_q4p_bytes(n, k));
   m->q4_panel_scales = malloc(xl_q8p_scale_count(n, k) * sizeof *m->q4_panel_scales);
-  if (!m->f32 || !m->bf16 || !m->q8 || !m->scales || !m->panels || !m->panel_scales ||
+  if (!m->f32 || !m->f32_panels || !m->bf16 || !m->q8 || !m->scales || !m->panels || !m->panel_scales ||
       !m->bf16_panels || !m->q4 || !m->q4_scales || !m->q4_panels || !m->q4_panel_scales)
     return 1;
   for (size_t i = 0; i < e; i++) {
@@ -89,11 +91,13 @@ static int matrix_make(matrix *m, int n, int k, uint64_t *seed) {
   xl_q8p_pack(m->q8, m->scales, n, k, m->panels, m->panel_scales);
   xl_q4p_pack(m->q4, m->q4_scales, n, k, m->q4_panels, m->q4_panel_scales);
   xl_bf16p_pack(m->bf16, n, k, m->bf16_panels);
+  xl_f32p_pack(m->f32, n, k, m->f32_panels);
   return 0;
 }
 
 static void matrix_free(matrix *m) {
   free(m->f32);
+  free(m->f32_panels);
   free(m->bf16);
   free(m->q8);
   free(m->scales);
@@ -108,6 +112,7 @@ static void matrix_free(matrix *m) {
 
 static xl_wmat matrix_view(const matrix *m, int type, int k) {
   xl_wmat w = {XL_WEIGHTS_F32, m->f32, NULL, k, 0, 0, NULL};
+  if (type == 0 && xl_f32p_wanted()) w = (xl_wmat){XL_WEIGHTS_F32, m->f32_panels, NULL, k, 1, 0, NULL};
   if (type == 1 && xl_bf16p_wanted()) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16_panels, NULL, k, 1, 0, NULL};
   else if (type == 1) w = (xl_wmat){XL_WEIGHTS_BF16, m->bf16, NULL, k, 0, 0, NULL};
   if (type == 2 && xl_q8p_wanted()) w = (xl_wmat){XL_WEIGHTS_INT8, m->panels, NULL, k, 1, 0, m->panel_scales};

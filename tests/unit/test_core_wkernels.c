@@ -144,8 +144,9 @@ static float frand(unsigned *s) {
 #define MAXK 100
 #define LD 100
 
-/* weights [MAXN, LD] in the three narrow types, and their exact F32 values */
+/* weights [MAXN, LD] in F32 and in the three narrow types, and their exact F32 values */
 typedef struct {
+  float w[MAXN * LD];
   uint16_t bf[MAXN * LD];
   int8_t q[MAXN * LD];
   float s[MAXN * 4]; /* xl_q8_blocks(LD) = 4 scales per row */
@@ -158,6 +159,7 @@ static void make_weights(weights *w, unsigned seed) {
   float row[LD];
   for (int o = 0; o < MAXN; o++) {
     for (int k = 0; k < LD; k++) row[k] = frand(&seed) * (o % 3 ? 1.0f : 1e-3f);
+    memcpy(w->w + o * LD, row, sizeof row);
     for (int k = 0; k < LD; k++) {
       w->bf[o * LD + k] = xl_f32_to_bf16(row[k]);
       w->wbf[o * LD + k] = xl_bf16_to_f32(w->bf[o * LD + k]);
@@ -539,6 +541,77 @@ static void test_bf16_panels(void) {
   free(w), free(x), free(y), free(yp), free(y1), free(h), free(P);
 }
 
+/* F32 weights in panels (wpanel.h): each row read back from the panels is the row; the portable
+ * kernel is within a sequential F32 sum's rounding bound of a double reference, a row alone gives
+ * what it gives in a batch, a view from row row0 gives those rows; where the AVX-512 family runs,
+ * its kernel gives the portable kernel's outputs bit for bit, batched and alone (every tile
+ * shape: blocks of up to 70 rows; a lone row's four streams; NaN and Inf propagated alike). */
+static void test_f32_panels(void) {
+  static const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 23, 70};
+  static const int Ns[] = {1, 5, 16, 17, 33, 70, 134};
+  static const int Ks[] = {1, 2, 7, 16, 17, 64, 100};
+  static const int Row0s[] = {0, 3, 16};
+  weights *w = malloc(sizeof *w);
+  float *x = malloc(MAXM * LD * sizeof *x), *y = malloc(MAXM * YLD * sizeof *y),
+        *yp = malloc(MAXM * YLD * sizeof *yp), *y1 = malloc(YLD * sizeof *y1), row[LD];
+  float *f = malloc(MAXN * LD * sizeof *f), *P = malloc(xl_f32p_count(MAXN, LD) * sizeof *P);
+  unsigned seed = 17;
+  for (int i = 0; i < MAXM * LD; i++) x[i] = frand(&seed) * (i % 7 ? 1.0f : 8.0f);
+  for (int k = 0; k < LD; k++) x[4 * LD + k] = frand(&seed) * 1e-39f; /* denormals: kept */
+  make_weights(w, 9);
+  const int kernel = xl_f32p_wanted();
+  int bad_row = 0, bad_ref = 0, bad_inv = 0, bad_dot = 0, bad_dot_inv = 0;
+  for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+    const int K = Ks[c];
+    for (int o = 0; o < MAXN; o++) memcpy(f + o * K, w->w + o * LD, (size_t)K * sizeof *f);
+    xl_f32p_pack(f, MAXN, K, P);
+    for (int o = 0; o < MAXN; o++) {
+      xl_f32p_row(P, K, o, row);
+      bad_row += memcmp(row, w->w + o * LD, (size_t)K * sizeof *row) != 0;
+    }
+    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+      for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+        for (size_t z = 0; z < sizeof Row0s / sizeof *Row0s; z++) {
+          const int M = Ms[a], N = Ns[b], row0 = Row0s[z], ldy = N + 3;
+          if (row0 + N > MAXN) continue;
+          xl_f32p_matmul_portable(x, M, K, LD, P, row0, N, yp, ldy);
+#if defined(__x86_64__)
+          if (kernel) xl_f32p_matmul_avx512(x, M, K, LD, P, row0, N, y, ldy);
+#endif
+          for (int r = 0; r < M; r++) {
+            for (int o = 0; o < N; o++) {
+              double ref = 0, mag = 0;
+              for (int k = 0; k < K; k++) {
+                ref += (double)x[r * LD + k] * w->w[(row0 + o) * LD + k];
+                mag += fabs((double)x[r * LD + k] * w->w[(row0 + o) * LD + k]);
+              }
+              bad_ref += fabs(ref - yp[r * ldy + o]) > mag * K * 0x1p-23 + K * 0x1p-149;
+            }
+            if (kernel) bad_dot += memcmp(y + r * ldy, yp + r * ldy, (size_t)N * sizeof *y) != 0;
+            xl_f32p_matmul_portable(x + r * LD, 1, K, LD, P, row0, N, y1, N);
+            bad_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+#if defined(__x86_64__)
+            if (kernel) {
+              xl_f32p_matmul_avx512(x + r * LD, 1, K, LD, P, row0, N, y1, N);
+              bad_dot_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
+            }
+#endif
+          }
+        }
+  }
+#if defined(__x86_64__)
+  if (kernel) { /* NaN and Inf among the activations: the same outputs (NaN equal to NaN) */
+    x[5] = NAN, x[40] = INFINITY, x[LD + 70] = -INFINITY;
+    xl_f32p_matmul_portable(x, 2, LD, LD, P, 0, MAXN, yp, MAXN);
+    xl_f32p_matmul_avx512(x, 2, LD, LD, P, 0, MAXN, y, MAXN);
+    for (int i = 0; i < 2 * MAXN; i++)
+      bad_dot += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
+  }
+#endif
+  panel_counts("f32", bad_row, bad_ref, bad_inv, bad_dot, bad_dot_inv);
+  free(w), free(x), free(y), free(yp), free(y1), free(f), free(P);
+}
+
 /* The family in use is the one cpu.c chose (XLSERVE_CPU), for both tables. */
 static void test_family_follows_cpu_path(void) {
   CHECK(!strcmp(xl_wkern()->name, xl_cpu_path()));
@@ -781,6 +854,7 @@ int main(void) {
   RUN(test_int8_panels);
   RUN(test_int4_panels);
   RUN(test_bf16_panels);
+  RUN(test_f32_panels);
   RUN(test_family_follows_cpu_path);
   RUN(test_models);
   RUN(test_weight_too_large_for_a_scale);

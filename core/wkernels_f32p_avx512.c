@@ -1,0 +1,145 @@
+/*
+ * wkernels_f32p_avx512.c: F32 weights in panels (wpanel.h) times F32 activations with
+ * AVX-512F, one output row per lane. One 64-byte load of a panel gives one column of its 16
+ * outputs; each row's activation of that column, broadcast, multiplies it into the row's 16
+ * accumulators (vfmadd231ps): no horizontal sums, and every output's sum runs through the
+ * columns in order from +0, so a row gets the same bits in any tile, alone or in any batch
+ * (xl_f32p_matmul_portable's arithmetic, bit for bit).
+ * Tiles of up to 8 rows x 2 panels (16 accumulators, two panel loads and 8 broadcasts per
+ * column: the FMA units, not the loads, bound it); a block's rows split so that no tile is
+ * left with a lone row when there are more (17 rows: 8, 5, 4). A lone row (a decode step) takes
+ * 4 panels at a time, one from each quarter of its panels: four streams in flight, far apart
+ * in memory, as the dot-product kernels' lone row. With several row tiles, the first streams
+ * the panels from memory and the second prefetches the next panels into L2, so the later tiles
+ * compute while the next panels arrive. Blocks of 64 rows keep a block's activations in L2.
+ * Compiled with target attributes; used only where the AVX-512 family runs (xl_f32p_wanted).
+ * Any thread; pure functions.
+ */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "wpanel.h"
+
+#define TF __attribute__((target("avx512f"), always_inline)) static inline
+#define RB 8         /* rows per tile at most */
+#define ROW_BLOCK 64 /* rows whose tiles run over a pair of panels before the next pair */
+#define PF 2048      /* prefetch distance along each panel's bytes */
+
+/* out[i][j] = the 16 outputs of panel p + j * ps for row i of x (i < R, j < NP); pf_next:
+ * prefetch that far ahead into L2 instead of PF ahead into L1 */
+TF void tile(int R, int NP, const float *x, int ldx, const float *P, int K, int p, int ps,
+             size_t pf_next, __m512 out[RB][4]) {
+  __m512 acc[RB][4];
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < NP; j++) acc[i][j] = _mm512_setzero_ps();
+  const float *w[4];
+  for (int j = 0; j < NP; j++) w[j] = P + (size_t)(p + j * ps) * K * XL_Q8P_ROWS;
+  for (int c = 0; c < K; c++) {
+    const size_t at = (size_t)c * XL_Q8P_ROWS; /* column c of the panels: 64 bytes each */
+    __m512 a[4];
+    for (int j = 0; j < NP; j++) {
+      /* addresses as integers: past the panels' end they are hints, not pointers */
+      if (pf_next) _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + pf_next), _MM_HINT_T1);
+      else _mm_prefetch((const char *)((uintptr_t)(w[j] + at) + PF), _MM_HINT_T0);
+      a[j] = _mm512_loadu_ps(w[j] + at);
+    }
+    for (int i = 0; i < R; i++) {
+      const __m512 xv = _mm512_set1_ps(x[(size_t)i * ldx + c]);
+      for (int j = 0; j < NP; j++) acc[i][j] = _mm512_fmadd_ps(xv, a[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < NP; j++) out[i][j] = acc[i][j];
+}
+
+/* y[o - row0] = lanes of panel p whose row o is in [row0, row0 + N) */
+TF void store_panel(__m512 v, int p, int row0, int N, float *y) {
+  const int first = p * XL_Q8P_ROWS;
+  if (first >= row0 && first + XL_Q8P_ROWS <= row0 + N) {
+    _mm512_storeu_ps(y + (first - row0), v);
+    return;
+  }
+  _Alignas(64) float lanes[XL_Q8P_ROWS];
+  _mm512_store_ps(lanes, v);
+  for (int l = 0; l < XL_Q8P_ROWS; l++)
+    if (first + l >= row0 && first + l < row0 + N) y[first + l - row0] = lanes[l];
+}
+
+/* the tile for R rows (1-8) and NP panels (1-2), constants in each call (registers, unrolled) */
+TF void tile_of(int R, int NP, const float *x, int ldx, const float *P, int K, int p, int ps,
+                size_t pf, __m512 out[RB][4]) {
+  const int two = NP == 2;
+  switch (R) {
+    case 8:
+      two ? tile(8, 2, x, ldx, P, K, p, ps, pf, out) : tile(8, 1, x, ldx, P, K, p, ps, pf, out);
+      break;
+    case 7:
+      two ? tile(7, 2, x, ldx, P, K, p, ps, pf, out) : tile(7, 1, x, ldx, P, K, p, ps, pf, out);
+      break;
+    case 6:
+      two ? tile(6, 2, x, ldx, P, K, p, ps, pf, out) : tile(6, 1, x, ldx, P, K, p, ps, pf, out);
+      break;
+    case 5:
+      two ? tile(5, 2, x, ldx, P, K, p, ps, pf, out) : tile(5, 1, x, ldx, P, K, p, ps, pf, out);
+      break;
+    case 4:
+      two ? tile(4, 2, x, ldx, P, K, p, ps, pf, out) : tile(4, 1, x, ldx, P, K, p, ps, pf, out);
+      break;
+    case 3:
+      two ? tile(3, 2, x, ldx, P, K, p, ps, pf, out) : tile(3, 1, x, ldx, P, K, p, ps, pf, out);
+      break;
+    case 2:
+      two ? tile(2, 2, x, ldx, P, K, p, ps, pf, out) : tile(2, 1, x, ldx, P, K, p, ps, pf, out);
+      break;
+    default:
+      two ? tile(1, 2, x, ldx, P, K, p, ps, pf, out) : tile(1, 1, x, ldx, P, K, p, ps, pf, out);
+  }
+}
+
+/* rows of the next tile with `left` rows to go: 8 while 16 or more are left, then the rest in
+ * two tiles as even as can be (9: 5 and 4), never a lone row behind a tile */
+static inline int tile_rows(int left) {
+  return left >= 2 * RB ? RB : left > RB ? (left + 1) / 2 : left;
+}
+
+__attribute__((target("avx512f"))) void xl_f32p_matmul_avx512(const float *x, int M, int K, int ldx,
+                                                              const float *P, int row0, int N,
+                                                              float *y, int ldy) {
+  if (M <= 0 || N <= 0) return;
+  const int p_begin = row0 / XL_Q8P_ROWS, p_end = (row0 + N + XL_Q8P_ROWS - 1) / XL_Q8P_ROWS;
+  if (M == 1) { /* a lone row (decode): four streams, one per quarter of the panels */
+    const int n_panels = p_end - p_begin, per = (n_panels + 3) / 4; /* panels a stream */
+    for (int g = 0; g < per; g++) {
+      const int p = p_begin + g;
+      const int np = (n_panels - g + per - 1) / per; /* streams with a panel left */
+      __m512 out[RB][4];
+      if (np == 4) tile(1, 4, x, ldx, P, K, p, per, 0, out);
+      else if (np == 3) tile(1, 3, x, ldx, P, K, p, per, 0, out);
+      else if (np == 2) tile(1, 2, x, ldx, P, K, p, per, 0, out);
+      else tile(1, 1, x, ldx, P, K, p, per, 0, out);
+      for (int j = 0; j < np; j++) store_panel(out[0][j], p + j * per, row0, N, y);
+    }
+    return;
+  }
+  for (int r0 = 0; r0 < M; r0 += ROW_BLOCK) {
+    const int r1 = r0 + ROW_BLOCK < M ? r0 + ROW_BLOCK : M;
+    const int second = r0 + tile_rows(r1 - r0); /* where the second row tile starts */
+    for (int p = p_begin; p < p_end; p += 2) {
+      const int np = p + 1 < p_end ? 2 : 1;
+      for (int r = r0; r < r1;) {
+        const int R = tile_rows(r1 - r);
+        /* the second row tile prefetches the next panels into L2 (the first streams these) */
+        const size_t pf = r == second ? (size_t)np * K * XL_Q8P_ROWS * sizeof(float) : 0;
+        __m512 out[RB][4];
+        tile_of(R, np, x + (size_t)r * ldx, ldx, P, K, p, 1, pf, out);
+        for (int i = 0; i < R; i++)
+          for (int j = 0; j < np; j++)
+            store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
+        r += R;
+      }
+    }
+  }
+}
+#undef TF
+#endif /* __x86_64__ */
