@@ -612,6 +612,43 @@ static void test_f32_panels(void) {
   free(w), free(x), free(y), free(yp), free(y1), free(f), free(P);
 }
 
+/* F32 panels with rows longer than the kernel's slices of K (it runs a block's row tiles over
+ * one slice of the columns, keeping their sums between slices): the same bits as the portable
+ * kernel, batched and alone, for widths of one slice and a column, several, and a partial last
+ * one. */
+static void test_f32_panels_long_rows(void) {
+  enum { KMAX = 1100, N = 40, ROWS = 70 };
+  static const int Ks[] = {129, 256, 300, KMAX};
+  static const int Ms[] = {1, 9, 17, 64, 70};
+  float *x = malloc((size_t)ROWS * KMAX * sizeof *x), *w = malloc((size_t)N * KMAX * sizeof *w);
+  float *P = malloc(xl_f32p_count(N, KMAX) * sizeof *P), *y = malloc(ROWS * N * sizeof *y),
+        *yp = malloc(ROWS * N * sizeof *yp), *y1 = malloc(N * sizeof *y1);
+  unsigned seed = 19;
+  for (int i = 0; i < ROWS * KMAX; i++) x[i] = frand(&seed);
+  int bad_dot = 0, bad_inv = 0;
+  for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+    const int K = Ks[c];
+    for (int i = 0; i < N * K; i++) w[i] = frand(&seed);
+    xl_f32p_pack(w, N, K, P);
+    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++) {
+      const int M = Ms[a];
+      xl_f32p_matmul_portable(x, M, K, KMAX, P, 0, N, yp, N);
+#if defined(__x86_64__)
+      if (!xl_f32p_wanted()) continue;
+      xl_f32p_matmul_avx512(x, M, K, KMAX, P, 0, N, y, N);
+      bad_dot += memcmp(y, yp, (size_t)M * N * sizeof *y) != 0;
+      for (int r = 0; r < M; r += 7) {
+        xl_f32p_matmul_avx512(x + (size_t)r * KMAX, 1, K, KMAX, P, 0, N, y1, N);
+        bad_inv += memcmp(y1, yp + r * N, N * sizeof *y1) != 0;
+      }
+#endif
+    }
+  }
+  CHECK(bad_dot == 0);
+  CHECK(bad_inv == 0);
+  free(x), free(w), free(P), free(y), free(yp), free(y1);
+}
+
 /* The family in use is the one cpu.c chose (XLSERVE_CPU), for both tables. */
 static void test_family_follows_cpu_path(void) {
   CHECK(!strcmp(xl_wkern()->name, xl_cpu_path()));
@@ -855,6 +892,7 @@ int main(void) {
   RUN(test_int4_panels);
   RUN(test_bf16_panels);
   RUN(test_f32_panels);
+  RUN(test_f32_panels_long_rows);
   RUN(test_family_follows_cpu_path);
   RUN(test_models);
   RUN(test_weight_too_large_for_a_scale);
