@@ -547,7 +547,7 @@ static void test_bf16_panels(void) {
  * its kernel gives the portable kernel's outputs bit for bit, batched and alone (every tile
  * shape: blocks of up to 70 rows; a lone row's four streams; NaN and Inf propagated alike). */
 static void test_f32_panels(void) {
-  static const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 23, 70};
+  static const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 13, 16, 17, 23, 24, 70}; /* tiles of 1-12 rows */
   static const int Ns[] = {1, 5, 16, 17, 33, 70, 134};
   static const int Ks[] = {1, 2, 7, 16, 17, 64, 100};
   static const int Row0s[] = {0, 3, 16};
