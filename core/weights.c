@@ -241,6 +241,13 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
 /* An F32 matrix (a projection) in the weight type; counted in the weight bytes if `counted`. */
 static xl_code wmat_of(xl_model *m, const char *what, const float *src, int rows, int cols,
                        int counted, xl_wmat *out, xl_error *err) {
+  if (m->weights == XL_WEIGHTS_F32 && xl_f32p_wanted()) { /* a packed copy (wpanel.h) */
+    float *P = xl_arena_alloc(&m->arena, xl_f32p_count(rows, cols) * sizeof *P);
+    if (!P) return xl_fail(err, XL_NOMEM, "out of memory for %s", what);
+    xl_f32p_pack(src, rows, cols, P);
+    *out = (xl_wmat){XL_WEIGHTS_F32, P, NULL, cols, 1, 0, NULL};
+    return XL_OK;
+  }
   if (m->weights == XL_WEIGHTS_F32) {
     *out = (xl_wmat){XL_WEIGHTS_F32, src, NULL, cols, 0, 0, NULL};
     return XL_OK;
@@ -256,7 +263,7 @@ static xl_code wmat_of(xl_model *m, const char *what, const float *src, int rows
 static xl_code transposed(xl_model *m, const float *src, int rows, int cols, int counted,
                           xl_wmat *out, xl_error *err) {
   const size_t bytes = (size_t)rows * cols * sizeof(float);
-  const int kept = m->weights == XL_WEIGHTS_F32;
+  const int kept = m->weights == XL_WEIGHTS_F32 && !xl_f32p_wanted();
   float *t = kept ? xl_arena_alloc(&m->arena, bytes) : malloc(bytes + 1);
   if (!t) return xl_fail(err, XL_NOMEM, "out of memory transposing a projection");
   xl_transpose(src, rows, cols, t);
