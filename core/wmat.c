@@ -67,7 +67,10 @@ void xl_matmul_w(const float *x, int M, int K, int ldx, const xl_wmat *W, int N,
   default:
     if (!W->panels) xl_matmul_nt(x, M, K, ldx, W->data, N, W->cols, y, ldy);
 #if defined(__x86_64__)
-    else if (xl_f32p_wanted()) xl_f32p_matmul_avx512(x, M, K, ldx, W->data, W->row0, N, y, ldy);
+    else if (xl_kern() == &xl_kernels_avx512)
+      xl_f32p_matmul_avx512(x, M, K, ldx, W->data, W->row0, N, y, ldy);
+    else if (xl_kern() == &xl_kernels_avx2)
+      xl_f32p_matmul_avx2(x, M, K, ldx, W->data, W->row0, N, y, ldy);
 #endif
     else xl_f32p_matmul_portable(x, M, K, ldx, W->data, W->row0, N, y, ldy);
   }

@@ -215,7 +215,7 @@ void xl_bf16p_matmul_portable(const float *x, int M, int K, int ldx, const uint1
 
 int xl_f32p_wanted(void) {
 #if defined(__x86_64__)
-  return xl_kern() == &xl_kernels_avx512;
+  return xl_kern() == &xl_kernels_avx512 || xl_kern() == &xl_kernels_avx2;
 #else
   return 0;
 #endif

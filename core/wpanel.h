@@ -103,12 +103,14 @@ uint16_t xl_bf16p_activation(float f);
 void xl_bf16p_matmul_portable(const float *x, int M, int K, int ldx, const uint16_t *P, int row0,
                               int N, float *y, int ldy);
 
-/* F32 panels (wanted where the AVX-512 family runs: xl_f32p_wanted): panels of 16 rows; panel p
- * holds [cols][16] floats: column c of each of its 16 rows side by side (a missing row 0). One
- * 64-byte load gives one column of 16 outputs, multiplied by one activation broadcast: a lane per
- * output, no horizontal sums, and each output's sum runs through its columns in order,
+/* F32 panels (wanted where the AVX-512 or AVX2 family runs: xl_f32p_wanted): panels of 16
+ * rows; panel p holds [cols][16] floats: column c of each of its 16 rows side by side (a missing
+ * row 0). One 64-byte load (two 32-byte ones on AVX2) gives one column of 16 outputs, multiplied
+ * by one activation broadcast: a lane per output, no horizontal sums, and each output's sum runs
+ * through its columns in order,
  *   acc = fma(x[c], w[c], acc) for c = 0, 1, ..., cols - 1 (from acc = +0),
- * in the kernel and in xl_f32p_matmul_portable alike (fmaf), bit for bit, whatever the batch. */
+ * in both kernels and in xl_f32p_matmul_portable alike (fmaf), bit for bit, whatever the batch
+ * (and so the same bits on the AVX-512 and AVX2 paths). */
 static inline size_t xl_f32p_count(int rows, int cols) {
   return (size_t)xl_q8p_panels(rows) * XL_Q8P_ROWS * (size_t)cols;
 }
@@ -126,9 +128,12 @@ void xl_bf16p_matmul_avx512(const float *x, int M, int K, int ldx, const uint16_
                             int N, float *y, int ldy);
 void xl_q4p_matmul_vnni(const float *x, int M, int K, int ldx, const uint8_t *P,
                         const uint16_t *S, int row0, int N, float *y, int ldy);
-/* The AVX-512F F32 panel kernel (wkernels_f32p_avx512.c); only when xl_f32p_wanted(). */
+/* The F32 panel kernels (wkernels_f32p_avx512.c, wkernels_f32p_avx2.c); only where their
+ * family is the one in use. */
 void xl_f32p_matmul_avx512(const float *x, int M, int K, int ldx, const float *P, int row0, int N,
                            float *y, int ldy);
+void xl_f32p_matmul_avx2(const float *x, int M, int K, int ldx, const float *P, int row0, int N,
+                         float *y, int ldy);
 #endif
 
 #endif /* XL_WPANEL_H */

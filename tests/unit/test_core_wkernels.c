@@ -541,11 +541,20 @@ static void test_bf16_panels(void) {
   free(w), free(x), free(y), free(yp), free(y1), free(h), free(P);
 }
 
+/* The F32 panel kernel of the family in use (AVX-512 or AVX2; the portable one elsewhere), as a
+ * model's product reaches it. */
+static void f32p_family(const float *x, int M, int K, int ldx, const float *P, int row0, int N,
+                        float *y, int ldy) {
+  const xl_wmat w = {XL_WEIGHTS_F32, P, NULL, K, 1, row0, NULL};
+  xl_matmul_w(x, M, K, ldx, &w, N, y, ldy);
+}
+
 /* F32 weights in panels (wpanel.h): each row read back from the panels is the row; the portable
  * kernel is within a sequential F32 sum's rounding bound of a double reference, a row alone gives
- * what it gives in a batch, a view from row row0 gives those rows; where the AVX-512 family runs,
- * its kernel gives the portable kernel's outputs bit for bit, batched and alone (every tile
- * shape: blocks of up to 70 rows; a lone row's four streams; NaN and Inf propagated alike). */
+ * what it gives in a batch, a view from row row0 gives those rows; where the AVX-512 or AVX2
+ * family runs, its kernel gives the portable kernel's outputs bit for bit, batched and alone
+ * (every tile shape: blocks of up to 70 rows; a lone row's four streams; NaN and Inf propagated
+ * alike). */
 static void test_f32_panels(void) {
   static const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 13, 16, 17, 23, 24, 70}; /* tiles of 1-12 rows */
   static const int Ns[] = {1, 5, 16, 17, 33, 70, 134};
@@ -575,9 +584,7 @@ static void test_f32_panels(void) {
           const int M = Ms[a], N = Ns[b], row0 = Row0s[z], ldy = N + 3;
           if (row0 + N > MAXN) continue;
           xl_f32p_matmul_portable(x, M, K, LD, P, row0, N, yp, ldy);
-#if defined(__x86_64__)
-          if (kernel) xl_f32p_matmul_avx512(x, M, K, LD, P, row0, N, y, ldy);
-#endif
+          if (kernel) f32p_family(x, M, K, LD, P, row0, N, y, ldy);
           for (int r = 0; r < M; r++) {
             for (int o = 0; o < N; o++) {
               double ref = 0, mag = 0;
@@ -590,24 +597,20 @@ static void test_f32_panels(void) {
             if (kernel) bad_dot += memcmp(y + r * ldy, yp + r * ldy, (size_t)N * sizeof *y) != 0;
             xl_f32p_matmul_portable(x + r * LD, 1, K, LD, P, row0, N, y1, N);
             bad_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
-#if defined(__x86_64__)
             if (kernel) {
-              xl_f32p_matmul_avx512(x + r * LD, 1, K, LD, P, row0, N, y1, N);
+              f32p_family(x + r * LD, 1, K, LD, P, row0, N, y1, N);
               bad_dot_inv += memcmp(y1, yp + r * ldy, (size_t)N * sizeof *y1) != 0;
             }
-#endif
           }
         }
   }
-#if defined(__x86_64__)
   if (kernel) { /* NaN and Inf among the activations: the same outputs (NaN equal to NaN) */
     x[5] = NAN, x[40] = INFINITY, x[LD + 70] = -INFINITY;
     xl_f32p_matmul_portable(x, 2, LD, LD, P, 0, MAXN, yp, MAXN);
-    xl_f32p_matmul_avx512(x, 2, LD, LD, P, 0, MAXN, y, MAXN);
+    f32p_family(x, 2, LD, LD, P, 0, MAXN, y, MAXN);
     for (int i = 0; i < 2 * MAXN; i++)
       bad_dot += !(y[i] == yp[i] || (isnan(y[i]) && isnan(yp[i])));
   }
-#endif
   panel_counts("f32", bad_row, bad_ref, bad_inv, bad_dot, bad_dot_inv);
   free(w), free(x), free(y), free(yp), free(y1), free(f), free(P);
 }
@@ -633,15 +636,13 @@ static void test_f32_panels_long_rows(void) {
     for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++) {
       const int M = Ms[a];
       xl_f32p_matmul_portable(x, M, K, KMAX, P, 0, N, yp, N);
-#if defined(__x86_64__)
       if (!xl_f32p_wanted()) continue;
-      xl_f32p_matmul_avx512(x, M, K, KMAX, P, 0, N, y, N);
+      f32p_family(x, M, K, KMAX, P, 0, N, y, N);
       bad_dot += memcmp(y, yp, (size_t)M * N * sizeof *y) != 0;
       for (int r = 0; r < M; r += 7) {
-        xl_f32p_matmul_avx512(x + (size_t)r * KMAX, 1, K, KMAX, P, 0, N, y1, N);
+        f32p_family(x + (size_t)r * KMAX, 1, K, KMAX, P, 0, N, y1, N);
         bad_inv += memcmp(y1, yp + r * N, N * sizeof *y1) != 0;
       }
-#endif
     }
   }
   CHECK(bad_dot == 0);
