@@ -238,7 +238,8 @@ static xl_code wtensor(xl_model *m, const char *name, int64_t d0, int64_t d1, in
   return narrow(m, name, t, NULL, (int)d0, (int)d1, out, err);
 }
 
-/* An F32 matrix (a projection) in the weight type; counted in the weight bytes if `counted`. */
+/* An F32 matrix (a projection) in the weight type (F32: in panels where the family reads
+ * panels, else src itself); counted in the weight bytes if `counted`. */
 static xl_code wmat_of(xl_model *m, const char *what, const float *src, int rows, int cols,
                        int counted, xl_wmat *out, xl_error *err) {
   if (m->weights == XL_WEIGHTS_F32 && xl_f32p_wanted()) { /* a packed copy (wpanel.h) */
@@ -259,7 +260,7 @@ static xl_code wmat_of(xl_model *m, const char *what, const float *src, int rows
 }
 
 /* out[cols, rows] = src[rows, cols]^T in the weight type, owned by the model (the F32
- * transposition is temporary unless the weights are F32). */
+ * transposition is temporary unless the weights are F32 rows). */
 static xl_code transposed(xl_model *m, const float *src, int rows, int cols, int counted,
                           xl_wmat *out, xl_error *err) {
   const size_t bytes = (size_t)rows * cols * sizeof(float);

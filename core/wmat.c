@@ -1,9 +1,9 @@
 /*
  * wmat.c: weight matrices in the model's weight type (wkernels.h): the type names, the choice
  * of the narrow-weight kernel table (the family of xl_kern()), the GEMM and Linear over any
- * type and layout (rows, or the panels of the dot-product and F32 panel kernels: wpanel.h), row reads (the
- * embedding lookup), views from a row, and the int8 and int4 block quantisations. Any thread; pure
- * functions.
+ * type and layout (rows, or the panels of the dot-product and F32 panel kernels: wpanel.h),
+ * row reads (the embedding lookup), views from a row, and the int8 and int4 block
+ * quantisations. Any thread; pure functions.
  */
 #include <math.h>
 #include <string.h>
