@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "wpanel.h"
+#include "wpanel_avx512.h"
 
 #define TGT "avx512f,avx512bw,avx512vnni"
 #define T __attribute__((target(TGT), always_inline)) static inline
@@ -160,19 +161,6 @@ T void tile(int q4, int R, int NP, const int8_t *xq, int kp, const float *sx, co
 #undef SCALES_OF
 }
 
-/* y[o - row0] = lanes of panel p whose row o is in [row0, row0 + N) */
-TF void store_panel(__m512 v, int p, int row0, int N, float *y) {
-  const int first = p * XL_Q8P_ROWS;
-  if (first >= row0 && first + XL_Q8P_ROWS <= row0 + N) {
-    _mm512_storeu_ps(y + (first - row0), v);
-    return;
-  }
-  _Alignas(64) float lanes[XL_Q8P_ROWS];
-  _mm512_store_ps(lanes, v);
-  for (int l = 0; l < XL_Q8P_ROWS; l++)
-    if (first + l >= row0 && first + l < row0 + N) y[first + l - row0] = lanes[l];
-}
-
 T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_t *P,
                      const uint16_t *S, int row0, int N, float *y, int ldy) {
   const int kp = xl_q8p_kp(K), nb = kp / XL_Q8_BLOCK;
@@ -203,7 +191,7 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
         else if (np == 2) tile(q4, 1, 2, xq, kp, sx, corr, nb, P, S, p, per, 0, out);
         else tile(q4, 1, 1, xq, kp, sx, corr, nb, P, S, p, per, 0, out);
         for (int j = 0; j < np; j++)
-          store_panel(out[0][j], p + j * per, row0, N, y + (size_t)r0 * ldy);
+          xl_panel_store_avx512(out[0][j], p + j * per, row0, N, y + (size_t)r0 * ldy);
       }
       continue;
     }
@@ -220,7 +208,8 @@ T void matmul_panels(int q4, const float *x, int M, int K, int ldx, const uint8_
         else if (np == 2) tile(q4, 1, 2, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, 1, pf, out);
         else tile(q4, 1, 1, xq + q * kp, kp, sx + q * nb, corr + q * nb, nb, P, S, p, 1, pf, out);
         for (int i = 0; i < R; i++)
-          for (int j = 0; j < np; j++) store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
+          for (int j = 0; j < np; j++)
+            xl_panel_store_avx512(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
         r += R;
       }
     }
@@ -313,7 +302,8 @@ __attribute__((target(TGT_BF16))) void xl_bf16p_matmul_avx512(const float *x, in
         else if (np == 2) tile_bf16(1, 2, xr, xs, P, kp2, p, pf, out);
         else tile_bf16(1, 1, xr, xs, P, kp2, p, pf, out);
         for (int i = 0; i < R; i++)
-          for (int j = 0; j < np; j++) store_panel(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
+          for (int j = 0; j < np; j++)
+            xl_panel_store_avx512(out[i][j], p + j, row0, N, y + (size_t)(r + i) * ldy);
         r += R;
       }
     }

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "wpanel.h"
+#include "wpanel_avx512.h"
 
 #define TF __attribute__((target("avx512f"), always_inline)) static inline
 #define RB 12        /* rows per tile at most */
@@ -60,19 +61,6 @@ TF void tile(int R, int NP, const float *x, int ldx, const float *P, int K, int 
   }
   for (int i = 0; i < R; i++)
     for (int j = 0; j < NP; j++) acc_io[i][j] = acc[i][j];
-}
-
-/* y[o - row0] = lanes of panel p whose row o is in [row0, row0 + N) */
-TF void store_panel(__m512 v, int p, int row0, int N, float *y) {
-  const int first = p * XL_Q8P_ROWS;
-  if (first >= row0 && first + XL_Q8P_ROWS <= row0 + N) {
-    _mm512_storeu_ps(y + (first - row0), v);
-    return;
-  }
-  _Alignas(64) float lanes[XL_Q8P_ROWS];
-  _mm512_store_ps(lanes, v);
-  for (int l = 0; l < XL_Q8P_ROWS; l++)
-    if (first + l >= row0 && first + l < row0 + N) y[first + l - row0] = lanes[l];
 }
 
 /* the tile for R rows (1-12) and NP panels (1-2), constants in each call (registers, unrolled) */
@@ -152,7 +140,7 @@ __attribute__((target("avx512f"))) void xl_f32p_matmul_avx512(const float *x, in
       else if (np == 3) tile(1, 3, x, ldx, P, K, p, per, 0, K, 0, out);
       else if (np == 2) tile(1, 2, x, ldx, P, K, p, per, 0, K, 0, out);
       else tile(1, 1, x, ldx, P, K, p, per, 0, K, 0, out);
-      for (int j = 0; j < np; j++) store_panel(out[0][j], p + j * per, row0, N, y);
+      for (int j = 0; j < np; j++) xl_panel_store_avx512(out[0][j], p + j * per, row0, N, y);
     }
     return;
   }
@@ -181,7 +169,7 @@ __attribute__((target("avx512f"))) void xl_f32p_matmul_avx512(const float *x, in
       }
       for (int r = r0; r < r1; r++)
         for (int j = 0; j < np; j++)
-          store_panel(part[r - r0][j], p + j, row0, N, y + (size_t)r * ldy);
+          xl_panel_store_avx512(part[r - r0][j], p + j, row0, N, y + (size_t)r * ldy);
     }
   }
 }
