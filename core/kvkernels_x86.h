@@ -84,49 +84,68 @@ T static void dot_rows_i8(const float *q, int dh, const int8_t *rows, size_t ld,
  * Either way each output gets its fused multiply-adds in the order j = 0, 1, .., n-1.
  * w(j, h): row j's weight in head h. */
 #define VALUE_ROWS 8
+_Static_assert(VALUE_ROWS == 8, "the mixes take a full pass's weights as vectors of 8");
 #define MIX_CHAINS 4 /* vectors of outputs a pass over VALUE_ROWS rows sums side by side */
 #define MIX_MAX_HEADS 64 /* the four-query mix's weight buffer */
 #define COMMON_HEAD 64 /* d_head of most models (wt103, enwik8, text8): loops built for it */
 /* The vector path over heads of DH values (an expression: dh, or a constant the compiler then
- * builds the loops for). */
-#define MIX_VECTOR(WIDEN, WEIGHT, DH)                                                              \
+ * builds the loops for). Per pass and head, the rows' weights first go to wt[] (a full pass's
+ * eight as one vector: W8_PRE, then W8; the same products, rounded the same way, as WEIGHT's),
+ * and a full pass runs loops of the constant VALUE_ROWS, its weights broadcast from wt[]. */
+#define MIX_VECTOR(WIDEN, WEIGHT, W8_PRE, W8, PF_PASS, DH)                                         \
   for (int j0 = 0; j0 < n; j0 += VALUE_ROWS) {                                                     \
     const int nr = n - j0 < VALUE_ROWS ? n - j0 : VALUE_ROWS;                                      \
     const __typeof__(rows) r0 = rows + (size_t)j0 * ld;                                            \
+    PF_PASS;                                                                                       \
     for (int h = 0; h < H; h++) {                                                                  \
-      VF wh[VALUE_ROWS]; /* the rows' weights in this head, in every lane */                       \
-      for (int i = 0; i < nr; i++) {                                                               \
-        const int j = j0 + i;                                                                      \
-        wh[i] = VSET1(WEIGHT);                                                                     \
+      float wt[VALUE_ROWS]; /* the rows' weights in this head */                                   \
+      if (nr == VALUE_ROWS) {                                                                      \
+        W8_PRE;                                                                                    \
+        _mm256_storeu_ps(wt, W8);                                                                  \
+      } else {                                                                                     \
+        for (int i = 0; i < nr; i++) {                                                             \
+          const int j = j0 + i;                                                                    \
+          wt[i] = WEIGHT;                                                                          \
+        }                                                                                          \
       }                                                                                            \
       for (int i = 0; i < VALUE_ROWS; i++) /* this head's part of the rows PF_VALS ahead */        \
         for (size_t b = 0; b < (DH) * sizeof *rows; b += 64)                                       \
           PREFETCH(r0 + (size_t)(PF_VALS + i) * ld + (size_t)h * (DH), b);                         \
-      int e = h * (DH);                                                                            \
-      for (; e + MIX_CHAINS * LANES <= (h + 1) * (DH); e += MIX_CHAINS * LANES) {                  \
-        VF a[MIX_CHAINS]; /* MIX_CHAINS outputs' sums side by side: independent chains */         \
-        for (int c = 0; c < MIX_CHAINS; c++) a[c] = VLOAD(out + e + c * LANES);                    \
-        for (int i = 0; i < nr; i++)                                                               \
-          for (int c = 0; c < MIX_CHAINS; c++)                                                     \
-            a[c] = VFMA(wh[i], WIDEN(r0 + (size_t)i * ld + e + c * LANES), a[c]);                  \
-        for (int c = 0; c < MIX_CHAINS; c++) VSTORE(out + e + c * LANES, a[c]);                    \
-      }                                                                                            \
-      for (; e < (h + 1) * (DH); e += LANES) {                                                     \
-        VF a = VLOAD(out + e);                                                                     \
-        for (int i = 0; i < nr; i++) a = VFMA(wh[i], WIDEN(r0 + (size_t)i * ld + e), a);           \
-        VSTORE(out + e, a);                                                                        \
-      }                                                                                            \
+      if (nr == VALUE_ROWS)                                                                        \
+        MIX1_HEAD(WIDEN, DH, VALUE_ROWS);                                                          \
+      else                                                                                         \
+        MIX1_HEAD(WIDEN, DH, nr);                                                                  \
     }                                                                                              \
   }
+/* MIX_VECTOR's pass over NR rows from r0 in head h, weights wt[] */
+#define MIX1_HEAD(WIDEN, DH, NR)                                                                   \
+  do {                                                                                             \
+    int e = h * (DH);                                                                              \
+    for (; e + MIX_CHAINS * LANES <= (h + 1) * (DH); e += MIX_CHAINS * LANES) {                    \
+      VF a[MIX_CHAINS]; /* MIX_CHAINS outputs' sums side by side: independent chains */           \
+      for (int c = 0; c < MIX_CHAINS; c++) a[c] = VLOAD(out + e + c * LANES);                      \
+      for (int i = 0; i < (NR); i++) {                                                             \
+        const VF wi = VSET1(wt[i]);                                                                \
+        for (int c = 0; c < MIX_CHAINS; c++)                                                       \
+          a[c] = VFMA(wi, WIDEN(r0 + (size_t)i * ld + e + c * LANES), a[c]);                      \
+      }                                                                                            \
+      for (int c = 0; c < MIX_CHAINS; c++) VSTORE(out + e + c * LANES, a[c]);                      \
+    }                                                                                              \
+    for (; e < (h + 1) * (DH); e += LANES) {                                                       \
+      VF a = VLOAD(out + e);                                                                       \
+      for (int i = 0; i < (NR); i++) a = VFMA(VSET1(wt[i]), WIDEN(r0 + (size_t)i * ld + e), a);    \
+      VSTORE(out + e, a);                                                                          \
+    }                                                                                              \
+  } while (0)
 
-#define MIX_ROWS(WIDEN, SCALAR, WEIGHT)                                                            \
+#define MIX_ROWS(WIDEN, SCALAR, WEIGHT, W8_PRE, W8, PF_PASS)                                       \
   do {                                                                                             \
     if (dh == COMMON_HEAD) {                                                                       \
-      MIX_VECTOR(WIDEN, WEIGHT, COMMON_HEAD);                                                      \
+      MIX_VECTOR(WIDEN, WEIGHT, W8_PRE, W8, PF_PASS, COMMON_HEAD);                                 \
       return;                                                                                      \
     }                                                                                              \
     if (dh % LANES == 0) {                                                                         \
-      MIX_VECTOR(WIDEN, WEIGHT, dh);                                                               \
+      MIX_VECTOR(WIDEN, WEIGHT, W8_PRE, W8, PF_PASS, dh);                                          \
       return;                                                                                      \
     }                                                                                              \
     for (int h = 0; h < H; h++)                                                                    \
@@ -137,14 +156,27 @@ T static void dot_rows_i8(const float *q, int dh, const int8_t *rows, size_t ld,
       }                                                                                            \
   } while (0)
 
+/* A full pass's weights in head h: the probabilities of rows j0.. j0 + 7 (times, for int8,
+ * their scales in head h). */
+#define P8_1 _mm256_loadu_ps(p + (size_t)h * p_stride + j0)
+#define SCALE8(t) scale[(size_t)(j0 + (t)) * s_stride + h]
+#define SCALES8                                                                                    \
+  const __m256 sc = _mm256_set_ps(SCALE8(7), SCALE8(6), SCALE8(5), SCALE8(4), SCALE8(3),         \
+                                  SCALE8(2), SCALE8(1), SCALE8(0))
+
+/* The scales of the rows PF_VALS ahead (the weights of a pass wait on all eight of theirs) */
+#define PF_SCALES                                                                                  \
+  for (int t = 0; t < VALUE_ROWS; t++) PREFETCH(scale + (size_t)(j0 + PF_VALS + t) * s_stride, 0)
+
 T static void mix_rows_bf16(float *out, const float *p, size_t p_stride, const uint16_t *rows,
                             size_t ld, int n, int H, int dh) {
-  MIX_ROWS(widen_bf16, xl_bf16_to_f32, p[(size_t)h * p_stride + j]);
+  MIX_ROWS(widen_bf16, xl_bf16_to_f32, p[(size_t)h * p_stride + j], (void)0, P8_1, (void)0);
 }
 
 T static void mix_rows_i8(float *out, const float *p, size_t p_stride, const int8_t *rows,
                           size_t ld, const float *scale, size_t s_stride, int n, int H, int dh) {
-  MIX_ROWS(widen_i8, AS_FLOAT, p[(size_t)h * p_stride + j] * scale[(size_t)j * s_stride + h]);
+  MIX_ROWS(widen_i8, AS_FLOAT, p[(size_t)h * p_stride + j] * scale[(size_t)j * s_stride + h],
+           SCALES8, _mm256_mul_ps(P8_1, sc), PF_SCALES);
 }
 
 /* Four queries (a short prompt's block over a memory, or four decode steps' products with the
@@ -251,7 +283,6 @@ T static void dot_rows4_i8(const float *q, size_t ldq, int dh, const int8_t *row
       }                                                                                            \
     }                                                                                              \
   } while (0)
-_Static_assert(VALUE_ROWS == 8, "MIX_ROWS4 takes a full pass's weights as vectors of 8");
 /* MIX_ROWS4's pass over NR rows from r0 (NR: VALUE_ROWS, or the last pass's nr) */
 #define MIX4_PASS(WIDEN, NR)                                                                       \
   for (int h = 0; h < H; h++) {                                                                    \
@@ -273,10 +304,6 @@ _Static_assert(VALUE_ROWS == 8, "MIX_ROWS4 takes a full pass's weights as vector
 #define W4_BF16(i) p[(size_t)(i) * ldp + (size_t)h * p_stride + j]
 #define W4_I8(i) (p[(size_t)(i) * ldp + (size_t)h * p_stride + j] * scale[(size_t)j * s_stride + h])
 #define P8(i) _mm256_loadu_ps(p + (size_t)(i) * ldp + (size_t)h * p_stride + j0)
-#define SCALE(t) scale[(size_t)(j0 + (t)) * s_stride + h]
-#define W8_PRE_I8                                                                                  \
-  const __m256 sc = _mm256_set_ps(SCALE(7), SCALE(6), SCALE(5), SCALE(4), SCALE(3), SCALE(2),      \
-                                  SCALE(1), SCALE(0))
 #define W8_I8(i) _mm256_mul_ps(P8(i), sc)
 
 T static void mix_rows4_bf16(float *out, size_t ldo, const float *p, size_t ldp, size_t p_stride,
@@ -292,13 +319,15 @@ T static void mix_rows4_i8(float *out, size_t ldo, const float *p, size_t ldp, s
   MIX_ROWS4(widen_i8,
             mix_rows_i8(out + (size_t)i * ldo, p + (size_t)i * ldp, p_stride, rows, ld, scale,
                         s_stride, n, H, dh),
-            W4_I8, W8_PRE_I8, W8_I8);
+            W4_I8, SCALES8, W8_I8);
 }
 #undef W4_BF16
 #undef W4_I8
 #undef P8
-#undef SCALE
-#undef W8_PRE_I8
+#undef SCALE8
+#undef SCALES8
+#undef P8_1
+#undef PF_SCALES
 #undef W8_I8
 
 const xl_kv_kernels KV_TABLE = {.name = KV_NAME,
