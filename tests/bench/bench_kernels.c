@@ -7,7 +7,9 @@
  * each kernel's rate (GB/s of the bytes it reads, or GFLOP/s) and its speed beside F32's for
  * the same work (and the GEMM with 16 and with 8 rows from DRAM too: batch-16 and batch-8
  * steps), so a claim about a kernel can be checked on any machine with the build's own
- * compiler flags. Measured in rounds like `xlserve bench --weights`: each round times every
+ * compiler flags. Every type's DRAM set holds the same bytes (--mib; a narrow type's matrices
+ * and memories copied to new addresses until they fill it), so no type reads from a cache
+ * that F32's set would not fit in. Measured in rounds like `xlserve bench --weights`: each round times every
  * type once, one right after another (the first rotating), and the table gives medians over
  * the rounds with the range of the ratios. Last, per type, the arithmetic peak of the
  * instruction its GEMM multiplies with on the x86 paths (arith_peak.h) and the share of it the
@@ -165,12 +167,25 @@ static void memory_free(memory *m) {
   free(m->ks), free(m->vs);
 }
 
+/* What one type's DRAM pass reads: the distinct matrices (or session layers) in that type,
+ * then copies of them at new addresses until the set holds as many bytes as the F32 one. Every
+ * type so streams the same bytes per pass: a narrow type's own set, an eighth of F32's for int4,
+ * would fit a large last-level cache (this VM's) and read faster than DRAM. */
+typedef struct {
+  xl_wmat *w;       /* [n] weight views (weight kinds) */
+  memory *mem;      /* [n] session layers, only this type's arrays set (memory kinds) */
+  int n;            /* n_big (or n_mem) x copies */
+  void **blocks;    /* [n_blocks] the copies' allocations */
+  int n_blocks;
+} stream_set;
+
 typedef struct {
   matrix *big;    /* [n_big] matrices [OUT, IN]: more than the caches hold */
   int n_big;
   matrix square;  /* [SQ, SQ]: stays in cache */
   memory *mem;    /* [n_mem] session layers */
   int n_mem;
+  stream_set wset[TYPES], mset[TYPES - 1]; /* each type's DRAM sets: weights, memories */
   float *x;       /* [ROWS16, IN] activations; row 0 is the decode row; also the query */
   float *y;       /* [ROWS16, OUT] */
   float *p;       /* [H, POS] attention probabilities */
@@ -179,53 +194,57 @@ typedef struct {
 } bench_data;
 
 /* The work of one pass: bytes of weights or memory read (kinds 0, 2, 3), or floating-point
- * operations (kind 1, in cache: arithmetic is the bound there). */
+ * operations (kinds 1, 4, 5). A type's DRAM pass covers its own set (stream_set): n matrices
+ * or session layers, more than F32's n for the narrow types. */
 static double work_of(const bench_data *d, int kind, int t) {
   /* bytes a weight: int8 and int4 with their scale per block of 32 (a half in panels, else F32) */
   const double scale = (xl_q8p_wanted() ? 2.0 : 4.0) / XL_Q8_BLOCK;
   const double WEIGHT_BYTES[TYPES] = {4, 2, 1 + scale, 0.5 + scale};
   if (kind == 1) return 2.0 * ROWS16 * SQ * SQ;
-  if (kind == 4) return 2.0 * ROWS16 * OUT * IN * d->n_big;
-  if (kind == 5) return 2.0 * ROWS8 * OUT * IN * d->n_big;
-  if (kind == 0) return WEIGHT_BYTES[t] * OUT * IN * d->n_big;
-  return (double)d->n_mem * HD * POS * (t == 0 ? 4 : t == 1 ? 2 : 1 + 4.0 / DH);
+  if (kind == 4) return 2.0 * ROWS16 * OUT * IN * d->wset[0].n;
+  if (kind == 5) return 2.0 * ROWS8 * OUT * IN * d->wset[0].n;
+  if (kind == 0) return WEIGHT_BYTES[t] * OUT * IN * d->wset[0].n;
+  return (double)d->mset[0].n * HD * POS * (t == 0 ? 4 : t == 1 ? 2 : 1 + 4.0 / DH);
 }
 
 /* One pass of kind `kind` on type `t` (0 f32, 1 bf16, 2 int8, 3 int4: weight kinds only). */
 static void pass(const bench_data *d, int kind, int t) {
   const xl_kv_kernels *kv = xl_kv_kern();
   const xl_kernels *k = xl_kern();
-  if (kind == 0) { /* weights x 1 row: every big matrix once */
-    for (int i = 0; i < d->n_big; i++) {
-      xl_wmat w = matrix_view(&d->big[i], t, IN);
-      xl_matmul_w(d->x, 1, IN, IN, &w, OUT, d->y, OUT);
-    }
-  } else if (kind == 4 || kind == 5) { /* weights x 16 or 8 rows: every big matrix once */
-    for (int i = 0; i < d->n_big; i++) {
-      xl_wmat w = matrix_view(&d->big[i], t, IN);
-      xl_matmul_w(d->x, kind == 4 ? ROWS16 : ROWS8, IN, IN, &w, OUT, d->y, OUT);
-    }
+  if (kind == 0) { /* weights x 1 row: every matrix of the type's set once */
+    for (int i = 0; i < d->wset[t].n; i++) xl_matmul_w(d->x, 1, IN, IN, &d->wset[t].w[i], OUT, d->y, OUT);
+  } else if (kind == 4 || kind == 5) { /* weights x 16 or 8 rows: every matrix of the set once */
+    for (int i = 0; i < d->wset[t].n; i++)
+      xl_matmul_w(d->x, kind == 4 ? ROWS16 : ROWS8, IN, IN, &d->wset[t].w[i], OUT, d->y, OUT);
   } else if (kind == 1) { /* weights x 16 rows: the square matrix, from cache */
     xl_wmat w = matrix_view(&d->square, t, SQ);
     xl_matmul_w(d->x, ROWS16, SQ, IN, &w, SQ, d->y, OUT);
-  } else if (kind == 2) { /* keys x the query: every head of every session layer */
-    for (int i = 0; i < d->n_mem; i++)
+  } else if (kind == 2) { /* keys x the query: every head of every session layer of the set */
+    for (int i = 0; i < d->mset[t].n; i++)
       for (int h = 0; h < H; h++) {
-        const memory *m = &d->mem[i];
+        const memory *m = &d->mset[t].mem[i];
         size_t at = (size_t)h * DH * POS;
         if (t == 0) k->dot_rows(d->x + h * DH, DH, m->k32 + at, POS, POS, d->s);
         else if (t == 1) kv->dot_rows_bf16(d->x + h * DH, DH, m->kbf + at, POS, POS, d->s);
         else
           kv->dot_rows_i8(d->x + h * DH, DH, m->k8 + at, POS, m->ks + (size_t)h * POS, POS, d->s);
       }
-  } else { /* values x the probabilities: all heads of every session layer */
-    for (int i = 0; i < d->n_mem; i++) {
-      const memory *m = &d->mem[i];
+  } else { /* values x the probabilities: all heads of every session layer of the set */
+    for (int i = 0; i < d->mset[t].n; i++) {
+      const memory *m = &d->mset[t].mem[i];
       if (t == 0) k->mix_rows(d->out, d->p, POS, m->v32, HD, POS, H, DH);
       else if (t == 1) kv->mix_rows_bf16(d->out, d->p, POS, m->vbf, HD, POS, H, DH);
       else kv->mix_rows_i8(d->out, d->p, POS, m->v8, HD, m->vs, H, POS, H, DH);
     }
   }
+}
+
+/* A pass of type t over its own set, scaled to the F32 set's count (the same work as F32's
+ * pass: the ratios and rates compare like with like). */
+static double per_f32_set(const bench_data *d, int kind, int t) {
+  if (kind == 1) return 1.0;
+  if (kind == 2 || kind == 3) return (double)d->mset[0].n / d->mset[t].n;
+  return (double)d->wset[0].n / d->wset[t].n;
 }
 
 /* Seconds per pass: passes for at least `seconds`, at least 2, after one to warm up. */
@@ -278,7 +297,7 @@ static void run_family(const bench_data *d, int rounds, double seconds) {
     for (int k = 0; k < KINDS; k++)
       for (int j = 0; j < types_of(k); j++) {
         int t = (j + r) % types_of(k);
-        sec[r][k][t] = time_pass(d, k, t, seconds);
+        sec[r][k][t] = time_pass(d, k, t, seconds) * per_f32_set(d, k, t);
       }
   double in_cache[TYPES] = {0}; /* the 16-row GEMM's median rate in cache, GFLOP/s */
   for (int k = 0; k < KINDS; k++)
@@ -297,6 +316,90 @@ static void run_family(const bench_data *d, int rounds, double seconds) {
     }
   print_peaks(in_cache, rounds, seconds);
   fflush(stdout);
+}
+
+/* A copy of n bytes at a new address in set s; NULL when out of memory. */
+static void *set_copy(stream_set *s, const void *src, size_t n) {
+  void *p = malloc(n);
+  if (!p) return NULL;
+  memcpy(p, src, n);
+  s->blocks[s->n_blocks++] = p;
+  return p;
+}
+
+/* Bytes of type t's view of one [OUT, IN] matrix: its data, and its scales (halves in panels,
+ * else floats; none for f32 and bf16). */
+static void view_bytes(const xl_wmat *w, size_t *data, size_t *scales) {
+  const int n = OUT, k = IN;
+  *scales = 0;
+  switch (w->type) {
+    case XL_WEIGHTS_F32: *data = w->panels ? xl_f32p_count(n, k) * 4 : (size_t)n * k * 4; break;
+    case XL_WEIGHTS_BF16: *data = w->panels ? xl_bf16p_count(n, k) * 2 : (size_t)n * k * 2; break;
+    case XL_WEIGHTS_INT8:
+      *data = w->panels ? xl_q8p_bytes(n, k) : (size_t)n * k;
+      *scales = w->panels ? xl_q8p_scale_count(n, k) * 2 : (size_t)n * xl_q8_blocks(k) * 4;
+      break;
+    case XL_WEIGHTS_INT4:
+      *data = w->panels ? xl_q4p_bytes(n, k) : (size_t)n * xl_q4_row_bytes(k);
+      *scales = w->panels ? xl_q8p_scale_count(n, k) * 2 : (size_t)n * xl_q8_blocks(k) * 4;
+      break;
+  }
+}
+
+/* Type t's weight set: the n_big matrices, then copies until it has F32's bytes; the views as
+ * the selected CPU path reads them (matrix_view). */
+static int weight_set_make(bench_data *d, int t) {
+  stream_set *s = &d->wset[t];
+  xl_wmat w0 = matrix_view(&d->big[0], t, IN), f0 = matrix_view(&d->big[0], 0, IN);
+  size_t data, scales, f32_data, none;
+  view_bytes(&w0, &data, &scales);
+  view_bytes(&f0, &f32_data, &none);
+  const int copies = (int)((f32_data + data + scales - 1) / (data + scales)); /* >= 1 */
+  s->n = d->n_big * copies;
+  s->w = calloc((size_t)s->n, sizeof *s->w);
+  s->blocks = calloc((size_t)s->n * 2, sizeof *s->blocks);
+  if (!s->w || !s->blocks) return 1;
+  for (int i = 0; i < s->n; i++) {
+    xl_wmat w = matrix_view(&d->big[i % d->n_big], t, IN);
+    if (i >= d->n_big) { /* a copy at new addresses */
+      if (!(w.data = set_copy(s, w.data, data))) return 1;
+      if (w.scales && !(w.scales = set_copy(s, w.scales, scales))) return 1;
+      if (w.panel_scales && !(w.panel_scales = set_copy(s, w.panel_scales, scales))) return 1;
+    }
+    s->w[i] = w;
+  }
+  return 0;
+}
+
+/* Memory dtype t's set: the n_mem session layers, then copies of that dtype's arrays until it
+ * has F32's bytes (f32 4 bytes a value; bf16 2; int8 1 and a float per 64). */
+static int memory_set_make(bench_data *d, int t) {
+  stream_set *s = &d->mset[t];
+  const size_t e = (size_t)HD * POS, sc = (size_t)H * POS * 4;
+  const int copies = t == 0 ? 1 : t == 1 ? 2 : (int)((e * 4 + e + sc - 1) / (e + sc));
+  s->n = d->n_mem * copies;
+  s->mem = calloc((size_t)s->n, sizeof *s->mem);
+  s->blocks = calloc((size_t)s->n * 4, sizeof *s->blocks);
+  if (!s->mem || !s->blocks) return 1;
+  for (int i = 0; i < s->n; i++) {
+    const memory *m = &d->mem[i % d->n_mem];
+    memory *c = &s->mem[i];
+    *c = *m;
+    if (i < d->n_mem) continue;
+    if (t == 0 && (!(c->k32 = set_copy(s, m->k32, e * 4)) || !(c->v32 = set_copy(s, m->v32, e * 4))))
+      return 1;
+    if (t == 1 && (!(c->kbf = set_copy(s, m->kbf, e * 2)) || !(c->vbf = set_copy(s, m->vbf, e * 2))))
+      return 1;
+    if (t == 2 && (!(c->k8 = set_copy(s, m->k8, e)) || !(c->v8 = set_copy(s, m->v8, e)) ||
+                   !(c->ks = set_copy(s, m->ks, sc)) || !(c->vs = set_copy(s, m->vs, sc))))
+      return 1;
+  }
+  return 0;
+}
+
+static void set_free(stream_set *s) {
+  for (int i = 0; i < s->n_blocks; i++) free(s->blocks[i]);
+  free(s->blocks), free(s->w), free(s->mem);
 }
 
 static int data_make(bench_data *d, int mib) {
@@ -321,10 +424,25 @@ static int data_make(bench_data *d, int mib) {
   if (matrix_make(&d->square, SQ, SQ, &seed)) return 1;
   for (int i = 0; i < d->n_mem; i++)
     if (memory_make(&d->mem[i], &seed)) return 1;
+  for (int t = 0; t < TYPES - 1; t++)
+    if (memory_set_make(d, t)) return 1;
+  return 0; /* the weight sets: per CPU path (weight_sets_make) */
+}
+
+/* Every type's weight set in the layouts the selected CPU path's kernels read (panels or
+ * rows); 1 when out of memory. */
+static int weight_sets_make(bench_data *d) {
+  for (int t = 0; t < TYPES; t++) {
+    set_free(&d->wset[t]);
+    memset(&d->wset[t], 0, sizeof d->wset[t]);
+    if (weight_set_make(d, t)) return 1;
+  }
   return 0;
 }
 
 static void data_free(bench_data *d) {
+  for (int t = 0; t < TYPES; t++) set_free(&d->wset[t]);
+  for (int t = 0; t < TYPES - 1; t++) set_free(&d->mset[t]);
   for (int i = 0; d->big && i < d->n_big; i++) matrix_free(&d->big[i]);
   for (int i = 0; d->mem && i < d->n_mem; i++) memory_free(&d->mem[i]);
   matrix_free(&d->square);
@@ -343,7 +461,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--seconds")) ok = cli_float_arg(cmd, argc, argv, &i, 0.001, 60, &seconds);
     else {
       fprintf(stderr, "usage: bench_kernels [--cpu P1,P2,..] [--seconds S (0.5)] [--rounds R (5)] "
-                      "[--mib M (256: F32 size of the DRAM sets)]\n");
+                      "[--mib M (256: MiB of every type's DRAM sets)]\n");
       return 2;
     }
     if (!ok) return 2;
@@ -362,8 +480,9 @@ int main(int argc, char **argv) {
     data_free(&d);
     return 1;
   }
-  printf("bench_kernels: weights [%d, %d] x %d (from DRAM) and [%d, %d] (in cache); session memory "
-         "%d heads x %d, %d positions, x %d layers; %d rounds of at least %.2g s per rate, this "
+  printf("bench_kernels: weights [%d, %d] x %d in f32 (from DRAM: every type's set of as many bytes) "
+         "and [%d, %d] (in cache); session memory %d heads x %d, %d positions, x %d layers in f32 "
+         "(the same); %d rounds of at least %.2g s per rate, this "
          "thread's CPU time; time per pass and x f32 (its speed beside f32's for the same work) "
          "are medians of the rounds [lowest, highest ratio]\n\n",
          OUT, IN, d.n_big, SQ, SQ, H, DH, POS, d.n_mem, rounds, seconds);
@@ -371,7 +490,11 @@ int main(int argc, char **argv) {
          "x f32 [low, high]");
   for (int i = 0; i < (n ? n : 1); i++) {
     if (n && !cli_select_cpu(cmd, paths[i])) rc = 2;
-    else run_family(&d, rounds, seconds);
+    else if (weight_sets_make(&d)) {
+      fprintf(stderr, "bench_kernels: out of memory\n");
+      rc = 1;
+      break;
+    } else run_family(&d, rounds, seconds);
   }
   data_free(&d);
   return rc;
