@@ -119,6 +119,8 @@ typedef struct {
   const float **dec_q;    /* [n_dec] the decode steps' query rows */
   int32_t *tg;            /* [out_rows] target ids (-1: none) */
   int *dec_rows;          /* [n_dec] the distance rows each decode step reads (<= dec_pos) */
+  int x_outputs;          /* 1: x holds only the output rows, in outputs()' order (the last
+                             layer ran its output projection and feed-forward on them alone) */
   float *thread_sc;       /* [threads, thread_floats]: each thread's qu [d_head] */
   size_t thread_floats;
   xl_attn_scratch sc;
@@ -210,13 +212,40 @@ static void decode_heads(void *ctx, int t, int thread) {
   }
 }
 
+/* The rows that need log-probs (an item's every row for targets or row distributions, else its
+ * last row for last_logprobs, else none), moved to the front of x [N, d_model] and av
+ * [N, H*Dh] in that order (outputs()' order); p->rows becomes their count. Rows only move
+ * towards the front, in order, so no row is overwritten before it is moved. */
+static void keep_output_rows(const xl_model *m, const xl_feed *items, int n_items, fwd_plan *p) {
+  const size_t dm = (size_t)m->cfg.d_model, hd = (size_t)m->hd;
+  size_t row = 0, o = 0;
+  for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens) {
+    const xl_feed *f = &items[i];
+    size_t first = row, n = 0;
+    if (f->target_logprobs || f->row_logprobs) n = (size_t)f->n_tokens;
+    else if (f->last_logprobs) first = row + (size_t)f->n_tokens - 1, n = 1;
+    if (n && first != o) {
+      memmove(p->x + o * dm, p->x + first * dm, n * dm * sizeof(float));
+      memmove(p->av + o * hd, p->av + first * hd, n * hd * sizeof(float));
+    }
+    o += n;
+  }
+  p->rows = o;
+  p->x_outputs = 1;
+}
+
 /* x += RelAttn(x) (pre-LN: on LN(x); post-LN: x = LN(x + ...)); then the layer's new keys
- * and values are computed into qkv for the rings. */
+ * and values are computed into qkv for the rings. With outputs_only (the last layer, when
+ * some rows need no log-probs): the attention of every row as usual (its keys and values go
+ * to the memories), then the output projection on the rows that need log-probs only
+ * (keep_output_rows): nothing after the last layer reads the others. Every product is
+ * row-independent (batch invariance), so the kept rows get the same numbers. */
 static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_items,
-                               fwd_plan *p) {
+                               fwd_plan *p, int outputs_only) {
   const xl_config *c = &m->cfg;
   const xl_layer *L = &m->layers[l];
-  const int dm = c->d_model, hd = m->hd, rows = (int)p->rows;
+  const int dm = c->d_model, hd = m->hd;
+  int rows = (int)p->rows;
   const float *src = p->x;
   if (c->pre_lnorm) {
     xl_layer_norm(p->x, rows, dm, L->attn_ln_g, L->attn_ln_b, c->layer_norm_epsilon, p->xn);
@@ -257,6 +286,10 @@ static void attention_sublayer(const xl_model *m, int l, xl_feed *items, int n_i
                        p->av + row * hd, NULL, p->dec_pos};
     xl_attend(m, l, &it, &pt, &p->sc);
   }
+  if (outputs_only) {
+    keep_output_rows(m, items, n_items, p);
+    if (!(rows = (int)p->rows)) return;
+  }
   xl_par_linear_w(p->pool, p->av, rows, hd, hd, &L->o_w, NULL, dm, p->xn, dm); /* attn_out [N, d_model] */
   for (size_t k = 0; k < p->rows * dm; k++) p->x[k] += p->xn[k];
   if (!c->pre_lnorm)
@@ -268,6 +301,7 @@ static void feed_forward_sublayer(const xl_model *m, int l, fwd_plan *p) {
   const xl_config *c = &m->cfg;
   const xl_layer *L = &m->layers[l];
   const int dm = c->d_model, rows = (int)p->rows;
+  if (!rows) return; /* the last layer, no row needing log-probs */
   const float *src = p->x;
   if (c->pre_lnorm) {
     xl_layer_norm(p->x, rows, dm, L->ff_ln_g, L->ff_ln_b, c->layer_norm_epsilon, p->xn);
@@ -290,13 +324,17 @@ static void outputs(const xl_model *m, xl_feed *items, int n_items, fwd_plan *p)
   const int dm = m->cfg.d_model;
   const size_t V = (size_t)m->cfg.vocab_size;
   float *tlp = p->out_scratch + xl_output_scratch_floats(m);
-  float *gathered = p->xn; /* free now: [out_rows, d_model] */
+  /* [out_rows, d_model]: x itself when the last layer kept only these rows, else gathered
+   * into xn (free now) */
+  float *gathered = p->x_outputs ? p->x : p->xn;
   int o = 0;
   size_t row = 0;
   for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens) {
     const xl_feed *f = &items[i];
     if (f->target_logprobs || f->row_logprobs) {
-      memcpy(gathered + (size_t)o * dm, p->x + row * dm, (size_t)f->n_tokens * dm * sizeof(float));
+      if (!p->x_outputs)
+        memcpy(gathered + (size_t)o * dm, p->x + row * dm,
+               (size_t)f->n_tokens * dm * sizeof(float));
       for (int t = 0; t < f->n_tokens; t++) {
         p->tg[o + t] = f->target_logprobs ? f->targets[t] : -1;
         p->full[o + t] = f->row_logprobs ? f->row_logprobs + (size_t)t * V : NULL;
@@ -305,8 +343,9 @@ static void outputs(const xl_model *m, xl_feed *items, int n_items, fwd_plan *p)
       if (f->last_logprobs && !f->row_logprobs) p->full[o + f->n_tokens - 1] = f->last_logprobs;
       o += f->n_tokens;
     } else if (f->last_logprobs) {
-      memcpy(gathered + (size_t)o * dm, p->x + (row + (size_t)f->n_tokens - 1) * dm,
-             (size_t)dm * sizeof(float));
+      if (!p->x_outputs)
+        memcpy(gathered + (size_t)o * dm, p->x + (row + (size_t)f->n_tokens - 1) * dm,
+               (size_t)dm * sizeof(float));
       p->tg[o] = -1;
       p->full[o++] = f->last_logprobs;
     }
@@ -343,8 +382,9 @@ xl_code xl_forward(const xl_model *m, xl_workspace *ws, xl_feed *items, int n_it
   for (int i = 0; i < n_items; row += (size_t)items[i++].n_tokens)
     xl_embed(m, items[i].tokens, items[i].n_tokens, p.x + row * dm, p.xn);
 
+  const int last = m->cfg.n_layer - 1;
   for (int l = 0; l < m->cfg.n_layer; l++) {
-    attention_sublayer(m, l, items, n_items, &p);
+    attention_sublayer(m, l, items, n_items, &p, l == last && (size_t)p.out_rows < p.rows);
     feed_forward_sublayer(m, l, &p);
     /* This layer's new keys/values join each memory (no later layer of this call reads it);
      * the decode steps' joined theirs in their attention tasks. */

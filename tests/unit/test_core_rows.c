@@ -9,6 +9,10 @@
  * bit for bit as alone (each weight type), and the target the entry of its distribution. A
  * short block continuing a memory gives the same bits with its queries grouped four to a pass
  * as each alone, its window sliding or not, and within 1e-4 of decoding over an F32 memory.
+ * The last layer runs its output projection and feed-forward on the rows that need log-probs
+ * only: a prompt asking for its last distribution alone (or for nothing), alone or batched
+ * with others, gives that distribution and leaves its state bit for bit as one asking for
+ * every row's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -92,6 +96,70 @@ static void test_rows_match_decoding(void) {
   xl_state_free(b);
   xl_state_free(c);
   xl_state_free(other);
+  xl_workspace_free(ws);
+  xl_model_free(m);
+}
+
+/* 1 when the two states serialize to the same bytes. */
+static int same_state(const xl_state *x, const xl_state *y) {
+  uint8_t *bx = NULL, *by = NULL;
+  size_t nx = 0, ny = 0;
+  xl_error err;
+  int same = !xl_state_serialize(x, &bx, &nx, &err) && !xl_state_serialize(y, &by, &ny, &err) &&
+             nx == ny && memcmp(bx, by, nx) == 0;
+  free(bx);
+  free(by);
+  return same;
+}
+
+/* The last layer keeps only the rows that need log-probs: a prompt chunk asking for its last
+ * distribution (or nothing) gives the last row of the same chunk's row distributions, bit for
+ * bit, and the same state, alone and batched between a chunk asking for nothing, a decode
+ * step, and a chunk asking for every row. */
+static void test_last_layer_output_rows(void) {
+  tl_model_spec spec = TL_MODEL_SPEC_DEFAULT;
+  xl_model *m = load(&spec, "outrows");
+  CHECK(m != NULL);
+  if (!m) return;
+  xl_workspace *ws;
+  xl_state *ref, *lone, *none, *mid, *dec, *dec_ref, *all;
+  xl_error err;
+  CHECK_CODE(xl_workspace_new(m, &ws, &err), XL_OK);
+  xl_state **st[] = {&ref, &lone, &none, &mid, &dec, &dec_ref, &all};
+  for (size_t i = 0; i < sizeof st / sizeof *st; i++)
+    CHECK_CODE(xl_state_new(m, st[i], &err), XL_OK);
+  int32_t t[N];
+  for (int i = 0; i < N; i++) t[i] = (int32_t)((i * 53 + 7) % V);
+  const int n = 17; /* a chunk: several rows, one output */
+  float *rows = malloc(sizeof(float) * N * V), *rows_all = malloc(sizeof(float) * N * V);
+  float last[V], last_mid[V], dec_last[V], dec_ref_last[V];
+  for (int round = 0; round < 2; round++) { /* an empty memory, then one holding a chunk */
+    const int32_t *chunk = t + round * n;
+    xl_feed r = {ref, chunk, n, NULL, NULL, NULL, rows};
+    CHECK_CODE(xl_forward(m, ws, &r, 1, &err), XL_OK);
+    xl_feed f = {lone, chunk, n, NULL, NULL, last, NULL};
+    CHECK_CODE(xl_forward(m, ws, &f, 1, &err), XL_OK);
+    CHECK(memcmp(last, rows + (size_t)(n - 1) * V, sizeof last) == 0);
+    CHECK(same_state(lone, ref));
+    xl_feed d = {dec_ref, chunk + 3, 1, NULL, NULL, dec_ref_last, NULL};
+    CHECK_CODE(xl_forward(m, ws, &d, 1, &err), XL_OK);
+    /* batched: nothing wanted, last only, a decode step, every row */
+    xl_feed items[4] = {{none, chunk, n, NULL, NULL, NULL, NULL},
+                        {mid, chunk, n, NULL, NULL, last_mid, NULL},
+                        {dec, chunk + 3, 1, NULL, NULL, dec_last, NULL},
+                        {all, chunk, n, NULL, NULL, NULL, rows_all}};
+    CHECK_CODE(xl_forward(m, ws, items, 4, &err), XL_OK);
+    CHECK(memcmp(last_mid, rows + (size_t)(n - 1) * V, sizeof last_mid) == 0);
+    CHECK(memcmp(rows_all, rows, sizeof(float) * (size_t)n * V) == 0);
+    CHECK(memcmp(dec_last, dec_ref_last, sizeof dec_last) == 0);
+    CHECK(same_state(none, ref));
+    CHECK(same_state(mid, ref));
+    CHECK(same_state(all, ref));
+    CHECK(same_state(dec, dec_ref));
+  }
+  free(rows);
+  free(rows_all);
+  for (size_t i = 0; i < sizeof st / sizeof *st; i++) xl_state_free(*st[i]);
   xl_workspace_free(ws);
   xl_model_free(m);
 }
@@ -237,6 +305,7 @@ static void test_batched_tails_bf16(void) { batched_tails(XL_WEIGHTS_BF16); }
 
 int main(void) {
   RUN(test_rows_match_decoding);
+  RUN(test_last_layer_output_rows);
   RUN(test_short_block_grouping);
   RUN(test_batched_tails_f32);
   RUN(test_batched_tails_int8);
